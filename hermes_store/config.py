@@ -1,0 +1,70 @@
+"""Where the database URL comes from, and the numbers the write path uses."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy.engine import URL, make_url
+
+URL_ENV = "HERMES_STORE_URL"
+HOME_ENV = "HERMES_HOME"
+
+#: The newest upstream schema version this code writes and understands.
+SCHEMA_VERSION = 23
+
+
+def hermes_home() -> Path:
+    """`$HERMES_HOME`, else `~/.hermes` (the original's rule)."""
+    env = os.environ.get(HOME_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".hermes"
+
+
+def default_db_path() -> Path:
+    return hermes_home() / "state.db"
+
+
+def sqlite_url(path: str | os.PathLike[str]) -> URL:
+    return URL.create("sqlite", database=str(Path(path).expanduser().absolute()))
+
+
+def resolve_url(url: str | URL | None = None) -> URL:
+    """An explicit URL, else `HERMES_STORE_URL`, else `$HERMES_HOME/state.db`.
+
+    A plain filesystem path is accepted wherever a URL is, and means SQLite.
+    """
+    if url is None:
+        url = os.environ.get(URL_ENV) or None
+    if url is None:
+        return sqlite_url(default_db_path())
+    if isinstance(url, URL):
+        return url
+    if "://" not in url:
+        return sqlite_url(url)
+    return make_url(url)
+
+
+def sqlite_path(url: URL) -> Path | None:
+    """The file behind a SQLite URL, or None for memory databases and other dialects."""
+    if url.get_backend_name() != "sqlite":
+        return None
+    database = url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return Path(database)
+
+
+@dataclass(frozen=True)
+class JournalPolicy:
+    """How the journal mode of a SQLite file is chosen.
+
+    `mode="auto"` follows the original: keep a WAL file WAL, otherwise use WAL unless the
+    linked SQLite has the WAL-reset bug, in which case new files use DELETE.
+    """
+
+    mode: str = "auto"  # "auto", "wal" or "delete"
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("auto", "wal", "delete"):
+            raise ValueError(f"journal mode must be auto, wal or delete, not {self.mode!r}")

@@ -1,0 +1,451 @@
+"""Upgrading, inspecting and checking a database: the Alembic configuration built in code
+(so it works from an installed wheel), adoption of files the original wrote, and the
+post-migration FTS backfill."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.autogenerate import produce_migrations
+from alembic.operations import ops
+from alembic.config import Config
+from alembic.migration import MigrationContext
+from alembic.runtime.environment import EnvironmentContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, text
+from sqlalchemy.engine import URL
+
+from . import adoption
+from .config import SCHEMA_VERSION, resolve_url, sqlite_path
+from .engine import make_engine, write_connection
+from .errors import FTSUnavailable, MigrationError, NotAHermesDatabase, SchemaTooNew
+from .models import metadata
+from .search import maintenance
+from .search.layout import FTSState, fts_state
+
+log = logging.getLogger(__name__)
+
+VERSION_TABLE = adoption.VERSION_TABLE
+HEAD = f"{SCHEMA_VERSION:04d}"
+FTS_ATTR = "hermes_fts_rebuilt_later"  # read by the revisions through _ops
+
+
+def script_location() -> str:
+    """The migrations shipped in the wheel, or the checkout's top-level `migrations/`."""
+    spec = importlib.util.find_spec("hermes_store._migrations")
+    if spec is not None and spec.submodule_search_locations:
+        return str(next(iter(spec.submodule_search_locations)))
+    return str(Path(__file__).resolve().parent.parent / "migrations")
+
+
+def make_config(connection: Connection | None = None, *, command_name: str = "") -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", script_location())
+    cfg.attributes["connection"] = connection
+    cfg.attributes["hermes_command"] = command_name
+    return cfg
+
+
+def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
+    """Reflect only the tables the models own: FTS tables and their shadow tables, views,
+    sqlite_sequence, the version table and tables of other modules stay invisible."""
+    if type_ == "table":
+        return name in metadata.tables
+    return True
+
+
+def include_object(obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any) -> bool:
+    if type_ == "table":
+        return name in metadata.tables
+    return True
+
+
+def _sqlite_fk_ondelete(conn: Connection, table: str) -> dict[tuple[str, ...], str]:
+    rows = conn.exec_driver_sql(f'PRAGMA foreign_key_list("{table}")').mappings().all()
+    return {(str(r["from"]), str(r["table"])): str(r["on_delete"]).upper() for r in rows}
+
+
+def drop_reflection_gaps(conn: Connection, upgrade_ops: ops.UpgradeOps) -> None:
+    """Remove two differences autogenerate reports on SQLite that are not drift:
+
+    * a PRIMARY KEY column other than a rowid alias reports notnull=0 in PRAGMA
+      table_info (SQLite permits NULL keys there) while the model says NOT NULL;
+    * SQLAlchemy's SQLite reflection does not read ON DELETE from an inline
+      `REFERENCES ... ON DELETE CASCADE`; PRAGMA foreign_key_list does, so the pair
+      (remove_fk, add_fk) is dropped only when the pragma confirms the model's action.
+    """
+    if conn.dialect.name != "sqlite":
+        return
+    for table_ops in list(upgrade_ops.ops):
+        if not isinstance(table_ops, ops.ModifyTableOps):
+            continue
+        model = metadata.tables.get(table_ops.table_name)
+        if model is None:
+            continue
+        pk = {c.name for c in model.primary_key.columns}
+        kept: list[ops.MigrateOperation] = []
+        fk_drops = {}
+        for op in table_ops.ops:
+            if isinstance(op, ops.AlterColumnOp) and op.column_name in pk:
+                op.modify_nullable = None
+                if not op.has_changes():
+                    continue
+            if isinstance(op, ops.DropConstraintOp) and op.constraint_type == "foreignkey":
+                fk_drops[id(op)] = op
+            kept.append(op)
+        actions = _sqlite_fk_ondelete(conn, table_ops.table_name)
+        for op in list(kept):
+            if not isinstance(op, ops.CreateForeignKeyOp):
+                continue
+            key = (op.local_cols[0], op.referent_table) if len(op.local_cols) == 1 else None
+            wanted = str((op.kw or {}).get("ondelete") or "NO ACTION").upper()
+            if key is None or actions.get(key) != wanted:
+                continue
+            twin = next(
+                (d for d in kept if isinstance(d, ops.DropConstraintOp) and id(d) in fk_drops
+                 and d.to_constraint().columns.keys() == op.local_cols),
+                None,
+            )
+            if twin is not None:
+                kept.remove(twin)
+                kept.remove(op)
+        table_ops.ops = kept
+        if not kept:
+            upgrade_ops.ops.remove(table_ops)
+
+
+def schema_drift(conn: Connection) -> list[Any]:
+    """Differences between the models and the database, as autogenerate sees them."""
+    ctx = MigrationContext.configure(
+        conn,
+        opts={
+            "include_object": include_object,
+            "include_name": include_name,
+            "compare_type": True,
+            "compare_server_default": True,
+        },
+    )
+    script = produce_migrations(ctx, metadata)
+    assert script.upgrade_ops is not None
+    drop_reflection_gaps(conn, script.upgrade_ops)
+    return list(script.upgrade_ops.as_diffs())
+
+
+def process_revision_directives(context: MigrationContext, revision: Any, directives: list[Any]) -> None:
+    """Autogenerate hook (also used by `alembic check`): see drop_reflection_gaps."""
+    for script in directives:
+        for upgrade_ops in script.upgrade_ops_list:
+            drop_reflection_gaps(context.bind, upgrade_ops)  # type: ignore[arg-type]
+
+
+def _fk_violations(conn: Connection) -> Counter[tuple[str, str]]:
+    rows = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
+    return Counter((str(r[0]), str(r[2])) for r in rows)
+
+
+def _run_reaches_head(env: EnvironmentContext) -> bool:
+    destination = env.get_revision_argument()
+    return destination in ("head", "heads", HEAD)
+
+
+@contextmanager
+def migration_run(
+    connection: Connection, env: EnvironmentContext, cfg: Config, *, adopt: bool
+) -> Iterator[None]:
+    """One transaction around a whole Alembic run, with foreign keys off for the run and
+    checked before commit. Refuses a newer database; stamps an adopted one."""
+    driver = connection.connection.driver_connection
+    assert driver is not None
+    driver.execute("PRAGMA foreign_keys=OFF")  # must happen outside the transaction
+    try:
+        with env.begin_transaction():
+            before = _fk_violations(connection)
+            shape = adoption.inspect_shape(connection)
+            if shape.too_new:
+                raise SchemaTooNew(shape.stored_version or 0, SCHEMA_VERSION)
+            if shape.kind == "foreign":
+                raise NotAHermesDatabase(
+                    "the database holds tables but no Hermes sessions/messages tables; "
+                    "point --url at a Hermes state.db"
+                )
+            cfg.attributes[FTS_ATTR] = _run_reaches_head(env)
+            if adopt and shape.kind == "legacy":
+                stamp = adoption.revision_id(shape.stamp_revision or 0)
+                log.info(
+                    "adopting a database written by Hermes (schema_version %s) at revision %s",
+                    shape.stored_version,
+                    stamp or "base",
+                )
+                if stamp is not None:
+                    env.get_context().stamp(env.script, stamp)
+            yield
+            new = _fk_violations(connection) - before
+            if new:
+                details = ", ".join(f"{t} -> {p}: {n}" for (t, p), n in sorted(new.items()))
+                raise MigrationError(
+                    f"the migration would leave foreign-key violations ({details}); "
+                    "nothing was changed"
+                )
+    finally:
+        driver.execute("PRAGMA foreign_keys=ON")
+
+
+def _probe_fts5(conn: Connection) -> None:
+    try:
+        conn.exec_driver_sql(
+            "CREATE VIRTUAL TABLE temp._hermes_fts5_probe USING fts5(x, tokenize='trigram')"
+        )
+        conn.exec_driver_sql("DROP TABLE temp._hermes_fts5_probe")
+    except Exception as exc:  # noqa: BLE001
+        raise FTSUnavailable(
+            f"this SQLite ({conn.exec_driver_sql('select sqlite_version()').scalar()}) lacks "
+            f"FTS5 or its trigram tokenizer ({exc}); use a Python linked against SQLite 3.34+"
+        ) from exc
+
+
+def _refuse_too_new(url: URL) -> None:
+    """Look before opening for writing, so that a refused file is not even touched."""
+    path = sqlite_path(url)
+    if path is None or not path.exists() or path.stat().st_size == 0:
+        return
+    engine = make_engine(url, read_only=True)
+    try:
+        with engine.connect() as conn:
+            shape = adoption.inspect_shape(conn)
+    finally:
+        engine.dispose()
+    if shape.too_new:
+        raise SchemaTooNew(shape.stored_version or 0, SCHEMA_VERSION, str(path))
+
+
+@dataclass
+class UpgradeReport:
+    before: str | None
+    after: str | None
+    adopted_from: int | None
+    fts: FTSState | None
+
+
+def upgrade(
+    url: str | URL | None = None,
+    *,
+    revision: str = "head",
+    defer_fts_backfill: bool = False,
+    on_progress: maintenance.ProgressCallback | None = None,
+    fts_min_pause: float = 0.2,
+) -> UpgradeReport:
+    """Create, adopt or upgrade the database at `url`, then (unless deferred) finish the
+    chunked FTS backfill. Running it twice changes nothing."""
+    resolved = resolve_url(url)
+    _refuse_too_new(resolved)
+    engine = make_engine(resolved)
+    try:
+        with write_connection(engine) as conn:
+            _probe_fts5(conn)
+            shape = adoption.inspect_shape(conn)
+            conn.rollback()
+            command.upgrade(make_config(conn, command_name="upgrade"), revision)
+        if not defer_fts_backfill and revision in ("head", HEAD):
+            maintenance.run_backfill(engine, on_progress=on_progress, min_pause=fts_min_pause)
+        with engine.connect() as conn:
+            after = _alembic_revision(conn)
+            state = fts_state(conn)
+    finally:
+        engine.dispose()
+    return UpgradeReport(
+        before=shape.alembic_revision,
+        after=after,
+        adopted_from=shape.stored_version if shape.kind == "legacy" else None,
+        fts=state,
+    )
+
+
+def downgrade(url: str | URL | None, revision: str) -> None:
+    engine = make_engine(resolve_url(url))
+    try:
+        with write_connection(engine) as conn:
+            command.downgrade(make_config(conn, command_name="downgrade"), revision)
+    finally:
+        engine.dispose()
+
+
+def _alembic_revision(conn: Connection) -> str | None:
+    return MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
+
+
+@dataclass
+class Status:
+    url: str
+    kind: str
+    alembic_revision: str | None
+    head: str
+    schema_version: int | None
+    stamp_revision: int | None
+    missing: dict[int, list[str]]
+    fts: FTSState | None
+
+    @property
+    def at_head(self) -> bool:
+        return self.alembic_revision == HEAD and self.schema_version == SCHEMA_VERSION
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "kind": self.kind,
+            "alembic_revision": self.alembic_revision,
+            "head": self.head,
+            "at_head": self.at_head,
+            "schema_version": self.schema_version,
+            "adopt_at_revision": self.stamp_revision,
+            "missing": {str(k): v for k, v in self.missing.items()},
+            "fts": None
+            if self.fts is None
+            else {
+                "layout": self.fts.layout,
+                "triggers": self.fts.triggers,
+                "backfill_pending": self.fts.backfill_pending,
+                "indexed": self.fts.progress,
+                "total": self.fts.high_water,
+                "percent": self.fts.percent,
+                "trash_tables": list(self.fts.trash_tables),
+                "fts_storage_version": self.fts.storage_version,
+            },
+        }
+
+
+def _open_for_reading(url: URL) -> Engine:
+    path = sqlite_path(url)
+    if path is not None and not path.exists():
+        raise NotAHermesDatabase(f"no database at {path}; `hermes-store upgrade` creates one")
+    return make_engine(url, read_only=path is not None)
+
+
+def current(url: str | URL | None = None) -> Status:
+    resolved = resolve_url(url)
+    engine = _open_for_reading(resolved)
+    try:
+        with engine.connect() as conn:
+            shape = adoption.inspect_shape(conn)
+            state = fts_state(conn) if shape.kind != "empty" else None
+    finally:
+        engine.dispose()
+    return Status(
+        url=resolved.render_as_string(hide_password=True),
+        kind=shape.kind,
+        alembic_revision=shape.alembic_revision,
+        head=HEAD,
+        schema_version=shape.stored_version,
+        stamp_revision=shape.stamp_revision,
+        missing=shape.missing,
+        fts=state,
+    )
+
+
+@dataclass
+class CheckReport:
+    status: Status
+    quick_check: list[str]
+    fts_errors: list[str]
+    schema_drift: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        fts_ok = not self.fts_errors
+        return (
+            self.status.at_head
+            and self.quick_check == ["ok"]
+            and fts_ok
+            and not self.schema_drift
+        )
+
+
+def check(url: str | URL | None = None) -> CheckReport:
+    """At head? `PRAGMA quick_check`; FTS integrity-check (rank=1); models vs database."""
+    status = current(url)
+    resolved = resolve_url(url)
+    engine = _open_for_reading(resolved)
+    try:
+        with engine.connect() as conn:
+            quick = [str(r[0]) for r in conn.exec_driver_sql("PRAGMA quick_check").all()]
+            conn.rollback()
+            fts_errors: list[str] = []
+            if status.fts is not None and status.fts.layout != "none":
+                if status.fts.backfill_pending:
+                    fts_errors = [
+                        f"FTS backfill pending ({status.fts.percent}%): "
+                        "run `hermes-store fts backfill`"
+                    ]
+                else:
+                    fts_errors = _fts_integrity(resolved)
+            drift: list[str] = []
+            if status.kind == "managed":
+                drift = [repr(d) for d in schema_drift(conn)]
+    finally:
+        engine.dispose()
+    return CheckReport(status=status, quick_check=quick, fts_errors=fts_errors, schema_drift=drift)
+
+
+def _fts_integrity(url: URL) -> list[str]:
+    # The integrity-check is an FTS5 command (an INSERT), so it needs a writable handle;
+    # it changes nothing and its transaction is rolled back.
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            errors = maintenance.integrity_errors(conn)
+            conn.rollback()
+        return errors
+    finally:
+        engine.dispose()
+
+
+def heads() -> tuple[str, ...]:
+    return tuple(ScriptDirectory.from_config(make_config()).get_heads())
+
+
+def finish_fts(
+    url: str | URL | None = None,
+    *,
+    on_progress: maintenance.ProgressCallback | None = None,
+    min_pause: float = 0.2,
+) -> maintenance.Progress:
+    engine = make_engine(resolve_url(url))
+    try:
+        return maintenance.run_backfill(engine, on_progress=on_progress, min_pause=min_pause)
+    finally:
+        engine.dispose()
+
+
+def rebuild_fts(url: str | URL | None = None) -> None:
+    engine = make_engine(resolve_url(url))
+    try:
+        maintenance.rebuild(engine)
+    finally:
+        engine.dispose()
+
+
+def open_engine_at_head(url: str | URL | None = None) -> Engine:
+    """An engine for a database that is at head (else NotAtHead with the command to run)."""
+    from .errors import NotAtHead
+
+    resolved = resolve_url(url)
+    engine = make_engine(resolved)
+    with engine.connect() as conn:
+        revision = _alembic_revision(conn)
+    if revision != HEAD:
+        engine.dispose()
+        raise NotAtHead(
+            f"the database is at revision {revision or 'none'}, not {HEAD}; "
+            f"run: hermes-store upgrade --url '{resolved.render_as_string(hide_password=True)}'"
+        )
+    return engine
+
+
+_ = text  # re-exported for callers composing checks

@@ -1,0 +1,25 @@
+"""v10: a trigram FTS5 index for substring and CJK search (the v10 bump build's form:
+external content over messages.content), filled from existing messages."""
+
+from hermes_store._migrations import _fts_layouts as fts
+from hermes_store._migrations import _ops
+
+revision = "0010"
+down_revision = "0009"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    if not _ops.has_table("messages_fts_trigram"):
+        _ops.drop_triggers(fts.TRIGRAM_TRIGGERS)
+        _ops.run_all(fts.L1_TRIGRAM)
+        if _ops.data_migration_due(10) and not _ops.fts_rebuilt_later():
+            _ops.execute("INSERT INTO messages_fts_trigram(messages_fts_trigram) VALUES ('rebuild')")
+    _ops.set_version(10)
+
+
+def downgrade() -> None:
+    _ops.drop_triggers(fts.TRIGRAM_TRIGGERS)
+    _ops.drop_table("messages_fts_trigram")
+    _ops.lower_version(9)

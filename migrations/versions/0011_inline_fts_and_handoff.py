@@ -1,0 +1,44 @@
+"""v11: both FTS indexes re-created inline over content, tool name and tool calls (L3,
+whose delete triggers work, #16751), and (11L) the handoff columns on sessions."""
+
+from hermes_store._migrations import _fts_layouts as fts
+from hermes_store._migrations import _ops
+
+revision = "0011"
+down_revision = "0010"
+branch_labels = None
+depends_on = None
+
+HANDOFF = (("handoff_state", "TEXT"), ("handoff_platform", "TEXT"), ("handoff_error", "TEXT"))
+
+
+def _layout_is_l3_or_newer() -> bool:
+    base = _ops.object_sql("messages_fts") or ""
+    if "tool_name" in base:  # the v23 layout: never go back to an older one
+        return True
+    delete = _ops.object_sql("messages_fts_delete") or ""
+    return "content=" not in base and "DELETE FROM messages_fts" in delete
+
+
+def upgrade() -> None:
+    _ops.add_columns("sessions", HANDOFF)
+    if not _layout_is_l3_or_newer():
+        _ops.drop_triggers(fts.ALL_TRIGGERS)
+        _ops.drop_table("messages_fts_trigram")
+        _ops.drop_table("messages_fts")
+        _ops.run_all(fts.L3)
+        if not _ops.fts_rebuilt_later():
+            _ops.run_all(fts.L3_BACKFILL)
+    _ops.set_version(11)
+
+
+def downgrade() -> None:
+    _ops.drop_columns("sessions", {name: None for name, _ in HANDOFF})
+    _ops.drop_triggers(fts.ALL_TRIGGERS)
+    _ops.drop_table("messages_fts_trigram")
+    _ops.drop_table("messages_fts")
+    _ops.run_all(fts.L1_BASE)
+    _ops.run_all(fts.L1_TRIGRAM)
+    _ops.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
+    _ops.execute("INSERT INTO messages_fts_trigram(messages_fts_trigram) VALUES ('rebuild')")
+    _ops.lower_version(10)
