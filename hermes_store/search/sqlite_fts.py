@@ -1,0 +1,309 @@
+"""Search on SQLite: the FTS5 word index, the trigram index, and a LIKE scan, routed as
+the original routes them (spec/behaviour.md 6.4), plus the top-up of the id range a
+pending backfill has not indexed yet (6.5).
+
+All SQL here is assembled from fixed fragments; user text only ever travels as bound
+parameters.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, text
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from . import query as q
+from .layout import HIGH_WATER, PROGRESS
+
+log = logging.getLogger(__name__)
+
+JSON_PREFIX = "\x00json:"
+CONTEXT_CHARS = 200
+
+
+class _Filters:
+    def __init__(
+        self,
+        source_filter: list[str] | None,
+        exclude_sources: list[str] | None,
+        role_filter: list[str] | None,
+        include_inactive: bool,
+    ) -> None:
+        clauses: list[str] = []
+        params: dict[str, Any] = {}
+        expanding: list[str] = []
+        if source_filter is not None:
+            if not source_filter:
+                clauses.append("0")
+            else:
+                clauses.append("s.source IN :sources")
+                params["sources"] = list(source_filter)
+                expanding.append("sources")
+        if exclude_sources:
+            clauses.append("s.source NOT IN :excluded")
+            params["excluded"] = list(exclude_sources)
+            expanding.append("excluded")
+        if role_filter:
+            clauses.append("m.role IN :roles")
+            params["roles"] = list(role_filter)
+            expanding.append("roles")
+        if not include_inactive:
+            clauses.append("(m.active = 1 OR m.compacted = 1)")
+        self.sql = "".join(f" AND {c}" for c in clauses)
+        self.params = params
+        self.expanding = expanding
+        self.excludes_tool_rows = bool(role_filter) and "tool" not in (role_filter or [])
+        self.wants_tool_rows = bool(role_filter) and "tool" in (role_filter or [])
+
+    def statement(self, sql: str) -> Any:
+        stmt = text(sql)
+        if self.expanding:
+            stmt = stmt.bindparams(*(bindparam(n, expanding=True) for n in self.expanding))
+        return stmt
+
+
+def _order(sort: str | None, route: str) -> str:
+    key = (sort or "").strip().lower()
+    if route == "like":
+        return "m.timestamp DESC"
+    if key == "newest":
+        return "m.timestamp DESC, rank"
+    if key == "oldest":
+        return "m.timestamp ASC, rank"
+    return "rank"
+
+
+_SELECT = (
+    "SELECT m.id, m.session_id, m.role, {snippet} AS snippet, m.timestamp, m.tool_name, "
+    "s.source, s.model, s.started_at AS session_started"
+)
+
+
+def _fts_route(
+    conn: Connection,
+    table: str,
+    match: str,
+    filters: _Filters,
+    order: str,
+    limit: int,
+    offset: int,
+) -> list[dict[str, Any]]:
+    snippet = f"snippet({table}, -1, '>>>', '<<<', '...', 40)"
+    sql = (
+        _SELECT.format(snippet=snippet)
+        + f" FROM {table} JOIN messages AS m ON m.id = {table}.rowid"
+        " JOIN sessions AS s ON s.id = m.session_id"
+        f" WHERE {table} MATCH :match{filters.sql} ORDER BY {order} LIMIT :limit OFFSET :offset"
+    )
+    params = {**filters.params, "match": match, "limit": limit, "offset": offset}
+    with conn.begin_nested():
+        return [dict(r) for r in conn.execute(filters.statement(sql), params).mappings()]
+
+
+def _like_route(
+    conn: Connection,
+    terms: list[str],
+    filters: _Filters,
+    limit: int,
+    offset: int,
+    *,
+    all_terms: bool = False,
+    id_range: tuple[int, int] | None = None,
+) -> list[dict[str, Any]]:
+    params: dict[str, Any] = dict(filters.params)
+    clauses = []
+    for n, term in enumerate(terms):
+        params[f"t{n}"] = q.like_pattern(term)
+        clauses.append(
+            f"(m.content LIKE :t{n} ESCAPE '\\' OR m.tool_name LIKE :t{n} ESCAPE '\\' "
+            f"OR m.tool_calls LIKE :t{n} ESCAPE '\\')"
+        )
+    where = (" AND " if all_terms else " OR ").join(clauses) or "0"
+    extra = ""
+    if id_range is not None:
+        extra = " AND m.id > :lo AND m.id <= :hi"
+        params["lo"], params["hi"] = id_range
+    sql = (
+        _SELECT.format(snippet="m.content")
+        + " FROM messages AS m JOIN sessions AS s ON s.id = m.session_id"
+        f" WHERE ({where}){extra}{filters.sql}"
+        " ORDER BY m.timestamp DESC LIMIT :limit OFFSET :offset"
+    )
+    params.update(limit=limit, offset=offset)
+    rows = [dict(r) for r in conn.execute(filters.statement(sql), params).mappings()]
+    first = terms[0] if terms else ""
+    for row in rows:
+        row["snippet"] = _like_snippet(row["snippet"], first)
+    return rows
+
+
+def _like_snippet(content: Any, term: str) -> str:
+    body = content if isinstance(content, str) else ("" if content is None else str(content))
+    at = body.lower().find(term.lower()) if term else -1
+    start = max(0, at - 40) if at >= 0 else 0
+    return body[start : start + 120]
+
+
+def decode_preview(content: Any) -> str:
+    """Text of a stored message for context lines: structured content is decoded (its text
+    parts joined), NULL is ''."""
+    if content is None:
+        return ""
+    if not isinstance(content, str):
+        return str(content)
+    if not content.startswith(JSON_PREFIX):
+        return content
+    try:
+        value = json.loads(content[len(JSON_PREFIX) :])
+    except ValueError:
+        return content
+    parts = value if isinstance(value, list) else [value]
+    texts = [
+        str(p.get("text"))
+        for p in parts
+        if isinstance(p, dict) and p.get("type") == "text" and p.get("text")
+    ]
+    return " ".join(texts) if texts else "[multimodal content]"
+
+
+def _context(conn: Connection, hit: dict[str, Any]) -> list[dict[str, str]]:
+    neighbour = (
+        "SELECT role, content FROM messages WHERE session_id = :sid AND "
+        "(timestamp {cmp} :ts OR (timestamp = :ts AND id {cmp} :id)) "
+        "ORDER BY timestamp {direction}, id {direction} LIMIT 1"
+    )
+    params = {"sid": hit["session_id"], "ts": hit["timestamp"], "id": hit["id"]}
+    before = conn.execute(text(neighbour.format(cmp="<", direction="DESC")), params).first()
+    own = conn.execute(
+        text("SELECT role, content FROM messages WHERE id = :id"), {"id": hit["id"]}
+    ).first()
+    after = conn.execute(text(neighbour.format(cmp=">", direction="ASC")), params).first()
+    return [
+        {"role": str(r.role), "content": decode_preview(r.content)[:CONTEXT_CHARS]}
+        for r in (before, own, after)
+        if r is not None
+    ]
+
+
+def _markers(conn: Connection) -> tuple[int, int] | None:
+    rows = dict(
+        conn.execute(
+            text("SELECT key, value FROM state_meta WHERE key IN (:h, :p)"),
+            {"h": HIGH_WATER, "p": PROGRESS},
+        ).all()
+    )
+    try:
+        high = int(rows[HIGH_WATER])
+    except (KeyError, ValueError):
+        return None
+    try:
+        progress = int(rows.get(PROGRESS, high))
+    except ValueError:
+        progress = high
+    return progress, high
+
+
+def _trigram_usable(conn: Connection) -> bool:
+    return (
+        conn.execute(
+            text("SELECT 1 FROM sqlite_master WHERE name = 'messages_fts_trigram'")
+        ).scalar()
+        is not None
+    )
+
+
+def search_messages(
+    conn: Connection,
+    query: str,
+    *,
+    source_filter: list[str] | None = None,
+    exclude_sources: list[str] | None = None,
+    role_filter: list[str] | None = None,
+    limit: int = 20,
+    offset: int = 0,
+    sort: str | None = None,
+    include_inactive: bool = False,
+) -> list[dict[str, Any]]:
+    if not query or not query.strip():
+        return []
+    sanitized = q.sanitize_fts5_query(query)
+    if not sanitized:
+        return []
+    raw, tokens = q.route_tokens(sanitized)
+    words = q.terms(tokens)
+    filters = _Filters(source_filter, exclude_sources, role_filter, include_inactive)
+    hits: list[dict[str, Any]] | None = None
+    route = "empty"
+
+    if q.contains_cjk(sanitized):
+        cjk_tokens = [t for t in words if q.contains_cjk(t)]
+        if (
+            q.cjk_count(raw) >= 3
+            and all(q.cjk_count(t) >= 3 for t in cjk_tokens)
+            and not filters.wants_tool_rows
+            and _trigram_usable(conn)
+        ):
+            try:
+                hits = _fts_route(
+                    conn, "messages_fts_trigram", q.quote_tokens(tokens), filters,
+                    _order(sort, "fts"), limit, offset,
+                )
+                route = "trigram"
+            except OperationalError as exc:
+                log.debug("trigram route failed, falling back to LIKE: %s", exc)
+        if hits is None:
+            hits = _like_route(conn, words or [raw], filters, limit, offset)
+            route = "like_scan"
+    else:
+        try:
+            hits = _fts_route(
+                conn, "messages_fts", sanitized, filters, _order(sort, "fts"), limit, offset
+            )
+            route = "fts5"
+        except OperationalError as exc:
+            log.info("search query %r is not valid FTS5 syntax (%s): no results", query, exc)
+            hits = []
+        if (
+            not hits
+            and words
+            and not filters.wants_tool_rows
+            and all(len(t) >= 3 for t in words)
+            and _trigram_usable(conn)
+        ):
+            try:
+                hits = _fts_route(
+                    conn, "messages_fts_trigram", q.quote_tokens(tokens), filters,
+                    _order(sort, "fts"), limit, offset,
+                )
+                route = "trigram"
+            except OperationalError:
+                hits = []
+
+    pending = _markers(conn)
+    if pending is not None and len(hits) < limit:
+        progress, high = pending
+        seen = {h["id"] for h in hits}
+        extra_terms = q.topup_terms(sanitized)
+        if extra_terms:
+            try:
+                extra = _like_route(
+                    conn, extra_terms, filters, limit - len(hits) + len(seen), 0,
+                    all_terms=True, id_range=(progress, high),
+                )
+            except (OperationalError, DBAPIError) as exc:
+                log.debug("pending-range top-up failed: %s", exc)
+                extra = []
+            for row in extra:
+                if row["id"] not in seen and len(hits) < limit:
+                    hits.append(row)
+                    seen.add(row["id"])
+    log.debug("search %r: route %s, %d hit(s)", query, route, len(hits))
+    for hit in hits:
+        try:
+            hit["context"] = _context(conn, hit)
+        except DBAPIError:
+            hit["context"] = []
+    return hits
