@@ -30,15 +30,39 @@ INVENTORY: dict[int, tuple[tuple[str, str, str], ...]] = {
         ("table", "schema_version", ""),
         ("table", _S, ""),
         ("table", _M, ""),
-        *(("column", _S, c) for c in (
-            "id", "source", "user_id", "model", "model_config", "system_prompt",
-            "parent_session_id", "started_at", "ended_at", "end_reason", "message_count",
-            "tool_call_count", "input_tokens", "output_tokens",
-        )),
-        *(("column", _M, c) for c in (
-            "id", "session_id", "role", "content", "tool_call_id", "tool_calls", "tool_name",
-            "timestamp", "token_count",
-        )),
+        *(
+            ("column", _S, c)
+            for c in (
+                "id",
+                "source",
+                "user_id",
+                "model",
+                "model_config",
+                "system_prompt",
+                "parent_session_id",
+                "started_at",
+                "ended_at",
+                "end_reason",
+                "message_count",
+                "tool_call_count",
+                "input_tokens",
+                "output_tokens",
+            )
+        ),
+        *(
+            ("column", _M, c)
+            for c in (
+                "id",
+                "session_id",
+                "role",
+                "content",
+                "tool_call_id",
+                "tool_calls",
+                "tool_name",
+                "timestamp",
+                "token_count",
+            )
+        ),
         ("index", _S, "idx_sessions_source"),
         ("index", _S, "idx_sessions_parent"),
         ("index", _S, "idx_sessions_started"),
@@ -48,12 +72,25 @@ INVENTORY: dict[int, tuple[tuple[str, str, str], ...]] = {
     2: (("column", _M, "finish_reason"),),
     3: (("column", _S, "title"),),
     4: (("index", _S, "idx_sessions_title_unique"),),
-    5: tuple(("column", _S, c) for c in (
-        "cache_read_tokens", "cache_write_tokens", "reasoning_tokens", "billing_provider",
-        "billing_base_url", "billing_mode", "estimated_cost_usd", "actual_cost_usd",
-        "cost_status", "cost_source", "pricing_version",
-    )),
-    6: tuple(("column", _M, c) for c in ("reasoning", "reasoning_details", "codex_reasoning_items")),
+    5: tuple(
+        ("column", _S, c)
+        for c in (
+            "cache_read_tokens",
+            "cache_write_tokens",
+            "reasoning_tokens",
+            "billing_provider",
+            "billing_base_url",
+            "billing_mode",
+            "estimated_cost_usd",
+            "actual_cost_usd",
+            "cost_status",
+            "cost_source",
+            "pricing_version",
+        )
+    ),
+    6: tuple(
+        ("column", _M, c) for c in ("reasoning", "reasoning_details", "codex_reasoning_items")
+    ),
     7: (("column", _M, "reasoning_content"), ("table", "state_meta", "")),
     8: (("column", _S, "api_call_count"),),
     9: (("column", _M, "codex_message_items"),),
@@ -79,10 +116,17 @@ INVENTORY: dict[int, tuple[tuple[str, str, str], ...]] = {
         ("column", _S, "git_repo_root"),
     ),
     17: (
-        *(("column", _S, c) for c in (
-            "session_key", "chat_id", "chat_type", "thread_id",
-            "compression_failure_cooldown_until", "compression_failure_error",
-        )),
+        *(
+            ("column", _S, c)
+            for c in (
+                "session_key",
+                "chat_id",
+                "chat_type",
+                "thread_id",
+                "compression_failure_cooldown_until",
+                "compression_failure_error",
+            )
+        ),
         ("index", _S, "idx_sessions_session_key"),
         ("index", _S, "idx_sessions_gateway_peer"),
         ("index", _S, "idx_sessions_handoff_state"),
@@ -111,8 +155,11 @@ INVENTORY: dict[int, tuple[tuple[str, str, str], ...]] = {
         ("column", _S, "profile_name"),
     ),
     22: (
-        ("primary_key", "session_model_usage",
-         "session_id,model,billing_provider,billing_base_url,billing_mode,task"),
+        (
+            "primary_key",
+            "session_model_usage",
+            "session_id,model,billing_provider,billing_base_url,billing_mode,task",
+        ),
         ("absent", "session_model_usage_v21", ""),
         ("absent", "session_model_usage_legacy_pk", ""),
         ("column", _M, "api_content"),
@@ -213,8 +260,7 @@ def inspect_shape(conn: Connection) -> DatabaseShape:
         stored_version=stored,
         alembic_revision=revision,
         extra_tables=sorted(
-            t for t in user_tables - known - {VERSION_TABLE}
-            if not t.startswith("messages_fts")
+            t for t in user_tables - known - {VERSION_TABLE} if not t.startswith("messages_fts")
         ),
     )
     if revision is not None:

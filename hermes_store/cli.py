@@ -71,8 +71,11 @@ def _cmd_current(args: argparse.Namespace) -> int:
     print(f"revision:        {status.alembic_revision or 'none'} (head {status.head})")
     print(f"schema_version:  {status.schema_version}")
     if status.kind == "legacy":
-        print(f"adopt at:        revision {status.stamp_revision:04d}" if status.stamp_revision
-              else "adopt at:        base (every revision runs)")
+        print(
+            f"adopt at:        revision {status.stamp_revision:04d}"
+            if status.stamp_revision
+            else "adopt at:        base (every revision runs)"
+        )
     if status.fts is not None:
         print(f"fts:             {status.fts.describe()}")
     return 0
@@ -91,7 +94,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
             }
         )
     else:
-        print(f"at head:       {'yes' if report.status.at_head else 'no (run hermes-store upgrade)'}")
+        print(
+            f"at head:       {'yes' if report.status.at_head else 'no (run hermes-store upgrade)'}"
+        )
         print(f"quick_check:   {'; '.join(report.quick_check)}")
         print(f"fts integrity: {'ok' if not report.fts_errors else '; '.join(report.fts_errors)}")
         print(f"schema drift:  {'none' if not report.schema_drift else len(report.schema_drift)}")

@@ -127,9 +127,7 @@ def make_engine(
         if read_only:
             if not path.exists():
                 raise DatabaseNotWritable(f"database file {path} does not exist")
-            resolved = URL.create(
-                "sqlite", database=f"file:{path}?mode=ro", query={"uri": "true"}
-            )
+            resolved = URL.create("sqlite", database=f"file:{path}?mode=ro", query={"uri": "true"})
         else:
             check_writable(path)
     engine_kwargs.setdefault("poolclass", NullPool)

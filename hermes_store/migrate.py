@@ -15,9 +15,9 @@ from typing import Any
 
 from alembic import command
 from alembic.autogenerate import produce_migrations
-from alembic.operations import ops
 from alembic.config import Config
 from alembic.migration import MigrationContext
+from alembic.operations import ops
 from alembic.runtime.environment import EnvironmentContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, text
@@ -62,7 +62,9 @@ def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
     return True
 
 
-def include_object(obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any) -> bool:
+def include_object(
+    obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+) -> bool:
     if type_ == "table":
         return name in metadata.tables
     return True
@@ -110,8 +112,13 @@ def drop_reflection_gaps(conn: Connection, upgrade_ops: ops.UpgradeOps) -> None:
             if key is None or actions.get(key) != wanted:
                 continue
             twin = next(
-                (d for d in kept if isinstance(d, ops.DropConstraintOp) and id(d) in fk_drops
-                 and d.to_constraint().columns.keys() == op.local_cols),
+                (
+                    d
+                    for d in kept
+                    if isinstance(d, ops.DropConstraintOp)
+                    and id(d) in fk_drops
+                    and list(d.to_constraint().columns.keys()) == list(op.local_cols)  # type: ignore[attr-defined]
+                ),
                 None,
             )
             if twin is not None:
@@ -139,7 +146,9 @@ def schema_drift(conn: Connection) -> list[Any]:
     return list(script.upgrade_ops.as_diffs())
 
 
-def process_revision_directives(context: MigrationContext, revision: Any, directives: list[Any]) -> None:
+def process_revision_directives(
+    context: MigrationContext, revision: Any, directives: list[Any]
+) -> None:
     """Autogenerate hook (also used by `alembic check`): see drop_reflection_gaps."""
     for script in directives:
         for upgrade_ops in script.upgrade_ops_list:
@@ -278,7 +287,9 @@ def downgrade(url: str | URL | None, revision: str) -> None:
 
 
 def _alembic_revision(conn: Connection) -> str | None:
-    return MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
+    return MigrationContext.configure(
+        conn, opts={"version_table": VERSION_TABLE}
+    ).get_current_revision()
 
 
 @dataclass
@@ -360,10 +371,7 @@ class CheckReport:
     def ok(self) -> bool:
         fts_ok = not self.fts_errors
         return (
-            self.status.at_head
-            and self.quick_check == ["ok"]
-            and fts_ok
-            and not self.schema_drift
+            self.status.at_head and self.quick_check == ["ok"] and fts_ok and not self.schema_drift
         )
 
 

@@ -31,10 +31,13 @@ def scalar(sql: str, params: dict[str, object] | None = None) -> object:
 
 
 def has_table(name: str) -> bool:
-    return scalar(
-        "SELECT 1 FROM sqlite_master WHERE type IN ('table', 'view') AND name = :n",
-        {"n": name},
-    ) is not None
+    return (
+        scalar(
+            "SELECT 1 FROM sqlite_master WHERE type IN ('table', 'view') AND name = :n",
+            {"n": name},
+        )
+        is not None
+    )
 
 
 def object_sql(name: str) -> str | None:
@@ -53,9 +56,10 @@ def primary_key(table: str) -> list[str]:
 
 
 def has_index(name: str) -> bool:
-    return scalar(
-        "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = :n", {"n": name}
-    ) is not None
+    return (
+        scalar("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = :n", {"n": name})
+        is not None
+    )
 
 
 def add_column(table: str, name: str, decl: str) -> None:
@@ -134,9 +138,7 @@ def set_version(version: int) -> None:
     if scalar("SELECT COUNT(*) FROM schema_version") == 0:
         execute("INSERT INTO schema_version (version) VALUES (:v)", {"v": version})
     else:
-        execute(
-            "UPDATE schema_version SET version = :v WHERE version < :v", {"v": version}
-        )
+        execute("UPDATE schema_version SET version = :v WHERE version < :v", {"v": version})
 
 
 def lower_version(version: int) -> None:
@@ -221,7 +223,7 @@ def merge_usage_rows(source: str, *, with_task: bool) -> None:
     ]
     execute(
         f"INSERT INTO session_model_usage ({', '.join(target)}) "  # noqa: S608 (frozen names)
-        f"SELECT {', '.join(exprs)} FROM \"{source}\" "
+        f'SELECT {", ".join(exprs)} FROM "{source}" '
         f"WHERE session_id IN (SELECT id FROM sessions) "
         f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {', '.join(updates)}"
     )
@@ -246,9 +248,10 @@ def get_meta(key: str) -> str | None:
 
 
 def has_trigger(name: str) -> bool:
-    return scalar(
-        "SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = :n", {"n": name}
-    ) is not None
+    return (
+        scalar("SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = :n", {"n": name})
+        is not None
+    )
 
 
 def trash_tables() -> list[str]:

@@ -49,7 +49,9 @@ class AsyncDelegation(Base):
     delivery_state: Mapped[str] = mapped_column(
         Text_, nullable=False, server_default=text("'pending'")
     )
-    delivery_attempts: Mapped[int] = mapped_column(Integer_, nullable=False, server_default=text("0"))
+    delivery_attempts: Mapped[int] = mapped_column(
+        Integer_, nullable=False, server_default=text("0")
+    )
     delivered_at: Mapped[float | None] = mapped_column(Real_)
     owner_pid: Mapped[int | None] = mapped_column(Integer_)
     owner_started_at: Mapped[int | None] = mapped_column(Integer_)
@@ -57,6 +59,4 @@ class AsyncDelegation(Base):
     delivery_claim: Mapped[str | None] = mapped_column(Text_)
     delivery_claimed_at: Mapped[float | None] = mapped_column(Real_)
 
-    __table_args__ = (
-        Index("idx_async_delegations_delivery", "delivery_state", "completed_at"),
-    )
+    __table_args__ = (Index("idx_async_delegations_delivery", "delivery_state", "completed_at"),)

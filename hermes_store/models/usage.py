@@ -31,9 +31,7 @@ class SessionModelUsage(Base):
     input_tokens: Mapped[int] = mapped_column(Integer_, nullable=False, server_default=ZERO)
     output_tokens: Mapped[int] = mapped_column(Integer_, nullable=False, server_default=ZERO)
     cache_read_tokens: Mapped[int] = mapped_column(Integer_, nullable=False, server_default=ZERO)
-    cache_write_tokens: Mapped[int] = mapped_column(
-        Integer_, nullable=False, server_default=ZERO
-    )
+    cache_write_tokens: Mapped[int] = mapped_column(Integer_, nullable=False, server_default=ZERO)
     reasoning_tokens: Mapped[int] = mapped_column(Integer_, nullable=False, server_default=ZERO)
     estimated_cost_usd: Mapped[float] = mapped_column(Real_, nullable=False, server_default=ZERO)
     actual_cost_usd: Mapped[float] = mapped_column(Real_, nullable=False, server_default=ZERO)

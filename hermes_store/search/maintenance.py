@@ -217,12 +217,16 @@ def integrity_errors(conn: Connection) -> list[str]:
     """FTS5 integrity-check with rank=1 (also compares the index with its content table)
     on both indexes; returns one line per failing index."""
     errors = []
-    for table in ("messages_fts", "messages_fts_trigram"):
+    checks = {
+        "messages_fts": "INSERT INTO messages_fts(messages_fts, rank) "
+        "VALUES ('integrity-check', 1)",
+        "messages_fts_trigram": "INSERT INTO messages_fts_trigram(messages_fts_trigram, rank) "
+        "VALUES ('integrity-check', 1)",
+    }
+    for table, statement in checks.items():
         try:
             with conn.begin_nested() if conn.in_transaction() else conn.begin():
-                conn.exec_driver_sql(
-                    f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', 1)"
-                )
+                conn.exec_driver_sql(statement)
         except Exception as exc:  # noqa: BLE001 (any failure is the report)
             errors.append(f"{table}: {exc.__class__.__name__}: {getattr(exc, 'orig', exc)}")
     return errors

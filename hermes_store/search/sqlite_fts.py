@@ -189,7 +189,7 @@ def _context(conn: Connection, hit: dict[str, Any]) -> list[dict[str, str]]:
 
 
 def _markers(conn: Connection) -> tuple[int, int] | None:
-    rows = dict(
+    rows: dict[str, str] = dict(
         conn.execute(
             text("SELECT key, value FROM state_meta WHERE key IN (:h, :p)"),
             {"h": HIGH_WATER, "p": PROGRESS},
@@ -248,8 +248,13 @@ def search_messages(
         ):
             try:
                 hits = _fts_route(
-                    conn, "messages_fts_trigram", q.quote_tokens(tokens), filters,
-                    _order(sort, "fts"), limit, offset,
+                    conn,
+                    "messages_fts_trigram",
+                    q.quote_tokens(tokens),
+                    filters,
+                    _order(sort, "fts"),
+                    limit,
+                    offset,
                 )
                 route = "trigram"
             except OperationalError as exc:
@@ -275,8 +280,13 @@ def search_messages(
         ):
             try:
                 hits = _fts_route(
-                    conn, "messages_fts_trigram", q.quote_tokens(tokens), filters,
-                    _order(sort, "fts"), limit, offset,
+                    conn,
+                    "messages_fts_trigram",
+                    q.quote_tokens(tokens),
+                    filters,
+                    _order(sort, "fts"),
+                    limit,
+                    offset,
                 )
                 route = "trigram"
             except OperationalError:
@@ -290,8 +300,13 @@ def search_messages(
         if extra_terms:
             try:
                 extra = _like_route(
-                    conn, extra_terms, filters, limit - len(hits) + len(seen), 0,
-                    all_terms=True, id_range=(progress, high),
+                    conn,
+                    extra_terms,
+                    filters,
+                    limit - len(hits) + len(seen),
+                    0,
+                    all_terms=True,
+                    id_range=(progress, high),
                 )
             except (OperationalError, DBAPIError) as exc:
                 log.debug("pending-range top-up failed: %s", exc)

@@ -15,7 +15,9 @@ def upgrade() -> None:
         _ops.drop_triggers(fts.TRIGRAM_TRIGGERS)
         _ops.run_all(fts.L1_TRIGRAM)
         if _ops.data_migration_due(10) and not _ops.fts_rebuilt_later():
-            _ops.execute("INSERT INTO messages_fts_trigram(messages_fts_trigram) VALUES ('rebuild')")
+            _ops.execute(
+                "INSERT INTO messages_fts_trigram(messages_fts_trigram) VALUES ('rebuild')"
+            )
     _ops.set_version(10)
 
 

@@ -28,8 +28,7 @@ def upgrade() -> None:
 )"""
     )
     _ops.create_index(
-        "CREATE INDEX IF NOT EXISTS idx_compression_locks_expires "
-        "ON compression_locks(expires_at)"
+        "CREATE INDEX IF NOT EXISTS idx_compression_locks_expires ON compression_locks(expires_at)"
     )
     _ops.add_columns("sessions", SESSIONS)
     _ops.add_column("messages", "active", "INTEGER NOT NULL DEFAULT 1")

@@ -10,6 +10,7 @@ import logging
 from typing import Any
 
 from hermes_store._migrations import _ops
+
 from hermes_store.config import hermes_home
 
 revision = "0018"

@@ -32,8 +32,7 @@ CREATE = """CREATE TABLE IF NOT EXISTS session_model_usage (
     PRIMARY KEY (session_id, model, billing_provider, billing_base_url, billing_mode)
 )"""
 INDEXES = (
-    "CREATE INDEX IF NOT EXISTS idx_session_model_usage_session "
-    "ON session_model_usage(session_id)",
+    "CREATE INDEX IF NOT EXISTS idx_session_model_usage_session ON session_model_usage(session_id)",
     "CREATE INDEX IF NOT EXISTS idx_session_model_usage_model ON session_model_usage(model)",
 )
 FIRST_FORM_KEY = ["session_id", "model", "billing_provider"]

@@ -55,8 +55,7 @@ CREATE_V20 = """CREATE TABLE session_model_usage (
     PRIMARY KEY (session_id, model, billing_provider, billing_base_url, billing_mode)
 )"""
 INDEXES = (
-    "CREATE INDEX IF NOT EXISTS idx_session_model_usage_session "
-    "ON session_model_usage(session_id)",
+    "CREATE INDEX IF NOT EXISTS idx_session_model_usage_session ON session_model_usage(session_id)",
     "CREATE INDEX IF NOT EXISTS idx_session_model_usage_model ON session_model_usage(model)",
 )
 DEBRIS = ("session_model_usage_v21", "session_model_usage_legacy_pk")

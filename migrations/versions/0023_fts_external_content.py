@@ -14,6 +14,7 @@ with a LIKE scan, exactly as the original does.
 
 from hermes_store._migrations import _fts_layouts as fts
 from hermes_store._migrations import _ops
+
 from hermes_store.errors import MigrationError
 
 revision = "0023"
