@@ -91,6 +91,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
                 "quick_check": report.quick_check,
                 "fts_errors": report.fts_errors,
                 "schema_drift": report.schema_drift,
+                "tolerated_differences": report.tolerated,
             }
         )
     else:
@@ -102,6 +103,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"schema drift:  {'none' if not report.schema_drift else len(report.schema_drift)}")
         for line in report.schema_drift:
             print(f"  {line}")
+        if report.tolerated:
+            print(f"kept as found: {len(report.tolerated)} extra column(s)/index(es) or legacy"
+                  " declarations the original wrote (not errors)")
     return 0 if report.ok else 1
 
 

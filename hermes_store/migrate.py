@@ -5,6 +5,7 @@ post-migration FTS backfill."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import logging
 from collections import Counter
 from collections.abc import Iterator
@@ -20,8 +21,9 @@ from alembic.migration import MigrationContext
 from alembic.operations import ops
 from alembic.runtime.environment import EnvironmentContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.engine import URL
+from sqlalchemy.pool import NullPool
 
 from . import adoption
 from .config import SCHEMA_VERSION, resolve_url, sqlite_path
@@ -129,6 +131,23 @@ def drop_reflection_gaps(conn: Connection, upgrade_ops: ops.UpgradeOps) -> None:
             upgrade_ops.ops.remove(table_ops)
 
 
+def _tolerated(diff: Any, conn: Connection) -> bool:
+    """Shapes the original leaves in real files and that must be kept, never "fixed":
+    extra columns and indexes from short-lived or later builds (spec/schema.md 10, rule
+    13), and `messages.active` added without NOT NULL DEFAULT 1 by old reconcilers (its
+    NULLs are healed; the declaration cannot change without rebuilding messages)."""
+    if isinstance(diff, tuple) and diff[0] in ("remove_column", "remove_index"):
+        return True
+    if isinstance(diff, list) and diff and all(
+        isinstance(d, tuple) and d[0] in ("modify_nullable", "modify_default")
+        and d[2] == "messages" and d[3] == "active"
+        for d in diff
+    ):
+        nulls = conn.exec_driver_sql("SELECT COUNT(*) FROM messages WHERE active IS NULL")
+        return nulls.scalar() == 0
+    return False
+
+
 def schema_drift(conn: Connection) -> list[Any]:
     """Differences between the models and the database, as autogenerate sees them."""
     ctx = MigrationContext.configure(
@@ -161,7 +180,8 @@ def _fk_violations(conn: Connection) -> Counter[tuple[str, str]]:
 
 
 def _run_reaches_head(env: EnvironmentContext) -> bool:
-    destination = env.get_revision_argument()
+    # check/current have no destination; only an upgrade to head replaces legacy FTS
+    destination = env.get_context().opts.get("destination_rev")
     return destination in ("head", "heads", HEAD)
 
 
@@ -225,7 +245,13 @@ def _refuse_too_new(url: URL) -> None:
     path = sqlite_path(url)
     if path is None or not path.exists() or path.stat().st_size == 0:
         return
-    engine = make_engine(url, read_only=True)
+    # A plain connection, without the engine's pragmas (no journal-mode change, no chmod):
+    # read-write when possible, because only such a connection removes the -wal/-shm
+    # files it creates when it closes; a read-only one would leave them behind.
+    read_only = not os.access(path, os.W_OK) or not os.access(path.parent, os.W_OK)
+    engine = make_engine(url, read_only=True) if read_only else create_engine(
+        URL.create("sqlite", database=str(path)), poolclass=NullPool
+    )
     try:
         with engine.connect() as conn:
             shape = adoption.inspect_shape(conn)
@@ -366,6 +392,7 @@ class CheckReport:
     quick_check: list[str]
     fts_errors: list[str]
     schema_drift: list[str] = field(default_factory=list)
+    tolerated: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -394,11 +421,19 @@ def check(url: str | URL | None = None) -> CheckReport:
                 else:
                     fts_errors = _fts_integrity(resolved)
             drift: list[str] = []
+            tolerated: list[str] = []
             if status.kind == "managed":
-                drift = [repr(d) for d in schema_drift(conn)]
+                for d in schema_drift(conn):
+                    (tolerated if _tolerated(d, conn) else drift).append(repr(d))
     finally:
         engine.dispose()
-    return CheckReport(status=status, quick_check=quick, fts_errors=fts_errors, schema_drift=drift)
+    return CheckReport(
+        status=status,
+        quick_check=quick,
+        fts_errors=fts_errors,
+        schema_drift=drift,
+        tolerated=tolerated,
+    )
 
 
 def _fts_integrity(url: URL) -> list[str]:
