@@ -28,7 +28,13 @@ from sqlalchemy.pool import NullPool
 from . import adoption
 from .config import SCHEMA_VERSION, resolve_url, sqlite_path
 from .engine import make_engine, write_connection
-from .errors import FTSUnavailable, MigrationError, NotAHermesDatabase, SchemaTooNew
+from .errors import (
+    FTSUnavailable,
+    MigrationError,
+    NotAHermesDatabase,
+    NotAtHead,
+    SchemaTooNew,
+)
 from .models import metadata
 from .search import maintenance
 from .search.layout import FTSState, fts_state
@@ -459,7 +465,7 @@ def finish_fts(
     on_progress: maintenance.ProgressCallback | None = None,
     min_pause: float = 0.2,
 ) -> maintenance.Progress:
-    engine = make_engine(resolve_url(url))
+    engine = open_engine_at_head(url)
     try:
         return maintenance.run_backfill(engine, on_progress=on_progress, min_pause=min_pause)
     finally:
@@ -467,7 +473,7 @@ def finish_fts(
 
 
 def rebuild_fts(url: str | URL | None = None) -> None:
-    engine = make_engine(resolve_url(url))
+    engine = open_engine_at_head(url)
     try:
         maintenance.rebuild(engine)
     finally:
@@ -476,9 +482,10 @@ def rebuild_fts(url: str | URL | None = None) -> None:
 
 def open_engine_at_head(url: str | URL | None = None) -> Engine:
     """An engine for a database that is at head (else NotAtHead with the command to run)."""
-    from .errors import NotAtHead
-
     resolved = resolve_url(url)
+    path = sqlite_path(resolved)
+    if path is not None and not path.exists():
+        raise NotAHermesDatabase(f"no database at {path}; `hermes-store upgrade` creates one")
     engine = make_engine(resolved)
     with engine.connect() as conn:
         revision = _alembic_revision(conn)

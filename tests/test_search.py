@@ -4,8 +4,8 @@ the routing of 6.4, filters, snippets, context, and hostile input that must neve
 from __future__ import annotations
 
 import json
-import sqlite3
 import re
+import sqlite3
 import string
 import unicodedata
 from collections.abc import Iterator
@@ -16,7 +16,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Connection, create_engine
 
-from hermes_store import migrate
 from hermes_store.search import sanitize_fts5_query, search_messages
 
 SANITISER_CASES = {
@@ -76,8 +75,16 @@ def test_sanitiser_caps_queries_at_2048_characters() -> None:
 ROWS = [
     # (session, source, role, content, tool_name, tool_calls, active, compacted)
     ("s-cli", "cli", "user", "please refactor the auth module", None, None, 1, 0),
-    ("s-cli", "cli", "assistant", "I will refactor it with chat-send helpers", None,
-     json.dumps([{"function": {"name": "patch_file", "arguments": "{}"}}]), 1, 0),
+    (
+        "s-cli",
+        "cli",
+        "assistant",
+        "I will refactor it with chat-send helpers",
+        None,
+        json.dumps([{"function": {"name": "patch_file", "arguments": "{}"}}]),
+        1,
+        0,
+    ),
     ("s-cli", "cli", "tool", "patched 3 files", "patch_file", None, 1, 0),
     ("s-tg", "telegram", "user", "聊天记录，记忆断裂问题复现了", None, None, 1, 0),
     ("s-tg", "telegram", "assistant", "Agent通信 works, 100%完成 now", None, None, 1, 0),
@@ -119,8 +126,16 @@ def test_hit_shape_snippet_and_context(populated: Connection) -> None:
     assert ids(hits) == {1, 2}
     hit = next(h for h in hits if h["id"] == 2)
     assert set(hit) == {
-        "id", "session_id", "role", "snippet", "timestamp", "tool_name", "source", "model",
-        "session_started", "context",
+        "id",
+        "session_id",
+        "role",
+        "snippet",
+        "timestamp",
+        "tool_name",
+        "source",
+        "model",
+        "session_started",
+        "context",
     }
     assert ">>>refactor<<<" in str(hit["snippet"])
     assert [c["role"] for c in hit["context"]] == ["user", "assistant", "tool"]  # type: ignore[union-attr]
@@ -168,16 +183,38 @@ def test_zero_hit_latin_query_retries_on_trigram(populated: Connection) -> None:
 
 @pytest.mark.parametrize(
     "query",
-    ["don't", "50%", "#123", "a,b", "why?", "a AND OR b", "-negative", "a - b", "",
-     "   ", "***", '"', "\ud800lone", "nul\x00byte", "x" * 3000, "NEAR(a b)", "\\"],
+    [
+        "don't",
+        "50%",
+        "#123",
+        "a,b",
+        "why?",
+        "a AND OR b",
+        "-negative",
+        "a - b",
+        "",
+        "   ",
+        "***",
+        '"',
+        "\ud800lone",
+        "nul\x00byte",
+        "x" * 3000,
+        "NEAR(a b)",
+        "\\",
+    ],
 )
 def test_hostile_queries_never_raise(populated: Connection, query: str) -> None:
     assert isinstance(search_messages(populated, query), list)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from(string.punctuation),
-               max_size=60))
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.text(
+        alphabet=st.characters(codec="utf-8") | st.sampled_from(string.punctuation), max_size=60
+    )
+)
 def test_random_text_never_raises_and_hits_really_match(populated: Connection, query: str) -> None:
     for hit in search_messages(populated, query, include_inactive=True):
         row = populated.exec_driver_sql(
@@ -185,8 +222,11 @@ def test_random_text_never_raises_and_hits_really_match(populated: Connection, q
         ).one()
         haystack = fold(" ".join(str(v) for v in row if v is not None))
         # the tokenizer's view of the query: runs of letters and digits
-        words = [w for w in re.findall(r"[^\W_]+", fold(sanitize_fts5_query(query)))
-                 if w.upper() not in ("AND", "OR", "NOT")]
+        words = [
+            w
+            for w in re.findall(r"[^\W_]+", fold(sanitize_fts5_query(query)))
+            if w.upper() not in ("AND", "OR", "NOT")
+        ]
         assert words, "a hit needs a search term"
         assert any(w[:3] in haystack for w in words)
 
