@@ -104,8 +104,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
         for line in report.schema_drift:
             print(f"  {line}")
         if report.tolerated:
-            print(f"kept as found: {len(report.tolerated)} extra column(s)/index(es) or legacy"
-                  " declarations the original wrote (not errors)")
+            print(
+                f"kept as found: {len(report.tolerated)} extra column(s)/index(es) or legacy"
+                " declarations the original wrote (not errors)"
+            )
     return 0 if report.ok else 1
 
 

@@ -5,8 +5,8 @@ post-migration FTS backfill."""
 from __future__ import annotations
 
 import importlib.util
-import os
 import logging
+import os
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -144,10 +144,16 @@ def _tolerated(diff: Any, conn: Connection) -> bool:
     NULLs are healed; the declaration cannot change without rebuilding messages)."""
     if isinstance(diff, tuple) and diff[0] in ("remove_column", "remove_index"):
         return True
-    if isinstance(diff, list) and diff and all(
-        isinstance(d, tuple) and d[0] in ("modify_nullable", "modify_default")
-        and d[2] == "messages" and d[3] == "active"
-        for d in diff
+    if (
+        isinstance(diff, list)
+        and diff
+        and all(
+            isinstance(d, tuple)
+            and d[0] in ("modify_nullable", "modify_default")
+            and d[2] == "messages"
+            and d[3] == "active"
+            for d in diff
+        )
     ):
         nulls = conn.exec_driver_sql("SELECT COUNT(*) FROM messages WHERE active IS NULL")
         return nulls.scalar() == 0
@@ -255,8 +261,10 @@ def _refuse_too_new(url: URL) -> None:
     # read-write when possible, because only such a connection removes the -wal/-shm
     # files it creates when it closes; a read-only one would leave them behind.
     read_only = not os.access(path, os.W_OK) or not os.access(path.parent, os.W_OK)
-    engine = make_engine(url, read_only=True) if read_only else create_engine(
-        URL.create("sqlite", database=str(path)), poolclass=NullPool
+    engine = (
+        make_engine(url, read_only=True)
+        if read_only
+        else create_engine(URL.create("sqlite", database=str(path)), poolclass=NullPool)
     )
     try:
         with engine.connect() as conn:
