@@ -38,3 +38,39 @@ class FTSUnavailable(StoreError):
 
 class DatabaseNotWritable(StoreError):
     """The database file or its directory cannot be written."""
+
+
+class SessionNotFound(StoreError, LookupError):
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"session {session_id!r} does not exist")
+
+
+class InvalidTitle(StoreError, ValueError):
+    """A title that is too long after sanitising (the original raises ValueError)."""
+
+
+class TitleInUse(StoreError, ValueError):
+    def __init__(self, title: str, holder: str) -> None:
+        self.title = title
+        self.holder = holder
+        super().__init__(f"Title '{title}' is already in use by session {holder}")
+
+
+class CompressionSessionClosedError(StoreError, RuntimeError):
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(
+            f"Session '{session_id}' is closed by compression; adopt its live continuation "
+            "before appending messages"
+        )
+
+
+class CompressionSessionBusyError(StoreError, RuntimeError):
+    def __init__(self, message: str, session_id: str | None = None) -> None:
+        self.session_id = session_id
+        super().__init__(message)
+
+
+class InvalidInput(StoreError, ValueError):
+    """Input that cannot be stored as given (for example content over the size limit)."""
