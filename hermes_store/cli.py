@@ -122,6 +122,32 @@ def _cmd_fts(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_search(args: argparse.Namespace) -> int:
+    from .search import search_messages
+
+    engine = migrate.open_engine_at_head(args.url)
+    try:
+        with engine.connect() as conn:
+            hits = search_messages(
+                conn,
+                args.query,
+                source_filter=args.source,
+                role_filter=args.role,
+                limit=args.limit,
+            )
+    finally:
+        engine.dispose()
+    if args.json:
+        _print_json(hits)
+        return 0
+    for hit in hits:
+        snippet = " ".join(str(hit["snippet"] or "").split())
+        print(f"{hit['session_id']}  #{hit['id']}  {hit['role']:<9} {snippet}")
+    if not hits:
+        print("no matches")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hermes-store", description="Hermes Agent session store: migrations and checks"
@@ -150,6 +176,14 @@ def build_parser() -> argparse.ArgumentParser:
     chk = with_url(sub.add_parser("check", help="at head? quick_check, FTS integrity, drift"))
     chk.add_argument("--json", action="store_true")
     chk.set_defaults(func=_cmd_check)
+
+    find = with_url(sub.add_parser("search", help="search message text"))
+    find.add_argument("query")
+    find.add_argument("--source", action="append", help="only this source (repeatable)")
+    find.add_argument("--role", action="append", help="only this role (repeatable)")
+    find.add_argument("--limit", type=int, default=20)
+    find.add_argument("--json", action="store_true")
+    find.set_defaults(func=_cmd_search)
 
     fts = sub.add_parser("fts", help="full-text index maintenance")
     fts_sub = fts.add_subparsers(dest="fts_command", required=True)

@@ -148,3 +148,16 @@ def test_alembic_from_the_repository_root(hermes_home: Path, tmp_path: Path) -> 
     assert con.execute("SELECT version FROM schema_version").fetchall() == [(23,)]
     assert con.execute("SELECT version_num FROM hermes_store_version").fetchall() == [("0023",)]
     con.close()
+
+
+def test_search_command(hermes_home: Path, legacy_db) -> None:  # type: ignore[no-untyped-def]
+    db = legacy_db(22)
+    refused = run("search", "Kyoto", "--url", str(db), env_home=hermes_home)
+    assert refused.returncode == 2 and "hermes-store upgrade" in refused.stderr
+    assert run("upgrade", "--url", str(db), env_home=hermes_home).returncode == 0
+    found = run("search", "Kyoto", "--url", str(db), "--json", env_home=hermes_home)
+    assert found.returncode == 0, found.stderr
+    sessions = {hit["session_id"] for hit in json.loads(found.stdout)}
+    assert sessions == {"20260302_140000_7e1e9a"}
+    none = run("search", "don't", "--url", str(db), env_home=hermes_home)
+    assert none.returncode == 0 and "no matches" in none.stdout
