@@ -238,30 +238,31 @@ def search_messages(
     hits: list[dict[str, Any]] | None = None
     route = "empty"
 
+    def trigram() -> list[dict[str, Any]] | None:
+        """The substring index, or None when it cannot answer (then the next route runs)."""
+        if filters.wants_tool_rows or not _trigram_usable(conn):
+            return None
+        try:
+            return _fts_route(
+                conn,
+                "messages_fts_trigram",
+                q.quote_tokens(tokens),
+                filters,
+                _order(sort, "fts"),
+                limit,
+                offset,
+            )
+        except OperationalError as exc:
+            log.debug("trigram route failed: %s", exc)
+            return None
+
     if q.contains_cjk(sanitized):
+        # trigrams need three characters: shorter CJK terms can only be found by LIKE
         cjk_tokens = [t for t in words if q.contains_cjk(t)]
-        if (
-            q.cjk_count(raw) >= 3
-            and all(q.cjk_count(t) >= 3 for t in cjk_tokens)
-            and not filters.wants_tool_rows
-            and _trigram_usable(conn)
-        ):
-            try:
-                hits = _fts_route(
-                    conn,
-                    "messages_fts_trigram",
-                    q.quote_tokens(tokens),
-                    filters,
-                    _order(sort, "fts"),
-                    limit,
-                    offset,
-                )
-                route = "trigram"
-            except OperationalError as exc:
-                log.debug("trigram route failed, falling back to LIKE: %s", exc)
+        if q.cjk_count(raw) >= 3 and all(q.cjk_count(t) >= 3 for t in cjk_tokens):
+            hits, route = trigram(), "trigram"
         if hits is None:
-            hits = _like_route(conn, words or [raw], filters, limit, offset)
-            route = "like_scan"
+            hits, route = _like_route(conn, words or [raw], filters, limit, offset), "like_scan"
     else:
         try:
             hits = _fts_route(
@@ -271,26 +272,9 @@ def search_messages(
         except OperationalError as exc:
             log.info("search query %r is not valid FTS5 syntax (%s): no results", query, exc)
             hits = []
-        if (
-            not hits
-            and words
-            and not filters.wants_tool_rows
-            and all(len(t) >= 3 for t in words)
-            and _trigram_usable(conn)
-        ):
-            try:
-                hits = _fts_route(
-                    conn,
-                    "messages_fts_trigram",
-                    q.quote_tokens(tokens),
-                    filters,
-                    _order(sort, "fts"),
-                    limit,
-                    offset,
-                )
-                route = "trigram"
-            except OperationalError:
-                hits = []
+        # a zero-hit word query gets substring semantics (Latin text glued to CJK, #54242)
+        if not hits and words and all(len(t) >= 3 for t in words):
+            hits, route = (trigram() or []), "trigram"
 
     pending = _markers(conn)
     if pending is not None and len(hits) < limit:
