@@ -48,7 +48,11 @@ class Store:
         self.checkpoint_every = checkpoint_every
         self.engine = engine or make_engine(
             # pooled, so the connect-time pragmas run once per connection, not per unit
-            self.url, read_only=read_only, journal=journal, poolclass=QueuePool, pool_size=5
+            self.url,
+            read_only=read_only,
+            journal=journal,
+            poolclass=QueuePool,
+            pool_size=5,
         )
         self._writer = self.engine.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
         self._write_lock = threading.Lock()
