@@ -29,7 +29,7 @@ def sqlite_url(path: str | os.PathLike[str]) -> URL:
     return URL.create("sqlite", database=str(Path(path).expanduser().absolute()))
 
 
-def resolve_url(url: str | URL | None = None) -> URL:
+def resolve_url(url: str | os.PathLike[str] | URL | None = None) -> URL:
     """An explicit URL, else `HERMES_STORE_URL`, else `$HERMES_HOME/state.db`.
 
     A plain filesystem path is accepted wherever a URL is, and means SQLite.
@@ -40,6 +40,8 @@ def resolve_url(url: str | URL | None = None) -> URL:
         return sqlite_url(default_db_path())
     if isinstance(url, URL):
         return url
+    if isinstance(url, os.PathLike):
+        return sqlite_url(url)
     if "://" not in url:
         return sqlite_url(url)
     return make_url(url)
