@@ -30,8 +30,8 @@ from sqlalchemy.orm import Session
 from ..models import AsyncDelegation, CompressionLock, GatewayRouting
 from ..models import Session as SessionRow
 from ..store import Store
+from ._dialect import upsert_insert
 from ._encoding import now, scrub
-from .usage import _insert_for
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ class CompressionLockRepository:
                 )
                 reclaimed = current.holder
             conn.execute(
-                _insert_for(s, CompressionLock)
+                upsert_insert(s, CompressionLock)
                 .values(
                     session_id=session_id,
                     holder=holder,
@@ -254,7 +254,7 @@ class GatewayRoutingRepository:
             return
 
         def work(s: Session) -> None:
-            stmt = _insert_for(s, GatewayRouting).values(
+            stmt = upsert_insert(s, GatewayRouting).values(
                 scope=scope or "",
                 session_key=scrub(session_key),
                 entry_json=scrub(entry_json),

@@ -8,8 +8,8 @@ from sqlalchemy.orm import Session
 
 from ..models import StateMeta
 from ..store import Store
+from ._dialect import upsert_insert
 from ._encoding import scrub
-from .usage import _insert_for
 
 MetaValue = str | int | float | None
 
@@ -37,7 +37,7 @@ class MetaRepository:
         original's `cursor=` argument), otherwise it is its own write."""
 
         def work(s: Session) -> None:
-            stmt = _insert_for(s, StateMeta).values(key=key, value=_text(value))
+            stmt = upsert_insert(s, StateMeta).values(key=key, value=_text(value))
             s.connection().execute(
                 stmt.on_conflict_do_update(
                     index_elements=[StateMeta.key], set_={"value": stmt.excluded.value}

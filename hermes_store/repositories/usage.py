@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import ColumnElement, func, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from ..models import Message, SessionModelUsage
 from ..models import Session as SessionRow
 from ..store import Store
+from ._dialect import upsert_insert
 from ._encoding import now, scrub
 
 log = logging.getLogger(__name__)
@@ -40,20 +40,10 @@ _TOKEN_FIELDS = (
 _COUNTER_FIELDS = (*_TOKEN_FIELDS, "api_call_count")
 
 
-def _insert_for(session: Session, entity: Any) -> sqlite.Insert | postgresql.Insert:
-    """An INSERT that supports ON CONFLICT for the dialect the session is bound to.
-
-    Both dialects spell the upsert the same way (`on_conflict_do_update`, `excluded`),
-    so callers stay dialect-neutral as long as they only pick the constructor here."""
-    if session.get_bind().dialect.name == "postgresql":
-        return postgresql.insert(entity)
-    return sqlite.insert(entity)
-
-
 def _ensure_session(session: Session, session_id: str, model: str | None) -> None:
     """The create/ensure upsert reduced to what accounting knows: a missing row is created
     with source 'unknown'; an existing row only has a NULL model filled in."""
-    stmt = _insert_for(session, SessionRow).values(
+    stmt = upsert_insert(session, SessionRow).values(
         id=session_id, source="unknown", model=scrub(model), started_at=now()
     )
     stmt = stmt.on_conflict_do_update(
@@ -381,7 +371,7 @@ def _upsert_usage(
     cost_source: str | None,
 ) -> None:
     ts = now()
-    stmt = _insert_for(session, SessionModelUsage).values(
+    stmt = upsert_insert(session, SessionModelUsage).values(
         session_id=session_id,
         model=model,
         billing_provider=billing_provider,

@@ -1,0 +1,165 @@
+"""Session titles (spec/behaviour.md sections 5.1 and 5.2).
+
+Non-NULL titles are unique (`idx_sessions_title_unique`); the one exception to "taken
+means refused" is a compression continuation, which takes the title over from its
+ancestor, because both segments are one conversation to the user.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, cast
+
+from sqlalchemy import CursorResult, Table, literal_column, select, update
+from sqlalchemy.orm import Session as OrmSession
+
+from ..errors import InvalidTitle, TitleInUse
+from ..models import Session as SessionModel
+from ..store import Store
+from ._encoding import scrub
+from .sessions import compression_ancestors, escape_like
+
+SESSIONS = cast(Table, SessionModel.__table__)
+S = SESSIONS.c
+
+MAX_TITLE_LENGTH = 100
+
+# Rule 3: C0 controls and DEL; tab, LF and CR survive until the whitespace collapse.
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# Rule 4: zero-width, bidirectional-override and other invisible formatting characters.
+_INVISIBLE = re.compile("[\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ufffc\ufff9-\ufffb]")
+_NUMBERED = re.compile(r"^(?P<base>.*) #(?P<n>\d+)$", re.S)
+
+
+def sanitize_title(title: Any) -> str | None:
+    """The cleaned title, None when nothing is left; InvalidTitle when too long."""
+    if not title:
+        return None
+    if not isinstance(title, str):
+        raise TypeError(f"title must be a string, got {type(title).__name__}")
+    cleaned = scrub(title) or ""
+    cleaned = _CONTROL.sub("", cleaned)
+    cleaned = _INVISIBLE.sub("", cleaned)
+    cleaned = " ".join(cleaned.split())
+    if not cleaned:
+        return None
+    if len(cleaned) > MAX_TITLE_LENGTH:
+        raise InvalidTitle(f"Title too long ({len(cleaned)} chars, max {MAX_TITLE_LENGTH})")
+    return cleaned
+
+
+def _numbered_pattern(base: str) -> str:
+    """LIKE pattern for `<base> #...` with the base's own wildcards made literal."""
+    return escape_like(base) + " #%"
+
+
+def _rowcount(result: Any) -> int:
+    return int(cast(CursorResult[Any], result).rowcount)
+
+
+def _claim_title(session: OrmSession, session_id: str, title: str) -> None:
+    """Free `title` for `session_id`: a compression ancestor hands it over, anyone else
+    keeps it and the caller gets TitleInUse."""
+    holder = session.execute(
+        select(S.id).where(S.title == title, S.id != session_id).limit(1)
+    ).scalar_one_or_none()
+    if holder is None:
+        return
+    if holder not in compression_ancestors(session, session_id):
+        raise TitleInUse(title, holder)
+    session.execute(update(SESSIONS).where(S.id == holder).values(title=None))
+
+
+class TitleRepository:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def set_session_title(self, session_id: str, title: Any) -> bool:
+        """True if the row was updated; False for an unknown id. An empty title clears
+        it. The conflict check runs first, so a taken title raises even for an unknown id."""
+        clean = sanitize_title(title)
+
+        def work(session: OrmSession) -> bool:
+            if clean is not None:
+                _claim_title(session, session_id, clean)
+            statement = update(SESSIONS).where(S.id == session_id).values(title=clean)
+            return _rowcount(session.execute(statement)) > 0
+
+        return self.store.write(work)
+
+    def set_auto_title_if_empty(self, session_id: str, title: Any) -> bool:
+        """Like set_session_title, but never replaces a title (a user's rename made while
+        the title was being generated wins); the emptiness check shares the transaction."""
+        clean = sanitize_title(title)
+        if clean is None:
+            return False
+
+        def work(session: OrmSession) -> bool:
+            row = session.execute(select(S.title).where(S.id == session_id)).first()
+            if row is None or row.title is not None:
+                return False
+            _claim_title(session, session_id, clean)
+            statement = (
+                update(SESSIONS).where(S.id == session_id, S.title.is_(None)).values(title=clean)
+            )
+            return _rowcount(session.execute(statement)) > 0
+
+        return self.store.write(work)
+
+    def get_session_title(self, session_id: str) -> str | None:
+        with self.store.read() as session:
+            return session.execute(select(S.title).where(S.id == session_id)).scalar_one_or_none()
+
+    def get_session_by_title(self, title: str) -> dict[str, Any] | None:
+        if not title:
+            return None
+        with self.store.read() as session:
+            row = (
+                session.execute(
+                    select(literal_column("*")).select_from(SESSIONS).where(S.title == title)
+                )
+                .mappings()
+                .first()
+            )
+        return dict(row) if row is not None else None
+
+    def resolve_session_by_title(self, title: str) -> str | None:
+        """The newest `<title> #N` session if any exists (the live end of a numbered
+        lineage, even over an exact match), else the exact match."""
+        if not title:
+            return None
+        with self.store.read() as session:
+            numbered = session.execute(
+                select(S.id)
+                .where(S.title.like(_numbered_pattern(title), escape="\\"))
+                .order_by(S.started_at.desc(), S.id.desc())
+                .limit(1)
+            ).scalar_one_or_none()
+            if numbered is not None:
+                return str(numbered)
+            exact = session.execute(select(S.id).where(S.title == title).limit(1)).first()
+            return None if exact is None else str(exact.id)
+
+    def get_next_title_in_lineage(self, base_title: str) -> str:
+        """`<base> #<n+1>` after the highest number in use; the unnumbered original
+        counts as #1. The base itself when nothing carries it yet."""
+        match = _NUMBERED.match(base_title)
+        base = match.group("base") if match else base_title
+        with self.store.read() as session:
+            titles = (
+                session.execute(
+                    select(S.title).where(
+                        (S.title == base) | S.title.like(_numbered_pattern(base), escape="\\")
+                    )
+                )
+                .scalars()
+                .all()
+            )
+        if not titles:
+            return base
+        highest = 1
+        for existing in titles:
+            suffix = existing[len(base) + 2 :] if existing != base else ""
+            if suffix.isdecimal():
+                highest = max(highest, int(suffix))
+        return f"{base} #{highest + 1}"
