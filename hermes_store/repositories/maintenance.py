@@ -45,14 +45,11 @@ from ._encoding import (
     decode_content,
     decode_display_metadata,
     decode_json,
-    encode_content,
-    encode_display_metadata,
-    encode_json_if_truthy,
-    encode_tool_calls,
     flag,
     now,
     scrub,
 )
+from .messages import encode_bulk
 
 log = logging.getLogger(__name__)
 
@@ -308,75 +305,19 @@ def _remove_session_files(sessions_dir: str | Path | None, ids: Iterable[str]) -
 # --------------------------------------------------------------------------- import
 
 
-def _json_column(value: Any) -> str | None:
+def _decoded_reasoning(message: Mapping[str, Any]) -> dict[str, Any]:
     """Reasoning columns arrive decoded or as the JSON text an export holds; parse text
-    first so it is not encoded a second time (unparsable text is kept as is)."""
-    if isinstance(value, str):
-        if not value.strip():
-            return None
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return scrub(value)
-    return encode_json_if_truthy(value)
-
-
-def _id_text(value: Any) -> str | None:
-    if value is None:
-        return None
-    return scrub(str(value))
-
-
-def encode_bulk_messages(
-    session_id: str, messages: Sequence[Mapping[str, Any]], start: float
-) -> tuple[list[dict[str, Any]], int]:
-    """Rows for the messages table in the bulk routine's conventions (behaviour.md 3.2),
-    and the tool calls they add up to."""
-    rows: list[dict[str, Any]] = []
-    tool_calls_total = 0
-    clock = start
-    for msg in messages:
-        role = msg.get("role") or "unknown"
-        given = msg.get("timestamp")
-        ts = float(given) if _is_number(given) else clock
-        # Rows without their own time get strictly increasing ones, after any explicit one.
-        clock = max(clock + 1e-6, ts + 1e-6)
-        assistant = role == "assistant"
-        tool_calls, n_calls = encode_tool_calls(msg.get("tool_calls"))
-        tool_calls_total += n_calls
-        platform_id = msg.get("platform_message_id")
-        if platform_id is None:
-            platform_id = msg.get("message_id")
-        token_count = msg.get("token_count")
-        rows.append(
-            {
-                "session_id": session_id,
-                "role": scrub(role),
-                "content": encode_content(msg.get("content")),
-                "tool_call_id": scrub(msg.get("tool_call_id")),
-                "tool_calls": tool_calls,
-                "tool_name": scrub(msg.get("tool_name")),
-                "effect_disposition": scrub(msg.get("effect_disposition")),
-                "timestamp": ts,
-                "token_count": int(token_count) if _is_int(token_count) else None,
-                "finish_reason": scrub(msg.get("finish_reason")),
-                # Reasoning belongs to assistant turns only; elsewhere it is noise.
-                "reasoning": scrub(msg.get("reasoning")) if assistant else None,
-                "reasoning_content": scrub(msg.get("reasoning_content")) if assistant else None,
-                **{
-                    f: _json_column(msg.get(f)) if assistant else None
-                    for f in _REASONING_JSON_FIELDS
-                },
-                "platform_message_id": _id_text(platform_id),
-                "observed": flag(msg.get("observed")),
-                "active": 1,
-                "compacted": 0,
-                "api_content": scrub(msg.get("api_content")),
-                "display_kind": scrub(msg.get("display_kind")),
-                "display_metadata": encode_display_metadata(msg.get("display_metadata")),
-            }
-        )
-    return rows, tool_calls_total
+    first so the bulk routine does not encode it a second time (unparsable text is kept
+    as the string it is)."""
+    out = dict(message)
+    for field in _REASONING_JSON_FIELDS:
+        value = out.get(field)
+        if isinstance(value, str):
+            try:
+                out[field] = json.loads(value) if value.strip() else None
+            except ValueError:
+                pass
+    return out
 
 
 def _model_config_error(value: Any) -> str | None:
@@ -688,9 +629,13 @@ class MaintenanceRepository:
             session_rows = []
             message_rows: list[dict[str, Any]] = []
             for e in fresh:
-                rows, tool_calls = encode_bulk_messages(e["id"], e.get("messages") or [], ts)
-                session_rows.append(_session_insert_row(e, ts, len(rows), tool_calls))
-                message_rows.extend(rows)
+                encoded = encode_bulk(
+                    e["id"], [_decoded_reasoning(m) for m in e.get("messages") or []]
+                )
+                session_rows.append(
+                    _session_insert_row(e, ts, len(encoded.rows), encoded.tool_calls)
+                )
+                message_rows.extend(encoded.rows)
             if session_rows:
                 conn.execute(insert(SessionRow), session_rows)
             if message_rows:
