@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from sqlalchemy.engine import URL
 
 from . import migrate
 from .config import default_db_path, resolve_url, sqlite_path, sqlite_url
+from .engine import wal_reset_vulnerable as is_sqlite_wal_reset_vulnerable
 from .errors import CompressionSessionBusyError, CompressionSessionClosedError
 from .repositories.coordination import (
     AsyncDelegationRepository,
@@ -37,6 +39,7 @@ from .repositories.sessions import SessionRepository
 from .repositories.titles import TitleRepository, sanitize_title
 from .repositories.usage import UsageRepository
 from .search import sanitize_fts5_query, search_messages
+from .search.maintenance import optimize_indexes
 from .store import Store
 
 __all__ = [
@@ -45,6 +48,8 @@ __all__ = [
     "DEFAULT_DB_PATH",
     "SessionDB",
     "get_last_init_error",
+    "is_sqlite_wal_reset_vulnerable",
+    "workspace_key",
 ]
 
 DEFAULT_DB_PATH = default_db_path()
@@ -65,6 +70,15 @@ def format_session_db_unavailable(prefix: str = "Session database not available"
     if "locking protocol" in cause or "not authorized" in cause:
         hint = " (state.db may be on NFS/SMB/FUSE — see https://www.sqlite.org/wal.html)"
     return f"{prefix}: {cause}{hint}."
+
+
+def workspace_key(row: dict[str, Any]) -> str | None:
+    """`git_repo_root` if non-empty, else `cwd` if non-empty, else None."""
+    for key in ("git_repo_root", "cwd"):
+        value = row.get(key)
+        if value:
+            return str(value)
+    return None
 
 
 def _forward(repository: str, cls: type, name: str | None = None) -> Callable[..., Any]:
@@ -241,6 +255,61 @@ class SessionDB:
         with self._store.engine.connect() as conn:
             conn.connection.driver_connection.execute("VACUUM")  # type: ignore[union-attr]
         return 0
+
+    def _throttled(self, key: str, min_interval_hours: float) -> bool:
+        """True when `key` records a run less than the interval ago (a value that is not a
+        number counts as no prior run, as in the original)."""
+        try:
+            last = float(self._meta.get_meta(key) or "")
+        except ValueError:
+            return False
+        return time.time() - last < min_interval_hours * 3600
+
+    def maybe_auto_prune_and_vacuum(
+        self,
+        retention_days: float = 90,
+        min_interval_hours: float = 24,
+        vacuum: bool = True,
+        sessions_dir: str | os.PathLike[str] | None = None,
+    ) -> dict[str, Any]:
+        """Never raises: {"skipped", "pruned", "vacuumed"} (+ "error")."""
+        result: dict[str, Any] = {"skipped": False, "pruned": 0, "vacuumed": False}
+        try:
+            if self._throttled("last_auto_prune", min_interval_hours):
+                result["skipped"] = True
+                return result
+            result["pruned"] = self._maintenance.prune_sessions(
+                older_than_days=retention_days,
+                sessions_dir=None if sessions_dir is None else Path(sessions_dir),
+            )
+            if vacuum and result["pruned"]:
+                self.vacuum()
+                result["vacuumed"] = True
+            self._meta.set_meta("last_auto_prune", str(time.time()))
+        except Exception as exc:  # noqa: BLE001 (the original reports instead of raising)
+            result["error"] = f"{type(exc).__name__}: {exc}"
+        return result
+
+    def maybe_auto_archive(
+        self, idle_days: float = 3, min_interval_hours: float = 24, exclude_pinned: bool = True
+    ) -> dict[str, Any]:
+        """Never raises: {"skipped", "archived"} (+ "error")."""
+        result: dict[str, Any] = {"skipped": False, "archived": 0}
+        try:
+            if self._throttled("last_auto_archive", min_interval_hours):
+                result["skipped"] = True
+                return result
+            result["archived"] = self._maintenance.archive_stale_sessions(
+                idle_days, exclude_pinned=exclude_pinned
+            )
+            self._meta.set_meta("last_auto_archive", str(time.time()))
+        except Exception as exc:  # noqa: BLE001
+            result["error"] = f"{type(exc).__name__}: {exc}"
+        return result
+
+    def optimize_fts(self) -> int:
+        """FTS5 'optimize' on both indexes (holds the write lock while it merges)."""
+        return optimize_indexes(self._store.engine)
 
     def export_all(self, source: str | None = None) -> list[dict[str, Any]]:
         """Every session (most recent first) with its active messages, as a list like the

@@ -198,3 +198,34 @@ def test_facade_methods_carry_the_repository_docstrings() -> None:
     from hermes_store.repositories.messages import MessageRepository
 
     assert SessionDB.append_message.__doc__ == MessageRepository.append_message.__doc__
+
+
+def test_auto_prune_is_throttled_and_never_raises(tmp_path: Path) -> None:
+    db = SessionDB(tmp_path / "state.db")
+    try:
+        db.create_session("old", "cli")
+        db.append_message("old", "user", "ancient history")
+        db.end_session("old", "user_exit")
+        con = sqlite3.connect(tmp_path / "state.db")
+        con.execute("UPDATE sessions SET started_at = 1000, ended_at = 1001")
+        con.execute("UPDATE messages SET timestamp = 1000")
+        con.commit()
+        con.close()
+        first = db.maybe_auto_prune_and_vacuum(retention_days=90)
+        assert first["skipped"] is False and first["pruned"] == 1 and first["vacuumed"] is True
+        assert db.get_session("old") is None
+        assert db.maybe_auto_prune_and_vacuum()["skipped"] is True
+        db.set_meta("last_auto_prune", "not a number")
+        assert db.maybe_auto_prune_and_vacuum()["skipped"] is False
+        assert db.optimize_fts() == 2
+        assert db.search_messages("ancient") == []
+    finally:
+        db.close()
+
+
+def test_workspace_key() -> None:
+    from hermes_store.compat import workspace_key
+
+    assert workspace_key({"git_repo_root": "/r", "cwd": "/r/x"}) == "/r"
+    assert workspace_key({"git_repo_root": "", "cwd": "/c"}) == "/c"
+    assert workspace_key({"git_repo_root": None, "cwd": ""}) is None

@@ -213,6 +213,21 @@ def rebuild(engine: Engine, retry: RetryPolicy = DEFAULT_RETRY) -> None:
         retry.run(lambda: settle(conn))
 
 
+def optimize_indexes(engine: Engine, retry: RetryPolicy = DEFAULT_RETRY) -> int:
+    """FTS5 'optimize' on each index; returns how many were optimised."""
+
+    def work(conn: Connection) -> int:
+        with conn.begin():
+            conn.exec_driver_sql("INSERT INTO messages_fts(messages_fts) VALUES ('optimize')")
+            conn.exec_driver_sql(
+                "INSERT INTO messages_fts_trigram(messages_fts_trigram) VALUES ('optimize')"
+            )
+        return 2
+
+    with write_connection(engine) as conn:
+        return retry.run(lambda: work(conn))
+
+
 def integrity_errors(conn: Connection) -> list[str]:
     """FTS5 integrity-check with rank=1 (also compares the index with its content table)
     on both indexes; returns one line per failing index."""
