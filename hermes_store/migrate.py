@@ -26,7 +26,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.pool import NullPool
 
 from . import adoption
-from .config import SCHEMA_VERSION, resolve_url, sqlite_path
+from .config import SCHEMA_VERSION, hermes_home, resolve_url, sqlite_path
 from .engine import make_engine, write_connection
 from .errors import (
     FTSUnavailable,
@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 VERSION_TABLE = adoption.VERSION_TABLE
 HEAD = f"{SCHEMA_VERSION:04d}"
 FTS_ATTR = "hermes_fts_rebuilt_later"  # read by the revisions through _ops
+HOME_ATTR = "hermes_home"  # likewise
 
 
 def script_location() -> str:
@@ -218,6 +219,16 @@ def migration_run(
                     "point --url at a Hermes state.db"
                 )
             cfg.attributes[FTS_ATTR] = _run_reaches_head(env)
+            if adopt and shape.kind == "legacy" and shape.stored_version is None:
+                # The original's rule for a file without a version row: write 23 and run
+                # no data migration; the structural revisions still add what is missing.
+                connection.exec_driver_sql(
+                    "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)"
+                )
+                connection.execute(
+                    text("INSERT INTO schema_version (version) VALUES (:v)"),
+                    {"v": SCHEMA_VERSION},
+                )
             if adopt and shape.kind == "legacy":
                 stamp = adoption.revision_id(shape.stamp_revision or 0)
                 log.info(
@@ -297,11 +308,23 @@ def upgrade(
     _refuse_too_new(resolved)
     engine = make_engine(resolved)
     try:
-        with write_connection(engine) as conn:
+        with engine.connect() as conn:  # deferred: looking takes no write lock
             _probe_fts5(conn)
             shape = adoption.inspect_shape(conn)
             conn.rollback()
-            command.upgrade(make_config(conn, command_name="upgrade"), revision)
+        at_head = shape.alembic_revision == HEAD and shape.stored_version == SCHEMA_VERSION
+        if not (at_head and revision in ("head", HEAD)):
+            with write_connection(engine) as conn:
+                cfg = make_config(conn, command_name="upgrade")
+                cfg.attributes[HOME_ATTR] = _hermes_home_for(resolved)
+                command.upgrade(cfg, revision)
+        if revision in ("head", HEAD):
+            with engine.connect() as conn:
+                if maintenance.detach_cjk_triggers(conn):
+                    log.warning(
+                        "messages_fts_cjk needs the cjk_unicode61 tokenizer, which hermes-store "
+                        "does not load: marked it stale and detached its triggers"
+                    )
         if not defer_fts_backfill and revision in ("head", HEAD):
             maintenance.run_backfill(engine, on_progress=on_progress, min_pause=fts_min_pause)
         with engine.connect() as conn:
@@ -315,6 +338,16 @@ def upgrade(
         adopted_from=shape.stored_version if shape.kind == "legacy" else None,
         fts=state,
     )
+
+
+def _hermes_home_for(url: URL) -> str:
+    """The Hermes home a database belongs to: the directory of a `state.db` (profiles keep
+    theirs under profiles/<name>/), else $HERMES_HOME. Revision 0018 reads the gateway's
+    sessions.json from there, so one profile's file never fills another's rows."""
+    path = sqlite_path(url)
+    if path is not None and path.name == "state.db":
+        return str(path.parent)
+    return str(hermes_home())
 
 
 def downgrade(url: str | URL | None, revision: str) -> None:
@@ -505,5 +538,3 @@ def open_engine_at_head(url: str | URL | None = None) -> Engine:
         )
     return engine
 
-
-_ = text  # re-exported for callers composing checks

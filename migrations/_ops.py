@@ -9,6 +9,7 @@ number, exactly as the original gates them. Nothing here imports the ORM models.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 
 import sqlalchemy as sa
 from alembic import op
@@ -16,6 +17,7 @@ from alembic import op
 from hermes_store.errors import MigrationError
 
 FTS_ATTR = "hermes_fts_rebuilt_later"
+HOME_ATTR = "hermes_home"
 
 
 def bind() -> sa.Connection:
@@ -153,6 +155,18 @@ def fts_rebuilt_later() -> bool:
     ctx = op.get_context()
     config = ctx.config
     return bool(config is not None and config.attributes.get(FTS_ATTR))
+
+
+def hermes_home() -> Path:
+    """Where this database's gateway files live (set by hermes_store.migrate), else the
+    process's $HERMES_HOME."""
+    config = op.get_context().config
+    home = config.attributes.get(HOME_ATTR) if config is not None else None
+    if home:
+        return Path(str(home))
+    from hermes_store.config import hermes_home as default_home
+
+    return default_home()
 
 
 def drop_triggers(names: Iterable[str]) -> None:

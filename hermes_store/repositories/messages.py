@@ -446,8 +446,7 @@ def _check_append_allowed(
     current = _live_lock_holder(session, session_id, at)
     if current is not None and current != holder:
         raise CompressionSessionBusyError(
-            f"Session '{session_id}' is being compressed (lease held by {current!r}); "
-            "retry after the compression finishes",
+            f"Session '{session_id}' is being compressed by another writer",
             session_id,
         )
     state = _session_state(session, session_id)
@@ -822,14 +821,12 @@ class MessageRepository:
                 ).one_or_none()
                 if lease is None or lease.holder != compression_lock_holder:
                     raise CompressionSessionBusyError(
-                        f"Compression lease for session '{parent_session_id}' is not held by "
-                        f"{compression_lock_holder!r}; acquire it before publishing",
+                        f"Compression lease lost before publication: {parent_session_id}",
                         parent_session_id,
                     )
                 if lease.expires_at < at:
                     raise CompressionSessionBusyError(
-                        f"Compression lease for session '{parent_session_id}' expired before "
-                        "publication; acquire it again and retry",
+                        f"Compression lease lost before publication: {parent_session_id}",
                         parent_session_id,
                     )
             parent = (

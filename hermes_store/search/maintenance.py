@@ -59,8 +59,12 @@ def backfill_step(conn: Connection, chunk: int = CHUNK_IDS) -> Progress:
             return Progress("done", 0, 0)
         progress = _meta_int(conn, PROGRESS)
         if progress is None:
+            # H without P: nobody knows which rows below H are indexed, and indexing one
+            # twice corrupts an external-content index; start over from empty indexes.
+            high = _reset_indexes(conn)
             progress = 0
-            conn.execute(text(_UPSERT_META), {"k": PROGRESS, "v": "0"})
+            if not high:
+                return Progress("done", 0, 0)
         if progress >= high:
             _finish(conn, high)
             return Progress("done", high, high)
@@ -87,6 +91,52 @@ def backfill_step(conn: Connection, chunk: int = CHUNK_IDS) -> Progress:
             _finish(conn, high)
             return Progress("done", high, high)
         return Progress("backfill", upper, high)
+
+
+def _reset_indexes(conn: Connection) -> int:
+    """Empty both indexes and mark every existing row pending; returns the new H."""
+    conn.exec_driver_sql("INSERT INTO messages_fts(messages_fts) VALUES ('delete-all')")
+    conn.exec_driver_sql(
+        "INSERT INTO messages_fts_trigram(messages_fts_trigram) VALUES ('delete-all')"
+    )
+    high = int(conn.exec_driver_sql("SELECT COALESCE(MAX(id), 0) FROM messages").scalar() or 0)
+    if high:
+        conn.execute(text(_UPSERT_META), {"k": HIGH_WATER, "v": str(high)})
+        conn.execute(text(_UPSERT_META), {"k": PROGRESS, "v": "0"})
+    else:
+        conn.execute(
+            text("DELETE FROM state_meta WHERE key IN (:h, :p)"),
+            {"h": HIGH_WATER, "p": PROGRESS},
+        )
+    return high
+
+
+CJK_TRIGGERS = ("messages_fts_cjk_insert", "messages_fts_cjk_delete", "messages_fts_cjk_update")
+
+
+def detach_cjk_triggers(conn: Connection) -> bool:
+    """hermes-store does not load the cjk_unicode61 tokenizer, and while the original's CJK
+    triggers exist every INSERT into messages fails without it. Do what the original does
+    on a connection without the tokenizer: mark the CJK index stale, then drop its
+    triggers (the table itself is left alone; never query it). Returns True if it acted."""
+    with conn.begin():
+        present = (
+            conn.execute(
+                text(
+                    "SELECT name FROM sqlite_master WHERE type = 'trigger' "
+                    "AND name IN ('messages_fts_cjk_insert', 'messages_fts_cjk_delete', "
+                    "'messages_fts_cjk_update')"
+                )
+            )
+            .scalars()
+            .all()
+        )
+        if not present:
+            return False
+        conn.execute(text(_UPSERT_META), {"k": "fts_cjk_stale", "v": "1"})
+        for name in present:
+            conn.exec_driver_sql(f'DROP TRIGGER IF EXISTS "{name}"')
+        return True
 
 
 def _finish(conn: Connection, high: int) -> None:
@@ -124,9 +174,14 @@ def teardown_step(conn: Connection, chunk: int = CHUNK_IDS) -> bool:
         if not trash:
             return False
         table = trash[0]
+        # Trash holds renamed FTS shadow tables; `_idx` and `_config` are WITHOUT ROWID,
+        # so rows are addressed by their primary key where there is one.
+        info = conn.exec_driver_sql(f'PRAGMA table_info("{table}")').mappings().all()
+        pk = [f'"{r["name"]}"' for r in sorted(info, key=lambda r: r["pk"]) if r["pk"]]
+        key = ", ".join(pk) if pk else "rowid"
         deleted = conn.exec_driver_sql(
-            f'DELETE FROM "{table}" WHERE rowid IN '  # noqa: S608 (name read from sqlite_master)
-            f'(SELECT rowid FROM "{table}" LIMIT {int(chunk)})'
+            f'DELETE FROM "{table}" WHERE ({key}) IN '  # noqa: S608 (names from sqlite_master)
+            f'(SELECT {key} FROM "{table}" LIMIT {int(chunk)})'
         ).rowcount
         if not deleted:
             conn.exec_driver_sql(f'DROP TABLE "{table}"')

@@ -106,7 +106,7 @@ def quote_tokens(tokens: list[str]) -> str:
     quoted = []
     for token in tokens:
         if token.upper() in OPERATORS:
-            quoted.append(token.upper())
+            quoted.append(token)  # as typed: FTS5 reads only upper-case words as operators
         else:
             quoted.append('"' + token.replace('"', '""') + '"')
     return " ".join(quoted)

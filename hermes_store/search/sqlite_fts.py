@@ -264,16 +264,18 @@ def search_messages(
         if hits is None:
             hits, route = _like_route(conn, words or [raw], filters, limit, offset), "like_scan"
     else:
+        syntax_error = False
         try:
             hits = _fts_route(
                 conn, "messages_fts", sanitized, filters, _order(sort, "fts"), limit, offset
             )
             route = "fts5"
         except OperationalError as exc:
+            # v23 answers such queries (`don't`, `a,b`) with nothing; logged, never raised
             log.info("search query %r is not valid FTS5 syntax (%s): no results", query, exc)
-            hits = []
+            hits, syntax_error = [], True
         # a zero-hit word query gets substring semantics (Latin text glued to CJK, #54242)
-        if not hits and words and all(len(t) >= 3 for t in words):
+        if not hits and not syntax_error and words and all(len(t) >= 3 for t in words):
             hits, route = (trigram() or []), "trigram"
 
     pending = _markers(conn)

@@ -11,8 +11,6 @@ from typing import Any
 
 from hermes_store._migrations import _ops
 
-from hermes_store.config import hermes_home
-
 revision = "0018"
 down_revision = "0017"
 branch_labels = None
@@ -45,7 +43,7 @@ def _scalar(value: Any) -> Any:
 
 
 def _backfill_from_sessions_json() -> None:
-    path = hermes_home() / "sessions" / "sessions.json"
+    path = _ops.hermes_home() / "sessions" / "sessions.json"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:

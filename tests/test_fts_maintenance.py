@@ -1,0 +1,149 @@
+"""FTS states the original can leave behind, on real copies of the fixtures."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+from sqlalchemy import create_engine
+
+from hermes_store import migrate
+from hermes_store.compat import SessionDB
+from hermes_store.search import search_messages
+from hermes_store.search.maintenance import integrity_errors
+
+
+def _meta(path: Path) -> dict[str, str]:
+    con = sqlite3.connect(path)
+    try:
+        return dict(con.execute("SELECT key, value FROM state_meta").fetchall())
+    finally:
+        con.close()
+
+
+def _integrity(path: Path) -> list[str]:
+    engine = create_engine(f"sqlite:///{path}")
+    try:
+        with engine.connect() as conn:
+            return integrity_errors(conn)
+    finally:
+        engine.dispose()
+
+
+def test_cjk_triggers_are_detached_so_writes_keep_working(legacy_db) -> None:  # type: ignore[no-untyped-def]
+    path = legacy_db(23)
+    migrate.upgrade(path)
+    con = sqlite3.connect(path)
+    # what the original leaves when it had the tokenizer: a table we cannot open and a
+    # trigger that would make every INSERT fail without the tokenizer
+    con.execute("PRAGMA writable_schema=ON")
+    con.execute(
+        "INSERT INTO sqlite_master (type, name, tbl_name, rootpage, sql) VALUES "
+        "('table', 'messages_fts_cjk', 'messages_fts_cjk', 0, "
+        "'CREATE VIRTUAL TABLE messages_fts_cjk USING fts5(content, tool_name, tool_calls, "
+        "content=''messages_fts_cjk_src'', content_rowid=''id'', tokenize=''cjk_unicode61'')')"
+    )
+    con.commit()
+    con.close()
+    con = sqlite3.connect(path)
+    con.execute(
+        "CREATE TRIGGER messages_fts_cjk_insert AFTER INSERT ON messages BEGIN "
+        "INSERT INTO messages_fts_cjk(rowid, content) VALUES (new.id, new.content); END"
+    )
+    con.commit()
+    con.close()
+    db = SessionDB(path)
+    try:
+        assert db.append_message("20260303_083012_c0ffe2", "user", "still writable") > 64
+        assert _meta(path)["fts_cjk_stale"] == "1"
+    finally:
+        db.close()
+    con = sqlite3.connect(path)
+    triggers = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='trigger'")}
+    con.close()
+    assert not {t for t in triggers if t.startswith("messages_fts_cjk")}
+
+
+def test_trash_tables_without_rowid_are_torn_down(legacy_db) -> None:  # type: ignore[no-untyped-def]
+    path = legacy_db(23)
+    migrate.upgrade(path)
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE fts_v22_trash_messages_fts_config(k PRIMARY KEY, v) WITHOUT ROWID")
+    con.executemany(
+        "INSERT INTO fts_v22_trash_messages_fts_config VALUES (?, ?)",
+        [(f"k{i}", i) for i in range(1200)],
+    )
+    con.execute("CREATE TABLE fts_v22_trash_messages_fts_data(id INTEGER PRIMARY KEY, block)")
+    con.execute("INSERT INTO fts_v22_trash_messages_fts_data VALUES (1, x'00')")
+    con.execute("DELETE FROM state_meta WHERE key = 'fts_storage_version'")
+    con.commit()
+    con.close()
+    migrate.finish_fts(path, min_pause=0)
+    status = migrate.current(path)
+    assert status.fts is not None and status.fts.trash_tables == ()
+    assert status.fts.storage_version == "1"
+
+
+def test_high_water_without_progress_is_reindexed_from_scratch(legacy_db) -> None:  # type: ignore[no-untyped-def]
+    path = legacy_db(23)
+    migrate.upgrade(path)
+    con = sqlite3.connect(path)
+    con.execute("INSERT INTO state_meta VALUES ('fts_rebuild_high_water', '40')")
+    con.commit()
+    con.close()
+    migrate.finish_fts(path, min_pause=0)
+    assert "fts_rebuild_high_water" not in _meta(path)
+    assert _integrity(path) == []
+
+
+def test_a_file_without_a_version_row_runs_no_data_migration(legacy_db) -> None:  # type: ignore[no-untyped-def]
+    path = legacy_db(15)
+    con = sqlite3.connect(path)
+    con.execute("DELETE FROM schema_version")
+    con.commit()
+    con.close()
+    migrate.upgrade(path)
+    con = sqlite3.connect(path)
+    assert con.execute("SELECT version FROM schema_version").fetchall() == [(23,)]
+    tagged = con.execute(
+        "SELECT COUNT(*) FROM sessions WHERE model_config LIKE '%_delegate_from%'"
+    ).fetchone()[0]
+    seeded = con.execute("SELECT COUNT(*) FROM session_model_usage").fetchone()[0]
+    con.close()
+    assert tagged == 0 and seeded == 0  # the original writes 23 and runs no blocks
+
+
+def test_sessions_json_is_read_from_the_databases_own_home(
+    legacy_db,
+    tmp_path: Path,
+    hermes_home: Path,  # type: ignore[no-untyped-def]
+) -> None:
+    profile = tmp_path / "profiles" / "work"
+    (profile / "sessions").mkdir(parents=True)
+    path = profile / "state.db"
+    path.write_bytes(legacy_db(17).read_bytes())
+    entry = {"session_id": "20260302_140000_7e1e9a", "display_name": "From this profile"}
+    (profile / "sessions" / "sessions.json").write_text(json.dumps({"k": entry}))
+    (hermes_home / "sessions").mkdir(parents=True, exist_ok=True)
+    other = {"session_id": "20260302_140000_7e1e9a", "display_name": "WRONG PROFILE"}
+    (hermes_home / "sessions" / "sessions.json").write_text(json.dumps({"k": other}))
+    migrate.upgrade(path)
+    con = sqlite3.connect(path)
+    name = con.execute(
+        "SELECT display_name FROM sessions WHERE id = '20260302_140000_7e1e9a'"
+    ).fetchone()[0]
+    con.close()
+    assert name == "From this profile"
+
+
+def test_lowercase_or_is_a_word_not_an_operator(legacy_db) -> None:  # type: ignore[no-untyped-def]
+    path = legacy_db(23)
+    migrate.upgrade(path)
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.connect() as conn:
+        upper = {h["session_id"] for h in search_messages(conn, "Kyoto OR refactor")}
+        lower = {h["session_id"] for h in search_messages(conn, "Kyoto or refactor")}
+    engine.dispose()
+    assert len(upper) == 3
+    assert lower == set()  # every term, "or" included, must match (implicit AND)
