@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +27,7 @@ from sqlalchemy.engine import URL
 from . import migrate
 from .config import default_db_path, resolve_url, sqlite_path, sqlite_url
 from .engine import wal_reset_vulnerable as is_sqlite_wal_reset_vulnerable
-from .errors import CompressionSessionBusyError, CompressionSessionClosedError
+from .errors import CompressionSessionBusyError, CompressionSessionClosedError, SessionNotFound
 from .repositories.coordination import (
     AsyncDelegationRepository,
     CompressionLockRepository,
@@ -382,7 +383,6 @@ _FORWARDED: list[tuple[str, type, dict[str, str]]] = [
         "_messages",
         MessageRepository,
         _same(
-            "append_message",
             "replace_messages",
             "archive_and_compact",
             "set_latest_matching_message_display_kind",
@@ -451,6 +451,18 @@ _FORWARDED: list[tuple[str, type, dict[str, str]]] = [
         ),
     ),
 ]
+
+
+@functools.wraps(MessageRepository.append_message)
+def _append_message(self: SessionDB, *args: Any, **kwargs: Any) -> int:
+    # The original lets the foreign key speak for an unknown session; callers catch it.
+    try:
+        return self._messages.append_message(*args, **kwargs)
+    except SessionNotFound as exc:
+        raise sqlite3.IntegrityError("FOREIGN KEY constraint failed") from exc
+
+
+SessionDB.append_message = _append_message  # type: ignore[attr-defined]
 
 for _repository, _cls, _names in _FORWARDED:
     for _facade_name, _method in _methods(_repository, _cls, _names).items():

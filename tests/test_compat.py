@@ -229,3 +229,13 @@ def test_workspace_key() -> None:
     assert workspace_key({"git_repo_root": "/r", "cwd": "/r/x"}) == "/r"
     assert workspace_key({"git_repo_root": "", "cwd": "/c"}) == "/c"
     assert workspace_key({"git_repo_root": None, "cwd": ""}) is None
+
+
+def test_unknown_session_raises_the_originals_integrity_error(tmp_path: Path) -> None:
+    db = SessionDB(tmp_path / "state.db")
+    try:
+        with pytest.raises(sqlite3.IntegrityError):
+            db.append_message("nobody", "user", "hi")
+        assert db.message_count() == 0
+    finally:
+        db.close()
