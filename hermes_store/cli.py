@@ -1,20 +1,43 @@
 """The `hermes-store` command: argument parsing, progress bars and output only; the work
-happens in hermes_store.migrate."""
+happens in hermes_store.migrate and the repositories."""
 
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
+import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any
+import tempfile
+import textwrap
+import time
+import unicodedata
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any, NamedTuple, TextIO
 
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from . import migrate
-from .errors import StoreError
+from .errors import InvalidInput, SessionNotFound, StoreError
+from .repositories.maintenance import (
+    IMPORT_MAX_MESSAGES_TOTAL,
+    IMPORT_MAX_SESSIONS,
+    IMPORT_MAX_TOTAL_BYTES,
+    MaintenanceRepository,
+)
+from .repositories.messages import MessageRepository
+from .repositories.sessions import SessionRepository
+from .repositories.usage import UsageRepository
 from .search.maintenance import Progress
+from .store import Store
+
+DAY = 86400.0
+#: Sessions per prune_sessions call, so the prune's progress bar can move.
+PRUNE_STEP = 1000
 
 
 @contextmanager
@@ -40,8 +63,27 @@ def _progress_bar(label: str) -> Iterator[Callable[[Progress], None]]:
             bar.close()
 
 
+@contextmanager
+def _count_bar(label: str, total: int | None, unit: str) -> Iterator[Callable[[int], Any]]:
+    """A bar over a count of items, shown on a terminal after two seconds."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, desc=label, unit=unit, delay=2.0, disable=None)
+    try:
+        yield bar.update
+    finally:
+        bar.close()
+
+
+def _json_default(value: Any) -> Any:
+    # Legacy files can hold BLOB content; show it as text, as write_jsonl does.
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", "replace")
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 def _print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True))
+    print(json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True, default=_json_default))
 
 
 def _cmd_upgrade(args: argparse.Namespace) -> int:
@@ -148,9 +190,733 @@ def _cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- sessions, stats
+
+
+@contextmanager
+def _open_store(url: str | None, *, write: bool = False) -> Iterator[Store]:
+    """The database at `url`, refused unless it is at head. The store makes its own pooled
+    engine (an export reads once per session; a new connection each time costs twice as
+    long). A command that wrote closes the store (its TRUNCATE checkpoint); one that only
+    read just lets go of the engine."""
+    migrate.open_engine_at_head(url).dispose()
+    store = Store(url)
+    try:
+        yield store
+    finally:
+        if write:
+            store.close()
+        else:
+            store.engine.dispose()
+
+
+def _is_epoch(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _iso(value: Any) -> Any:
+    """Epoch seconds as ISO 8601 UTC; anything else (None, a legacy oddity) as it is."""
+    if not _is_epoch(value):
+        return value
+    try:
+        return datetime.fromtimestamp(float(value), UTC).isoformat(timespec="seconds")
+    except (OverflowError, OSError, ValueError):
+        return value
+
+
+def _when(value: Any) -> str:
+    """Epoch seconds for a table: `YYYY-MM-DD HH:MM:SS` (UTC)."""
+    shown = _iso(value)
+    if isinstance(shown, str) and _is_epoch(value):
+        return shown[:19].replace("T", " ")
+    return "" if shown is None else str(shown)
+
+
+# C0/C1 controls (ESC above all) are shown escaped, so stored text cannot drive the
+# terminal; tab and newline stay.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (9, 10)}
+
+
+def _printable(text: str) -> str:
+    return text.translate(_CONTROLS)
+
+
+def _cell_width(ch: str) -> int:
+    if unicodedata.combining(ch):
+        return 0
+    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+
+
+def _width(text: str) -> int:
+    return sum(_cell_width(ch) for ch in text)
+
+
+def _cell(value: Any, limit: int | None = None) -> str:
+    """One table cell: whitespace collapsed, controls escaped, clipped to `limit` columns."""
+    text = _printable(" ".join(str("" if value is None else value).split()))
+    if limit is None or _width(text) <= limit:
+        return text
+    kept: list[str] = []
+    used = 0
+    for ch in text:
+        used += _cell_width(ch)
+        if used > limit - 3:
+            break
+        kept.append(ch)
+    return "".join(kept) + "..."
+
+
+def _print_table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], right: Iterable[int] = ()
+) -> None:
+    numeric = set(right)
+    widths = [max([_width(h), *(_width(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+    for row in (headers, *rows):
+        cells = []
+        for i, text in enumerate(row):
+            pad = " " * (widths[i] - _width(text))
+            cells.append(pad + text if i in numeric else text + pad)
+        print("  ".join(cells).rstrip())
+
+
+def _num(value: Any) -> str:
+    return f"{int(value or 0):,}"
+
+
+def _usd(value: Any) -> str:
+    return f"${float(value or 0):.4f}"
+
+
+def _resolve(store: Store, id_or_prefix: str) -> str:
+    """An exact id, else the one id that starts with the prefix (read-only commands)."""
+    return SessionRepository(store).resolve_session_id(id_or_prefix) or id_or_prefix
+
+
+def _cmd_sessions_list(args: argparse.Namespace) -> int:
+    with _open_store(args.url) as store:
+        rows = SessionRepository(store).list_sessions_rich(
+            source=args.source, limit=args.limit or None
+        )
+    listed = [
+        {
+            "id": r["id"],
+            "source": r.get("source"),
+            "title": r.get("title"),
+            "started_at": _iso(r.get("started_at")),
+            "message_count": int(r.get("message_count") or 0),
+            "preview": r.get("preview") or "",
+        }
+        for r in rows
+    ]
+    if args.json:
+        _print_json(listed)
+        return 0
+    if not listed:
+        print("no sessions")
+        return 0
+    _print_table(
+        ("ID", "STARTED (UTC)", "SOURCE", "MSGS", "TITLE", "PREVIEW"),
+        [
+            (
+                _cell(r["id"]),
+                _when(row.get("started_at")),
+                _cell(r["source"]),
+                _num(r["message_count"]),
+                _cell(r["title"], 32),
+                _cell(r["preview"], 60),
+            )
+            for r, row in zip(listed, rows, strict=True)
+        ],
+        right=(3,),
+    )
+    return 0
+
+
+_SESSION_TIMES = ("started_at", "ended_at", "compression_failure_cooldown_until")
+
+
+def _content_text(content: Any) -> str:
+    """Decoded message content as text: strings as they are, the text parts of a
+    multimodal list, `[image_url]`-style markers for other parts, JSON otherwise."""
+    if content is None:
+        return ""
+    if isinstance(content, bytes):
+        return content.decode("utf-8", "replace")
+    if isinstance(content, str):
+        return content
+    parts = content if isinstance(content, list) else [content]
+    shown = []
+    for part in parts:
+        if isinstance(part, dict) and isinstance(part.get("text"), str):
+            shown.append(part["text"])
+        elif isinstance(part, dict) and "type" in part:
+            shown.append(f"[{part['type']}]")
+        else:
+            shown.append(json.dumps(part, ensure_ascii=False, default=_json_default))
+    return "\n".join(shown)
+
+
+def _tool_call_names(tool_calls: Any) -> list[str]:
+    if not tool_calls:
+        return []
+    names = []
+    for call in tool_calls if isinstance(tool_calls, list) else [tool_calls]:
+        function = call.get("function") if isinstance(call, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if name is None and isinstance(call, dict):
+            name = call.get("name")
+        names.append(str(name or "?"))
+    return names
+
+
+def _cmd_sessions_show(args: argparse.Namespace) -> int:
+    with _open_store(args.url) as store:
+        session_id = _resolve(store, args.id)
+        row = SessionRepository(store).get_session(session_id)
+        if row is None:
+            raise SessionNotFound(args.id)
+        messages = MessageRepository(store).get_messages(session_id)
+    if args.json:
+        _print_json(
+            {
+                "session": {k: _iso(v) if k in _SESSION_TIMES else v for k, v in row.items()},
+                "messages": [
+                    {
+                        "id": m.get("id"),
+                        "role": m.get("role"),
+                        "content": m.get("content"),
+                        "tool_call_id": m.get("tool_call_id"),
+                        "tool_name": m.get("tool_name"),
+                        "tool_calls": m.get("tool_calls"),
+                        "timestamp": _iso(m.get("timestamp")),
+                    }
+                    for m in messages
+                ],
+            }
+        )
+        return 0
+    ended = (
+        f"{_when(row.get('ended_at'))} ({row.get('end_reason') or 'no reason'})"
+        if row.get("ended_at") is not None
+        else "open"
+    )
+    cost = row.get("actual_cost_usd") or row.get("estimated_cost_usd")
+    for label, value in (
+        ("session", row["id"]),
+        ("title", row.get("title") or ""),
+        ("source", row.get("source")),
+        ("model", row.get("model") or ""),
+        ("started", _when(row.get("started_at")) + " UTC"),
+        ("ended", ended),
+        ("parent", row.get("parent_session_id") or ""),
+        ("messages", f"{len(messages)} active ({_num(row.get('message_count'))} counted)"),
+        (
+            "tokens",
+            f"input {_num(row.get('input_tokens'))}, output {_num(row.get('output_tokens'))}, "
+            f"cache read {_num(row.get('cache_read_tokens'))}, "
+            f"cache write {_num(row.get('cache_write_tokens'))}, "
+            f"reasoning {_num(row.get('reasoning_tokens'))}",
+        ),
+        ("cost", _usd(cost) if cost is not None else "unknown"),
+    ):
+        print(f"{label + ':':<10} {_cell(value)}")
+    for m in messages:
+        tool = f" {m['tool_name']}" if m.get("tool_name") else ""
+        print(f"\n#{m.get('id')}  {_when(m.get('timestamp'))}  {m.get('role')}{tool}")
+        text = _content_text(m.get("content"))
+        if text:
+            print(textwrap.indent(_printable(text), "    ", lambda _line: True))
+        for name in _tool_call_names(m.get("tool_calls")):
+            print(f"    -> tool call: {_cell(name)}")
+    return 0
+
+
+@contextmanager
+def _output(target: str | None) -> Iterator[TextIO]:
+    """stdout for None or `-`; else a file that appears, complete, only on success (it is
+    written next to the target and renamed; mode 0600, as exports hold conversations)."""
+    if target is None or target == "-":
+        yield sys.stdout
+        sys.stdout.flush()
+        return
+    path = Path(target)
+    directory = path.parent
+    if not directory.is_dir():
+        raise OSError(f"cannot write {path}: directory {directory} does not exist")
+    fd, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fp:
+            yield fp
+        os.replace(partial, path)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(partial)
+        raise
+
+
+def _dumps(session: Any, indent: int | None) -> str:
+    return json.dumps(session, indent=indent, ensure_ascii=False, default=_json_default)
+
+
+def _write_sessions(
+    fp: TextIO, sessions: Iterable[dict[str, Any]], fmt: str, *, single: bool
+) -> int:
+    """JSONL (one session per line), one JSON object, or a JSON list written item by item
+    (memory stays at one session either way)."""
+    if fmt == "jsonl":
+        return MaintenanceRepository.write_jsonl(fp, sessions)
+    count = 0
+    if single:
+        for session in sessions:
+            fp.write(_dumps(session, 2) + "\n")
+            count += 1
+        return count
+    fp.write("[")
+    for session in sessions:
+        fp.write(("\n" if count == 0 else ",\n") + textwrap.indent(_dumps(session, 2), "  "))
+        count += 1
+    fp.write("\n]\n" if count else "]\n")
+    return count
+
+
+def _counting(items: Iterable[dict[str, Any]], advance: Callable[[int], Any]) -> Iterator[Any]:
+    for item in items:
+        yield item
+        advance(1)
+
+
+def _cmd_sessions_export(args: argparse.Namespace) -> int:
+    fmt = args.format or ("json" if args.id is not None else "jsonl")
+    with _open_store(args.url) as store:
+        repo = MaintenanceRepository(store)
+        if args.id is not None:
+            exported = repo.export_session(_resolve(store, args.id))
+            if exported is None:
+                raise SessionNotFound(args.id)
+            with _output(args.output) as fp:
+                count = _write_sessions(fp, [exported], fmt, single=True)
+        else:
+            total = SessionRepository(store).session_count(include_archived=True)
+            with _output(args.output) as fp, _count_bar("export", total, "session") as advance:
+                count = _write_sessions(
+                    fp, _counting(repo.export_all(), advance), fmt, single=False
+                )
+    if args.output not in (None, "-"):
+        print(f"exported {count} session(s) to {args.output}")
+    return 0
+
+
+class _Entry(NamedTuple):
+    """One session of an import file, before it is read in full."""
+
+    label: str  # where it is: `line 3` (JSONL) or `[2]` (JSON list)
+    session_id: str | None
+    parent_id: str | None
+    where: int  # JSONL: byte offset of its line; JSON: its index
+
+
+def _keys(value: Any) -> tuple[str | None, str | None]:
+    if not isinstance(value, dict):
+        return None, None
+    sid, parent = value.get("id"), value.get("parent_session_id")
+    return (
+        sid if isinstance(sid, str) and sid else None,
+        parent if isinstance(parent, str) and parent else None,
+    )
+
+
+def _scan_import_file(fp: IO[bytes], name: str) -> tuple[list[_Entry], Callable[[_Entry], Any]]:
+    """The entries of a JSON list, a single exported session, or JSONL, and how to read one.
+    JSONL is scanned line by line and each entry is read again when it is imported, so
+    only one batch is ever in memory. Broken JSON raises InvalidInput."""
+    bom = codecs.BOM_UTF8
+    fp.seek(0)
+    chunk = fp.read(65536).removeprefix(bom)
+    first = b""
+    while chunk and not first:
+        first = chunk.lstrip()[:1]
+        chunk = fp.read(65536)
+    if not first:
+        return [], lambda entry: None
+    if first == b"{":
+        fp.seek(0)
+        head = b""
+        for raw in fp:
+            if raw.strip():
+                head = raw.removeprefix(bom)
+                break
+        try:
+            jsonl = isinstance(json.loads(head), dict)
+        except ValueError:
+            jsonl = False  # a pretty-printed session (`sessions export ID`)
+        if jsonl:
+            return _scan_jsonl(fp, name)
+    elif first != b"[":
+        raise InvalidInput(
+            f"{name}: expected a JSON list of exported sessions or JSONL (one per line)"
+        )
+    fp.seek(0)
+    try:
+        document = json.loads(fp.read().decode("utf-8-sig"))
+    except ValueError as exc:
+        raise InvalidInput(f"{name}: not valid JSON ({exc})") from None
+    values = document if isinstance(document, list) else [document]
+    entries = [_Entry(f"[{i}]", *_keys(v), i) for i, v in enumerate(values)]
+    return entries, lambda entry: values[entry.where]
+
+
+def _scan_jsonl(fp: IO[bytes], name: str) -> tuple[list[_Entry], Callable[[_Entry], Any]]:
+    entries = []
+    fp.seek(0)
+    offset = 0
+    for number, raw in enumerate(fp, start=1):
+        start, offset = offset, offset + len(raw)
+        line = raw.removeprefix(codecs.BOM_UTF8).strip()
+        if not line:
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError as exc:
+            raise InvalidInput(f"{name}: line {number}: invalid JSON ({exc})") from None
+        entries.append(_Entry(f"line {number}", *_keys(value), start))
+
+    def load(entry: _Entry) -> Any:
+        fp.seek(entry.where)
+        return json.loads(fp.readline().removeprefix(codecs.BOM_UTF8))
+
+    return entries, load
+
+
+def _parents_first(entries: Sequence[_Entry]) -> list[int]:
+    """File order, except that an entry whose parent comes later in the file moves to just
+    after it. import_sessions keeps a parent link only when the parent is in the database
+    or in the same call, and an export lists the newest sessions (the children) first, so
+    in file order a link across two batches would be dropped."""
+    first: dict[str, int] = {}
+    for index, entry in enumerate(entries):
+        if entry.session_id is not None:
+            first.setdefault(entry.session_id, index)
+    placed = [False] * len(entries)
+    order: list[int] = []
+    for index in range(len(entries)):
+        chain: list[int] = []
+        seen: set[int] = set()
+        at: int | None = index
+        while at is not None and not placed[at] and at not in seen:  # a cycle stops too
+            chain.append(at)
+            seen.add(at)
+            parent = entries[at].parent_id
+            at = first.get(parent) if parent is not None else None
+        for link in reversed(chain):
+            placed[link] = True
+            order.append(link)
+    return order
+
+
+def _weight(value: Any) -> tuple[int, int]:
+    """(bytes, messages) of an entry, measured as import_sessions measures them."""
+    size = len(
+        json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode(
+            "utf-8", "surrogatepass"
+        )
+    )
+    messages = value.get("messages") if isinstance(value, dict) else None
+    return size, len(messages) if isinstance(messages, list) else 0
+
+
+def _batches(
+    entries: Sequence[_Entry], order: Sequence[int], load: Callable[[_Entry], Any]
+) -> Iterator[list[tuple[_Entry, Any]]]:
+    """Entries in `order`, cut into batches within import_sessions' limits (500 entries,
+    the total size and the total number of messages of one call)."""
+    batch: list[tuple[_Entry, Any]] = []
+    size = messages = 0
+    for index in order:
+        value = load(entries[index])
+        value_size, value_messages = _weight(value)
+        if batch and (
+            len(batch) >= IMPORT_MAX_SESSIONS
+            or size + value_size > IMPORT_MAX_TOTAL_BYTES
+            or messages + value_messages > IMPORT_MAX_MESSAGES_TOTAL
+        ):
+            yield batch
+            batch, size, messages = [], 0, 0
+        batch.append((entries[index], value))
+        size += value_size
+        messages += value_messages
+    if batch:
+        yield batch
+
+
+@dataclass
+class _ImportReport:
+    imported: int = 0
+    skipped: int = 0
+    detached: int = 0
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+    def reject(self, entry: _Entry, error: str, session_id: str | None = None) -> None:
+        problem: dict[str, Any] = {"entry": entry.label, "error": error}
+        if session_id or entry.session_id:
+            problem["session_id"] = session_id or entry.session_id
+        self.errors.append(problem)
+
+
+def _import_batches(
+    repo: MaintenanceRepository,
+    batches: Iterable[list[tuple[_Entry, Any]]],
+    advance: Callable[[int], Any],
+) -> _ImportReport:
+    """Each batch in one import_sessions call. Entries it rejects are reported and the
+    rest of their batch is imported without them; an entry whose parent was rejected is
+    held back (imported alone it would lose the link), so that running the import again
+    after fixing the file brings in both, linked."""
+    report = _ImportReport()
+    rejected: set[str] = set()
+    for batch in batches:
+        pending = batch
+        while pending:
+            kept: list[tuple[_Entry, Any]] = []
+            for entry, value in pending:
+                if entry.parent_id is not None and entry.parent_id in rejected:
+                    report.reject(entry, f"held back: its parent {entry.parent_id} has errors")
+                    if entry.session_id is not None:
+                        rejected.add(entry.session_id)
+                else:
+                    kept.append((entry, value))
+            if not kept:
+                break
+            try:
+                result = repo.import_sessions([value for _, value in kept])
+            except IntegrityError as exc:
+                detail = str(exc.orig or exc).splitlines()[0]
+                raise StoreError(
+                    f"import stopped at the entries {kept[0][0].label} to {kept[-1][0].label}:"
+                    f" {detail} (a title already in use?); {report.imported} session(s) were"
+                    " imported before them, and running the import again skips those"
+                ) from exc
+            if result["ok"]:
+                report.imported += int(result["imported"])
+                report.skipped += int(result["skipped"])
+                report.detached += int(result["detached"])
+                break
+            bad = {int(e["index"]) for e in result["errors"]}
+            for error in result["errors"]:
+                report.reject(kept[int(error["index"])][0], error["error"], error.get("session_id"))
+            pending = [item for i, item in enumerate(kept) if i not in bad]
+            # A rejected duplicate of an id that is imported does not hold its children back.
+            survivors = {entry.session_id for entry, _ in pending}
+            for i in bad:
+                sid = kept[i][0].session_id
+                if sid is not None and sid not in survivors:
+                    rejected.add(sid)
+        advance(len(batch))
+    return report
+
+
+def _cmd_sessions_import(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    with _open_store(args.url, write=True) as store, path.open("rb") as fp:
+        entries, load = _scan_import_file(fp, str(path))
+        batches = _batches(entries, _parents_first(entries), load)
+        with _count_bar("import", len(entries), "session") as advance:
+            report = _import_batches(MaintenanceRepository(store), batches, advance)
+    if args.json:
+        _print_json(
+            {
+                "ok": not report.errors,
+                "imported": report.imported,
+                "skipped": report.skipped,
+                "detached": report.detached,
+                "errors": report.errors,
+            }
+        )
+        return 1 if report.errors else 0
+    print(f"imported {report.imported} session(s), skipped {report.skipped} already present")
+    if report.detached:
+        print(
+            f"{report.detached} parent link(s) dropped: the parent is neither in the database"
+            " nor in the file, or the link would make a cycle"
+        )
+    if report.errors:
+        print(f"{len(report.errors)} entr{'y' if len(report.errors) == 1 else 'ies'} not imported:")
+        for problem in report.errors:
+            sid = f" (session {problem['session_id']})" if "session_id" in problem else ""
+            print(f"  {problem['entry']}{sid}: {problem['error']}")
+        print("fix them and run the import again (sessions already imported are skipped)")
+        return 1
+    return 0
+
+
+def _prune_bounds(candidates: Sequence[dict[str, Any]], cutoff: float) -> list[float]:
+    """Growing `last_active_before` bounds, about PRUNE_STEP candidates apart (they come
+    least recently active first) and ending at `cutoff`: pruning up to each bound in turn
+    deletes exactly what one prune up to `cutoff` would, in steps a bar can count."""
+    bounds: list[float] = []
+    for index in range(PRUNE_STEP, len(candidates), PRUNE_STEP):
+        bound = float(candidates[index]["last_active"])
+        if not bounds or bound > bounds[-1]:
+            bounds.append(bound)
+    return [*bounds, cutoff]
+
+
+def _cmd_sessions_prune(args: argparse.Namespace) -> int:
+    cutoff = time.time() - args.older_than * DAY
+    deleting = args.yes and not args.dry_run
+    with _open_store(args.url, write=deleting) as store:
+        repo = MaintenanceRepository(store)
+        candidates = repo.list_prune_candidates(source=args.source, last_active_before=cutoff)
+        if args.dry_run:
+            _print_prune_candidates(candidates, args.json)
+            return 0
+        if not args.yes:
+            raise StoreError(
+                f"this deletes {len(candidates)} ended session(s) inactive for more than "
+                f"{args.older_than:g} day(s) with their messages; add --yes to delete them "
+                "(--dry-run lists them)"
+            )
+        deleted = 0
+        with _count_bar("prune", len(candidates), "session") as advance:
+            for bound in _prune_bounds(candidates, cutoff):
+                count = repo.prune_sessions(None, args.source, last_active_before=bound)
+                deleted += count
+                advance(count)
+    if args.json:
+        _print_json({"deleted": deleted})
+    else:
+        print(f"deleted {deleted} session(s)")
+    return 0
+
+
+def _print_prune_candidates(candidates: Sequence[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        times = ("started_at", "last_active", "ended_at")
+        _print_json([{k: _iso(v) if k in times else v for k, v in c.items()} for c in candidates])
+        return
+    if candidates:
+        _print_table(
+            ("ID", "LAST ACTIVE (UTC)", "SOURCE", "MSGS", "TITLE"),
+            [
+                (
+                    _cell(c["id"]),
+                    _when(c.get("last_active")),
+                    _cell(c.get("source")),
+                    _num(c.get("message_count")),
+                    _cell(c.get("title"), 40),
+                )
+                for c in candidates
+            ],
+            right=(3,),
+        )
+    print(f"{len(candidates)} session(s) would be deleted (dry run: nothing was changed)")
+
+
+def _cmd_sessions_delete(args: argparse.Namespace) -> int:
+    with _open_store(args.url, write=args.yes) as store:
+        targets = SessionRepository(store).get_session_delete_targets(args.id)
+        if not targets:
+            raise SessionNotFound(args.id)
+        delegates = len(targets) - 1
+        what = f"session {args.id}" + (f" and {delegates} delegate run(s)" if delegates else "")
+        if not args.yes:
+            raise StoreError(f"this deletes {what} with their messages; add --yes to delete")
+        if not MaintenanceRepository(store).delete_session(args.id):
+            raise SessionNotFound(args.id)
+    print(f"deleted {what}")
+    return 0
+
+
+_TOKEN_HEADERS = ("INPUT", "OUTPUT", "CACHE READ", "CACHE WRITE", "REASONING")
+_TOKEN_FIELDS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+)
+_COST_FIELDS = ("estimated_cost_usd", "actual_cost_usd")
+
+
+def _usage_cells(row: dict[str, Any]) -> list[str]:
+    return [*(_num(row.get(f)) for f in _TOKEN_FIELDS), *(_usd(row.get(f)) for f in _COST_FIELDS)]
+
+
+def _totals(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    return {f: sum(r.get(f) or 0 for r in rows) for f in (*_TOKEN_FIELDS, *_COST_FIELDS)}
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    with _open_store(args.url) as store:
+        usage = UsageRepository(store)
+        by_model = usage.usage_by_model() if args.by in (None, "model") else None
+        by_day = usage.usage_by_day() if args.by in (None, "day") else None
+    if args.json:
+        out: dict[str, Any] = {}
+        if by_model is not None:
+            out["by_model"] = by_model
+        if by_day is not None:
+            out["by_day"] = by_day
+        _print_json(out)
+        return 0
+    usage_headers = (*_TOKEN_HEADERS, "EST. COST", "ACTUAL COST")
+    if by_model is not None:
+        print("tokens and cost by model (main loop and auxiliary tasks)")
+        if by_model:
+            _print_table(
+                ("MODEL", "SESSIONS", *usage_headers),
+                [
+                    [_cell(r.get("model") or "(none)", 40), _num(r.get("sessions"))]
+                    + _usage_cells(r)
+                    for r in by_model
+                ]
+                + [["total", ""] + _usage_cells(_totals(by_model))],
+                right=range(1, 9),
+            )
+        else:
+            print("no usage recorded")
+    if by_model is not None and by_day is not None:
+        print()
+    if by_day is not None:
+        print("tokens and cost by day (UTC day the session started)")
+        if by_day:
+            _print_table(
+                ("DAY", "SESSIONS", *usage_headers),
+                [[str(r.get("day")), _num(r.get("sessions"))] + _usage_cells(r) for r in by_day]
+                + [
+                    ["total", _num(sum(r.get("sessions") or 0 for r in by_day))]
+                    + _usage_cells(_totals(by_day))
+                ],
+                right=range(1, 9),
+            )
+        else:
+            print("no sessions")
+    return 0
+
+
+def _count_arg(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
+
+
+def _days_arg(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of days >= 0, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="hermes-store", description="Hermes Agent session store: migrations and checks"
+        prog="hermes-store",
+        description="Hermes Agent session store: migrations, checks, sessions and usage",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -185,6 +951,59 @@ def build_parser() -> argparse.ArgumentParser:
     find.add_argument("--json", action="store_true")
     find.set_defaults(func=_cmd_search)
 
+    ses = sub.add_parser("sessions", help="list, show, export, import, prune and delete sessions")
+    ses_sub = ses.add_subparsers(dest="sessions_command", required=True)
+
+    ls = with_url(ses_sub.add_parser("list", help="sessions, newest first"))
+    ls.add_argument("--source", help="only sessions from this source (cli, telegram, ...)")
+    ls.add_argument(
+        "--limit", type=_count_arg, default=20, help="at most N sessions (default 20; 0: all)"
+    )
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=_cmd_sessions_list)
+
+    show = with_url(ses_sub.add_parser("show", help="a session and its messages"))
+    show.add_argument("id", help="session id (or a unique prefix of one)")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(func=_cmd_sessions_show)
+
+    exp = with_url(ses_sub.add_parser("export", help="one session (JSON) or every session (JSONL)"))
+    exp.add_argument("id", nargs="?", help="session id (or a unique prefix); default: all")
+    exp.add_argument("--output", "-o", metavar="FILE", help="write to FILE (default: stdout)")
+    exp.add_argument(
+        "--format",
+        choices=("json", "jsonl"),
+        help="json (default for one session; a list for all) or jsonl (default for all)",
+    )
+    exp.set_defaults(func=_cmd_sessions_export)
+
+    imp = with_url(
+        ses_sub.add_parser("import", help="import exported sessions (JSON list or JSONL)")
+    )
+    imp.add_argument("file", metavar="FILE")
+    imp.add_argument("--json", action="store_true")
+    imp.set_defaults(func=_cmd_sessions_import)
+
+    prune = with_url(
+        ses_sub.add_parser("prune", help="delete ended sessions inactive for DAYS days")
+    )
+    prune.add_argument("--older-than", metavar="DAYS", type=_days_arg, required=True)
+    prune.add_argument("--source", help="only sessions from this source")
+    prune.add_argument("--dry-run", action="store_true", help="list what would be deleted")
+    prune.add_argument("--yes", action="store_true", help="really delete")
+    prune.add_argument("--json", action="store_true")
+    prune.set_defaults(func=_cmd_sessions_prune)
+
+    rm = with_url(ses_sub.add_parser("delete", help="delete a session and its delegate runs"))
+    rm.add_argument("id", help="the exact session id")
+    rm.add_argument("--yes", action="store_true", help="really delete")
+    rm.set_defaults(func=_cmd_sessions_delete)
+
+    stats = with_url(sub.add_parser("stats", help="tokens and cost by model and by day"))
+    stats.add_argument("--by", choices=("model", "day"), help="only this breakdown")
+    stats.add_argument("--json", action="store_true")
+    stats.set_defaults(func=_cmd_stats)
+
     fts = sub.add_parser("fts", help="full-text index maintenance")
     fts_sub = fts.add_subparsers(dest="fts_command", required=True)
     with_url(fts_sub.add_parser("backfill", help="finish a pending chunked backfill"))
@@ -202,6 +1021,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SQLAlchemyError as exc:
         detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
         print(f"hermes-store: error: database error: {detail}", file=sys.stderr)
+    except BrokenPipeError:
+        # The reader went away (`hermes-store sessions export | head`): no message, and
+        # stdout goes to /dev/null so the interpreter's final flush cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except OSError as exc:
         print(f"hermes-store: error: {exc}", file=sys.stderr)
     except KeyboardInterrupt:
