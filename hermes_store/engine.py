@@ -13,6 +13,7 @@ import os
 import sqlite3
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import URL, Connection, Engine
@@ -75,18 +76,23 @@ def secure_file_modes(path: Path) -> None:
 
 def check_writable(path: Path) -> None:
     directory = path.parent
-    if not directory.exists():
+    # is_dir, not exists: a regular file in the way must fail here too (as root,
+    # os.access below would pass for one with an execute bit).
+    if not directory.is_dir():
         try:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise DatabaseNotWritable(f"cannot create directory {directory}: {exc}") from exc
+            raise DatabaseNotWritable(
+                f"cannot create directory {directory} for database {path}: {exc}"
+            ) from exc
     if path.exists() and not os.access(path, os.W_OK):
         raise DatabaseNotWritable(
             f"database file {path} is read-only for this user; fix with: chmod u+rw '{path}'"
         )
     if not os.access(directory, os.W_OK | os.X_OK):
         raise DatabaseNotWritable(
-            f"directory {directory} is not writable; SQLite needs it for its journal files"
+            f"directory {directory} of database {path} is not writable; "
+            "SQLite needs it for its journal files"
         )
 
 
@@ -127,7 +133,10 @@ def make_engine(
         if read_only:
             if not path.exists():
                 raise DatabaseNotWritable(f"database file {path} does not exist")
-            resolved = URL.create("sqlite", database=f"file:{path}?mode=ro", query={"uri": "true"})
+            # percent-encoded: a "?", "#" or "%" in the path would otherwise end or
+            # change the URI's path (and "#" would drop mode=ro, creating a new file)
+            uri = f"file:{quote(str(path), safe='/')}?mode=ro"
+            resolved = URL.create("sqlite", database=uri, query={"uri": "true"})
         else:
             check_writable(path)
     engine_kwargs.setdefault("poolclass", NullPool)

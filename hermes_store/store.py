@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import QueuePool
@@ -66,13 +66,19 @@ class Store:
     def write(self, work: Callable[[Session], T]) -> T:
         """Run `work` in one write transaction, retried as a unit on lock contention."""
 
-        def attempt() -> T:
+        def attempt() -> tuple[T, int]:
             with self._write_lock, Session(self._writer, expire_on_commit=False) as session:
                 with session.begin():
-                    return work(session)
+                    # BEGIN IMMEDIATE now, not at `work`'s first statement: the lock is
+                    # held before `work` runs, and contention never surfaces inside it
+                    session.connection()
+                    result = work(session)
+                self._writes += 1  # under the lock: concurrent writers must not lose counts
+                return result, self._writes
 
-        result = self.retry.run(attempt)
-        self._after_write()
+        result, writes = self.retry.run(attempt)
+        if self.checkpoint_every and writes % self.checkpoint_every == 0:
+            self.checkpoint("PASSIVE")
         return result
 
     @contextmanager
@@ -80,12 +86,12 @@ class Store:
         """A Session for reading; its deferred transaction ends when the block does."""
         with Session(self.engine, expire_on_commit=False) as session:
             with session.begin():
+                if self.dialect == "sqlite":
+                    # Take the read lock now, under the retry policy: in DELETE mode a
+                    # stream of committing writers (this store's other threads included)
+                    # can keep a reader out for longer than one busy timeout.
+                    self.retry.run(lambda: session.execute(text("PRAGMA schema_version")))
                 yield session
-
-    def _after_write(self) -> None:
-        self._writes += 1
-        if self.checkpoint_every and self._writes % self.checkpoint_every == 0:
-            self.checkpoint("PASSIVE")
 
     def checkpoint(self, mode: str = "PASSIVE") -> None:
         if self.dialect != "sqlite" or self.read_only:
