@@ -320,6 +320,8 @@ def upgrade(
                 command.upgrade(cfg, revision)
         if revision in ("head", HEAD):
             with engine.connect() as conn:
+                if maintenance.restore_missing_triggers(conn):
+                    log.warning("FTS triggers were missing: recreated; re-indexing in chunks")
                 if maintenance.detach_cjk_triggers(conn):
                     log.warning(
                         "messages_fts_cjk needs the cjk_unicode61 tokenizer, which hermes-store "
@@ -537,4 +539,3 @@ def open_engine_at_head(url: str | URL | None = None) -> Engine:
             f"run: hermes-store upgrade --url '{resolved.render_as_string(hide_password=True)}'"
         )
     return engine
-

@@ -147,3 +147,28 @@ def test_lowercase_or_is_a_word_not_an_operator(legacy_db) -> None:  # type: ign
     engine.dispose()
     assert len(upper) == 3
     assert lower == set()  # every term, "or" included, must match (implicit AND)
+
+
+def test_dropped_triggers_are_restored_and_the_index_rebuilt(legacy_db) -> None:  # type: ignore[no-untyped-def]
+    path = legacy_db(23)
+    migrate.upgrade(path)
+    con = sqlite3.connect(path)
+    # what an original process on an SQLite without FTS5 does, then keeps writing
+    for name in ("insert", "delete", "update"):
+        con.execute(f"DROP TRIGGER messages_fts_{name}")
+        con.execute(f"DROP TRIGGER messages_fts_trigram_{name}")
+    con.execute(
+        "INSERT INTO messages (session_id, role, content, timestamp, active) "
+        "VALUES ('20260303_083012_c0ffe2', 'user', 'unindexedword here', 1.0, 1)"
+    )
+    con.commit()
+    con.close()
+    migrate.upgrade(path, fts_min_pause=0)
+    status = migrate.current(path)
+    assert status.fts is not None and status.fts.triggers == 6
+    assert not status.fts.backfill_pending
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.connect() as conn:
+        assert len(search_messages(conn, "unindexedword")) == 1
+    engine.dispose()
+    assert _integrity(path) == []

@@ -111,6 +111,25 @@ def _reset_indexes(conn: Connection) -> int:
     return high
 
 
+def restore_missing_triggers(conn: Connection) -> bool:
+    """An original process on an SQLite without FTS5 drops the six triggers, after which
+    new rows go unindexed. Recreate them from the frozen v23 DDL and re-index from
+    scratch in chunks (the indexes may miss rows). Returns True if it acted."""
+    from .._migrations._fts_layouts import ALL_TRIGGERS, V23
+
+    with conn.begin():
+        state = fts_state(conn)
+        if state.layout != "v23" or state.triggers == len(ALL_TRIGGERS):
+            return False
+        for name in ALL_TRIGGERS:
+            conn.exec_driver_sql(f'DROP TRIGGER IF EXISTS "{name}"')
+        for statement in V23:
+            if statement.startswith("CREATE TRIGGER"):
+                conn.exec_driver_sql(statement)
+        _reset_indexes(conn)
+        return True
+
+
 CJK_TRIGGERS = ("messages_fts_cjk_insert", "messages_fts_cjk_delete", "messages_fts_cjk_update")
 
 
