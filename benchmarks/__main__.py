@@ -1,0 +1,329 @@
+"""hermes-store vs the raw-sqlite3 floor, in one run, on two copies of one database.
+
+    python -m benchmarks [--size 10k|100k|1m] [--quick] [--json PATH] [--keep DIR]
+
+Rows: append one message, append a batch of 50, get a session's messages, list 20
+recent sessions, search (word, "phrase", prefix*, OR, 2-char CJK, 3+-char CJK), each as
+p50 / p95 milliseconds, and "upgrade": a v22-shaped legacy file (the v22 fixture plus
+the corpus, indexed by its own triggers) brought to head by `migrate.upgrade` in a
+subprocess (total time, peak RSS, longest write transaction); its floor is a raw FTS5
+'rebuild' of both v23 indexes on the upgraded file, the work the chunked backfill does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import corpus
+from .raw_floor import Floor, bulk_load, connect, create_schema, floor_search
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+LEGACY_V22 = (
+    Path(
+        os.environ.get("HERMES_STORE_FIXTURES", REPO_ROOT.parent / "shared" / "fixtures" / "legacy")
+    )
+    / "state_v22.db"
+)
+
+BATCH = 50
+
+
+def _iterations(quick: bool) -> dict[str, int]:
+    if quick:
+        return {"append_one": 200, "append_batch": 20, "get": 40, "list": 30, "search": 30}
+    return {"append_one": 1000, "append_batch": 100, "get": 200, "list": 100, "search": 100}
+
+
+def _percentiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    p50 = statistics.median(ordered)
+    p95 = ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
+    return p50 * 1000, p95 * 1000
+
+
+def _measure(fn: Callable[[int], Any], n: int, warmup: int = 3) -> list[float]:
+    for i in range(warmup):
+        fn(-1 - i)
+    samples = []
+    gc.collect()
+    for i in range(n):
+        started = time.perf_counter()
+        fn(i)
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
+def build_database(directory: Path, sessions: list[corpus.SessionSpec]) -> tuple[Path, Path]:
+    """One generated database at head, copied: (floor copy, hermes-store copy)."""
+    base = directory / "base.db"
+    create_schema(base)
+    conn = connect(base)
+    bulk_load(conn, sessions)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.execute("ANALYZE")  # hermes-store never runs it; neither copy gets an advantage
+    conn.close()
+    floor_db, store_db = directory / "floor.db", directory / "store.db"
+    for target in (floor_db, store_db):
+        shutil.copyfile(base, target)
+    return floor_db, store_db
+
+
+def _pick_sessions(sessions: list[corpus.SessionSpec], count: int) -> list[str]:
+    """Sessions spread over the size distribution (sorted by length, evenly sampled)."""
+    by_size = sorted(sessions, key=lambda s: (len(s.messages), s.id))
+    picked = {by_size[(i * len(by_size)) // count].id for i in range(count)}
+    return sorted(picked)
+
+
+def run_ops(
+    floor_db: Path, store_db: Path, sessions: list[corpus.SessionSpec], quick: bool
+) -> list[dict[str, Any]]:
+    from hermes_store.repositories.messages import MessageRepository
+    from hermes_store.repositories.sessions import SessionRepository
+    from hermes_store.search import search_messages
+    from hermes_store.store import Store
+
+    its = _iterations(quick)
+    floor = Floor(floor_db)
+    store = Store(str(store_db))
+    messages = MessageRepository(store)
+    session_repo = SessionRepository(store)
+    targets = _pick_sessions(sessions, 64)
+    start_ts = max(s.started_at for s in sessions) + 3600
+    rows: list[dict[str, Any]] = []
+
+    def pair(name: str, f_fn: Callable[[int], Any], s_fn: Callable[[int], Any], n: int) -> None:
+        f_samples = _measure(f_fn, n)
+        s_samples = _measure(s_fn, n)
+        f50, f95 = _percentiles(f_samples)
+        s50, s95 = _percentiles(s_samples)
+        rows.append(
+            {
+                "operation": name,
+                "n": n,
+                "floor_p50_ms": f50,
+                "floor_p95_ms": f95,
+                "store_p50_ms": s50,
+                "store_p95_ms": s95,
+                "ratio_p50": s50 / f50 if f50 else float("inf"),
+                "ratio_p95": s95 / f95 if f95 else float("inf"),
+            }
+        )
+
+    try:
+        # -- append one
+        n = its["append_one"]
+        fresh = list(corpus.fresh_messages(101, n + 10, start_ts))
+
+        def f_one(i: int) -> None:
+            floor.append_message(targets[i % len(targets)], fresh[i % len(fresh)])
+
+        def s_one(i: int) -> None:
+            m = fresh[i % len(fresh)]
+            messages.append_message(
+                targets[i % len(targets)],
+                m["role"],
+                m.get("content"),
+                tool_calls=m.get("tool_calls"),
+                timestamp=m.get("timestamp"),
+            )
+
+        pair("append one", f_one, s_one, n)
+
+        # -- append batch of 50
+        n = its["append_batch"]
+        batches = [
+            list(corpus.fresh_messages(200 + b, BATCH, start_ts + 10_000 * b)) for b in range(8)
+        ]
+
+        def f_batch(i: int) -> None:
+            floor.append_messages(targets[i % len(targets)], batches[i % len(batches)])
+
+        def s_batch(i: int) -> None:
+            messages.append_messages(targets[i % len(targets)], batches[i % len(batches)])
+
+        pair(f"append batch ({BATCH})", f_batch, s_batch, n)
+
+        # -- get a session's messages (sizes across the distribution)
+        n = its["get"]
+        sizes = {s.id: len(s.messages) for s in sessions}
+        mean_len = statistics.mean(sizes[t] for t in targets)
+
+        pair(
+            f"get messages (avg {mean_len:.0f} rows)",
+            lambda i: floor.get_messages(targets[i % len(targets)]),
+            lambda i: messages.get_messages(targets[i % len(targets)]),
+            n,
+        )
+
+        # -- list 20 recent sessions
+        n = its["list"]
+        pair(
+            "list 20 recent sessions",
+            lambda i: floor.list_recent_sessions(20),
+            lambda i: session_repo.list_sessions_rich(limit=20),
+            n,
+        )
+
+        # -- search
+        n = its["search"]
+        for name, query in corpus.QUERIES.items():
+            f_hits = floor_search(floor, name, query)
+            with store.read() as sess:
+                s_hits = search_messages(sess.connection(), query)
+            if not f_hits or not s_hits:
+                raise SystemExit(f"search {name!r} ({query!r}) found nothing: corpus bug")
+
+            def s_search(i: int, query: str = query) -> None:
+                with store.read() as sess:
+                    search_messages(sess.connection(), query)
+
+            pair(
+                f"search {name}: {query}",
+                lambda i, name=name, query=query: floor_search(floor, name, query),
+                s_search,
+                n,
+            )
+    finally:
+        floor.close()
+        store.close()
+    return rows
+
+
+def run_upgrade(directory: Path, sessions: list[corpus.SessionSpec]) -> dict[str, Any]:
+    legacy = directory / "legacy_v22.db"
+    shutil.copyfile(LEGACY_V22, legacy)
+    conn = connect(legacy)
+    # ids beyond the fixture's own sessions (kept: they are part of the v22 shape)
+    bulk_load(conn, sessions)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    n_messages = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+    conn.close()
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.upgrade_child", str(legacy)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"upgrade subprocess failed:\n{proc.stderr}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    # floor: the same indexing as one raw FTS5 rebuild of both v23 indexes
+    raw = connect(legacy)
+    started = time.perf_counter()
+    raw.execute("BEGIN IMMEDIATE")
+    raw.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
+    raw.execute("INSERT INTO messages_fts_trigram(messages_fts_trigram) VALUES ('rebuild')")
+    raw.execute("COMMIT")
+    floor_s = time.perf_counter() - started
+    raw.close()
+    result.update(operation="upgrade v22 -> 0023", messages=n_messages, floor_rebuild_s=floor_s)
+    return result
+
+
+def _fmt_ms(p50: float, p95: float) -> str:
+    return f"{p50:8.3f} / {p95:8.3f}"
+
+
+def print_table(rows: list[dict[str, Any]], upgrade: dict[str, Any] | None) -> None:
+    head = ("operation", "floor p50/p95 ms", "hermes-store p50/p95 ms", "ratio p50 (p95)")
+    lines = [
+        (
+            r["operation"],
+            _fmt_ms(r["floor_p50_ms"], r["floor_p95_ms"]),
+            _fmt_ms(r["store_p50_ms"], r["store_p95_ms"]),
+            f"{r['ratio_p50']:5.2f}x ({r['ratio_p95']:.2f}x)",
+        )
+        for r in rows
+    ]
+    if upgrade is not None:
+        lines.append(
+            (
+                f"upgrade v22->0023 ({upgrade['messages']} msgs)",
+                f"{upgrade['floor_rebuild_s'] * 1000:.0f} ms (raw rebuild)",
+                f"{upgrade['total_s'] * 1000:.0f} ms total",
+                f"{upgrade['total_s'] / upgrade['floor_rebuild_s']:5.2f}x",
+            )
+        )
+    widths = [max(len(str(x[i])) for x in (head, *lines)) for i in range(4)]
+
+    def fmt(cells: tuple[str, ...]) -> str:
+        return " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True))
+
+    print(fmt(head))
+    print("-+-".join("-" * w for w in widths))
+    for line in lines:
+        print(fmt(line))
+    if upgrade is not None:
+        print(
+            f"\nupgrade: total {upgrade['total_s']:.2f} s = migration txn "
+            f"{upgrade['migration_txn_s']:.2f} s + {upgrade['backfill_steps']} backfill steps "
+            f"{upgrade['backfill_s']:.2f} s + {upgrade['teardown_steps']} teardown steps "
+            f"{upgrade['teardown_s']:.2f} s + throttle sleeps/other; "
+            f"longest write txn {upgrade['longest_write_txn_s'] * 1000:.0f} ms "
+            f"(longest backfill step {upgrade['longest_backfill_step_s'] * 1000:.0f} ms); "
+            f"peak RSS {upgrade['peak_rss_mb']:.0f} MB "
+            f"(after imports {upgrade['baseline_rss_mb']:.0f} MB)"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--size", choices=("10k", "100k", "1m"), default="10k")
+    parser.add_argument("--quick", action="store_true", help="~5k messages, under a minute")
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--seed", type=int, default=23)
+    parser.add_argument("--keep", type=Path, help="keep the databases in this directory")
+    parser.add_argument("--skip-upgrade", action="store_true")
+    args = parser.parse_args(argv)
+
+    size = "quick" if args.quick else args.size
+    started = time.perf_counter()
+    sessions = corpus.generate(corpus.SIZES[size], seed=args.seed)
+    print(
+        f"corpus: {corpus.message_count(sessions)} messages in {len(sessions)} sessions "
+        f"(seed {args.seed}); sqlite {sqlite3.sqlite_version}, python {sys.version.split()[0]}"
+    )
+    with tempfile.TemporaryDirectory(prefix="hermes-bench-") as tmp:
+        directory = args.keep or Path(tmp)
+        directory.mkdir(parents=True, exist_ok=True)
+        floor_db, store_db = build_database(directory, sessions)
+        print(f"databases built in {time.perf_counter() - started:.1f} s")
+        rows = run_ops(floor_db, store_db, sessions, args.quick)
+        upgrade = None if args.skip_upgrade else run_upgrade(directory, sessions)
+    print()
+    print_table(rows, upgrade)
+    elapsed = time.perf_counter() - started
+    print(f"\n{elapsed:.1f} s")
+    if args.json:
+        payload = {
+            "size": size,
+            "messages": corpus.message_count(sessions),
+            "sessions": len(sessions),
+            "seed": args.seed,
+            "sqlite": sqlite3.sqlite_version,
+            "python": sys.version.split()[0],
+            "elapsed_s": elapsed,
+            "rows": rows,
+            "upgrade": upgrade,
+        }
+        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

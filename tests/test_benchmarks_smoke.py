@@ -1,0 +1,46 @@
+"""The benchmark runner works end to end: `python -m benchmarks --quick --json` exits 0
+and reports every row with positive timings (about 10 s; runs in CI with the rest)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+#: the search rows, in order (benchmarks/corpus.py QUERIES)
+SEARCHES = ("word", "phrase", "prefix", "or", "cjk2", "cjk3")
+REPO_ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = REPO_ROOT.parent / "shared" / "fixtures" / "legacy" / "state_v22.db"
+
+
+def test_quick_benchmark_reports_every_row(tmp_path: Path) -> None:
+    if not FIXTURE.exists():
+        pytest.skip(f"legacy fixture {FIXTURE} not found")
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--json", str(out)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    names = [row["operation"] for row in data["rows"]]
+    assert names[0] == "append one"
+    assert names[1].startswith("append batch")
+    assert names[2].startswith("get messages")
+    assert names[3] == "list 20 recent sessions"
+    assert [n.split(":")[0] for n in names[4:]] == [f"search {q}" for q in SEARCHES]
+    for row in data["rows"]:
+        for key in ("floor_p50_ms", "floor_p95_ms", "store_p50_ms", "store_p95_ms"):
+            assert row[key] > 0, (row["operation"], key)
+    upgrade = data["upgrade"]
+    assert upgrade["after"] is not None
+    for key in ("total_s", "floor_rebuild_s", "longest_write_txn_s", "peak_rss_mb"):
+        assert upgrade[key] > 0, key
+    assert upgrade["backfill_steps"] > 0
