@@ -169,22 +169,29 @@ def decode_preview(content: Any) -> str:
     return " ".join(texts) if texts else "[multimodal content]"
 
 
+_NEIGHBOUR = (
+    "SELECT role, content FROM messages WHERE session_id = :sid AND "
+    # a row value, so that idx_messages_session (session_id, timestamp[, rowid]) seeks
+    "(timestamp, id) {cmp} (:ts, :id) "
+    "ORDER BY timestamp {direction}, id {direction} LIMIT 1"
+)
+# One round trip per hit for the previous message, the hit and the next one (ordered by
+# timestamp, then id, as the original orders context); built once, not per call.
+_CONTEXT = text(
+    "SELECT 0 AS pos, role, content FROM ("  # noqa: S608 (fixed fragments only)
+    + _NEIGHBOUR.format(cmp="<", direction="DESC")
+    + ") UNION ALL SELECT 1, role, content FROM messages WHERE id = :id "
+    "UNION ALL SELECT 2, role, content FROM ("
+    + _NEIGHBOUR.format(cmp=">", direction="ASC")
+    + ") ORDER BY pos"
+)
+
+
 def _context(conn: Connection, hit: dict[str, Any]) -> list[dict[str, str]]:
-    neighbour = (
-        "SELECT role, content FROM messages WHERE session_id = :sid AND "
-        "(timestamp {cmp} :ts OR (timestamp = :ts AND id {cmp} :id)) "
-        "ORDER BY timestamp {direction}, id {direction} LIMIT 1"
-    )
     params = {"sid": hit["session_id"], "ts": hit["timestamp"], "id": hit["id"]}
-    before = conn.execute(text(neighbour.format(cmp="<", direction="DESC")), params).first()
-    own = conn.execute(
-        text("SELECT role, content FROM messages WHERE id = :id"), {"id": hit["id"]}
-    ).first()
-    after = conn.execute(text(neighbour.format(cmp=">", direction="ASC")), params).first()
     return [
         {"role": str(r.role), "content": decode_preview(r.content)[:CONTEXT_CHARS]}
-        for r in (before, own, after)
-        if r is not None
+        for r in conn.execute(_CONTEXT, params)
     ]
 
 
