@@ -1,0 +1,807 @@
+"""Reliability: concurrent load, kill -9 at the worst moments, a full disk, hostile input
+and a security scan. Real files, real processes, no mocks.
+
+Processes report back through queues or stdout; every kill is SIGKILL of a process this
+test started, by its pid.
+"""
+
+from __future__ import annotations
+
+import ast
+import multiprocessing
+import os
+import queue
+import signal
+import sqlite3
+import string
+import subprocess
+import sys
+import textwrap
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes_store import migrate
+from hermes_store.engine import make_engine
+from hermes_store.search import maintenance
+from hermes_store.search.layout import HIGH_WATER, PROGRESS
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CLI = Path(sys.executable).with_name("hermes-store")
+BULK_MESSAGES = 150_000
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and modes")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _raw(path: Path, timeout: float = 5.0) -> sqlite3.Connection:
+    return sqlite3.connect(str(path), timeout=timeout, isolation_level=None)
+
+
+def _integrity(path: Path) -> list[str]:
+    con = _raw(path)
+    try:
+        return [str(r[0]) for r in con.execute("PRAGMA integrity_check")]
+    finally:
+        con.close()
+
+
+def _counts(path: Path) -> dict[str, Any]:
+    con = _raw(path)
+    try:
+        return {
+            "sessions": con.execute("SELECT COUNT(*) FROM sessions").fetchone()[0],
+            "messages": con.execute("SELECT COUNT(*) FROM messages").fetchone()[0],
+            "max_id": con.execute("SELECT MAX(id) FROM messages").fetchone()[0],
+            "content_total": con.execute("SELECT TOTAL(LENGTH(content)) FROM messages").fetchone()[
+                0
+            ],
+        }
+    finally:
+        con.close()
+
+
+def _tables(path: Path) -> set[str]:
+    con = _raw(path)
+    try:
+        return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    finally:
+        con.close()
+
+
+def _meta(path: Path, key: str) -> int | None:
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+    try:
+        row = con.execute("SELECT value FROM state_meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else int(row[0])
+    except sqlite3.OperationalError:
+        return None
+    finally:
+        con.close()
+
+
+def _kill(proc: subprocess.Popen[Any]) -> None:
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+
+
+def _finish_backfill(path: Path) -> maintenance.Progress:
+    """The chunked backfill to the end without the courtesy pauses (nobody else writes)."""
+    engine = make_engine(migrate.resolve_url(str(path)))
+    try:
+        return maintenance.run_backfill(engine, min_pause=0, pause_factor=0)
+    finally:
+        engine.dispose()
+
+
+def _fts_errors(path: Path) -> list[str]:
+    engine = make_engine(migrate.resolve_url(str(path)))
+    try:
+        with engine.connect() as conn:
+            errors = maintenance.integrity_errors(conn)
+            conn.rollback()
+        return errors
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def big_legacy(legacy_db: Callable[..., Path]) -> Path:
+    """state_v09.db with ~150k more messages (one transaction; the v09 FTS triggers index
+    them), so that the v23 conversion and backfill take a while."""
+    path = legacy_db(9, "state.db")
+    con = _raw(path)
+    try:
+        sids = [r[0] for r in con.execute("SELECT id FROM sessions ORDER BY id")]
+        con.execute("BEGIN")
+        con.executemany(
+            "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, ?, ?, ?)",
+            (
+                (
+                    sids[i % len(sids)],
+                    ("user", "assistant", "tool")[i % 3],
+                    f"bulkrow {i} lorem ipsum dolor sit amet token{i % 977}",
+                    1.7e9 + i,
+                )
+                for i in range(BULK_MESSAGES)
+            ),
+        )
+        con.execute("COMMIT")
+    finally:
+        con.close()
+    return path
+
+
+# --------------------------------------------------------------------------- 1. load
+
+PER_PROCESS = 150
+WRITERS = 4
+
+
+def _load_writer(path: str, n: int, own: str, shared: str, use_compat: bool, out: Any) -> None:
+    try:
+        if use_compat:
+            from hermes_store.compat import SessionDB
+
+            db = SessionDB(path)
+            append = db.append_message
+            close = db.close
+        else:
+            from hermes_store.repositories.messages import MessageRepository
+            from hermes_store.store import Store
+
+            store = Store(f"sqlite:///{path}")
+            append = MessageRepository(store).append_message
+            close = store.close
+        ids = []
+        try:
+            for i in range(PER_PROCESS):
+                ids.append(append(own, "user", f"w{n} own {i} loadmark"))
+                ids.append(append(shared, "assistant", f"w{n} shared {i} loadmark"))
+        finally:
+            close()
+        out.put(("done", n, ids))
+    except BaseException:  # noqa: BLE001 (reported to the parent)
+        out.put(("error", n, traceback.format_exc()))
+
+
+def _load_searcher(path: str, stop: Any, out: Any) -> None:
+    try:
+        from hermes_store.compat import SessionDB
+
+        db = SessionDB(path, read_only=True)
+        searches = hits = 0
+        try:
+            while not stop.is_set():
+                hits = max(hits, len(db.search_messages("loadmark", limit=50)))
+                db.search_messages("shared", role_filter=["assistant"], limit=5)
+                searches += 2
+        finally:
+            db.close()
+        out.put(("searched", searches, hits))
+    except BaseException:  # noqa: BLE001
+        out.put(("error", "searcher", traceback.format_exc()))
+
+
+def test_concurrent_writers_and_searcher(tmp_path: Path) -> None:
+    from hermes_store.compat import SessionDB
+
+    path = tmp_path / "state.db"
+    db = SessionDB(path)
+    own = [f"own-{n}" for n in range(WRITERS)]
+    for sid in [*own, "shared"]:
+        db.create_session(sid, "cli")
+    db.close()
+
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    stop = ctx.Event()
+    searcher = ctx.Process(target=_load_searcher, args=(str(path), stop, out))
+    writers = [
+        ctx.Process(target=_load_writer, args=(str(path), n, own[n], "shared", n % 2 == 0, out))
+        for n in range(WRITERS)
+    ]
+    searcher.start()
+    for p in writers:
+        p.start()
+    results: dict[Any, Any] = {}
+    errors: list[str] = []
+    deadline = time.monotonic() + 120
+    try:
+        while len(results) < WRITERS and time.monotonic() < deadline:
+            try:
+                kind, who, payload = out.get(timeout=1)
+            except queue.Empty:
+                if not any(p.is_alive() for p in writers):
+                    break
+                continue
+            if kind == "error":
+                errors.append(f"{who}: {payload}")
+                if who != "searcher":
+                    results[who] = None
+            else:
+                results[who] = payload
+        stop.set()
+        searched = None
+        while searched is None and time.monotonic() < deadline + 10:
+            try:
+                kind, who, payload = out.get(timeout=10)
+            except queue.Empty:
+                break
+            if kind == "searched":
+                searched = (who, payload)
+            elif kind == "error":
+                errors.append(f"{who}: {payload}")
+                break
+    finally:
+        stop.set()
+        for p in [*writers, searcher]:
+            p.join(timeout=15)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    assert not errors, "\n".join(errors)
+    assert sorted(results) == list(range(WRITERS))
+    assert searched is not None and searched[0] > 0, "the searcher never reported"
+    for p in writers:
+        assert p.exitcode == 0
+
+    all_ids = [i for ids in results.values() for i in ids]
+    assert len(all_ids) == len(set(all_ids)) == WRITERS * PER_PROCESS * 2
+
+    db = SessionDB(path, read_only=True)
+    try:
+        for n in range(WRITERS):
+            contents = [m["content"] for m in db.get_messages(own[n])]
+            assert contents == [f"w{n} own {i} loadmark" for i in range(PER_PROCESS)]
+            assert db.get_session(own[n])["message_count"] == PER_PROCESS
+            assert db.message_count(own[n]) == PER_PROCESS
+        shared = [m["content"] for m in db.get_messages("shared")]
+        assert sorted(shared) == sorted(
+            f"w{n} shared {i} loadmark" for n in range(WRITERS) for i in range(PER_PROCESS)
+        )
+        for n in range(WRITERS):  # each writer's own order is kept in the shared session
+            mine = [c for c in shared if c.startswith(f"w{n} ")]
+            assert mine == [f"w{n} shared {i} loadmark" for i in range(PER_PROCESS)]
+        assert db.get_session("shared")["message_count"] == WRITERS * PER_PROCESS
+        assert db.message_count() == WRITERS * PER_PROCESS * 2
+        assert len(db.search_messages("loadmark", limit=10_000)) == WRITERS * PER_PROCESS * 2
+    finally:
+        db.close()
+    assert _integrity(path) == ["ok"]
+    assert migrate.check(str(path)).ok
+
+
+# --------------------------------------------------------------------------- 2. kill upgrade
+
+
+def _write_locked(path: Path) -> bool:
+    """True while another connection holds the write lock (probe never waits)."""
+    con = sqlite3.connect(str(path), timeout=0, isolation_level=None)
+    try:
+        con.execute("BEGIN IMMEDIATE")
+        con.execute("ROLLBACK")
+        return False
+    except sqlite3.OperationalError:
+        return True
+    finally:
+        con.close()
+
+
+def test_kill_upgrade_mid_migration(big_legacy: Path) -> None:
+    path = big_legacy
+    before = _counts(path)
+    proc = subprocess.Popen(
+        [str(CLI), "upgrade", "--url", str(path), "--defer-fts-backfill"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    killed_in_migration = False
+    try:
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < deadline:
+            if _write_locked(path):  # the one upgrade transaction has begun
+                time.sleep(0.05)
+                killed_in_migration = proc.poll() is None
+                break
+            time.sleep(0.002)
+    finally:
+        _kill(proc)
+    assert killed_in_migration, "the upgrade finished before it could be killed"
+    assert proc.returncode == -signal.SIGKILL
+
+    assert _integrity(path) == ["ok"]
+    assert _counts(path) == before
+    tables = _tables(path)
+    status = migrate.current(str(path))
+    print(f"after SIGKILL: {'committed' if 'hermes_store_version' in tables else 'rolled back'}")
+    if "hermes_store_version" in tables:
+        assert status.at_head, "a killed upgrade left a partial revision"
+    else:
+        # rolled back whole: still the original's v09 file
+        assert status.kind == "legacy" and status.schema_version == 9
+        assert status.alembic_revision is None
+
+    report = migrate.upgrade(str(path), defer_fts_backfill=True, fts_min_pause=0)
+    assert report.after == migrate.HEAD
+    assert _finish_backfill(path).phase == "done"
+    result = migrate.check(str(path))
+    assert result.ok, result
+    assert _counts(path) == before
+    assert _integrity(path) == ["ok"]
+
+
+# --------------------------------------------------------------------------- 3. kill backfill
+
+
+def test_kill_fts_backfill_then_resume(big_legacy: Path) -> None:
+    path = big_legacy
+    migrate.upgrade(str(path), defer_fts_backfill=True, fts_min_pause=0)
+    before = _counts(path)
+    high = _meta(path, HIGH_WATER)
+    assert high == before["max_id"]
+    assert _meta(path, PROGRESS) == 0
+
+    proc = subprocess.Popen(
+        [str(CLI), "fts", "backfill", "--url", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    seen = None
+    try:
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < deadline:
+            progress = _meta(path, PROGRESS)
+            if progress and progress >= 1500:  # a few chunks in
+                seen = progress
+                break
+            time.sleep(0.01)
+    finally:
+        _kill(proc)
+    assert seen is not None, "the backfill never got going"
+    assert proc.returncode == -signal.SIGKILL
+    progress = _meta(path, PROGRESS)
+    assert progress is not None and 0 < progress < high
+    assert _meta(path, HIGH_WATER) == high
+    assert _integrity(path) == ["ok"]
+    assert _counts(path) == before
+    assert not migrate.check(str(path)).ok  # pending backfill is reported, not hidden
+
+    assert _finish_backfill(path).phase == "done"
+    assert _meta(path, HIGH_WATER) is None and _meta(path, PROGRESS) is None
+    assert _fts_errors(path) == []
+    assert migrate.check(str(path)).ok
+    after = _counts(path)
+    assert after == before
+    con = _raw(path)
+    try:
+        indexed = con.execute("SELECT COUNT(*) FROM messages_fts_docsize").fetchone()[0]
+        trigram = con.execute("SELECT COUNT(*) FROM messages_fts_trigram_docsize").fetchone()[0]
+        non_tool = con.execute("SELECT COUNT(*) FROM messages WHERE role <> 'tool'").fetchone()[0]
+        bulk = con.execute(
+            "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'bulkrow'"
+        ).fetchone()[0]
+    finally:
+        con.close()
+    assert indexed == after["messages"]
+    assert trigram == non_tool
+    assert bulk == BULK_MESSAGES
+
+
+# --------------------------------------------------------------------------- 4. kill writer
+
+_HANGING_WRITER = textwrap.dedent(
+    """
+    import sys, time
+    from sqlalchemy import text
+    from hermes_store.store import Store
+
+    store = Store(sys.argv[1])
+
+    def work(session):
+        session.execute(text(
+            "INSERT INTO sessions (id, source, started_at) VALUES ('doomed', 'cli', 1.0)"))
+        for i in range(200):
+            session.execute(text(
+                "INSERT INTO messages (session_id, role, content, timestamp, active, compacted)"
+                " VALUES ('doomed', 'user', :c, 1.0, 1, 0)"), {"c": f"doomed {i}"})
+        session.flush()
+        print("inside", flush=True)
+        time.sleep(3600)
+
+    store.write(work)
+    """
+)
+
+
+def test_kill_writer_inside_transaction(tmp_path: Path, fresh_db: str) -> None:
+    from hermes_store.compat import SessionDB
+
+    path = Path(fresh_db.removeprefix("sqlite:///"))
+    db = SessionDB(path)
+    db.create_session("kept", "cli")
+    db.append_message("kept", "user", "before the crash")
+    db.close()
+    before = _counts(path)
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HANGING_WRITER, fresh_db],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.strip() == "inside", proc.stderr.read() if proc.stderr else ""
+        assert _write_locked(path)
+    finally:
+        _kill(proc)
+
+    assert _integrity(path) == ["ok"]
+    assert _counts(path) == before
+    con = _raw(path)
+    try:
+        assert con.execute("SELECT COUNT(*) FROM sessions WHERE id='doomed'").fetchone()[0] == 0
+        assert (
+            con.execute("SELECT COUNT(*) FROM messages WHERE content LIKE 'doomed%'").fetchone()[0]
+            == 0
+        )
+    finally:
+        con.close()
+
+    started = time.monotonic()
+    db = SessionDB(path)
+    try:
+        db.create_session("after", "cli")
+        db.append_message("after", "user", "after the crash")
+        assert [m["content"] for m in db.get_messages("kept")] == ["before the crash"]
+        assert db.search_messages("doomed") == []
+        assert len(db.search_messages("crash")) == 2
+    finally:
+        db.close()
+    assert time.monotonic() - started < 10
+    assert migrate.check(fresh_db).ok
+
+
+# --------------------------------------------------------------------------- 5. full disk
+
+
+@pytest.fixture
+def tiny_fs(tmp_path: Path) -> Iterator[Path]:
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount_point = tmp_path / "tiny"
+    mount_point.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip() or done.returncode}")
+    try:
+        yield mount_point
+    finally:
+        result = subprocess.run(["umount", str(mount_point)], capture_output=True, check=False)
+        if result.returncode != 0:
+            subprocess.run(["umount", "-l", str(mount_point)], capture_output=True, check=False)
+
+
+def test_full_disk_is_an_error_not_a_crash(tiny_fs: Path) -> None:
+    from sqlalchemy.exc import OperationalError
+
+    from hermes_store.compat import SessionDB
+    from hermes_store.errors import StoreError
+
+    path = tiny_fs / "state.db"
+    db = SessionDB(path)
+    stored: list[str] = []
+    failure: BaseException | None = None
+    try:
+        db.create_session("s", "cli")
+        for i in range(500):
+            content = f"big {i} " + os.urandom(3_000).hex()
+            try:
+                db.append_message("s", "user", content)
+            except (OperationalError, sqlite3.OperationalError, StoreError, OSError) as exc:
+                failure = exc
+                break
+            stored.append(content)
+        assert failure is not None, "600 KB never filled up"
+        message = str(failure).lower()
+        print(f"full disk after {len(stored)} messages: {type(failure).__name__}: {failure}")
+        assert "full" in message or "disk" in message or "space" in message, message
+        assert stored, "not even one message fitted"
+        assert [m["content"] for m in db.get_messages("s")] == stored
+        assert db.get_session("s")["message_count"] == len(stored)
+        # still full: the next write fails the same clean way and changes nothing
+        with pytest.raises((OperationalError, StoreError)):
+            db.append_message("s", "user", "more " + os.urandom(3_000).hex())
+        assert db.message_count("s") == len(stored)
+    finally:
+        db.close()
+    assert _integrity(path) == ["ok"]
+    con = _raw(path)
+    try:
+        assert con.execute("SELECT COUNT(*) FROM messages").fetchone()[0] == len(stored)
+    finally:
+        con.close()
+
+
+# --------------------------------------------------------------------------- 6. bad input
+
+
+@pytest.fixture
+def session_db(tmp_path: Path) -> Iterator[Any]:
+    from hermes_store.compat import SessionDB
+
+    db = SessionDB(tmp_path / "state.db")
+    db.create_session("s", "cli")
+    try:
+        yield db
+    finally:
+        db.close()
+
+
+def _last(db: Any, session_id: str = "s") -> dict[str, Any]:
+    return db.get_messages(session_id)[-1]
+
+
+def test_lone_surrogates_are_scrubbed(session_db: Any) -> None:
+    session_db.append_message("s", "user", "a\ud800b\udfffc", reasoning="r\udc00")
+    row = _last(session_db)
+    assert row["content"] == "a\ufffdb\ufffdc"
+    assert isinstance(session_db.search_messages("\ud800"), list)  # no crash is the point
+    assert isinstance(session_db.search_messages("a\udc00b"), list)
+
+
+def test_nul_bytes_round_trip(session_db: Any) -> None:
+    value = "before\x00after\x00\x00end"
+    session_db.append_message("s", "user", value, tool_name="x\x00y")
+    row = _last(session_db)
+    assert row["content"] == value
+    assert row["tool_name"] == "x\x00y"
+    assert isinstance(session_db.search_messages("before"), list)
+    assert isinstance(session_db.search_messages("\x00"), list)
+
+
+def test_ten_megabyte_content(session_db: Any) -> None:
+    from hermes_store.errors import InvalidInput
+
+    value = ("0123456789abcdef" * 655_360)[: 10 * 1024 * 1024]
+    try:
+        session_db.append_message("s", "user", value)
+    except InvalidInput:
+        assert session_db.message_count("s") == 0
+        return
+    assert _last(session_db)["content"] == value
+    assert session_db.get_session("s")["message_count"] == 1
+
+
+def test_tool_calls_that_are_not_json(session_db: Any) -> None:
+    from hermes_store.errors import InvalidInput
+
+    # A string that is not JSON: the original's normalisation stores no calls.
+    session_db.append_message("s", "assistant", "x", tool_calls="{not json")
+    assert session_db.get_session("s")["tool_call_count"] == 0
+    assert _last(session_db)["tool_calls"] in (None, [])
+    # Objects json cannot encode: a typed error, nothing written.
+    for bad in ({1, 2}, object(), [object()], {"f": lambda: 1}):
+        with pytest.raises(InvalidInput):
+            session_db.append_message("s", "assistant", "y", tool_calls=bad)
+    assert session_db.message_count("s") == 1
+    # Valid JSON text is kept and counted.
+    session_db.append_message("s", "assistant", "z", tool_calls='[{"id": "1"}, {"id": "2"}]')
+    assert session_db.get_session("s")["tool_call_count"] == 2
+
+
+def test_unknown_session_ids(session_db: Any) -> None:
+    for sid in ("nope", "", "x" * 5000, "'; DROP TABLE messages; --", "\x00", "%", "_"):
+        with pytest.raises(sqlite3.IntegrityError):
+            session_db.append_message(sid, "user", "orphan")
+        assert session_db.get_session(sid) is None
+        assert session_db.get_messages(sid) == []
+        assert session_db.message_count(sid) == 0
+        assert session_db.set_session_title(sid, "t") is False
+    assert session_db.message_count() == 0
+    assert session_db.session_count() == 1
+
+
+def test_titles_with_control_characters(session_db: Any) -> None:
+    import unicodedata
+
+    from hermes_store.errors import InvalidTitle
+
+    raw_title = "Hello\x00\x07\x1b[31m\tworld\r\n\x7f!\u200b\ud800"
+    assert session_db.set_session_title("s", raw_title) is True
+    title = session_db.get_session_title("s")
+    assert title == session_db.sanitize_title(raw_title)
+    assert title and all(unicodedata.category(c) != "Cc" for c in title)
+    assert "Hello" in title and "world" in title
+    assert session_db.get_session_by_title(title)["id"] == "s"
+    with pytest.raises(InvalidTitle):
+        session_db.set_session_title("s", "t" * 500)
+    assert session_db.get_session_title("s") == title
+    assert session_db.set_session_title("s", "\x00\x01\x02") is True  # nothing left: cleared
+    assert session_db.get_session_title("s") is None
+
+
+def test_long_and_punctuation_queries(session_db: Any) -> None:
+    punctuation = string.punctuation
+    session_db.append_message("s", "user", f"needle haystack {punctuation} foo.bar-baz_qux")
+    session_db.append_message("s", "tool", "needle in a tool row", tool_name="shell")
+    queries = ["needle " * 400, "x" * 5000, "needle" + " OR needle" * 500, '"' * 3000]
+    for c in punctuation:
+        queries += [c, c * 3, f"needle{c}", f"{c}needle", f"need{c}le", f"needle {c} haystack"]
+        queries += [f"needle {c}", f"{c} OR needle", f"needle AND {c}{c}"]
+    queries += [punctuation, f"needle {punctuation}", "NOT", "AND OR NOT", "needle NOT"]
+    for q in queries:
+        for kwargs in ({}, {"role_filter": ["user"]}, {"sort": "newest"}):
+            result = session_db.search_messages(q, **kwargs)
+            assert isinstance(result, list), q
+    assert len(session_db.search_messages("needle")) == 2
+    assert len(session_db.search_messages("foo.bar-baz_qux")) == 1
+    assert len(session_db.search_messages("needle " * 400)) >= 1
+
+
+# --------------------------------------------------------------------------- 7. security
+
+
+def test_database_and_sidecars_are_private(tmp_path: Path) -> None:
+    from hermes_store.compat import SessionDB
+
+    old = os.umask(0o022)
+    try:
+        path = tmp_path / "home" / "state.db"
+        db = SessionDB(path)
+        db.create_session("s", "cli")
+        for i in range(60):  # past the periodic checkpoint
+            db.append_message("s", "user", f"secret {i}")
+        open_files = {p.name: p.stat().st_mode & 0o777 for p in path.parent.iterdir()}
+        db.search_messages("secret")
+        db.close()
+        closed_files = {p.name: p.stat().st_mode & 0o777 for p in path.parent.iterdir()}
+    finally:
+        os.umask(old)
+    assert "state.db" in open_files
+    for files in (open_files, closed_files):
+        loose = {name: oct(mode) for name, mode in files.items() if mode != 0o600}
+        assert not loose, loose
+
+    # a WAL database (the original's files are WAL) keeps -wal/-shm while open
+    wal = tmp_path / "wal" / "state.db"
+    wal.parent.mkdir()
+    con = sqlite3.connect(str(wal))
+    con.execute("PRAGMA journal_mode=WAL")
+    con.close()
+    os.chmod(wal, 0o644)
+    db = SessionDB(wal)
+    try:
+        db.create_session("s", "cli")
+        db.append_message("s", "user", "x")
+        modes = {p.name: p.stat().st_mode & 0o777 for p in wal.parent.iterdir()}
+    finally:
+        db.close()
+    assert {"state.db-wal", "state.db-shm"} <= set(modes)
+    loose = {name: oct(mode) for name, mode in modes.items() if mode != 0o600}
+    assert not loose, loose
+
+
+_SQL_SINKS = {"text", "execute", "exec_driver_sql", "executescript", "executemany"}
+_SANITISERS = {"int", "float", "len", "bool"}
+
+#: Reviewed SQL text that interpolates a function parameter: (file, function, parameter)
+#: -> why it is safe. Every one is an identifier (quoted) passed by hermes-store's own code,
+#: never a value that comes from a caller of the public API.
+ALLOWED: dict[tuple[str, str, str], str] = {
+    # checked against the four literal checkpoint modes just before the f-string
+    ("hermes_store/store.py", "checkpoint", "mode"): "validated against a fixed set",
+    # model table names (metadata.tables) handed over by drop_reflection_gaps
+    ("hermes_store/migrate.py", "_sqlite_fk_ondelete", "table"): "model table names",
+    # table names read from sqlite_master or the adoption rules' frozen names
+    ("hermes_store/adoption.py", "columns", "table"): "sqlite_master / frozen names",
+    # schema snapshot: every name comes from sqlite_master rows
+    ("hermes_store/schema_snapshot.py", "_table", "name"): "read from sqlite_master",
+    ("hermes_store/schema_snapshot.py", "_index", "name"): "read from sqlite_master",
+    ("hermes_store/schema_snapshot.py", "_index", "table"): "read from sqlite_master",
+    # migration building blocks: the revisions pass frozen literal table/column names
+    # and column declarations (see migrations/versions/*)
+    ("migrations/_ops.py", "columns", "table"): "frozen names from the revisions",
+    ("migrations/_ops.py", "add_column", "table"): "frozen names from the revisions",
+    ("migrations/_ops.py", "add_column", "name"): "frozen names from the revisions",
+    ("migrations/_ops.py", "add_column", "decl"): "frozen declarations from the revisions",
+    ("migrations/_ops.py", "drop_index", "name"): "frozen names from the revisions",
+    ("migrations/_ops.py", "drop_columns", "table"): "frozen names from the revisions",
+    ("migrations/_ops.py", "drop_table", "name"): "frozen names from the revisions",
+    # a frozen OLD/DEBRIS table name of revisions 0020/0022, checked by has_table first
+    ("migrations/_ops.py", "merge_usage_rows", "source"): "frozen debris table names",
+}
+
+
+def _sql_formatting_findings() -> list[tuple[str, str, str, int]]:
+    findings = []
+    files = sorted((REPO_ROOT / "hermes_store").rglob("*.py"))
+    files += sorted((REPO_ROOT / "migrations").rglob("*.py"))
+    for file in files:
+        rel = file.relative_to(REPO_ROOT).as_posix()
+        tree = ast.parse(file.read_text(encoding="utf-8"), filename=rel)
+
+        def visit(node: ast.AST, params: frozenset[str], func: str, rel: str = rel) -> None:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                a = node.args
+                names = {x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs]}
+                names |= {x.arg for x in (a.vararg, a.kwarg) if x is not None}
+                params = params | names
+                func = getattr(node, "name", func)
+            if isinstance(node, ast.Call):
+                callee = node.func
+                name = callee.attr if isinstance(callee, ast.Attribute) else None
+                name = callee.id if isinstance(callee, ast.Name) else name
+                if name in _SQL_SINKS and node.args:
+                    for used in _formatted_names(node.args[0]):
+                        if used in params:
+                            findings.append((rel, func, used, node.lineno))
+            for child in ast.iter_child_nodes(node):
+                visit(child, params, func)
+
+        visit(tree, frozenset(), "<module>")
+    return findings
+
+
+def _formatted_names(node: ast.AST) -> set[str]:
+    """Names interpolated into SQL text by an f-string, `%`, `+` or `.format` (names
+    inside int()/float()/len()/bool() count as sanitised; plain names passed whole, such
+    as `execute(sql)`, are not formatting)."""
+    parts: list[ast.AST] = []
+    if isinstance(node, ast.JoinedStr):
+        parts = [v.value for v in node.values if isinstance(v, ast.FormattedValue)]
+    elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+        parts = [node.right]
+    elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return (
+            _formatted_names(node.left)
+            | _formatted_names(node.right)
+            | {side.id for side in (node.left, node.right) if isinstance(side, ast.Name)}
+        )
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "format"
+    ):
+        parts = [*node.args, *(k.value for k in node.keywords)]
+    names: set[str] = set()
+
+    def collect(expr: ast.AST) -> None:
+        if (
+            isinstance(expr, ast.Call)
+            and isinstance(expr.func, ast.Name)
+            and expr.func.id in _SANITISERS
+        ):
+            return
+        if isinstance(expr, ast.Name):
+            names.add(expr.id)
+        for child in ast.iter_child_nodes(expr):
+            collect(child)
+
+    for part in parts:
+        collect(part)
+    return names
+
+
+def test_no_sql_formatted_from_parameters() -> None:
+    findings = _sql_formatting_findings()
+    unexpected = [f for f in findings if f[:3] not in ALLOWED]
+    assert not unexpected, "SQL text formatted from a function parameter:\n" + "\n".join(
+        f"{rel}:{line} {func}() interpolates {name!r}" for rel, func, name, line in unexpected
+    )
+    stale = set(ALLOWED) - {f[:3] for f in findings}
+    assert not stale, f"allowlist entries that no longer match anything: {stale}"
