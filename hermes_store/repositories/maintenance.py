@@ -36,7 +36,7 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from ..models import Message
 from ..models import Session as SessionRow
@@ -50,6 +50,7 @@ from ._encoding import (
     scrub,
 )
 from .messages import encode_bulk
+from .sessions import compression_lineage, lineage_members
 
 log = logging.getLogger(__name__)
 
@@ -518,6 +519,29 @@ class MaintenanceRepository:
             row["messages"] = _active_messages(conn, session_id)
         return row
 
+    def export_session_lineage(self, session_id: str) -> dict[str, Any] | None:
+        """A compression lineage exported as one logical session (spec section 8): the
+        last segment's fields, plus `segments` (one `export_session` dict per segment,
+        root first), `lineage_session_ids`, `messages` (all segments' active messages
+        concatenated) and `message_count` (their total). None for unknown ids. Read in
+        one transaction, so the segments are consistent with each other."""
+        with self.store.read() as s:
+            conn = s.connection()
+            segments: list[dict[str, Any]] = []
+            for sid in compression_lineage(s, session_id):
+                row = _session_row(conn, sid)
+                if row is not None:
+                    row["messages"] = _active_messages(conn, sid)
+                    segments.append(row)
+        if not segments:
+            return None
+        merged = dict(segments[-1])
+        merged["segments"] = segments
+        merged["lineage_session_ids"] = [seg["id"] for seg in segments]
+        merged["messages"] = [m for seg in segments for m in seg["messages"]]
+        merged["message_count"] = len(merged["messages"])
+        return merged
+
     def export_all(self, source: str | None = None) -> Iterator[dict[str, Any]]:
         """Every session (newest start first), one export at a time.
 
@@ -690,6 +714,26 @@ class MaintenanceRepository:
         _remove_session_files(sessions_dir, sorted(deleted))
         return True
 
+    def delete_session_if_empty(
+        self, session_id: str, sessions_dir: str | Path | None = None
+    ) -> bool:
+        """Delete a session only if it is untitled (NULL or ''), has no message rows
+        (inactive ones count) and no child sessions; decided and done in one write.
+        Its files under `sessions_dir` are removed afterwards (spec section 9)."""
+        if not session_id or not isinstance(session_id, str):
+            return False
+        child = aliased(SessionRow)
+        stmt = delete(SessionRow).where(
+            SessionRow.id == session_id,
+            or_(SessionRow.title.is_(None), SessionRow.title == ""),
+            ~select(Message.id).where(Message.session_id == session_id).exists(),
+            ~select(child.id).where(child.parent_session_id == session_id).exists(),
+        )
+        deleted = self.store.write(lambda s: s.connection().execute(stmt).rowcount) > 0
+        if deleted:
+            _remove_session_files(sessions_dir, [session_id])
+        return deleted
+
     def delete_sessions(
         self, session_ids: Iterable[Any], sessions_dir: str | Path | None = None
     ) -> int:
@@ -836,6 +880,36 @@ class MaintenanceRepository:
         )
         with self.store.read() as s:
             return [dict(r) for r in s.execute(stmt).mappings()]
+
+    def archive_sessions(
+        self, older_than_days: float | None = None, source: str | None = None, **filters: Any
+    ) -> int:
+        """Archive what `prune_sessions` would select with the same filters, lineage-wide
+        like `set_session_archived` (ancestors and descendants linked through compression
+        parents, open tips included). `archived` defaults to False, so already archived
+        sessions are not selected again. Returns the number of selected sessions (as the
+        original, which archives each candidate in turn); one write transaction."""
+        filters.setdefault("archived", False)
+        conds = self._prune_conditions("archive_sessions", older_than_days, source, filters)
+
+        def work(s: Session) -> int:
+            conn = s.connection()
+            ids = list(
+                conn.execute(select(SessionRow.id).where(*conds).order_by(SessionRow.id)).scalars()
+            )
+            members: set[str] = set()
+            for sid in ids:  # every one: lineages need not be closed under membership
+                members.update(lineage_members(s, sid))
+            stmt = (
+                update(SessionRow)
+                .where(SessionRow.id.in_(bindparam("ids", expanding=True)))
+                .values(archived=1)
+            )
+            for chunk in _chunks(sorted(members)):
+                conn.execute(stmt, {"ids": list(chunk)})
+            return len(ids)
+
+        return self.store.write(work)
 
     # ------------------------------------------------------------------ empty / stale
 

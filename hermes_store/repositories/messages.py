@@ -1067,6 +1067,30 @@ class MessageRepository:
         chain.reverse()
         return chain
 
+    def _lineage_rows(
+        self, session: OrmSession, session_id: str, include_ancestors: bool, include_inactive: bool
+    ) -> tuple[list[str], list[RowLike]]:
+        """(root-to-tip chain, its rows in chain order then id order) in one query."""
+        chain = self._lineage(session, session_id) if include_ancestors else [session_id]
+        query = _full_rows().where(M.session_id.in_(chain))
+        if not include_inactive:
+            query = query.where(M.active == 1)
+        rows = session.execute(query.order_by(M.id)).mappings().all()
+        position = {sid: i for i, sid in enumerate(chain)}
+        return chain, sorted(rows, key=lambda r: (position[r["session_id"]], r["id"]))
+
+    @staticmethod
+    def _conversation(
+        rows: Iterable[RowLike], dedupe_replays: bool, repair_alternation: bool
+    ) -> list[dict[str, Any]]:
+        messages = [_to_conversation(r) for r in rows]
+        if dedupe_replays:
+            messages = _drop_replayed_prompts(messages)
+        messages = _drop_review_prompts(messages)
+        if repair_alternation:
+            messages = repair_message_alternation(messages)
+        return messages
+
     def get_messages_as_conversation(
         self,
         session_id: str,
@@ -1080,20 +1104,36 @@ class MessageRepository:
         session's rows in id order) and prompts replayed across a compression boundary
         appear once. `repair_alternation` runs `repair_message_alternation()`."""
         with self.store.read() as session:
-            chain = self._lineage(session, session_id) if include_ancestors else [session_id]
-            query = _full_rows().where(M.session_id.in_(chain))
-            if not include_inactive:
-                query = query.where(M.active == 1)
-            rows = session.execute(query.order_by(M.id)).mappings().all()
-        position = {sid: i for i, sid in enumerate(chain)}
-        ordered = sorted(rows, key=lambda r: (position[r["session_id"]], r["id"]))
-        messages = [_to_conversation(r) for r in ordered]
-        if include_ancestors:
-            messages = _drop_replayed_prompts(messages)
-        messages = _drop_review_prompts(messages)
-        if repair_alternation:
-            messages = repair_message_alternation(messages)
-        return messages
+            _, rows = self._lineage_rows(session, session_id, include_ancestors, include_inactive)
+        return self._conversation(rows, include_ancestors, repair_alternation)
+
+    def get_resume_conversations(
+        self, session_id: str
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(model_history, display_history) from one read of the lineage's active rows
+        (spec section 4.2): what the model is sent is the session's own rows with the
+        alternation repair; what the user sees is the whole lineage, root first, with
+        replayed prompts shown once. Equal to `get_messages_as_conversation(id,
+        repair_alternation=True)` and `get_messages_as_conversation(id,
+        include_ancestors=True)`, without a second read in between."""
+        with self.store.read() as session:
+            _, rows = self._lineage_rows(session, session_id, True, False)
+        own = [r for r in rows if r["session_id"] == session_id]
+        return (
+            self._conversation(own, dedupe_replays=False, repair_alternation=True),
+            self._conversation(rows, dedupe_replays=True, repair_alternation=False),
+        )
+
+    def get_ancestor_display_prefix(self, session_id: str) -> list[dict[str, Any]]:
+        """The display rows of the session's ancestors only, root first, with replayed
+        prompts de-duplicated among them (what a UI shows above the live session's own
+        transcript); [] when the session has no parent (spec section 4.2)."""
+        with self.store.read() as session:
+            chain, rows = self._lineage_rows(session, session_id, True, False)
+        if len(chain) < 2:
+            return []
+        ancestors = [r for r in rows if r["session_id"] != session_id]
+        return self._conversation(ancestors, dedupe_replays=True, repair_alternation=False)
 
 
 __all__ = [

@@ -18,6 +18,7 @@ import logging
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 from sqlalchemy import (
@@ -44,7 +45,7 @@ from sqlalchemy.sql.selectable import NamedFromClause
 from ..models import Message
 from ..models import Session as SessionModel
 from ..store import Store
-from ._encoding import flag, now, scrub
+from ._encoding import decode_content, flag, now, scrub
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,10 @@ RECOVERABLE_END_REASONS = ("agent_close", "ws_orphan_reap")
 
 MAX_LINEAGE_HOPS = 100
 MAX_RESUME_HOPS = 32
+#: prune_empty_ghost_sessions / finalize_orphaned_compression_sessions age thresholds.
+GHOST_AGE = 24 * 3600.0
+ORPHANED_COMPRESSION_AGE = 7 * 86400.0
+ORPHANED_COMPRESSION = "orphaned_compression"
 #: Ids per IN-list, well under SQLite's historical limit of 999 bound variables.
 IN_CHUNK = 500
 
@@ -527,9 +532,7 @@ def delegate_descendants(session: OrmSession, session_id: str) -> set[str]:
 # The CTE sits inside the IN (...) so the statement starts with UPDATE: Python's sqlite3
 # only reports a rowcount for statements it recognises as DML by their first keyword.
 # UNION (not UNION ALL) makes both walks stop at a cycle.
-_LINEAGE = """
-UPDATE sessions SET {column} = :value
-WHERE id IN (
+_LINEAGE_MEMBERS = """
   WITH RECURSIVE
     up(id) AS (
       SELECT :sid
@@ -548,12 +551,28 @@ WHERE id IN (
       WHERE p.end_reason = 'compression'
     )
   SELECT id FROM up UNION SELECT id FROM down
-)
 """
+# Both statements are assembled from this module's constants only (no input).
+_LINEAGE = (
+    "UPDATE sessions SET {column} = :value WHERE id IN ("  # noqa: S608
+    + _LINEAGE_MEMBERS
+    + ")"
+)
+_LINEAGE_SELECT = text(
+    "SELECT id FROM sessions WHERE id IN ("  # noqa: S608
+    + _LINEAGE_MEMBERS
+    + ") ORDER BY id"
+)
 # One statement per flag: the column name is a constant of this module, never input.
 _LINEAGE_UPDATES = {
     column: text(_LINEAGE.format(column=column)) for column in ("archived", "pinned")
 }
+
+
+def lineage_members(session: OrmSession, session_id: str) -> list[str]:
+    """The existing ids `set_session_archived` / `set_session_pinned` would touch for
+    `session_id`: ancestors and descendants linked through parents ended by compression."""
+    return [str(r) for r in session.execute(_LINEAGE_SELECT, {"sid": session_id}).scalars()]
 
 
 def _set_lineage_flag(session: OrmSession, column: str, session_id: str, value: Any) -> bool:
@@ -663,6 +682,58 @@ class SessionRepository:
         except Exception as exc:  # the original's contract: any failure reads as "no change"
             log.debug("promote_to_session_reset(%s) failed: %s", session_id, exc)
             return False
+
+    def prune_empty_ghost_sessions(self, sessions_dir: str | Path | None = None) -> int:
+        """Delete the empty rows a TUI leaves behind when it is opened and closed without
+        a message (spec section 2): source `tui`, untitled, ended, started more than
+        24 hours ago and without any message row. Their children (if any) are orphaned;
+        their transcript files under `sessions_dir` are removed afterwards."""
+        from .maintenance import _delete_ids, _remove_session_files  # circular at import
+
+        cutoff = now() - GHOST_AGE
+
+        def work(session: OrmSession) -> list[str]:
+            ids = list(
+                session.execute(
+                    select(S.id)
+                    .where(
+                        S.source == "tui",
+                        or_(S.title.is_(None), S.title == ""),
+                        S.ended_at.is_not(None),
+                        S.started_at < cutoff,
+                        ~exists().where(M.session_id == S.id),
+                    )
+                    .order_by(S.id)
+                ).scalars()
+            )
+            if ids:
+                _delete_ids(session.connection(), ids)
+            return ids
+
+        deleted = self.store.write(work)
+        _remove_session_files(sessions_dir, deleted)
+        return len(deleted)
+
+    def finalize_orphaned_compression_sessions(self) -> int:
+        """End (`orphaned_compression`, now) the continuations a crashed compression left
+        open (spec section 2): still open, no API call made, started more than 7 days
+        ago, holding messages, and whose parent ended with `compression`."""
+        parent = SESSIONS.alias("p")
+        ts = now()
+        statement = (
+            update(SESSIONS)
+            .where(
+                S.ended_at.is_(None),
+                func.coalesce(S.api_call_count, 0) == 0,
+                S.started_at < ts - ORPHANED_COMPRESSION_AGE,
+                exists().where(M.session_id == S.id),
+                exists().where(
+                    parent.c.id == S.parent_session_id, parent.c.end_reason == COMPRESSION
+                ),
+            )
+            .values(ended_at=ts, end_reason=ORPHANED_COMPRESSION)
+        )
+        return self.store.write(lambda session: _rowcount(session.execute(statement)))
 
     # ----------------------------------------------------------------- reads
 
@@ -1178,6 +1249,51 @@ class SessionRepository:
                 }
                 for r in session.execute(query)
             ]
+
+    def list_skill_scaffolded_sessions(self, limit: int = 200) -> list[Row]:
+        """Titled sessions whose first user message (by timestamp, then id; NULL content
+        skipped) is a `/skill` invocation, newest start first: their titles were made
+        from the expanded skill body rather than the request. Rows are `{id, title,
+        content}` with the full first-turn content (decoded), so a caller can re-derive
+        what the user typed and re-title the session (spec section 7.2)."""
+        m = MESSAGES.alias("m")
+        first = (
+            select(m.c.id)
+            .where(m.c.session_id == S.id, m.c.role == "user", m.c.content.is_not(None))
+            .order_by(m.c.timestamp, m.c.id)
+            .limit(1)
+            .scalar_subquery()
+        )
+        query = (
+            select(S.id, S.title, M.content)
+            .select_from(SESSIONS.join(MESSAGES, M.id == first))
+            .where(
+                S.title.is_not(None),
+                func.substr(M.content, 1, len(SKILL_INVOCATION_PREFIX)) == SKILL_INVOCATION_PREFIX,
+            )
+            .order_by(S.started_at.desc(), S.id.desc())
+            .limit(max(0, int(limit)))
+        )
+        with self.store.read() as session:
+            return [
+                {"id": r.id, "title": r.title, "content": decode_content(r.content)}
+                for r in session.execute(query)
+            ]
+
+    def get_first_assistant_text(self, session_id: str) -> str:
+        """The text of the session's first assistant message with content (by timestamp,
+        then id; inactive rows included, as in the original); "" when there is none or
+        its content is structured (spec section 7.2, used to re-title `/skill` sessions)."""
+        query = (
+            select(M.content)
+            .where(M.session_id == session_id, M.role == "assistant", M.content.is_not(None))
+            .order_by(M.timestamp, M.id)
+            .limit(1)
+        )
+        with self.store.read() as session:
+            stored = session.execute(query).scalar_one_or_none()
+        decoded = decode_content(stored)
+        return decoded if isinstance(decoded, str) else ""
 
 
 # --------------------------------------------------------------------------- helpers
