@@ -37,6 +37,7 @@ from .repositories.maintenance import MaintenanceRepository
 from .repositories.messages import MessageRepository
 from .repositories.meta import MetaRepository
 from .repositories.sessions import SessionRepository
+from .repositories.telegram import TelegramTopicRepository
 from .repositories.titles import TitleRepository, sanitize_title
 from .repositories.usage import UsageRepository
 from .search import sanitize_fts5_query, search_messages
@@ -140,6 +141,7 @@ class SessionDB:
         self._gateway = GatewayRoutingRepository(store)
         self._delegations = AsyncDelegationRepository(store)
         self._maintenance = MaintenanceRepository(store)
+        self._telegram = TelegramTopicRepository(store)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -472,6 +474,26 @@ def _append_message(self: SessionDB, *args: Any, **kwargs: Any) -> int:
 
 
 SessionDB.append_message = _append_message  # type: ignore[attr-defined]
+
+_FORWARDED.append(
+    (
+        "_telegram",
+        TelegramTopicRepository,
+        _same(
+            "apply_telegram_topic_migration",
+            "enable_telegram_topic_mode",
+            "disable_telegram_topic_mode",
+            "is_telegram_topic_mode_enabled",
+            "get_telegram_topic_binding",
+            "list_telegram_topic_bindings_for_chat",
+            "get_telegram_topic_binding_by_session",
+            "delete_telegram_topic_binding",
+            "bind_telegram_topic",
+            "is_telegram_session_linked_to_topic",
+            "list_unlinked_telegram_sessions_for_user",
+        ),
+    )
+)
 
 for _repository, _cls, _names in _FORWARDED:
     for _facade_name, _method in _methods(_repository, _cls, _names).items():

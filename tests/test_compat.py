@@ -239,3 +239,20 @@ def test_unknown_session_raises_the_originals_integrity_error(tmp_path: Path) ->
         assert db.message_count() == 0
     finally:
         db.close()
+
+
+def test_telegram_topic_methods_through_the_facade(tmp_path: Path) -> None:
+    db = SessionDB(tmp_path / "state.db")
+    try:
+        assert db.is_telegram_topic_mode_enabled("c1") is False  # tables not created yet
+        db.create_session("t1", "telegram", user_id="u1")
+        db.bind_telegram_topic(
+            chat_id="c1", thread_id="7", user_id="u1", session_key="k", session_id="t1"
+        )
+        assert db.is_telegram_session_linked_to_topic("t1")
+        with pytest.raises(ValueError, match="already linked to another Telegram topic"):
+            db.bind_telegram_topic(
+                chat_id="c1", thread_id="8", user_id="u1", session_key="k", session_id="t1"
+            )
+    finally:
+        db.close()

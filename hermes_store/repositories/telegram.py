@@ -1,0 +1,488 @@
+"""Telegram DM topic mode (opt-in): `telegram_dm_topic_mode` and
+`telegram_dm_topic_bindings`.
+
+spec/behaviour.md 15, spec/schema.md 2.9. The two tables exist only after a user opts
+in (`/topic`): nothing here creates them implicitly except the explicit opt-in paths
+(`apply_telegram_topic_migration`, `enable_telegram_topic_mode`, `bind_telegram_topic`).
+Every reader returns an empty result (None, False, []) while the tables are missing.
+
+The DDL is raw text, exactly as the original writes it, because these tables are owned
+by the Telegram module and are excluded from the ORM metadata and from Alembic. The
+migration is SQLite-only (it needs `PRAGMA foreign_keys` and `PRAGMA foreign_key_list`).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from typing import Any, cast
+
+from sqlalchemy import inspect, text
+from sqlalchemy.orm import Session
+
+from ..errors import MigrationError, SessionNotFound
+from ..store import Store
+from ._encoding import now, scrub
+
+log = logging.getLogger(__name__)
+
+MODE_TABLE = "telegram_dm_topic_mode"
+BINDINGS_TABLE = "telegram_dm_topic_bindings"
+SCHEMA_VERSION_KEY = "telegram_dm_topic_schema_version"
+SCHEMA_VERSION = "2"
+ALREADY_LINKED = "session is already linked to another Telegram topic"
+
+MODE_DDL = """CREATE TABLE IF NOT EXISTS telegram_dm_topic_mode (
+    chat_id TEXT PRIMARY KEY,
+    user_id TEXT NOT NULL,
+    enabled INTEGER NOT NULL DEFAULT 1,
+    activated_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    has_topics_enabled INTEGER,
+    allows_users_to_create_topics INTEGER,
+    capability_checked_at REAL,
+    intro_message_id TEXT,
+    pinned_message_id TEXT
+)"""
+
+_BINDINGS_COLUMNS = """(
+    chat_id TEXT NOT NULL,
+    thread_id TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    session_key TEXT NOT NULL,
+    session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    managed_mode TEXT NOT NULL DEFAULT 'auto',
+    linked_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (chat_id, thread_id)
+)"""
+
+BINDINGS_DDL = f"CREATE TABLE IF NOT EXISTS telegram_dm_topic_bindings {_BINDINGS_COLUMNS}"
+
+INDEX_DDL = (
+    "CREATE UNIQUE INDEX IF NOT EXISTS idx_telegram_dm_topic_bindings_session "
+    "ON telegram_dm_topic_bindings(session_id)",
+    "CREATE INDEX IF NOT EXISTS idx_telegram_dm_topic_bindings_user "
+    "ON telegram_dm_topic_bindings(user_id, chat_id)",
+)
+
+_BINDING_FIELDS = (
+    "chat_id, thread_id, user_id, session_key, session_id, managed_mode, linked_at, updated_at"
+)
+
+
+def _flag(value: bool | None) -> int | None:
+    return None if value is None else int(bool(value))
+
+
+def _id(value: object) -> str:
+    """Telegram ids arrive as ints or strings; they are stored as text either way."""
+    return cast(str, scrub(str(value)))
+
+
+def _has(s: Session, *tables: str) -> bool:
+    insp = inspect(s.connection())
+    return all(insp.has_table(t) for t in tables)
+
+
+def _needs_cascade_rebuild(con: sqlite3.Connection) -> bool:
+    """True when the bindings table exists but its session_id FK lacks ON DELETE
+    CASCADE (the v1 shape), or has no FK to sessions at all."""
+    if not con.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (BINDINGS_TABLE,)
+    ).fetchone():
+        return False
+    rows = con.execute(f"PRAGMA foreign_key_list('{BINDINGS_TABLE}')").fetchall()
+    # foreign_key_list columns: id, seq, table, from, to, on_update, on_delete, match
+    return not any(
+        row[2] == "sessions" and row[3] == "session_id" and str(row[6]).upper() == "CASCADE"
+        for row in rows
+    )
+
+
+class TelegramTopicRepository:
+    """Topic-mode flags per private chat and the (chat, thread) -> session bindings.
+
+    A session is bound to at most one topic (unique index on session_id); deleting a
+    session removes its binding by cascade (the Store's connections run with FKs on).
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    # ------------------------------------------------------------------ migration
+
+    def apply_telegram_topic_migration(self) -> bool:
+        """Create both tables and their indexes (IF NOT EXISTS), rebuild a v1 bindings
+        table (no ON DELETE CASCADE) keeping its rows, and set
+        `state_meta['telegram_dm_topic_schema_version'] = '2'`. Idempotent.
+
+        Returns True iff a v1 -> v2 rebuild happened. The rebuild runs on a raw
+        connection with `foreign_keys=OFF` (set outside the transaction, where SQLite
+        honours it), inside one BEGIN IMMEDIATE, and checks `PRAGMA foreign_key_check`
+        before COMMIT: bindings pointing at missing sessions roll everything back and
+        raise MigrationError (nothing is changed). Lock contention is retried as a unit
+        by the store's RetryPolicy.
+        """
+        if self.store.dialect != "sqlite":
+            raise MigrationError("the Telegram topic migration is implemented for SQLite only")
+        return self.store.retry.run(self._migrate_once)
+
+    def _migrate_once(self) -> bool:
+        with self.store.engine.connect() as conn:
+            con = cast(sqlite3.Connection, conn.connection.driver_connection)
+            con.execute("PRAGMA foreign_keys=OFF")
+            try:
+                con.execute("BEGIN IMMEDIATE")
+                try:
+                    rebuilt = self._migrate_in(con)
+                    con.execute("COMMIT")
+                except BaseException:
+                    con.execute("ROLLBACK")
+                    raise
+            finally:
+                con.execute("PRAGMA foreign_keys=ON")
+        if rebuilt:
+            log.info("rebuilt %s with ON DELETE CASCADE (topic schema v1 -> v2)", BINDINGS_TABLE)
+        return rebuilt
+
+    @staticmethod
+    def _migrate_in(con: sqlite3.Connection) -> bool:
+        con.execute(MODE_DDL)
+        rebuilt = _needs_cascade_rebuild(con)
+        if rebuilt:
+            # Move the v1 table aside (its indexes go with it), create the v2 table under
+            # the real name (so its stored SQL is the same as a fresh creation's), copy,
+            # and drop the old one, which drops the old indexes.
+            con.execute("DROP TABLE IF EXISTS telegram_dm_topic_bindings_v1")
+            con.execute(f"ALTER TABLE {BINDINGS_TABLE} RENAME TO telegram_dm_topic_bindings_v1")
+            con.execute(BINDINGS_DDL)
+            con.execute(
+                f"INSERT INTO {BINDINGS_TABLE} ({_BINDING_FIELDS}) "  # noqa: S608
+                f"SELECT {_BINDING_FIELDS} FROM telegram_dm_topic_bindings_v1"
+            )
+            con.execute("DROP TABLE telegram_dm_topic_bindings_v1")
+        else:
+            con.execute(BINDINGS_DDL)
+        for ddl in INDEX_DDL:
+            con.execute(ddl)
+        con.execute(
+            "INSERT INTO state_meta (key, value) VALUES (?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (SCHEMA_VERSION_KEY, SCHEMA_VERSION),
+        )
+        orphans = con.execute(f"PRAGMA foreign_key_check('{BINDINGS_TABLE}')").fetchall()
+        if orphans:
+            raise MigrationError(
+                f"{len(orphans)} Telegram topic binding(s) reference sessions that no longer "
+                f"exist; nothing was changed (delete those rows from {BINDINGS_TABLE}, then "
+                "retry)"
+            )
+        return rebuilt
+
+    def _ensure_migrated(self) -> None:
+        """Run the migration unless both tables exist at sub-schema version 2."""
+        with self.store.read() as s:
+            ready = _has(s, MODE_TABLE, BINDINGS_TABLE) and (
+                s.execute(
+                    text("SELECT value FROM state_meta WHERE key = :k"), {"k": SCHEMA_VERSION_KEY}
+                ).scalar_one_or_none()
+                == SCHEMA_VERSION
+            )
+        if not ready:
+            self.apply_telegram_topic_migration()
+
+    # ------------------------------------------------------------------ mode
+
+    def enable_telegram_topic_mode(
+        self,
+        *,
+        chat_id: str | int,
+        user_id: str | int,
+        has_topics_enabled: bool | None = None,
+        allows_users_to_create_topics: bool | None = None,
+        intro_message_id: str | int | None = None,
+        pinned_message_id: str | int | None = None,
+    ) -> dict[str, Any]:
+        """Turn topic mode on for one private chat (this is the explicit opt-in, so it
+        runs the migration first). Upsert on `chat_id`: `activated_at` is kept on
+        re-enable, `user_id`/`updated_at` are overwritten, and `enabled` becomes 1.
+        The capability flags are stored as 0/1 and stamp `capability_checked_at` when
+        either is given; a None flag or message id keeps the stored value. Returns the
+        stored row."""
+        self._ensure_migrated()
+        checked = has_topics_enabled is not None or allows_users_to_create_topics is not None
+        ts = now()
+        params = {
+            "chat_id": _id(chat_id),
+            "user_id": _id(user_id),
+            "ts": ts,
+            "has": _flag(has_topics_enabled),
+            "allows": _flag(allows_users_to_create_topics),
+            "checked": ts if checked else None,
+            "intro": None if intro_message_id is None else _id(intro_message_id),
+            "pinned": None if pinned_message_id is None else _id(pinned_message_id),
+        }
+
+        def work(s: Session) -> dict[str, Any]:
+            s.execute(
+                text(
+                    """
+                    INSERT INTO telegram_dm_topic_mode (
+                        chat_id, user_id, enabled, activated_at, updated_at,
+                        has_topics_enabled, allows_users_to_create_topics,
+                        capability_checked_at, intro_message_id, pinned_message_id
+                    ) VALUES (:chat_id, :user_id, 1, :ts, :ts, :has, :allows, :checked,
+                              :intro, :pinned)
+                    ON CONFLICT(chat_id) DO UPDATE SET
+                        user_id = excluded.user_id,
+                        enabled = 1,
+                        updated_at = excluded.updated_at,
+                        has_topics_enabled =
+                            COALESCE(excluded.has_topics_enabled, has_topics_enabled),
+                        allows_users_to_create_topics = COALESCE(
+                            excluded.allows_users_to_create_topics,
+                            allows_users_to_create_topics),
+                        capability_checked_at =
+                            COALESCE(excluded.capability_checked_at, capability_checked_at),
+                        intro_message_id = COALESCE(excluded.intro_message_id, intro_message_id),
+                        pinned_message_id =
+                            COALESCE(excluded.pinned_message_id, pinned_message_id)
+                    """
+                ),
+                params,
+            )
+            row = (
+                s.execute(
+                    text("SELECT * FROM telegram_dm_topic_mode WHERE chat_id = :c"),
+                    {"c": params["chat_id"]},
+                )
+                .mappings()
+                .one()
+            )
+            return dict(row)
+
+        return self.store.write(work)
+
+    def disable_telegram_topic_mode(
+        self, *, chat_id: str | int, clear_bindings: bool = True
+    ) -> bool:
+        """Set `enabled = 0` for the chat and, unless `clear_bindings` is False, delete
+        every binding of that chat (so a later re-enable starts clean). Never creates
+        the tables: without them this is a no-op. Returns True iff a mode row existed."""
+        chat = _id(chat_id)
+
+        def work(s: Session) -> bool:
+            found = False
+            if _has(s, MODE_TABLE):
+                result = s.connection().execute(
+                    text(
+                        "UPDATE telegram_dm_topic_mode SET enabled = 0, updated_at = :ts "
+                        "WHERE chat_id = :c"
+                    ),
+                    {"ts": now(), "c": chat},
+                )
+                found = result.rowcount > 0
+            if clear_bindings and _has(s, BINDINGS_TABLE):
+                s.execute(
+                    text("DELETE FROM telegram_dm_topic_bindings WHERE chat_id = :c"), {"c": chat}
+                )
+            return found
+
+        return self.store.write(work)
+
+    def is_telegram_topic_mode_enabled(
+        self, chat_id: str | int, user_id: str | int | None = None
+    ) -> bool:
+        """True iff the chat has topic mode on (and, with `user_id`, was enabled by that
+        user). False when the table does not exist."""
+        sql = "SELECT enabled FROM telegram_dm_topic_mode WHERE chat_id = :c"
+        params: dict[str, Any] = {"c": _id(chat_id)}
+        if user_id is not None:
+            sql += " AND user_id = :u"
+            params["u"] = _id(user_id)
+        with self.store.read() as s:
+            if not _has(s, MODE_TABLE):
+                return False
+            enabled = s.execute(text(sql), params).scalar_one_or_none()
+        return bool(enabled)
+
+    # ------------------------------------------------------------------ bindings
+
+    def get_telegram_topic_binding(
+        self, chat_id: str | int, thread_id: str | int
+    ) -> dict[str, Any] | None:
+        """The binding row of one topic, or None (also when the table is missing)."""
+        return self._one(
+            "SELECT * FROM telegram_dm_topic_bindings WHERE chat_id = :c AND thread_id = :t",
+            {"c": _id(chat_id), "t": _id(thread_id)},
+        )
+
+    def get_telegram_topic_binding_by_session(self, session_id: str) -> dict[str, Any] | None:
+        """The binding row of a session (at most one), or None."""
+        return self._one(
+            "SELECT * FROM telegram_dm_topic_bindings WHERE session_id = :s",
+            {"s": str(session_id)},
+        )
+
+    def list_telegram_topic_bindings_for_chat(self, chat_id: str | int) -> list[dict[str, Any]]:
+        """Every binding of one chat, most recently updated first (ties by thread_id);
+        [] when the table is missing."""
+        with self.store.read() as s:
+            if not _has(s, BINDINGS_TABLE):
+                return []
+            rows = s.execute(
+                text(
+                    "SELECT * FROM telegram_dm_topic_bindings WHERE chat_id = :c "
+                    "ORDER BY updated_at DESC, thread_id"
+                ),
+                {"c": _id(chat_id)},
+            ).mappings()
+            return [dict(r) for r in rows]
+
+    def is_telegram_session_linked_to_topic(self, session_id: str) -> bool:
+        """True iff the session is bound to any topic; False when the table is missing."""
+        return self.get_telegram_topic_binding_by_session(session_id) is not None
+
+    def delete_telegram_topic_binding(self, chat_id: str | int, thread_id: str | int) -> bool:
+        """Remove one topic's binding (the session itself is kept). True iff a row was
+        deleted; False, without creating anything, when the table is missing."""
+        params = {"c": _id(chat_id), "t": _id(thread_id)}
+
+        def work(s: Session) -> bool:
+            if not _has(s, BINDINGS_TABLE):
+                return False
+            result = s.connection().execute(
+                text(
+                    "DELETE FROM telegram_dm_topic_bindings WHERE chat_id = :c AND thread_id = :t"
+                ),
+                params,
+            )
+            return result.rowcount > 0
+
+        return self.store.write(work)
+
+    def bind_telegram_topic(
+        self,
+        *,
+        chat_id: str | int,
+        thread_id: str | int,
+        user_id: str | int,
+        session_key: str,
+        session_id: str,
+        managed_mode: str = "auto",
+    ) -> dict[str, Any]:
+        """Bind one topic to one session (runs the migration first: binding is part of
+        the opt-in). Upsert on (chat_id, thread_id): rebinding the same topic to the
+        same session is idempotent (keeps `linked_at`, refreshes `updated_at`);
+        pointing a topic at a new session resets `linked_at`.
+
+        Raises ValueError("session is already linked to another Telegram topic") when
+        the session is bound to a different topic, and SessionNotFound when the session
+        row does not exist (the FK would reject it). Returns the stored row."""
+        self._ensure_migrated()
+        params = {
+            "chat_id": _id(chat_id),
+            "thread_id": _id(thread_id),
+            "user_id": _id(user_id),
+            "session_key": scrub(str(session_key)),
+            "session_id": str(session_id),
+            "managed_mode": scrub(str(managed_mode)),
+        }
+
+        def work(s: Session) -> dict[str, Any]:
+            exists = s.execute(
+                text("SELECT 1 FROM sessions WHERE id = :s"), {"s": params["session_id"]}
+            ).first()
+            if exists is None:
+                raise SessionNotFound(str(session_id))
+            current = s.execute(
+                text(
+                    "SELECT chat_id, thread_id FROM telegram_dm_topic_bindings "
+                    "WHERE session_id = :s"
+                ),
+                {"s": params["session_id"]},
+            ).first()
+            if current is not None and (current[0], current[1]) != (
+                params["chat_id"],
+                params["thread_id"],
+            ):
+                raise ValueError(ALREADY_LINKED)
+            s.execute(
+                text(
+                    f"""
+                    INSERT INTO telegram_dm_topic_bindings ({_BINDING_FIELDS})
+                    VALUES (:chat_id, :thread_id, :user_id, :session_key, :session_id,
+                            :managed_mode, :ts, :ts)
+                    ON CONFLICT(chat_id, thread_id) DO UPDATE SET
+                        user_id = excluded.user_id,
+                        session_key = excluded.session_key,
+                        linked_at = CASE WHEN session_id = excluded.session_id
+                                         THEN linked_at ELSE excluded.linked_at END,
+                        session_id = excluded.session_id,
+                        managed_mode = excluded.managed_mode,
+                        updated_at = excluded.updated_at
+                    """  # noqa: S608
+                ),
+                {**params, "ts": now()},
+            )
+            row = (
+                s.execute(
+                    text(
+                        "SELECT * FROM telegram_dm_topic_bindings "
+                        "WHERE chat_id = :c AND thread_id = :t"
+                    ),
+                    {"c": params["chat_id"], "t": params["thread_id"]},
+                )
+                .mappings()
+                .one()
+            )
+            return dict(row)
+
+        return self.store.write(work)
+
+    def list_unlinked_telegram_sessions_for_user(
+        self, *, chat_id: str | int, user_id: str | int, limit: int = 10
+    ) -> list[dict[str, Any]]:
+        """This user's Telegram sessions (source 'telegram', any case) that no topic is
+        bound to, for offering "resume into this topic". Sessions recorded in another
+        chat are left out (a group chat's sessions must not surface in the DM); sessions
+        with no chat_id recorded are included. Full session rows plus `last_active`
+        (latest message timestamp, else `started_at`), most recently active first,
+        at most `limit` rows. Read-only: without the bindings table every matching
+        session counts as unlinked."""
+        linked_filter = (
+            "AND NOT EXISTS (SELECT 1 FROM telegram_dm_topic_bindings b WHERE b.session_id = s.id)"
+        )
+        with self.store.read() as s:
+            unlinked = linked_filter if _has(s, BINDINGS_TABLE) else ""
+            rows = s.execute(
+                text(
+                    f"""
+                    SELECT s.*,
+                           COALESCE(
+                               (SELECT MAX(m.timestamp) FROM messages m
+                                WHERE m.session_id = s.id),
+                               s.started_at
+                           ) AS last_active
+                    FROM sessions s
+                    WHERE LOWER(s.source) = 'telegram'
+                      AND s.user_id = :u
+                      AND (s.chat_id IS NULL OR s.chat_id = '' OR s.chat_id = :c)
+                      {unlinked}
+                    ORDER BY last_active DESC, s.started_at DESC, s.id DESC
+                    LIMIT :limit
+                    """  # noqa: S608
+                ),
+                {"u": _id(user_id), "c": _id(chat_id), "limit": max(0, int(limit))},
+            ).mappings()
+            return [dict(r) for r in rows]
+
+    # ------------------------------------------------------------------ helpers
+
+    def _one(self, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        with self.store.read() as s:
+            if not _has(s, BINDINGS_TABLE):
+                return None
+            row = s.execute(text(sql), params).mappings().first()
+        return dict(row) if row is not None else None
