@@ -14,6 +14,7 @@ minutes. Differences from the original are listed in docs/compat.md.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import sqlite3
@@ -27,6 +28,7 @@ from sqlalchemy.engine import URL
 from . import migrate
 from .config import default_db_path, resolve_url, sqlite_path, sqlite_url
 from .engine import wal_reset_vulnerable as is_sqlite_wal_reset_vulnerable
+from .engine import write_connection
 from .errors import CompressionSessionBusyError, CompressionSessionClosedError, SessionNotFound
 from .repositories.coordination import (
     AsyncDelegationRepository,
@@ -41,10 +43,11 @@ from .repositories.telegram import TelegramTopicRepository
 from .repositories.titles import TitleRepository, sanitize_title
 from .repositories.usage import UsageRepository
 from .search import sanitize_fts5_query, search_messages
-from .search.maintenance import optimize_indexes
+from .search.maintenance import backfill_step, optimize_indexes
 from .store import Store
 
 __all__ = [
+    "AsyncSessionDB",
     "CompressionSessionBusyError",
     "CompressionSessionClosedError",
     "DEFAULT_DB_PATH",
@@ -196,6 +199,13 @@ class SessionDB:
             "indexed": state.progress or 0,
             "percent": state.percent,
         }
+
+    def fts_rebuild_step(self) -> dict[str, Any] | None:
+        """One chunk (<= 500 ids) of a pending backfill; the status afterwards, or None."""
+        if not self.read_only:
+            with write_connection(self._store.engine) as conn:
+                self._store.retry.run(lambda: backfill_step(conn))
+        return self.fts_rebuild_status()
 
     def rebuild_fts(self) -> int:
         migrate.rebuild_fts(self._store.url)
@@ -498,3 +508,22 @@ _FORWARDED.append(
 for _repository, _cls, _names in _FORWARDED:
     for _facade_name, _method in _methods(_repository, _cls, _names).items():
         setattr(SessionDB, _facade_name, _method)
+
+
+class AsyncSessionDB:
+    """Every callable attribute of the wrapped SessionDB as a coroutine run in a worker
+    thread (`asyncio.to_thread`); other attributes pass through."""
+
+    def __init__(self, db: SessionDB) -> None:
+        self._db = db
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._db, name)
+        if not callable(value):
+            return value
+
+        @functools.wraps(value)
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return await asyncio.to_thread(value, *args, **kwargs)
+
+        return call

@@ -256,3 +256,26 @@ def test_telegram_topic_methods_through_the_facade(tmp_path: Path) -> None:
             )
     finally:
         db.close()
+
+
+def test_async_wrapper_and_rebuild_step(legacy_db) -> None:  # type: ignore[no-untyped-def]
+    import asyncio
+
+    from hermes_store.compat import AsyncSessionDB
+
+    path = legacy_db(22)
+    db = SessionDB(path)  # a legacy index: converted, backfill deferred
+    try:
+        status = db.fts_rebuild_status()
+        assert status is not None and status["pending"] and status["indexed"] == 0
+        assert db.fts_rebuild_step() is None  # 64 ids: one chunk finishes it
+
+        async def main() -> list[dict[str, object]]:
+            adb = AsyncSessionDB(db)
+            assert adb.read_only is False
+            return await adb.search_messages("Kyoto")  # type: ignore[no-any-return]
+
+        hits = asyncio.run(main())
+        assert {h["session_id"] for h in hits} == {"20260302_140000_7e1e9a"}
+    finally:
+        db.close()
