@@ -235,3 +235,13 @@ def fresh_db(tmp_path: Path) -> str:
     (tmp_path / "fresh").mkdir()
     migrate.upgrade(url, fts_min_pause=0)
     return url
+
+
+@pytest.fixture
+def store(fresh_db: str) -> Iterator[Any]:
+    """A Store on a fresh database at head, closed (TRUNCATE checkpoint) afterwards."""
+    from hermes_store.store import Store
+
+    s = Store(fresh_db)
+    yield s
+    s.close()

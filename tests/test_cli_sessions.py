@@ -10,7 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -61,13 +61,6 @@ def v23(legacy_db: Callable[..., Path]) -> Path:
     db = legacy_db(23)
     migrate.upgrade(str(db), fts_min_pause=0)
     return db
-
-
-@pytest.fixture
-def store(fresh_db: str) -> Iterator[Store]:
-    s = Store(fresh_db)
-    yield s
-    s.close()
 
 
 def transcripts(db: Any, path: Path) -> dict[str, tuple[Any, ...]]:

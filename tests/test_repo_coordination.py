@@ -26,13 +26,6 @@ from hermes_store.store import Store
 
 
 @pytest.fixture
-def store(fresh_db: str) -> Iterator[Store]:
-    s = Store(fresh_db)
-    yield s
-    s.close()
-
-
-@pytest.fixture
 def con(fresh_db: str) -> Iterator[sqlite3.Connection]:
     c = sqlite3.connect(fresh_db.removeprefix("sqlite:///"), isolation_level=None)
     c.row_factory = sqlite3.Row

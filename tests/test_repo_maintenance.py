@@ -29,13 +29,6 @@ def _path(url: str) -> Path:
 
 
 @pytest.fixture
-def store(fresh_db: str) -> Iterator[Store]:
-    s = Store(fresh_db)
-    yield s
-    s.close()
-
-
-@pytest.fixture
 def repo(store: Store) -> MaintenanceRepository:
     return MaintenanceRepository(store)
 

@@ -40,13 +40,6 @@ FIX_CHILD = "20260303_083012_c0ffe2"
 
 
 @pytest.fixture
-def store(fresh_db: str) -> Iterator[Store]:
-    s = Store(fresh_db)
-    yield s
-    s.close()
-
-
-@pytest.fixture
 def repo(store: Store) -> MessageRepository:
     return MessageRepository(store)
 

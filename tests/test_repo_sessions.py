@@ -27,13 +27,6 @@ FIX_CRON = "20260304_020000_c7a01d"
 
 
 @pytest.fixture
-def store(fresh_db: str) -> Iterator[Store]:
-    s = Store(fresh_db)
-    yield s
-    s.close()
-
-
-@pytest.fixture
 def repo(store: Store) -> SessionRepository:
     return SessionRepository(store)
 

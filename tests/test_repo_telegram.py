@@ -36,13 +36,6 @@ V1_BINDINGS = """CREATE TABLE telegram_dm_topic_bindings (
 
 
 @pytest.fixture
-def store(fresh_db: str) -> Iterator[Store]:
-    s = Store(fresh_db)
-    yield s
-    s.close()
-
-
-@pytest.fixture
 def con(fresh_db: str) -> Iterator[sqlite3.Connection]:
     c = sqlite3.connect(fresh_db.removeprefix("sqlite:///"), isolation_level=None, timeout=5)
     c.row_factory = sqlite3.Row

@@ -3,7 +3,6 @@ table), the title methods of 5.2 and their verified `my project #N` examples."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,13 +14,6 @@ from hermes_store.repositories.titles import TitleRepository, sanitize_title
 from hermes_store.store import Store
 
 # --------------------------------------------------------------------------- helpers
-
-
-@pytest.fixture
-def store(fresh_db: str) -> Iterator[Store]:
-    s = Store(fresh_db)
-    yield s
-    s.close()
 
 
 @pytest.fixture

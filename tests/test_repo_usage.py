@@ -16,13 +16,6 @@ from hermes_store.store import Store
 
 
 @pytest.fixture
-def store(fresh_db: str) -> Iterator[Store]:
-    s = Store(fresh_db)
-    yield s
-    s.close()
-
-
-@pytest.fixture
 def repo(store: Store) -> UsageRepository:
     return UsageRepository(store)
 
