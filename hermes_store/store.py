@@ -85,13 +85,18 @@ class Store:
     def read(self) -> Iterator[Session]:
         """A Session for reading; its deferred transaction ends when the block does."""
         with Session(self.engine, expire_on_commit=False) as session:
-            with session.begin():
+            session.begin()
+            try:
                 if self.dialect == "sqlite":
                     # Take the read lock now, under the retry policy: in DELETE mode a
                     # stream of committing writers (this store's other threads included)
                     # can keep a reader out for longer than one busy timeout.
                     self.retry.run(lambda: session.execute(text("PRAGMA schema_version")))
                 yield session
+            finally:
+                # A read has nothing to commit; rolling back also ends a transaction that
+                # an error inside it (a damaged FTS index, say) left unusable.
+                session.rollback()
 
     def checkpoint(self, mode: str = "PASSIVE") -> None:
         if self.dialect != "sqlite" or self.read_only:

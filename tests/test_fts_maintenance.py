@@ -172,3 +172,32 @@ def test_dropped_triggers_are_restored_and_the_index_rebuilt(legacy_db) -> None:
         assert len(search_messages(conn, "unindexedword")) == 1
     engine.dispose()
     assert _integrity(path) == []
+
+
+def test_damaged_fts_index_degrades_search_to_like_and_rebuild_repairs_it(
+    legacy_db,
+    caplog,  # type: ignore[no-untyped-def]
+) -> None:
+    path = legacy_db(23)
+    migrate.upgrade(path)
+    con = sqlite3.connect(path)
+    con.execute("DELETE FROM messages_fts_data WHERE id > 10")  # lose the index segments
+    con.commit()
+    con.close()
+    db = SessionDB(path)
+    try:
+        with caplog.at_level("WARNING", logger="hermes_store.search.sqlite_fts"):
+            hits = db.search_messages("Kyoto")
+        assert {h["session_id"] for h in hits} == {"20260302_140000_7e1e9a"}
+        assert "hermes-store fts rebuild" in caplog.text
+        # writes go on: the triggers only add to the index
+        assert db.append_message("20260303_083012_c0ffe2", "user", "after the damage") > 64
+    finally:
+        db.close()
+    assert _integrity(path) != []
+    migrate.rebuild_fts(path)
+    assert _integrity(path) == []
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.connect() as conn:
+        assert len(search_messages(conn, "damage")) == 1
+    engine.dispose()

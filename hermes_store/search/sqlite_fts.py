@@ -13,7 +13,7 @@ import logging
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, text
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DatabaseError, DBAPIError, OperationalError
 
 from . import query as q
 from .layout import HIGH_WATER, PROGRESS
@@ -222,6 +222,26 @@ def _trigram_usable(conn: Connection) -> bool:
     )
 
 
+_SQLITE_CORRUPT = 11  # the primary code; SQLITE_CORRUPT_VTAB (267) is one of its extensions
+
+
+def _fts_damaged(exc: DatabaseError) -> bool:
+    """Corruption reported by an FTS query. It is treated as damage of the index only if
+    the LIKE scan that replaces it can read the messages; if that scan fails too, its
+    error propagates (structural damage fails closed)."""
+    code = getattr(exc.orig, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF == _SQLITE_CORRUPT
+
+
+def _warn_damaged(table: str, exc: DatabaseError) -> None:
+    log.warning(
+        "the full-text index %s is damaged (%s); searching with a LIKE scan instead. "
+        "Repair it with: hermes-store fts rebuild",
+        table,
+        exc.orig,
+    )
+
+
 def search_messages(
     conn: Connection,
     query: str,
@@ -262,6 +282,11 @@ def search_messages(
         except OperationalError as exc:
             log.debug("trigram route failed: %s", exc)
             return None
+        except DatabaseError as exc:
+            if not _fts_damaged(exc):
+                raise
+            _warn_damaged("messages_fts_trigram", exc)
+            return None
 
     if q.contains_cjk(sanitized):
         # trigrams need three characters: shorter CJK terms can only be found by LIKE
@@ -281,6 +306,12 @@ def search_messages(
             # v23 answers such queries (`don't`, `a,b`) with nothing; logged, never raised
             log.info("search query %r is not valid FTS5 syntax (%s): no results", query, exc)
             hits, syntax_error = [], True
+        except DatabaseError as exc:
+            if not _fts_damaged(exc):
+                raise  # damage outside the index: fail closed
+            _warn_damaged("messages_fts", exc)
+            hits, route = _like_route(conn, words or [raw], filters, limit, offset), "like_scan"
+            syntax_error = True  # the LIKE scan already answered
         # a zero-hit word query gets substring semantics (Latin text glued to CJK, #54242)
         if not hits and not syntax_error and words and all(len(t) >= 3 for t in words):
             hits, route = (trigram() or []), "trigram"
