@@ -135,6 +135,8 @@ def test_round_trip_through_the_facade(tmp_path: Path) -> None:
         db.set_meta("k", "v")
         assert db.get_meta("k") == "v"
         assert db.get_session("missing") is None
+        size = db.logical_size_bytes()
+        assert size is not None and size % 4096 == 0 and size >= 4096
     finally:
         db.close()
 

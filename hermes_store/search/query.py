@@ -46,19 +46,6 @@ def cjk_count(text: str) -> int:
     return sum(1 for c in text if is_cjk(c))
 
 
-def has_lone_cjk_run(text: str) -> bool:
-    """A maximal run of exactly one CJK character."""
-    length = 0
-    for char in text + " ":
-        if is_cjk(char):
-            length += 1
-            continue
-        if length == 1:
-            return True
-        length = 0
-    return False
-
-
 def _placeholder(n: int) -> str:
     # NUL is removed from queries first, and private-use characters are not \w, so a
     # placeholder can neither occur in the input nor take part in the compound rule.
