@@ -19,8 +19,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import uuid
+
 import pytest
-from sqlalchemy import Connection, Engine, create_engine
+from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.pool import NullPool
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -168,6 +170,68 @@ class DB:
     role_content_sha256 = staticmethod(role_content_sha256)
 
 
+# --------------------------------------------------------------------------- PostgreSQL
+
+#: The server the tests use (the machine's own; trust auth). Each test gets its own
+#: database, created from template0 and dropped afterwards.
+PG_ENV = "HERMES_STORE_TEST_PG"
+PG_ADMIN_URL = os.environ.get(PG_ENV, "postgresql+psycopg://root@127.0.0.1:5432/test")
+_pg_state: dict[str, str | None] = {}
+
+
+def pg_unavailable() -> str | None:
+    """None when the test server answers, else the reason it cannot be used."""
+    if "reason" not in _pg_state:
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            _pg_state["reason"] = "psycopg is not installed (pip install -e '.[postgres]')"
+            return _pg_state["reason"]
+        engine = create_engine(PG_ADMIN_URL, poolclass=NullPool)
+        try:
+            with engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+            _pg_state["reason"] = None
+        except Exception as exc:  # noqa: BLE001 (any failure means: no server)
+            _pg_state["reason"] = f"no PostgreSQL server at {PG_ADMIN_URL}: {exc}"
+        finally:
+            engine.dispose()
+    return _pg_state["reason"]
+
+
+def require_pg() -> None:
+    """Skip without a server, except in CI, where a skipped PostgreSQL suite is a failure."""
+    reason = pg_unavailable()
+    if reason is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"CI must run the PostgreSQL tests: {reason}")
+    pytest.skip(reason)
+
+
+def _admin_execute(sql: str) -> None:
+    engine = create_engine(PG_ADMIN_URL, poolclass=NullPool, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(text(sql))
+    finally:
+        engine.dispose()
+
+
+@contextmanager
+def pg_database() -> Iterator[str]:
+    """A new, empty PostgreSQL database (its URL), dropped on exit."""
+    require_pg()
+    from sqlalchemy.engine import make_url
+
+    name = f"hs_test_{uuid.uuid4().hex[:16]}"
+    _admin_execute(f'CREATE DATABASE "{name}" TEMPLATE template0 ENCODING \'UTF8\'')
+    try:
+        yield make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        _admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 # --------------------------------------------------------------------------- fixtures
 
 
@@ -238,8 +302,50 @@ def fresh_db(tmp_path: Path) -> str:
 
 
 @pytest.fixture
+def pg_url() -> Iterator[str]:
+    """The URL of a new, empty PostgreSQL database of its own (dropped afterwards)."""
+    with pg_database() as url:
+        yield url
+
+
+@pytest.fixture
+def pg_fresh_db(pg_url: str) -> str:
+    """A PostgreSQL database brought to head by `migrate.upgrade`."""
+    from hermes_store import migrate
+
+    migrate.upgrade(pg_url)
+    return pg_url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database at head on each backend in turn (the test runs once per backend)."""
+    from hermes_store import migrate
+
+    if request.param == "sqlite":
+        (tmp_path / "fresh").mkdir()
+        url = url_for(tmp_path / "fresh" / "state.db")
+        migrate.upgrade(url, fts_min_pause=0)
+        yield url
+        return
+    with pg_database() as url:
+        migrate.upgrade(url)
+        yield url
+
+
+@pytest.fixture
 def store(fresh_db: str) -> Iterator[Any]:
-    """A Store on a fresh database at head, closed (TRUNCATE checkpoint) afterwards."""
+    """A Store on a fresh database at head (SQLite, then PostgreSQL), closed afterwards."""
+    from hermes_store.store import Store
+
+    s = Store(fresh_db)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def sqlite_store(fresh_db: str) -> Iterator[Any]:
+    """A Store on a fresh SQLite file, for tests about SQLite itself (files, FTS5, WAL)."""
     from hermes_store.store import Store
 
     s = Store(fresh_db)
