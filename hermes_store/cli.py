@@ -22,6 +22,7 @@ from typing import IO, Any, NamedTuple, TextIO
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from . import migrate
+from .copy import DEFAULT_BATCH_SIZE, CopyProgress, copy_database
 from .errors import InvalidInput, SessionNotFound, StoreError
 from .repositories.maintenance import (
     IMPORT_MAX_MESSAGES_TOTAL,
@@ -893,6 +894,64 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- copy
+
+
+def _cmd_copy(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    bar: Any = None
+
+    def progress(p: CopyProgress) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = tqdm(total=p.overall_total, desc="copy", unit="row", delay=2.0, disable=None)
+        bar.set_postfix_str(p.table, refresh=False)
+        bar.n = p.overall_done
+        bar.refresh()
+
+    try:
+        report = copy_database(
+            args.source,
+            args.target,
+            resume=args.resume,
+            batch_size=args.batch_size,
+            on_progress=progress,
+        )
+    finally:
+        if bar is not None:
+            bar.close()
+    if args.json:
+        _print_json(report.as_dict())
+        return 0 if report.ok else 1
+    copied = sum(report.copied.values())
+    print(
+        f"copied {_num(copied)} rows in {report.batches} batches: {report.source} -> "
+        f"{report.target}{' (resumed)' if report.resumed else ''}"
+    )
+    rows = []
+    for t in report.tables:
+        digest = t.digest_source[:12]
+        if t.digest_target != t.digest_source:
+            digest += f" != {t.digest_target[:12]}"
+        rows.append(
+            (t.table, _num(t.rows_source), _num(t.rows_target), digest, "ok" if t.ok else "DIFF")
+        )
+    _print_table(("TABLE", "ROWS SOURCE", "ROWS TARGET", "DIGEST", "OK"), rows, right=(1, 2))
+    for name in report.not_copied:
+        print(f"not copied (unknown to hermes-store): {name}")
+    if not report.ok:
+        print("the target differs from the source (was the source written during the copy?)")
+    return 0 if report.ok else 1
+
+
+def _batch_arg(text: str) -> int:
+    value = _count_arg(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
 def _count_arg(text: str) -> int:
     try:
         value = int(text)
@@ -1003,6 +1062,26 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--by", choices=("model", "day"), help="only this breakdown")
     stats.add_argument("--json", action="store_true")
     stats.set_defaults(func=_cmd_stats)
+
+    cp = sub.add_parser(
+        "copy", help="copy a whole database to another URL (SQLite <-> PostgreSQL), verified"
+    )
+    cp.add_argument("--from", dest="source", metavar="URL", required=True, help="source (at head)")
+    cp.add_argument(
+        "--to", dest="target", metavar="URL", required=True, help="target (empty or new)"
+    )
+    cp.add_argument(
+        "--resume", action="store_true", help="continue an interrupted copy into the target"
+    )
+    cp.add_argument(
+        "--batch-size",
+        type=_batch_arg,
+        default=DEFAULT_BATCH_SIZE,
+        metavar="N",
+        help=f"rows per transaction (default {DEFAULT_BATCH_SIZE})",
+    )
+    cp.add_argument("--json", action="store_true")
+    cp.set_defaults(func=_cmd_copy)
 
     fts = sub.add_parser("fts", help="full-text index maintenance")
     fts_sub = fts.add_subparsers(dest="fts_command", required=True)

@@ -74,3 +74,22 @@ class CompressionSessionBusyError(StoreError, RuntimeError):
 
 class InvalidInput(StoreError, ValueError):
     """Input that cannot be stored as given (for example content over the size limit)."""
+
+
+class CopyError(StoreError):
+    """`hermes-store copy` refused or could not finish; the message says what to do."""
+
+
+class CopyValueError(CopyError, ValueError):
+    """A source value the target cannot store as it is (a NUL character in text for
+    PostgreSQL, for example). Nothing of the batch holding it was written."""
+
+    def __init__(self, table: str, key: object, column: str, why: str, target: str) -> None:
+        self.table = table
+        self.key = key
+        self.column = column
+        super().__init__(
+            f"{table} row with primary key {key!r}: column {column} {why}; nothing of its "
+            f"batch was written to {target}. Fix that value in the source (the copy never "
+            "changes it), then run the same command with --resume"
+        )
