@@ -698,17 +698,21 @@ def _integer_key(spec: _Spec) -> str | None:
     return name if spec.model.c[name].type.python_type is int else None
 
 
-def _sequence_floor(conn: Connection, spec: _Spec, col: str, tables: set[str]) -> int:
+def _sequence_floor(conn: Connection, spec: _Spec, col: str) -> int:
     """The largest id the database has handed out for `spec`'s key: its largest row, or
     more when rows at the end were deleted (SQLite's sqlite_sequence, a PostgreSQL
     sequence)."""
     t = spec.clause()
     highest = int(conn.execute(select(func.max(t.c[col]))).scalar() or 0)
     handed_out: Any = None
-    if conn.dialect.name == "sqlite" and "sqlite_sequence" in tables:
-        handed_out = conn.execute(
-            text("SELECT seq FROM sqlite_sequence WHERE name = :t"), {"t": spec.name}
-        ).scalar()
+    if conn.dialect.name == "sqlite":
+        has_sequence = conn.execute(
+            text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sqlite_sequence'")
+        ).first()
+        if has_sequence is not None:
+            handed_out = conn.execute(
+                text("SELECT seq FROM sqlite_sequence WHERE name = :t"), {"t": spec.name}
+            ).scalar()
     elif conn.dialect.name == "postgresql":
         seq = _pg_sequence(conn, spec.name, col)
         if seq is not None:
@@ -906,7 +910,7 @@ def _copy_rows(
             col = _integer_key(spec)
             if col is None or spec.name not in src_tables:
                 continue
-            floor = _sequence_floor(src, spec, col, src_tables)
+            floor = _sequence_floor(src, spec, col)
             _raise_sequence(dst, spec, col, floor)
             report.sequences[spec.name] = floor
 
