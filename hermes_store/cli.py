@@ -918,6 +918,13 @@ def _cmd_copy(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             on_progress=progress,
         )
+    except KeyboardInterrupt:
+        # the generic advice ("run the same command again") would be refused here
+        print(
+            "hermes-store: interrupted; continue with the same command and --resume",
+            file=sys.stderr,
+        )
+        return 130
     finally:
         if bar is not None:
             bar.close()

@@ -252,35 +252,39 @@ def test_resume_after_an_interruption(tmp_path: Path) -> None:
     )
 
 
-def test_resume_after_sigkill_of_the_command(tmp_path: Path, hermes_home) -> None:
-    src_path, dst_path = tmp_path / "src.db", tmp_path / "dst.db"
-    generate(url_for(src_path), 40, 500)  # 20,000 messages
-    env = {**os.environ, "HERMES_HOME": str(hermes_home)}
+def interrupt_midway(src: Path, dst: Path, home: Path, sig: int) -> subprocess.Popen[bytes]:
+    """Start the command with a tiny batch size and send `sig` once 2,000 messages are in."""
+    env = {**os.environ, "HERMES_HOME": str(home)}
     proc = subprocess.Popen(
-        [CLI, "copy", "--from", str(src_path), "--to", str(dst_path), "--batch-size", "50"],
+        [CLI, "copy", "--from", str(src), "--to", str(dst), "--batch-size", "50"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
     )
     try:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if dst_path.exists() and proc.poll() is None:
-                try:
-                    if sqlite_count(dst_path, "messages") >= 2000:
-                        break
-                except sqlite3.OperationalError:
-                    pass  # not created yet, or busy
-            if proc.poll() is not None:
-                break
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if dst.exists() and sqlite_count(dst, "messages") >= 2000:
+                    break
+            except sqlite3.OperationalError:
+                pass  # not created yet, or busy
             time.sleep(0.05)
-        assert proc.poll() is None, "the copy finished before it could be killed"
-        proc.send_signal(signal.SIGKILL)
+        assert proc.poll() is None, "the copy finished before it could be interrupted"
+        proc.send_signal(sig)
         proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
-        proc.communicate()
+    return proc
+
+
+def test_resume_after_sigkill_of_the_command(tmp_path: Path, hermes_home) -> None:
+    src_path, dst_path = tmp_path / "src.db", tmp_path / "dst.db"
+    generate(url_for(src_path), 40, 500)  # 20,000 messages
+    proc = interrupt_midway(src_path, dst_path, hermes_home, signal.SIGKILL)
+    proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
     partial = sqlite_count(dst_path, "messages")
     assert 0 < partial < 20_000
 
@@ -304,6 +308,54 @@ def test_resume_after_sigkill_of_the_command(tmp_path: Path, hermes_home) -> Non
     assert all(t["ok"] for t in data["tables"])
     assert sqlite_count(dst_path, "messages") == 20_000
     assert fts_integrity(url_for(dst_path)) == []
+
+
+def test_ctrl_c_says_how_to_resume(tmp_path: Path, hermes_home) -> None:
+    src_path, dst_path = tmp_path / "src.db", tmp_path / "dst.db"
+    generate(url_for(src_path), 20, 500)
+    proc = interrupt_midway(src_path, dst_path, hermes_home, signal.SIGINT)
+    _, err = proc.communicate()
+    assert proc.returncode == 130
+    assert "--resume" in err.decode()
+    resumed = run(
+        "copy", "--from", str(src_path), "--to", str(dst_path), "--resume", home=hermes_home
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert sqlite_count(dst_path, "messages") == 10_000
+
+
+def test_source_with_a_pending_fts_backfill(legacy_db, tmp_path: Path) -> None:
+    """The source's FTS markers describe its own index: the target indexes every row."""
+    source = legacy_db(15)
+    migrate.upgrade(url_for(source), defer_fts_backfill=True, fts_min_pause=0)
+    state = migrate.current(url_for(source)).fts
+    assert state is not None and state.backfill_pending
+    target = tmp_path / "t.db"
+    report = hcopy.copy_database(url_for(source), url_for(target))
+    assert report.ok, report.tables
+    status = migrate.current(url_for(target))
+    assert status.fts is not None and not status.fts.backfill_pending
+    assert migrate.check(url_for(target)).ok
+    assert search_sessions(target, "Kyoto") == search_sessions(source, "Kyoto") != []
+
+
+def test_unknown_tables_and_columns_are_listed_as_not_copied(
+    legacy_db, tmp_path: Path, hermes_home
+) -> None:
+    source = upgraded(legacy_db, 23)
+    con = sqlite3.connect(source)
+    try:
+        con.execute("CREATE TABLE system_prompts (id INTEGER PRIMARY KEY, body TEXT)")
+        con.execute("ALTER TABLE sessions ADD COLUMN later_build_flag INTEGER")
+        con.commit()
+    finally:
+        con.close()
+    target = tmp_path / "t.db"
+    cli = run("copy", "--from", str(source), "--to", str(target), "--json", home=hermes_home)
+    assert cli.returncode == 0, cli.stderr
+    data = json.loads(cli.stdout)
+    assert data["not_copied"] == ["system_prompts", "sessions.later_build_flag"]
+    assert data["ok"] is True
 
 
 def test_50k_messages_in_batches_of_500_with_bounded_memory(tmp_path: Path) -> None:
