@@ -395,16 +395,16 @@ def _at_head(conn: Connection, tables: set[str]) -> bool:
     return _revision(conn, tables) == (migrate.HEAD, SCHEMA_VERSION)
 
 
-def _open_source(url: URL) -> Engine:
+def _open_read_only(url: URL, role: str = "source") -> Engine:
     path = sqlite_path(url)
     if path is not None and not path.is_file():
-        raise CopyError(f"no source database at {path}")
+        raise CopyError(f"no {role} database at {path}")
     return make_engine(url, read_only=True)
 
 
 @contextmanager
 def _snapshot(engine: Engine) -> Iterator[Connection]:
-    """One read transaction: every batch of the copy sees the same source state."""
+    """One read transaction, so every batch read through it sees the same state."""
     with engine.connect() as conn:
         if conn.dialect.name == "postgresql":
             conn = conn.execution_options(isolation_level="REPEATABLE READ")
@@ -817,7 +817,7 @@ def copy_database(
     report = CopyReport(
         source=_render(source), target=_render(target), resumed=resume, batch_size=batch_size
     )
-    src_engine = _open_source(source)
+    src_engine = _open_read_only(source)
     try:
         with _snapshot(src_engine) as src:
             src_tables = _check_source(src, source)
@@ -921,12 +921,12 @@ def verify(
     """Row counts and content digests of every copied table on both databases (neither is
     changed). A table missing on one side counts as empty there."""
     source, target = resolve_url(source_url), resolve_url(target_url)
-    src_engine = _open_source(source)
+    src_engine = _open_read_only(source)
     try:
-        dst_engine = _open_source(target)
-    except CopyError as exc:
+        dst_engine = _open_read_only(target, "target")
+    except CopyError:
         src_engine.dispose()
-        raise CopyError(str(exc).replace("source", "target")) from exc
+        raise
     try:
         with _snapshot(src_engine) as src, _snapshot(dst_engine) as dst:
             src_tables, dst_tables = _tables(src), _tables(dst)

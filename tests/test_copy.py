@@ -358,6 +358,7 @@ def test_unknown_tables_and_columns_are_listed_as_not_copied(
     assert data["ok"] is True
 
 
+@pytest.mark.slow
 def test_50k_messages_in_batches_of_500_with_bounded_memory(tmp_path: Path) -> None:
     """About 25 MB of message text; the copy holds one batch (a quarter MB) at a time."""
     source = url_for(tmp_path / "src.db")
