@@ -353,8 +353,8 @@ def table_digest(
     digest.update(_encode_row([spec.name, *spec.columns]))
     rows = 0
     if absent:
-        pass
-    elif spec.pk:
+        return rows, digest.hexdigest()
+    if spec.pk:
         for row in iter_rows(conn, spec, batch_size):
             digest.update(_encode_row(row))
             rows += 1
@@ -588,10 +588,13 @@ def _check_values(
 
 def _db_error(spec: _Spec, rows: Sequence[tuple[Any, ...]], exc: DBAPIError) -> CopyError:
     positions = spec.key_positions()
-    first = tuple(rows[0][p] for p in positions) if positions else ()
-    last = tuple(rows[-1][p] for p in positions) if positions else ()
-    detail = str(exc.orig or exc).strip().replace("\n", " ")
-    where = f" (keys {first!r} to {last!r})" if positions else ""
+
+    def key(row: tuple[Any, ...]) -> Any:
+        values = tuple(row[p] for p in positions)
+        return values[0] if len(values) == 1 else values
+
+    detail = " ".join(str(exc.orig or exc).split())
+    where = f" (primary keys {key(rows[0])!r} to {key(rows[-1])!r})" if positions else ""
     return CopyError(
         f"writing a batch of {spec.name}{where} to the target failed, so that batch was "
         f"rolled back: {detail}"
@@ -608,7 +611,7 @@ class _Writer:
         self.pg = conn.dialect.name == "postgresql"
         self.types = _pg_column_types(conn, spec.name) if self.pg else {}
         # PostgreSQL checks foreign keys per statement: a parent later in key order is
-        # linked afterwards by fix_self_references.
+        # linked afterwards by _fix_self_references.
         self.deferred = spec.self_references() if self.pg else ()
         self.t = spec.clause()
 

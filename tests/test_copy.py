@@ -633,3 +633,25 @@ def test_resume_into_postgresql(tmp_path: Path, pg_target: str) -> None:
     report = hcopy.copy_database(source, pg_target, resume=True, batch_size=40)
     assert report.ok, report.tables
     assert report.copied["messages"] == 300 - 120
+
+
+def test_dangling_reference_is_copied_to_sqlite_and_named_by_postgresql(
+    tmp_path: Path, pg_target: str
+) -> None:
+    """The original could leave a message whose session is gone: a SQLite copy keeps it
+    as it is, PostgreSQL (which enforces foreign keys) refuses that batch by name."""
+    _require_pg_upgrade()
+    path = tmp_path / "src.db"
+    generate(url_for(path), 1, 3)
+    con = sqlite3.connect(path)  # foreign keys off: what an old writer could do
+    try:
+        con.execute(
+            "INSERT INTO messages (session_id, role, content, timestamp) "
+            "VALUES ('ghost', 'user', 'orphan', 1.0)"
+        )
+        con.commit()
+    finally:
+        con.close()
+    assert hcopy.copy_database(url_for(path), url_for(tmp_path / "t.db")).ok
+    with pytest.raises(CopyError, match=r"messages \(primary keys 1 to 4\).*ghost"):
+        hcopy.copy_database(url_for(path), pg_target)
