@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, inspect, text
 
 from .config import SCHEMA_VERSION
 from .search.layout import classify
@@ -193,12 +193,28 @@ class DatabaseShape:
 class _Probe:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
+        self._columns: dict[str, dict[str, tuple[int, int]]] = {}
+        if conn.dialect.name != "sqlite":
+            # Only the schema on the search_path counts (one database may hold several).
+            names = inspect(conn)
+            self.tables = set(names.get_table_names()) | set(names.get_view_names())
+            self.indexes = set()
+            return
         rows = conn.execute(text("SELECT type, name, tbl_name FROM sqlite_master")).all()
         self.tables = {r.name for r in rows if r.type in ("table", "view")}
         self.indexes = {r.name for r in rows if r.type == "index"}
-        self._columns: dict[str, dict[str, tuple[int, int]]] = {}
 
     def columns(self, table: str) -> dict[str, tuple[int, int]]:
+        if table not in self._columns and self.conn.dialect.name != "sqlite":
+            info = inspect(self.conn)
+            pk = info.get_pk_constraint(table).get("constrained_columns") or []
+            self._columns[table] = {
+                str(c["name"]): (
+                    int(not c["nullable"]),
+                    pk.index(c["name"]) + 1 if c["name"] in pk else 0,
+                )
+                for c in info.get_columns(table)
+            }
         if table not in self._columns:
             rows = self.conn.exec_driver_sql(f'PRAGMA table_info("{table}")').mappings().all()
             self._columns[table] = {str(r["name"]): (int(r["notnull"]), int(r["pk"])) for r in rows}
@@ -246,7 +262,8 @@ def _read_alembic_revision(conn: Connection, probe: _Probe) -> str | None:
 
 
 def inspect_shape(conn: Connection) -> DatabaseShape:
-    """Classify the database behind `conn` (SQLite) without changing it."""
+    """Classify the database behind `conn` without changing it. On PostgreSQL only "empty",
+    "managed" and "foreign" occur in practice: the original never wrote there."""
     probe = _Probe(conn)
     stored: int | None = None
     if "schema_version" in probe.tables:

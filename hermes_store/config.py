@@ -44,7 +44,11 @@ def resolve_url(url: str | os.PathLike[str] | URL | None = None) -> URL:
         return sqlite_url(url)
     if "://" not in url:
         return sqlite_url(url)
-    return make_url(url)
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        # the driver hermes-store ships with (the `postgres` extra), not psycopg2
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
 
 
 def sqlite_path(url: URL) -> Path | None:

@@ -567,14 +567,8 @@ def _check_values(
             if value is None:
                 continue
             if kind in _PG_TEXT_TYPES:
-                if isinstance(value, str):
-                    if "\x00" in value:
-                        fail(
-                            row,
-                            col,
-                            "contains a NUL character (\\x00), which PostgreSQL text cannot store",
-                        )
-                else:
+                # NUL characters are escaped by the driver (engine.install_pg_text_adapters)
+                if not isinstance(value, str):
                     fail(row, col, f"holds a {type(value).__name__} value in a text column")
             elif kind in _PG_INT_RANGES:
                 bound = _PG_INT_RANGES[kind]

@@ -4,6 +4,10 @@ SQLite: the driver's own transaction handling is switched off and every unit of 
 starts with an explicit BEGIN (IMMEDIATE for writes, DEFERRED for reads), the recipe from
 SQLAlchemy's pysqlite documentation. Pragmas are set in a connect listener, outside any
 transaction, because a PRAGMA inside one does nothing.
+
+PostgreSQL (psycopg 3): READ COMMITTED; where SQLite relies on BEGIN IMMEDIATE the
+repositories take row locks (repositories/_dialect.py). A lost connection is noticed
+before use (pre-ping), and a statement may not wait on a lock forever.
 """
 
 from __future__ import annotations
@@ -124,8 +128,13 @@ def make_engine(
 ) -> Engine:
     """An Engine for `url` (see `config.resolve_url`) with hermes-store's connection rules."""
     resolved = resolve_url(url)
+    if resolved.get_backend_name() == "postgresql":
+        return _postgresql_engine(resolved, read_only=read_only, **engine_kwargs)
     if resolved.get_backend_name() != "sqlite":
-        return create_engine(resolved, **engine_kwargs)
+        raise ValueError(
+            f"unsupported database {resolved.get_backend_name()!r}: "
+            "hermes-store runs on SQLite and PostgreSQL"
+        )
 
     path = sqlite_path(resolved)
     connect_args: dict[str, Any] = {"timeout": BUSY_TIMEOUT_S, "check_same_thread": False}
@@ -142,6 +151,92 @@ def make_engine(
     engine_kwargs.setdefault("poolclass", NullPool)
     engine = create_engine(resolved, connect_args=connect_args, **engine_kwargs)
     _install_sqlite_listeners(engine, journal or JournalPolicy(), read_only)
+    return engine
+
+
+#: How long a PostgreSQL statement may wait for a lock before it fails (and is retried by
+#: the write path as SQLite's busy timeout would be): a stuck peer must not hang a turn.
+PG_LOCK_TIMEOUT_MS = 10_000
+
+
+#: PostgreSQL's text cannot hold U+0000, which SQLite stores and the original writes (the
+#: `\x00json:` prefix of structured content). Every string hermes-store sends to
+#: PostgreSQL has U+0000 written as U+FFFF "0" and U+FFFF (a noncharacter) as U+FFFF
+#: U+FFFF; every text it reads back is unescaped. Done in the driver, so values round-trip
+#: exactly through any statement, typed or not. SQL run outside hermes-store sees the
+#: escaped form.
+NUL_ESCAPE = "\uffff"
+
+
+def escape_nul(value: str) -> str:
+    if NUL_ESCAPE not in value and "\x00" not in value:
+        return value
+    return value.replace(NUL_ESCAPE, NUL_ESCAPE * 2).replace("\x00", NUL_ESCAPE + "0")
+
+
+def unescape_nul(value: str) -> str:
+    if NUL_ESCAPE not in value:
+        return value
+    out: list[str] = []
+    i = 0
+    while i < len(value):
+        char = value[i]
+        if char == NUL_ESCAPE and i + 1 < len(value):
+            out.append("\x00" if value[i + 1] == "0" else value[i + 1])
+            i += 2
+            continue
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
+def install_pg_text_adapters(dbapi_conn: Any) -> None:
+    """Register the NUL-escaping dumpers and loaders on one psycopg connection."""
+    from psycopg.types import string
+
+    def escaping(base: type) -> type:
+        class Dumper(base):  # type: ignore[misc]
+            def dump(self, obj: str) -> Any:
+                return super().dump(escape_nul(obj))
+
+        return Dumper
+
+    def unescaping(base: type) -> type:
+        class Loader(base):  # type: ignore[misc]
+            def load(self, data: Any) -> Any:
+                value = super().load(data)
+                return unescape_nul(value) if isinstance(value, str) else value
+
+        return Loader
+
+    adapters = dbapi_conn.adapters
+    for base in (string.StrDumperUnknown, string.StrBinaryDumper):
+        adapters.register_dumper(str, escaping(base))
+    for oid in ("text", "varchar", "bpchar"):
+        adapters.register_loader(oid, unescaping(string.TextLoader))
+        adapters.register_loader(oid, unescaping(string.TextBinaryLoader))
+
+
+def _postgresql_engine(url: URL, *, read_only: bool, **engine_kwargs: Any) -> Engine:
+    try:
+        import psycopg  # noqa: F401
+    except ImportError as exc:
+        raise ValueError(
+            "PostgreSQL needs the psycopg driver: pip install 'hermes-store[postgres]'"
+        ) from exc
+    options = f"-c lock_timeout={PG_LOCK_TIMEOUT_MS}"
+    if read_only:
+        options += " -c default_transaction_read_only=on"
+    connect_args: dict[str, Any] = {"options": options, "application_name": "hermes-store"}
+    connect_args.update(engine_kwargs.pop("connect_args", {}))
+    engine_kwargs.setdefault("pool_pre_ping", True)
+    engine_kwargs.setdefault("isolation_level", "READ COMMITTED")
+    engine = create_engine(url, connect_args=connect_args, **engine_kwargs)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        install_pg_text_adapters(dbapi_conn)
+
     return engine
 
 

@@ -45,6 +45,10 @@ class SessionNotFound(StoreError, LookupError):
         self.session_id = session_id
         super().__init__(f"session {session_id!r} does not exist")
 
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        # rebuilt from the id, not the message (crossing a process boundary)
+        return (type(self), (self.session_id,))
+
 
 class InvalidTitle(StoreError, ValueError):
     """A title that is too long after sanitising (the original raises ValueError)."""

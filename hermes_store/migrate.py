@@ -21,7 +21,7 @@ from alembic.migration import MigrationContext
 from alembic.operations import ops
 from alembic.runtime.environment import EnvironmentContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, create_engine, text
+from sqlalchemy import Connection, Engine, Identity, create_engine, text
 from sqlalchemy.engine import URL
 from sqlalchemy.pool import NullPool
 
@@ -63,11 +63,21 @@ def make_config(connection: Connection | None = None, *, command_name: str = "")
     return cfg
 
 
+#: What PostgreSQL has beyond the models: the search machinery that stands in for the
+#: FTS5 tables on SQLite (migrations/_pg_search.py). Exactly these names, nothing broader.
+PG_SEARCH_COLUMNS = {("messages", "search_vector")}
+PG_SEARCH_INDEXES = {"idx_messages_search_vector", "idx_messages_content_trgm", "idx_messages_trgm"}
+
+
 def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
     """Reflect only the tables the models own: FTS tables and their shadow tables, views,
     sqlite_sequence, the version table and tables of other modules stay invisible."""
     if type_ == "table":
         return name in metadata.tables
+    if type_ == "column":
+        return (parent_names.get("table_name"), name) not in PG_SEARCH_COLUMNS
+    if type_ == "index":
+        return name not in PG_SEARCH_INDEXES
     return True
 
 
@@ -76,6 +86,10 @@ def include_object(
 ) -> bool:
     if type_ == "table":
         return name in metadata.tables
+    if type_ == "column" and reflected:
+        return (obj.table.name, name) not in PG_SEARCH_COLUMNS
+    if type_ == "index" and reflected:
+        return name not in PG_SEARCH_INDEXES
     return True
 
 
@@ -93,6 +107,9 @@ def drop_reflection_gaps(conn: Connection, upgrade_ops: ops.UpgradeOps) -> None:
       `REFERENCES ... ON DELETE CASCADE`; PRAGMA foreign_key_list does, so the pair
       (remove_fk, add_fk) is dropped only when the pragma confirms the model's action.
     """
+    if conn.dialect.name == "postgresql":
+        _drop_identity_gap(upgrade_ops)
+        return
     if conn.dialect.name != "sqlite":
         return
     for table_ops in list(upgrade_ops.ops):
@@ -133,6 +150,28 @@ def drop_reflection_gaps(conn: Connection, upgrade_ops: ops.UpgradeOps) -> None:
             if twin is not None:
                 kept.remove(twin)
                 kept.remove(op)
+        table_ops.ops = kept
+        if not kept:
+            upgrade_ops.ops.remove(table_ops)
+
+
+def _drop_identity_gap(upgrade_ops: ops.UpgradeOps) -> None:
+    """messages.id is an identity on PostgreSQL (revision 0001); the model says
+    autoincrement, which is the same promise, but autogenerate reads it as a default."""
+    for table_ops in list(upgrade_ops.ops):
+        if not isinstance(table_ops, ops.ModifyTableOps) or table_ops.table_name != "messages":
+            continue
+        kept = []
+        for op in table_ops.ops:
+            if (
+                isinstance(op, ops.AlterColumnOp)
+                and op.column_name == "id"
+                and isinstance(op.existing_server_default, Identity)
+            ):
+                op.modify_server_default = False
+                if not op.has_changes():
+                    continue
+            kept.append(op)
         table_ops.ops = kept
         if not kept:
             upgrade_ops.ops.remove(table_ops)
@@ -198,12 +237,42 @@ def _run_reaches_head(env: EnvironmentContext) -> bool:
     return destination in ("head", "heads", HEAD)
 
 
+#: pg_advisory_xact_lock key of an upgrade: a stable 64-bit number ("hermesmg").
+PG_MIGRATION_LOCK = 0x6865726D65736D67
+
+
+@contextmanager
+def _pg_migration_run(
+    connection: Connection, env: EnvironmentContext, cfg: Config
+) -> Iterator[None]:
+    """PostgreSQL: one transaction (its DDL is transactional) holding an advisory lock, so
+    that two hosts deploying at once migrate one after the other; the second then finds
+    the database at head (READ COMMITTED: it reads the version after the lock)."""
+    with env.begin_transaction():
+        connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_MIGRATION_LOCK})
+        shape = adoption.inspect_shape(connection)
+        if shape.too_new:
+            raise SchemaTooNew(shape.stored_version or 0, SCHEMA_VERSION)
+        if shape.kind in ("foreign", "legacy"):
+            raise NotAHermesDatabase(
+                "the PostgreSQL schema holds tables hermes-store did not create "
+                f"({', '.join(sorted(shape.extra_tables or ['sessions', 'messages']))}); "
+                "use an empty database or schema (hermes-store copy moves a state.db in)"
+            )
+        cfg.attributes[FTS_ATTR] = False
+        yield
+
+
 @contextmanager
 def migration_run(
     connection: Connection, env: EnvironmentContext, cfg: Config, *, adopt: bool
 ) -> Iterator[None]:
     """One transaction around a whole Alembic run, with foreign keys off for the run and
     checked before commit. Refuses a newer database; stamps an adopted one."""
+    if connection.dialect.name == "postgresql":
+        with _pg_migration_run(connection, env, cfg):
+            yield
+        return
     driver = connection.connection.driver_connection
     assert driver is not None
     driver.execute("PRAGMA foreign_keys=OFF")  # must happen outside the transaction
@@ -251,6 +320,8 @@ def migration_run(
 
 
 def _probe_fts5(conn: Connection) -> None:
+    if conn.dialect.name != "sqlite":
+        return
     try:
         conn.exec_driver_sql(
             "CREATE VIRTUAL TABLE temp._hermes_fts5_probe USING fts5(x, tokenize='trigram')"
@@ -318,7 +389,7 @@ def upgrade(
                 cfg = make_config(conn, command_name="upgrade")
                 cfg.attributes[HOME_ATTR] = _hermes_home_for(resolved)
                 command.upgrade(cfg, revision)
-        if revision in ("head", HEAD):
+        if revision in ("head", HEAD) and engine.dialect.name == "sqlite":
             with engine.connect() as conn:
                 if maintenance.restore_missing_triggers(conn):
                     log.warning("FTS triggers were missing: recreated; re-indexing in chunks")
@@ -327,7 +398,8 @@ def upgrade(
                         "messages_fts_cjk needs the cjk_unicode61 tokenizer, which hermes-store "
                         "does not load: marked it stale and detached its triggers"
                     )
-        if not defer_fts_backfill and revision in ("head", HEAD):
+        sqlite = engine.dialect.name == "sqlite"
+        if sqlite and not defer_fts_backfill and revision in ("head", HEAD):
             maintenance.run_backfill(engine, on_progress=on_progress, min_pause=fts_min_pause)
         with engine.connect() as conn:
             after = _alembic_revision(conn)
@@ -458,10 +530,13 @@ def check(url: str | URL | None = None) -> CheckReport:
     engine = _open_for_reading(resolved)
     try:
         with engine.connect() as conn:
-            quick = [str(r[0]) for r in conn.exec_driver_sql("PRAGMA quick_check").all()]
+            if conn.dialect.name == "sqlite":
+                quick = [str(r[0]) for r in conn.exec_driver_sql("PRAGMA quick_check").all()]
+            else:
+                quick = ["ok"]  # PostgreSQL checks its pages itself (checksums, amcheck)
             conn.rollback()
             fts_errors: list[str] = []
-            if status.fts is not None and status.fts.layout != "none":
+            if status.fts is not None and status.fts.layout not in ("none", "tsvector"):
                 if status.fts.backfill_pending:
                     fts_errors = [
                         f"FTS backfill pending ({status.fts.percent}%): "

@@ -12,14 +12,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import sqlite3
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-
-import uuid
 
 import pytest
 from sqlalchemy import Connection, Engine, create_engine, text
@@ -218,16 +218,41 @@ def _admin_execute(sql: str) -> None:
         engine.dispose()
 
 
-@contextmanager
-def pg_database() -> Iterator[str]:
-    """A new, empty PostgreSQL database (its URL), dropped on exit."""
-    require_pg()
+def _pg_url(name: str) -> str:
     from sqlalchemy.engine import make_url
 
-    name = f"hs_test_{uuid.uuid4().hex[:16]}"
+    return make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+
+
+def _head_template() -> str:
+    """A database at head that per-test databases are cloned from (CREATE DATABASE ...
+    TEMPLATE copies files: far cheaper than replaying 23 revisions per test). One per
+    xdist worker and per state of the migrations, so a changed revision is never stale."""
+    if "template" in _pg_state:
+        return str(_pg_state["template"])
+    from hermes_store import migrate
+
+    digest = hashlib.sha256()
+    for path in sorted(Path(migrate.script_location()).rglob("*.py")):
+        digest.update(path.read_bytes())
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    name = f"hs_tpl_{worker}_{digest.hexdigest()[:12]}"
+    _admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     _admin_execute(f'CREATE DATABASE "{name}" TEMPLATE template0 ENCODING \'UTF8\'')
+    migrate.upgrade(_pg_url(name))
+    _pg_state["template"] = name
+    return name
+
+
+@contextmanager
+def pg_database(*, at_head: bool = False) -> Iterator[str]:
+    """A new PostgreSQL database (its URL), empty or at head, dropped on exit."""
+    require_pg()
+    name = f"hs_test_{uuid.uuid4().hex[:16]}"
+    template = _head_template() if at_head else "template0"
+    _admin_execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}" ENCODING \'UTF8\'')
     try:
-        yield make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+        yield _pg_url(name)
     finally:
         _admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
@@ -309,36 +334,148 @@ def pg_url() -> Iterator[str]:
 
 
 @pytest.fixture
-def pg_fresh_db(pg_url: str) -> str:
-    """A PostgreSQL database brought to head by `migrate.upgrade`."""
-    from hermes_store import migrate
-
-    migrate.upgrade(pg_url)
-    return pg_url
+def pg_fresh_db() -> Iterator[str]:
+    """A PostgreSQL database at head, of its own."""
+    with pg_database(at_head=True) as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A database at head on each backend in turn (the test runs once per backend)."""
-    from hermes_store import migrate
-
+def backend_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A database at head on each backend in turn (the test runs once per backend). On
+    SQLite it is the `fresh_db` file, so a test may also look at that file directly."""
     if request.param == "sqlite":
-        (tmp_path / "fresh").mkdir()
-        url = url_for(tmp_path / "fresh" / "state.db")
-        migrate.upgrade(url, fts_min_pause=0)
-        yield url
+        yield request.getfixturevalue("fresh_db")
         return
-    with pg_database() as url:
-        migrate.upgrade(url)
+    with pg_database(at_head=True) as url:
         yield url
+
+
+class RawRow(dict[str, Any]):
+    """A result row readable by name and by position, like sqlite3.Row."""
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, int | slice):
+            return list(self.values())[key]
+        return super().__getitem__(key)
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        return iter(list(self.values()))  # tuple(row) gives the values, as sqlite3.Row
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, tuple):
+            return tuple(self.values()) == other
+        return super().__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class RawConnection:
+    """Plain SQL on either backend, bypassing hermes-store (for seeding and checking):
+    `?` placeholders, autocommit, rows as RawRow. On PostgreSQL text goes through the
+    same NUL escape the models apply, so the tests see what the repositories see."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.dialect = "sqlite" if url.startswith("sqlite") else "postgresql"
+        if self.dialect == "sqlite":
+            self._con: Any = sqlite3.connect(
+                url.removeprefix("sqlite:///"), isolation_level=None, timeout=5
+            )
+            self._con.execute("PRAGMA foreign_keys=ON")
+        else:
+            import psycopg
+            from sqlalchemy.engine import make_url
+
+            u = make_url(url)
+            from hermes_store.engine import install_pg_text_adapters
+
+            self._con = psycopg.connect(
+                host=u.host, port=u.port or 5432, user=u.username, dbname=u.database,
+                autocommit=True,
+            )
+            install_pg_text_adapters(self._con)
+
+    def execute(self, sql: str, params: Any = ()) -> RawCursor:
+        if self.dialect == "sqlite":
+            return RawCursor(self._con.execute(sql, params), self.dialect)
+        if isinstance(params, dict):
+            sql = re.sub(r"(?<!:):(\w+)", r"%(\1)s", sql)
+        else:
+            sql = sql.replace("?", "%s")
+        returning = bool(re.match(r"\s*INSERT INTO messages\b", sql, re.I)) and (
+            "RETURNING" not in sql.upper()
+        )
+        cur = self._con.cursor()
+        cur.execute(sql + (" RETURNING id" if returning else ""), params)
+        result = RawCursor(cur, self.dialect)
+        if returning:
+            # sqlite3's lastrowid, for the one table whose ids tests use
+            result.lastrowid = cur.fetchone()[0]
+        return result
+
+    def executemany(self, sql: str, rows: Any) -> None:
+        for row in rows:
+            self.execute(sql, row)
+
+    def close(self) -> None:
+        self._con.close()
+
+
+class RawCursor:
+    def __init__(self, cursor: Any, dialect: str) -> None:
+        self._cursor = cursor
+        self._dialect = dialect
+        self.rowcount = cursor.rowcount
+        self.lastrowid = getattr(cursor, "lastrowid", None)
+
+    def _row(self, values: Any) -> RawRow | None:
+        if values is None:
+            return None
+        names = [d[0] for d in self._cursor.description]
+        return RawRow(zip(names, values, strict=True))
+
+    def fetchone(self) -> RawRow | None:
+        if self._cursor.description is None:
+            return None
+        return self._row(self._cursor.fetchone())
+
+    def fetchall(self) -> list[RawRow]:
+        if self._cursor.description is None:
+            return []
+        return [r for r in (self._row(v) for v in self._cursor.fetchall()) if r is not None]
+
+    def __iter__(self) -> Iterator[RawRow]:
+        return iter(self.fetchall())
 
 
 @pytest.fixture
-def store(fresh_db: str) -> Iterator[Any]:
+def raw_con(backend_url: str) -> Iterator[RawConnection]:
+    """A RawConnection to the same database as the `store` fixture."""
+    con = RawConnection(backend_url)
+    yield con
+    con.close()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`@pytest.mark.sqlite_only` tests (about SQLite files, FTS5, PRAGMAs) run on SQLite
+    only: their PostgreSQL variants are deselected, not skipped."""
+    keep, drop = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        on_pg = callspec is not None and callspec.params.get("backend_url") == "postgresql"
+        (drop if on_pg and item.get_closest_marker("sqlite_only") else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+@pytest.fixture
+def store(backend_url: str) -> Iterator[Any]:
     """A Store on a fresh database at head (SQLite, then PostgreSQL), closed afterwards."""
     from hermes_store.store import Store
 
-    s = Store(fresh_db)
+    s = Store(backend_url)
     yield s
     s.close()
 
@@ -351,3 +488,9 @@ def sqlite_store(fresh_db: str) -> Iterator[Any]:
     s = Store(fresh_db)
     yield s
     s.close()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    template = _pg_state.get("template")
+    if template:
+        _admin_execute(f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)')

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import RawConnection
 
 from hermes_store import migrate
 from hermes_store.repositories.maintenance import MaintenanceRepository
@@ -197,7 +198,7 @@ def test_import_of_broken_json_is_a_one_line_error_and_imports_nothing(
 
 
 @pytest.fixture
-def aged(fresh_db: str, store: Store) -> str:
+def aged(backend_url: str, store: Store) -> str:
     """Sessions of known age, written through import_sessions (which keeps timestamps)."""
     now = time.time()
     old = now - 200 * DAY
@@ -224,20 +225,29 @@ def aged(fresh_db: str, store: Store) -> str:
         ]
     )
     assert result["ok"], result
-    return fresh_db
+    return backend_url
 
 
-def ids(path: Path) -> set[str]:
-    con = sqlite3.connect(path)
+def ids(url: str) -> set[str]:
+    con = RawConnection(url)
     try:
         return {r[0] for r in con.execute("SELECT id FROM sessions")}
     finally:
         con.close()
 
 
+def rows(url: str, sql: str) -> list[tuple[Any, ...]]:
+    con = RawConnection(url)
+    try:
+        return [tuple(r.values()) for r in con.execute(sql)]
+    finally:
+        con.close()
+
+
 def test_prune_dry_run_refusal_and_yes(aged: str, hermes_home: Path, db: Any) -> None:
-    path = sqlite_file(aged)
-    before = db.dump(path)
+    before = rows(aged, "SELECT * FROM sessions ORDER BY id"), rows(
+        aged, "SELECT id, session_id, content FROM messages ORDER BY id"
+    )
     prune = ("sessions", "prune", "--older-than", "30", "--url", aged)
 
     listed = json.loads(ok(run(*prune, "--dry-run", "--json", home=hermes_home)))
@@ -246,24 +256,23 @@ def test_prune_dry_run_refusal_and_yes(aged: str, hermes_home: Path, db: Any) ->
     text = ok(run(*prune, "--dry-run", "--source", "cli", home=hermes_home))
     assert "old-ended " in text and "cron" not in text and "1 session(s) would be deleted" in text
     assert "--yes" in one_line_error(run(*prune, home=hermes_home))
-    assert db.dump(path) == before
+    assert (
+        rows(aged, "SELECT * FROM sessions ORDER BY id"),
+        rows(aged, "SELECT id, session_id, content FROM messages ORDER BY id"),
+    ) == before
 
     assert "deleted 1 session(s)" in ok(run(*prune, "--source", "cli", "--yes", home=hermes_home))
     assert json.loads(ok(run(*prune, "--yes", "--json", home=hermes_home))) == {"deleted": 1}
-    assert ids(path) == {"old-open", "recent-ended", "old-but-active", "child-of-old"}
-    con = sqlite3.connect(path)
-    assert con.execute(
-        "SELECT parent_session_id FROM sessions WHERE id = 'child-of-old'"
-    ).fetchone() == (None,)
-    orphans = con.execute(
-        "SELECT count(*) FROM messages WHERE session_id NOT IN (SELECT id FROM sessions)"
-    ).fetchone()
-    con.close()
-    assert orphans == (0,)
+    assert ids(aged) == {"old-open", "recent-ended", "old-but-active", "child-of-old"}
+    assert rows(aged, "SELECT parent_session_id FROM sessions WHERE id = 'child-of-old'") == [
+        (None,)
+    ]
+    orphans = "SELECT count(*) FROM messages WHERE session_id NOT IN (SELECT id FROM sessions)"
+    assert rows(aged, orphans) == [(0,)]
 
 
 def test_prune_in_steps_deletes_exactly_what_one_prune_would(
-    fresh_db: str, store: Store, hermes_home: Path
+    backend_url: str, store: Store, hermes_home: Path
 ) -> None:
     """More candidates than one prune step, with ties of activity at the step bounds."""
     now = time.time()
@@ -289,14 +298,14 @@ def test_prune_in_steps_deletes_exactly_what_one_prune_would(
         "--yes",
         "--json",
         "--url",
-        fresh_db,
+        backend_url,
         home=hermes_home,
     )
     assert json.loads(ok(result)) == {"deleted": 2100}
-    assert ids(sqlite_file(fresh_db)) == {"recent"}
+    assert ids(backend_url) == {"recent"}
 
 
-def test_delete(fresh_db: str, store: Store, hermes_home: Path) -> None:
+def test_delete(backend_url: str, store: Store, hermes_home: Path) -> None:
     sessions, messages = SessionRepository(store), MessageRepository(store)
     sessions.create_session("parent", "cli")
     sessions.create_session(
@@ -305,22 +314,20 @@ def test_delete(fresh_db: str, store: Store, hermes_home: Path) -> None:
     sessions.create_session("other-child", "cli", parent_session_id="parent")
     for sid in ("parent", "delegate", "other-child"):
         messages.append_message(sid, "user", f"hi from {sid}")
-    path = sqlite_file(fresh_db)
+    url = backend_url
 
     line = one_line_error(
-        run("sessions", "delete", "no-such-id", "--yes", "--url", fresh_db, home=hermes_home)
+        run("sessions", "delete", "no-such-id", "--yes", "--url", url, home=hermes_home)
     )
     assert "session 'no-such-id' does not exist" in line
-    line = one_line_error(run("sessions", "delete", "parent", "--url", fresh_db, home=hermes_home))
+    line = one_line_error(run("sessions", "delete", "parent", "--url", url, home=hermes_home))
     assert "1 delegate run(s)" in line and "add --yes" in line
-    assert ids(path) == {"parent", "delegate", "other-child"}
+    assert ids(url) == {"parent", "delegate", "other-child"}
 
-    out = ok(run("sessions", "delete", "parent", "--yes", "--url", fresh_db, home=hermes_home))
+    out = ok(run("sessions", "delete", "parent", "--yes", "--url", url, home=hermes_home))
     assert "deleted session parent and 1 delegate run(s)" in out
-    assert ids(path) == {"other-child"}
-    con = sqlite3.connect(path)
-    assert con.execute("SELECT DISTINCT session_id FROM messages").fetchall() == [("other-child",)]
-    con.close()
+    assert ids(url) == {"other-child"}
+    assert rows(url, "SELECT DISTINCT session_id FROM messages") == [("other-child",)]
 
 
 # --------------------------------------------------------------------------- reading

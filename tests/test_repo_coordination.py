@@ -9,7 +9,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,12 +25,9 @@ from hermes_store.store import Store
 
 
 @pytest.fixture
-def con(fresh_db: str) -> Iterator[sqlite3.Connection]:
-    c = sqlite3.connect(fresh_db.removeprefix("sqlite:///"), isolation_level=None)
-    c.row_factory = sqlite3.Row
-    c.execute("PRAGMA foreign_keys=ON")
-    yield c
-    c.close()
+def con(raw_con: Any) -> Any:
+    """Plain SQL on the store's own database (SQLite file or PostgreSQL)."""
+    return raw_con
 
 
 @pytest.fixture

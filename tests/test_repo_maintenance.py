@@ -34,12 +34,9 @@ def repo(store: Store) -> MaintenanceRepository:
 
 
 @pytest.fixture
-def con(fresh_db: str) -> Iterator[sqlite3.Connection]:
-    c = sqlite3.connect(_path(fresh_db), isolation_level=None)
-    c.row_factory = sqlite3.Row
-    c.execute("PRAGMA foreign_keys=ON")
-    yield c
-    c.close()
+def con(raw_con: Any) -> Any:
+    """Plain SQL on the store's own database (SQLite file or PostgreSQL)."""
+    return raw_con
 
 
 @pytest.fixture
@@ -93,7 +90,9 @@ def count(con: sqlite3.Connection, table: str) -> int:
     return int(con.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
 
 
-def fts_consistent(con: sqlite3.Connection) -> None:
+def fts_consistent(con: Any) -> None:
+    if getattr(con, "dialect", "sqlite") != "sqlite":
+        return  # PostgreSQL's tsvector is a generated column: consistent by construction
     for table in ("messages_fts", "messages_fts_trigram"):
         con.execute(f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', 1)")
 
@@ -517,7 +516,8 @@ def test_import_title_conflict_raises_and_writes_nothing(
 ) -> None:
     add_session(con, "holder", title="Taken")
     before = _snapshot(db, fresh_db)
-    with pytest.raises(IntegrityError, match="UNIQUE constraint failed: sessions.title"):
+    unique = "UNIQUE constraint failed: sessions.title|idx_sessions_title_unique"
+    with pytest.raises(IntegrityError, match=unique):
         repo.import_sessions(
             [{"id": "a", "messages": [{"role": "user"}]}, {"id": "b", "title": "Taken"}]
         )
@@ -636,6 +636,7 @@ def test_delete_sessions_bulk(repo: MaintenanceRepository, con: sqlite3.Connecti
     assert repo.delete_sessions(["missing"]) == 0
 
 
+@pytest.mark.sqlite_only  # SQLite variable limit
 def test_delete_sessions_beyond_the_variable_limit(store: Store, con: sqlite3.Connection) -> None:
     _limit_variables(store)
     con.executemany(
@@ -658,6 +659,7 @@ def _limit_variables(store: Store, limit: int = 999) -> None:
         dbapi_conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, limit)
 
 
+@pytest.mark.sqlite_only  # SQLite variable limit
 @pytest.mark.slow
 def test_prune_50000_sessions_never_hits_the_variable_limit(
     store: Store, con: sqlite3.Connection, tmp_path: Path

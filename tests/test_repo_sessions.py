@@ -472,6 +472,7 @@ def test_compression_counters_are_clamped_integers(repo: SessionRepository, name
     setter("missing", 2)  # no-op
 
 
+@pytest.mark.sqlite_only  # PostgreSQL's BIGINT column cannot hold text
 def test_compression_counter_getter_tolerates_bad_stored_values(repo: SessionRepository) -> None:
     repo.create_session("s1", "cli")
     put(repo.store, "s1", compression_fallback_streak="abc")

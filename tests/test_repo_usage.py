@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +20,9 @@ def repo(store: Store) -> UsageRepository:
 
 
 @pytest.fixture
-def con(fresh_db: str) -> Iterator[sqlite3.Connection]:
-    c = sqlite3.connect(fresh_db.removeprefix("sqlite:///"), isolation_level=None)
-    c.row_factory = sqlite3.Row
-    c.execute("PRAGMA foreign_keys=ON")
-    yield c
-    c.close()
+def con(raw_con: Any) -> Any:
+    """Plain SQL on the store's own database (SQLite file or PostgreSQL)."""
+    return raw_con
 
 
 def add_session(con: sqlite3.Connection, sid: str, **cols: Any) -> None:

@@ -1,11 +1,21 @@
-"""The one place repositories ask which database they are on."""
+"""The one place repositories ask which database they are on.
+
+SQL functions that differ between SQLite and PostgreSQL are small expression classes
+compiled per dialect, so repository queries stay written once. Row locking: where SQLite
+relies on BEGIN IMMEDIATE (one writer at a time), PostgreSQL runs READ COMMITTED and a
+read-then-write takes the session's row lock first (`lock_session`).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy import Integer, Text, text
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
 
 
 def upsert_insert(session: Session, entity: Any) -> sqlite.Insert | postgresql.Insert:
@@ -16,3 +26,91 @@ def upsert_insert(session: Session, entity: Any) -> sqlite.Insert | postgresql.I
     if session.get_bind().dialect.name == "postgresql":
         return postgresql.insert(entity)
     return sqlite.insert(entity)
+
+
+#: Columns a `SELECT *` returns on PostgreSQL that are not data: the generated search
+#: vector (migrations/_pg_search.py). Callers drop them from whole-row reads.
+SEARCH_COLUMNS = frozenset({"search_vector"})
+
+
+def data_columns(row: Any) -> dict[str, Any]:
+    """A `SELECT *` row as a dict, without the search machinery's columns."""
+    return {str(k): v for k, v in row.items() if k not in SEARCH_COLUMNS}
+
+
+def is_postgresql(session: Session) -> bool:
+    return session.get_bind().dialect.name == "postgresql"
+
+
+def lock_session(session: Session, session_id: str) -> None:
+    """Serialise read-then-write units of work on one session. SQLite: nothing to do,
+    the write transaction began IMMEDIATE and holds the database's write lock."""
+    if is_postgresql(session):
+        session.execute(
+            text("SELECT 1 FROM sessions WHERE id = :id FOR UPDATE"), {"id": session_id}
+        )
+
+
+def lock_key(session: Session, key: str) -> None:
+    """Serialise units of work on a name that has no row yet (a title, a lock name):
+    a transaction-scoped advisory lock on PostgreSQL, nothing on SQLite."""
+    if is_postgresql(session):
+        session.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": key})
+
+
+class json_member(FunctionElement[str]):  # noqa: N801 (an SQL function)
+    """`doc`'s top-level `key` as text, NULL when absent or when `doc` is not valid JSON
+    (one corrupt model_config must not break every listing)."""
+
+    type = Text()
+    inherit_cache = True
+
+
+@compiles(json_member, "sqlite")
+def _json_member_sqlite(element: json_member, compiler: SQLCompiler, **kw: Any) -> str:
+    doc, key = list(element.clauses)
+    doc_sql = compiler.process(doc, **kw)
+    path = "'$.' || " + compiler.process(key, **kw)
+    return f"(CASE WHEN json_valid({doc_sql}) = 1 THEN json_extract({doc_sql}, {path}) END)"
+
+
+@compiles(json_member, "postgresql")
+def _json_member_pg(element: json_member, compiler: SQLCompiler, **kw: Any) -> str:
+    doc, key = list(element.clauses)
+    # hermes_json_object: revision 0016 (NULL unless the text is a JSON object)
+    return f"(hermes_json_object({compiler.process(doc, **kw)}) ->> {compiler.process(key, **kw)})"
+
+
+class position_of(FunctionElement[int]):  # noqa: N801
+    """1-based position of `needle` in `haystack`, 0 when absent (no LIKE wildcards)."""
+
+    type = Integer()
+    inherit_cache = True
+
+
+@compiles(position_of, "sqlite")
+def _position_sqlite(element: position_of, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"instr({compiler.process(element.clauses, **kw)})"
+
+
+@compiles(position_of, "postgresql")
+def _position_pg(element: position_of, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"strpos({compiler.process(element.clauses, **kw)})"
+
+
+class last_chars(FunctionElement[str]):  # noqa: N801
+    """The last `n` characters of a text (SQLite's substr(x, -n))."""
+
+    type = Text()
+    inherit_cache = True
+
+
+@compiles(last_chars, "sqlite")
+def _last_sqlite(element: last_chars, compiler: SQLCompiler, **kw: Any) -> str:
+    value, n = list(element.clauses)
+    return f"substr({compiler.process(value, **kw)}, -({compiler.process(n, **kw)}))"
+
+
+@compiles(last_chars, "postgresql")
+def _last_pg(element: last_chars, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"right({compiler.process(element.clauses, **kw)})"

@@ -41,6 +41,7 @@ from sqlalchemy.orm import Session, aliased
 from ..models import Message
 from ..models import Session as SessionRow
 from ..store import Store
+from ._dialect import data_columns
 from ._encoding import (
     decode_content,
     decode_display_metadata,
@@ -175,7 +176,7 @@ def _session_row(conn: Connection, session_id: str) -> dict[str, Any] | None:
 
 
 def _row_dict(row: RowMapping) -> dict[str, Any]:
-    return {str(k): v for k, v in row.items()}
+    return data_columns(row)
 
 
 def _decode_message(row: RowMapping) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from ..errors import (
 from ..models import CompressionLock, Message
 from ..models import Session as SessionModel
 from ..store import Store
+from ._dialect import data_columns
 from ._encoding import (
     decode_content,
     decode_display_metadata,
@@ -268,7 +269,7 @@ def _parse_tool_calls(stored: Any) -> Any:
 
 def decode_message(row: RowLike) -> dict[str, Any]:
     """A full row as a dict with content, tool_calls and display_metadata decoded."""
-    out = dict(row)
+    out = data_columns(row)
     if "content" in out:
         out["content"] = decode_content(out["content"])
     if "tool_calls" in out:
@@ -754,7 +755,7 @@ class MessageRepository:
             head = session.execute(
                 select(func.max(M.id)).where(M.session_id == session_id, M.active == 1)
             ).scalar_one_or_none()
-            row = dict(target)
+            row = data_columns(target)
             row["content"] = decode_content(row["content"])
             return {
                 "rewound_count": _rowcount(rewound),

@@ -45,6 +45,7 @@ from sqlalchemy.sql.selectable import NamedFromClause
 from ..models import Message
 from ..models import Session as SessionModel
 from ..store import Store
+from ._dialect import json_member, last_chars, position_of
 from ._encoding import decode_content, flag, now, scrub
 
 log = logging.getLogger(__name__)
@@ -150,13 +151,8 @@ def _chunks(values: Sequence[str]) -> Iterator[list[str]]:
 
 
 def _marker(config: ColumnElement[Any], key: str) -> ColumnElement[Any]:
-    """A lineage marker from `model_config`, NULL when absent. json_extract raises on
-    malformed JSON, and one corrupt row must not break every listing, hence the guard.
-    (SQLite JSON1; the one place a PostgreSQL port has to change.)"""
-    return case(
-        (func.json_valid(config) == 1, func.json_extract(config, f"$.{key}")),
-        else_=None,
-    )
+    """A lineage marker from `model_config`, NULL when absent or malformed."""
+    return json_member(config, literal(key, TEXT()))
 
 
 def _is_branch_child(a: NamedFromClause) -> ColumnElement[bool]:
@@ -212,7 +208,7 @@ def _preview_raw(a: NamedFromClause) -> ColumnElement[Any]:
             and_(scaffold, func.length(m.c.content) > 2 * SKILL_WINDOW),
             func.substr(flat, 1, SKILL_WINDOW, type_=TEXT())
             + EXCERPT_JOINT
-            + func.substr(flat, -SKILL_WINDOW, type_=TEXT()),
+            + last_chars(flat, SKILL_WINDOW),
         ),
         (scaffold, func.substr(flat, 1, 2 * SKILL_WINDOW, type_=TEXT())),
         else_=func.substr(flat, 1, PREVIEW_HEAD_CHARS, type_=TEXT()),
@@ -294,7 +290,7 @@ def _strip_punctuation(expr: ColumnElement[Any]) -> ColumnElement[Any]:
 def _contains(haystack: ColumnElement[Any], needle: str) -> ColumnElement[bool]:
     """Case-insensitive substring test without LIKE, so `%` and `_` in the needle are
     literal. Both sides go through SQL lower() so they fold the same way."""
-    return func.instr(func.lower(haystack), func.lower(literal(needle, TEXT()))) > 0
+    return position_of(func.lower(haystack), func.lower(literal(needle, TEXT()))) > 0
 
 
 def _cwd_under(column: ColumnElement[Any], prefix: str) -> ColumnElement[bool]:

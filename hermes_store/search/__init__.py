@@ -6,6 +6,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from .postgres_fts import search_messages as _postgres_search
 from .query import sanitize_fts5_query
 from .sqlite_fts import search_messages as _sqlite_search
 
@@ -13,8 +14,8 @@ from .sqlite_fts import search_messages as _sqlite_search
 def search_messages(conn: Connection, query: str, **options: Any) -> list[dict[str, Any]]:
     """Search message text; see `sqlite_fts.search_messages` for the options and the
     shape of a hit. Never raises on user input: invalid syntax yields no results."""
-    if conn.dialect.name != "sqlite":
-        raise NotImplementedError(f"search on {conn.dialect.name} is not available yet")
+    if conn.dialect.name == "postgresql":
+        return _postgres_search(conn, query, **options)
     return _sqlite_search(conn, query, **options)
 
 

@@ -26,7 +26,7 @@ def _sql(conn: Connection, name: str) -> str | None:
 
 
 def _meta(conn: Connection, key: str) -> str | None:
-    if _sql(conn, "state_meta") is None:
+    if conn.dialect.name == "sqlite" and _sql(conn, "state_meta") is None:
         return None
     value = conn.execute(text("SELECT value FROM state_meta WHERE key = :k"), {"k": key}).scalar()
     return None if value is None else str(value)
@@ -95,6 +95,17 @@ def classify(conn: Connection) -> str:
 
 
 def fts_state(conn: Connection) -> FTSState:
+    if conn.dialect.name == "postgresql":
+        # generated tsvector + pg_trgm: nothing to backfill, no triggers to count
+        return FTSState(
+            layout="tsvector",
+            triggers=0,
+            high_water=None,
+            progress=None,
+            trash_tables=(),
+            storage_version=_meta(conn, "fts_storage_version"),
+            has_cjk=False,
+        )
     trigger_count = conn.execute(
         text(
             "SELECT COUNT(*) FROM sqlite_master WHERE type = 'trigger' AND name IN "

@@ -1,7 +1,8 @@
-"""v1: schema_version, sessions, messages, their indexes and the L1 FTS5 index."""
+"""v1: schema_version, sessions, messages, their indexes and the L1 FTS5 index (on
+PostgreSQL: the generated tsvector column over content and its GIN index)."""
 
 from hermes_store._migrations import _fts_layouts as fts
-from hermes_store._migrations import _ops
+from hermes_store._migrations import _ops, _pg_search
 
 revision = "0001"
 down_revision = None
@@ -53,7 +54,9 @@ INDEXES = (
 def upgrade() -> None:
     _ops.run_all(TABLES)
     _ops.run_all(INDEXES)
-    if not _ops.has_table("messages_fts"):
+    if _ops.is_postgresql():
+        _ops.run_all(_pg_search.V1)
+    elif not _ops.has_table("messages_fts"):
         _ops.drop_triggers(fts.BASE_TRIGGERS)
         _ops.run_all(fts.L1_BASE)
         if not _ops.fts_rebuilt_later():
@@ -64,6 +67,10 @@ def upgrade() -> None:
 def downgrade() -> None:
     for table in ("messages", "sessions"):
         _ops.refuse_if_rows(table)
+    if _ops.is_postgresql():
+        for table in ("messages", "sessions", "schema_version"):
+            _ops.drop_table(table)
+        return
     _ops.drop_triggers(fts.ALL_TRIGGERS)
     _ops.execute(f"DROP VIEW IF EXISTS {fts.TRIGRAM_VIEW}")
     for table in ("messages_fts_trigram", "messages_fts", "messages", "sessions", "schema_version"):

@@ -15,6 +15,15 @@ depends_on = None
 
 log = logging.getLogger("hermes_store.migrations")
 
+# PostgreSQL has no rowid; its rows are never older than hermes-store, so the larger
+# id (then the later start) stands for "newest" there.
+CLEAR_OLDER_DUPLICATES_PG = """
+UPDATE sessions SET title = NULL
+WHERE title IS NOT NULL
+  AND EXISTS (SELECT 1 FROM sessions AS newer
+              WHERE newer.title = sessions.title
+                AND (newer.started_at, newer.id) > (sessions.started_at, sessions.id))
+"""
 CLEAR_OLDER_DUPLICATES = """
 UPDATE sessions SET title = NULL
 WHERE title IS NOT NULL
@@ -25,7 +34,8 @@ WHERE title IS NOT NULL
 
 def upgrade() -> None:
     if not _ops.has_index("idx_sessions_title_unique"):
-        cleared = _ops.execute(CLEAR_OLDER_DUPLICATES).rowcount
+        clear = CLEAR_OLDER_DUPLICATES_PG if _ops.is_postgresql() else CLEAR_OLDER_DUPLICATES
+        cleared = _ops.execute(clear).rowcount
         if cleared:
             log.warning("cleared %d duplicate session title(s) (the newest kept each)", cleared)
         _ops.create_index(

@@ -2,7 +2,7 @@
 external content over messages.content), filled from existing messages."""
 
 from hermes_store._migrations import _fts_layouts as fts
-from hermes_store._migrations import _ops
+from hermes_store._migrations import _ops, _pg_search
 
 revision = "0010"
 down_revision = "0009"
@@ -11,7 +11,9 @@ depends_on = None
 
 
 def upgrade() -> None:
-    if not _ops.has_table("messages_fts_trigram"):
+    if _ops.is_postgresql():
+        _ops.run_all(_pg_search.V10_TRIGRAM)
+    elif not _ops.has_table("messages_fts_trigram"):
         _ops.drop_triggers(fts.TRIGRAM_TRIGGERS)
         _ops.run_all(fts.L1_TRIGRAM)
         if _ops.data_migration_due(10) and not _ops.fts_rebuilt_later():
@@ -22,6 +24,10 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    if _ops.is_postgresql():
+        _ops.run_all(_pg_search.V10_TRIGRAM_DOWN)
+        _ops.lower_version(9)
+        return
     _ops.drop_triggers(fts.TRIGRAM_TRIGGERS)
     _ops.drop_table("messages_fts_trigram")
     _ops.lower_version(9)

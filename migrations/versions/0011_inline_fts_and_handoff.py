@@ -2,7 +2,7 @@
 whose delete triggers work, #16751), and (11L) the handoff columns on sessions."""
 
 from hermes_store._migrations import _fts_layouts as fts
-from hermes_store._migrations import _ops
+from hermes_store._migrations import _ops, _pg_search
 
 revision = "0011"
 down_revision = "0010"
@@ -22,7 +22,9 @@ def _layout_is_l3_or_newer() -> bool:
 
 def upgrade() -> None:
     _ops.add_columns("sessions", HANDOFF)
-    if not _layout_is_l3_or_newer():
+    if _ops.is_postgresql():
+        _ops.run_all(_pg_search.V11)
+    elif not _layout_is_l3_or_newer():
         _ops.drop_triggers(fts.ALL_TRIGGERS)
         _ops.drop_table("messages_fts_trigram")
         _ops.drop_table("messages_fts")
@@ -34,6 +36,10 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     _ops.drop_columns("sessions", {name: None for name, _ in HANDOFF})
+    if _ops.is_postgresql():
+        _ops.run_all(_pg_search.V11_DOWN)
+        _ops.lower_version(10)
+        return
     _ops.drop_triggers(fts.ALL_TRIGGERS)
     _ops.drop_table("messages_fts_trigram")
     _ops.drop_table("messages_fts")

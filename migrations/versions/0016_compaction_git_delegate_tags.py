@@ -7,7 +7,7 @@ difference: a row whose model_config is not valid JSON is skipped; the original'
 statement failed as a whole on such a row and tagged nothing.
 """
 
-from hermes_store._migrations import _ops
+from hermes_store._migrations import _ops, _pg_search
 
 revision = "0016"
 down_revision = "0015"
@@ -52,12 +52,32 @@ WHERE parent_session_id IS NULL
 """
 
 
+# PostgreSQL: the same two rules, reading model_config through hermes_json_object (NULL
+# unless it is a JSON object); jsonb re-serialises the document it tags.
+PG_DOC = "hermes_json_object(COALESCE(model_config, '{}'))"
+
+
+def _pg_tag(sql: str) -> str:
+    for name in ("_delegate_from", "_branched_from"):
+        sql = sql.replace(_key(name), f"({PG_DOC} ->> '{name}')")
+    sql = sql.replace(VALID, f"{PG_DOC} IS NOT NULL")
+    return sql.replace(
+        f"json_set({MC}, '$._delegate_from', parent_session_id)",
+        f"jsonb_set({PG_DOC}, '{{_delegate_from}}', to_jsonb(parent_session_id))::text",
+    ).replace(
+        f"json_set({MC}, '$._delegate_from', '__orphaned__')",
+        f"jsonb_set({PG_DOC}, '{{_delegate_from}}', '\"__orphaned__\"'::jsonb)::text",
+    )
+
+
 def upgrade() -> None:
     _ops.add_column("messages", "compacted", "INTEGER NOT NULL DEFAULT 0")
     _ops.add_columns("sessions", (("git_branch", "TEXT"), ("git_repo_root", "TEXT")))
+    if _ops.is_postgresql():
+        _ops.execute(_pg_search.JSON_OBJECT_FUNCTION)
     if _ops.data_migration_due(16):
-        _ops.execute(TAG_EPHEMERAL_CHILDREN)
-        _ops.execute(TAG_ORPHANED_ROOTS)
+        for statement in (TAG_EPHEMERAL_CHILDREN, TAG_ORPHANED_ROOTS):
+            _ops.execute(_pg_tag(statement) if _ops.is_postgresql() else statement)
     _ops.set_version(16)
 
 
@@ -65,4 +85,6 @@ def downgrade() -> None:
     # The delegate tags stay: they are ordinary model_config keys older code ignores.
     _ops.drop_columns("sessions", {"git_branch": None, "git_repo_root": None})
     _ops.drop_columns("messages", {"compacted": "0"})
+    if _ops.is_postgresql():
+        _ops.execute(_pg_search.JSON_OBJECT_FUNCTION_DOWN)
     _ops.lower_version(15)

@@ -13,7 +13,7 @@ with a LIKE scan, exactly as the original does.
 """
 
 from hermes_store._migrations import _fts_layouts as fts
-from hermes_store._migrations import _ops
+from hermes_store._migrations import _ops, _pg_search
 
 from hermes_store.errors import MigrationError
 
@@ -83,6 +83,11 @@ def _repair_v23_layout() -> None:
 def upgrade() -> None:
     _ops.add_columns("sessions", SESSIONS)
     _ops.add_columns("messages", MESSAGES)
+    if _ops.is_postgresql():
+        _ops.run_all(_pg_search.V23_TRIGRAM)
+        _ops.set_meta("fts_storage_version", "1")
+        _ops.set_version(23)
+        return
     if _ops.has_table("messages_fts_cjk"):
         # hermes-store does not load the cjk_unicode61 tokenizer; without it every INSERT
         # into messages would fail. Do what the original does: mark stale, then detach.
@@ -106,6 +111,11 @@ def downgrade() -> None:
         )
     _ops.drop_columns("sessions", {name: "0" for name, _ in SESSIONS})
     _ops.drop_columns("messages", {name: None for name, _ in MESSAGES})
+    if _ops.is_postgresql():
+        _ops.run_all(_pg_search.V23_TRIGRAM_DOWN)
+        _ops.delete_meta("fts_storage_version")
+        _ops.lower_version(22)
+        return
     _ops.drop_triggers(fts.ALL_TRIGGERS)
     _ops.execute(f"DROP VIEW IF EXISTS {fts.TRIGRAM_VIEW}")
     _ops.drop_table("messages_fts_trigram")
