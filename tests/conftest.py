@@ -227,7 +227,7 @@ def _pg_url(name: str) -> str:
 def _head_template() -> str:
     """A database at head that per-test databases are cloned from (CREATE DATABASE ...
     TEMPLATE copies files: far cheaper than replaying 23 revisions per test). One per
-    xdist worker and per state of the migrations, so a changed revision is never stale."""
+    test process and per state of the migrations, so a changed revision is never stale."""
     if "template" in _pg_state:
         return str(_pg_state["template"])
     from hermes_store import migrate
@@ -235,8 +235,8 @@ def _head_template() -> str:
     digest = hashlib.sha256()
     for path in sorted(Path(migrate.script_location()).rglob("*.py")):
         digest.update(path.read_bytes())
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    name = f"hs_tpl_{worker}_{digest.hexdigest()[:12]}"
+    # per process: concurrent pytest runs (and their workers) never share a template
+    name = f"hs_tpl_{os.getpid()}_{digest.hexdigest()[:12]}"
     _admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     _admin_execute(f'CREATE DATABASE "{name}" TEMPLATE template0 ENCODING \'UTF8\'')
     migrate.upgrade(_pg_url(name))

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 import string
 import unicodedata
 from collections.abc import Iterator
-from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import Connection, create_engine
+from sqlalchemy import Connection, text
 
+from hermes_store.engine import make_engine
 from hermes_store.search import sanitize_fts5_query, search_messages
 
 SANITISER_CASES = {
@@ -95,11 +95,10 @@ ROWS = [
 
 
 @pytest.fixture
-def populated(fresh_db: str) -> Iterator[Connection]:
-    path = Path(fresh_db.removeprefix("sqlite:///"))
-    con = sqlite3.connect(path)
-    con.execute("PRAGMA foreign_keys=ON")
-    for sid, source in {(r[0], r[1]) for r in ROWS}:
+def populated(raw_con: Any, backend_url: str) -> Iterator[Connection]:
+    """ROWS in a database at head, on SQLite and on PostgreSQL in turn."""
+    con = raw_con
+    for sid, source in sorted({(r[0], r[1]) for r in ROWS}):
         con.execute(
             "INSERT INTO sessions (id, source, started_at) VALUES (?, ?, 1000)", (sid, source)
         )
@@ -109,9 +108,7 @@ def populated(fresh_db: str) -> Iterator[Connection]:
             " active, compacted) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (sid, role, content, tool, calls, 1000 + n, active, compacted),
         )
-    con.commit()
-    con.close()
-    engine = create_engine(fresh_db)
+    engine = make_engine(backend_url)
     with engine.connect() as conn:
         yield conn
     engine.dispose()
@@ -217,8 +214,9 @@ def test_hostile_queries_never_raise(populated: Connection, query: str) -> None:
 )
 def test_random_text_never_raises_and_hits_really_match(populated: Connection, query: str) -> None:
     for hit in search_messages(populated, query, include_inactive=True):
-        row = populated.exec_driver_sql(
-            "SELECT content, tool_name, tool_calls FROM messages WHERE id = ?", (hit["id"],)
+        row = populated.execute(
+            text("SELECT content, tool_name, tool_calls FROM messages WHERE id = :id"),
+            {"id": hit["id"]},
         ).one()
         haystack = fold(" ".join(str(v) for v in row if v is not None))
         # the tokenizer's view of the query: runs of letters and digits

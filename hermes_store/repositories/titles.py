@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session as OrmSession
 from ..errors import InvalidTitle, TitleInUse
 from ..models import Session as SessionModel
 from ..store import Store
+from ._dialect import lock_key
 from ._encoding import scrub
 from .sessions import compression_ancestors, escape_like
 
@@ -59,7 +60,9 @@ def _rowcount(result: Any) -> int:
 
 def _claim_title(session: OrmSession, session_id: str, title: str) -> None:
     """Free `title` for `session_id`: a compression ancestor hands it over, anyone else
-    keeps it and the caller gets TitleInUse."""
+    keeps it and the caller gets TitleInUse. On PostgreSQL two writers claiming one title
+    are serialised by a lock on the title (SQLite: the write lock already is)."""
+    lock_key(session, "title:" + title)
     holder = session.execute(
         select(S.id).where(S.title == title, S.id != session_id).limit(1)
     ).scalar_one_or_none()
