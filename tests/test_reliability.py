@@ -141,23 +141,27 @@ def big_legacy(legacy_db: Callable[..., Path]) -> Path:
 
 # --------------------------------------------------------------------------- 1. load
 
-PER_PROCESS = 150
-WRITERS = 4
+#: The issue's load: 8 writer processes of 300 appends each (half to a session of their
+#: own, half to one shared session) and 2 searching processes, on one database.
+WRITERS = 8
+APPENDS_PER_WRITER = 300
+PER_PROCESS = APPENDS_PER_WRITER // 2  # appends per writer to each of its two sessions
+SEARCHERS = 2
 
 
-def _load_writer(path: str, n: int, own: str, shared: str, use_compat: bool, out: Any) -> None:
+def _load_writer(url: str, n: int, own: str, shared: str, use_compat: bool, out: Any) -> None:
     try:
         if use_compat:
             from hermes_store.compat import SessionDB
 
-            db = SessionDB(path)
+            db = SessionDB(url=url)
             append = db.append_message
             close = db.close
         else:
             from hermes_store.repositories.messages import MessageRepository
             from hermes_store.store import Store
 
-            store = Store(f"sqlite:///{path}")
+            store = Store(url)
             append = MessageRepository(store).append_message
             close = store.close
         ids = []
@@ -172,11 +176,11 @@ def _load_writer(path: str, n: int, own: str, shared: str, use_compat: bool, out
         out.put(("error", n, traceback.format_exc()))
 
 
-def _load_searcher(path: str, stop: Any, out: Any) -> None:
+def _load_searcher(url: str, n: int, stop: Any, out: Any) -> None:
     try:
         from hermes_store.compat import SessionDB
 
-        db = SessionDB(path, read_only=True)
+        db = SessionDB(url=url, read_only=True)
         searches = hits = 0
         try:
             while not stop.is_set():
@@ -185,16 +189,17 @@ def _load_searcher(path: str, stop: Any, out: Any) -> None:
                 searches += 2
         finally:
             db.close()
-        out.put(("searched", searches, hits))
+        out.put(("searched", f"searcher {n}", searches))
     except BaseException:  # noqa: BLE001
-        out.put(("error", "searcher", traceback.format_exc()))
+        out.put(("error", f"searcher {n}", traceback.format_exc()))
 
 
-def test_concurrent_writers_and_searcher(tmp_path: Path) -> None:
+def _run_load(url: str) -> None:
+    """WRITERS writer processes and SEARCHERS searching processes on `url`, then every
+    write, order and counter checked through the compat layer."""
     from hermes_store.compat import SessionDB
 
-    path = tmp_path / "state.db"
-    db = SessionDB(path)
+    db = SessionDB(url=url)
     own = [f"own-{n}" for n in range(WRITERS)]
     for sid in [*own, "shared"]:
         db.create_session(sid, "cli")
@@ -203,17 +208,19 @@ def test_concurrent_writers_and_searcher(tmp_path: Path) -> None:
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
     stop = ctx.Event()
-    searcher = ctx.Process(target=_load_searcher, args=(str(path), stop, out))
+    searchers = [
+        ctx.Process(target=_load_searcher, args=(url, n, stop, out)) for n in range(SEARCHERS)
+    ]
     writers = [
-        ctx.Process(target=_load_writer, args=(str(path), n, own[n], "shared", n % 2 == 0, out))
+        ctx.Process(target=_load_writer, args=(url, n, own[n], "shared", n % 2 == 0, out))
         for n in range(WRITERS)
     ]
-    searcher.start()
-    for p in writers:
+    for p in [*searchers, *writers]:
         p.start()
     results: dict[Any, Any] = {}
+    searched: dict[str, int] = {}
     errors: list[str] = []
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 180
     try:
         while len(results) < WRITERS and time.monotonic() < deadline:
             try:
@@ -224,39 +231,42 @@ def test_concurrent_writers_and_searcher(tmp_path: Path) -> None:
                 continue
             if kind == "error":
                 errors.append(f"{who}: {payload}")
-                if who != "searcher":
+                if isinstance(who, int):
                     results[who] = None
+            elif kind == "searched":
+                searched[who] = payload
             else:
                 results[who] = payload
         stop.set()
-        searched = None
-        while searched is None and time.monotonic() < deadline + 10:
+        while len(searched) < SEARCHERS and time.monotonic() < deadline + 15:
             try:
                 kind, who, payload = out.get(timeout=10)
             except queue.Empty:
                 break
             if kind == "searched":
-                searched = (who, payload)
+                searched[who] = payload
             elif kind == "error":
                 errors.append(f"{who}: {payload}")
-                break
+                if not isinstance(who, int):
+                    searched[who] = -1
     finally:
         stop.set()
-        for p in [*writers, searcher]:
+        for p in [*writers, *searchers]:
             p.join(timeout=15)
             if p.is_alive():
                 p.kill()
                 p.join()
     assert not errors, "\n".join(errors)
     assert sorted(results) == list(range(WRITERS))
-    assert searched is not None and searched[0] > 0, "the searcher never reported"
+    assert len(searched) == SEARCHERS, f"searchers reported: {searched}"
+    assert all(n > 0 for n in searched.values()), searched
     for p in writers:
         assert p.exitcode == 0
 
     all_ids = [i for ids in results.values() for i in ids]
-    assert len(all_ids) == len(set(all_ids)) == WRITERS * PER_PROCESS * 2
+    assert len(all_ids) == len(set(all_ids)) == WRITERS * APPENDS_PER_WRITER
 
-    db = SessionDB(path, read_only=True)
+    db = SessionDB(url=url, read_only=True)
     try:
         for n in range(WRITERS):
             contents = [m["content"] for m in db.get_messages(own[n])]
@@ -271,12 +281,22 @@ def test_concurrent_writers_and_searcher(tmp_path: Path) -> None:
             mine = [c for c in shared if c.startswith(f"w{n} ")]
             assert mine == [f"w{n} shared {i} loadmark" for i in range(PER_PROCESS)]
         assert db.get_session("shared")["message_count"] == WRITERS * PER_PROCESS
-        assert db.message_count() == WRITERS * PER_PROCESS * 2
-        assert len(db.search_messages("loadmark", limit=10_000)) == WRITERS * PER_PROCESS * 2
+        assert db.message_count() == WRITERS * APPENDS_PER_WRITER
+        assert len(db.search_messages("loadmark", limit=10_000)) == WRITERS * APPENDS_PER_WRITER
     finally:
         db.close()
+    result = migrate.check(url)
+    assert result.ok, result
+
+
+def test_concurrent_writers_and_searcher(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    _run_load(f"sqlite:///{path}")
     assert _integrity(path) == ["ok"]
-    assert migrate.check(str(path)).ok
+
+
+def test_concurrent_writers_and_searchers_postgresql(pg_fresh_db: str) -> None:
+    _run_load(pg_fresh_db)
 
 
 # --------------------------------------------------------------------------- 2. kill upgrade
