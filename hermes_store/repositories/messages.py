@@ -41,7 +41,7 @@ from ..errors import (
 from ..models import CompressionLock, Message
 from ..models import Session as SessionModel
 from ..store import Store
-from ._dialect import data_columns
+from ._dialect import data_columns, lock_session
 from ._encoding import (
     decode_content,
     decode_display_metadata,
@@ -555,6 +555,7 @@ class MessageRepository:
         explicit_ts = _timestamp(timestamp)
 
         def work(session: OrmSession) -> int:
+            lock_session(session, session_id)  # the checks below must hold until commit
             at = now()
             _check_append_allowed(session, session_id, compression_lock_holder, at)
             values, n_calls = _row(
@@ -599,6 +600,7 @@ class MessageRepository:
         encoded = encode_bulk(session_id, messages)
 
         def work(session: OrmSession) -> list[int]:
+            lock_session(session, session_id)
             _check_append_allowed(session, session_id, compression_lock_holder, now())
             ids = _insert_rows(session, encoded.rows)
             if ids:
