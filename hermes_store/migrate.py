@@ -36,6 +36,7 @@ from .errors import (
     SchemaTooNew,
 )
 from .models import metadata
+from .retry import RetryPolicy
 from .search import maintenance
 from .search.layout import FTSState, fts_state
 
@@ -348,9 +349,13 @@ def _refuse_too_new(url: URL) -> None:
         if read_only
         else create_engine(URL.create("sqlite", database=str(path)), poolclass=NullPool)
     )
-    try:
+
+    def inspect() -> adoption.DatabaseShape:
         with engine.connect() as conn:
-            shape = adoption.inspect_shape(conn)
+            return adoption.inspect_shape(conn)
+
+    try:
+        shape = OPEN_RETRY.run(inspect)
     finally:
         engine.dispose()
     if shape.too_new:
@@ -363,6 +368,11 @@ class UpgradeReport:
     after: str | None
     adopted_from: int | None
     fts: FTSState | None
+
+
+#: Opening waits out other processes' locks for this long, as the original's later builds
+#: do (spec/behaviour.md 16.2), instead of failing after one busy timeout.
+OPEN_RETRY = RetryPolicy(budget_seconds=20.0)
 
 
 def upgrade(
@@ -379,17 +389,21 @@ def upgrade(
     _refuse_too_new(resolved)
     engine = make_engine(resolved)
     try:
-        with engine.connect() as conn:  # deferred: looking takes no write lock
-            _probe_fts5(conn)
-            shape = adoption.inspect_shape(conn)
-            conn.rollback()
-        at_head = shape.alembic_revision == HEAD and shape.stored_version == SCHEMA_VERSION
-        if not (at_head and revision in ("head", HEAD)):
+
+        def inspect() -> adoption.DatabaseShape:
+            with engine.connect() as conn:  # deferred: looking takes no write lock
+                _probe_fts5(conn)
+                found = adoption.inspect_shape(conn)
+                conn.rollback()
+            return found
+
+        def migrate() -> None:
             with write_connection(engine) as conn:
                 cfg = make_config(conn, command_name="upgrade")
                 cfg.attributes[HOME_ATTR] = _hermes_home_for(resolved)
                 command.upgrade(cfg, revision)
-        if revision in ("head", HEAD) and engine.dialect.name == "sqlite":
+
+        def repair_triggers() -> None:
             with engine.connect() as conn:
                 if maintenance.restore_missing_triggers(conn):
                     log.warning("FTS triggers were missing: recreated; re-indexing in chunks")
@@ -398,12 +412,23 @@ def upgrade(
                         "messages_fts_cjk needs the cjk_unicode61 tokenizer, which hermes-store "
                         "does not load: marked it stale and detached its triggers"
                     )
+
+        # Every step is one transaction that either commits whole or changes nothing, so
+        # each is retried alone while other processes keep the file busy.
+        shape = OPEN_RETRY.run(inspect)
+        at_head = shape.alembic_revision == HEAD and shape.stored_version == SCHEMA_VERSION
+        if not (at_head and revision in ("head", HEAD)):
+            OPEN_RETRY.run(migrate)
+        if revision in ("head", HEAD) and engine.dialect.name == "sqlite":
+            OPEN_RETRY.run(repair_triggers)
         sqlite = engine.dialect.name == "sqlite"
         if sqlite and not defer_fts_backfill and revision in ("head", HEAD):
             maintenance.run_backfill(engine, on_progress=on_progress, min_pause=fts_min_pause)
-        with engine.connect() as conn:
-            after = _alembic_revision(conn)
-            state = fts_state(conn)
+        def look() -> tuple[str | None, FTSState]:
+            with engine.connect() as conn:
+                return _alembic_revision(conn), fts_state(conn)
+
+        after, state = OPEN_RETRY.run(look)
     finally:
         engine.dispose()
     return UpgradeReport(
