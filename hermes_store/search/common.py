@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, text
+from sqlalchemy import Connection, TextClause, bindparam, text
+from sqlalchemy.exc import DBAPIError
 
 JSON_PREFIX = "\x00json:"
 CONTEXT_CHARS = 200
@@ -81,29 +83,59 @@ def decode_preview(content: Any) -> str:
     return " ".join(texts) if texts else "[multimodal content]"
 
 
-_NEIGHBOUR = (
-    "SELECT role, content FROM messages WHERE session_id = :sid AND "
-    # a row value, so that idx_messages_session (session_id, timestamp[, rowid]) seeks
-    "(timestamp, id) {cmp} (:ts, :id) "
-    "ORDER BY timestamp {direction}, id {direction} LIMIT 1"
+# The context of every hit in one round trip: for each hit, the ids of the previous and the
+# next message of its session (ordered by timestamp, then id, as the original orders
+# context), found with a row-value seek on idx_messages_session; then the three rows.
+# `near` is referenced three times, so both SQLite and PostgreSQL materialise it once.
+_NEIGHBOUR_ID = (
+    "(SELECT id FROM messages WHERE session_id = hits.sid "
+    "AND (timestamp, id) {cmp} (hits.ts, hits.hit_id) "
+    "ORDER BY timestamp {direction}, id {direction} LIMIT 1)"
 )
-# One round trip per hit for the previous message, the hit and the next one (ordered by
-# timestamp, then id, as the original orders context); built once, not per call.
-_CONTEXT = text(
-    "SELECT 0 AS pos, role, content FROM ("  # noqa: S608 (fixed fragments only)
-    + _NEIGHBOUR.format(cmp="<", direction="DESC")
-    + ") AS before_hit UNION ALL SELECT 1, role, content FROM messages WHERE id = :id "
-    "UNION ALL SELECT 2, role, content FROM ("
-    + _NEIGHBOUR.format(cmp=">", direction="ASC")
-    + ") AS after_hit ORDER BY pos"
+# fixed fragments only; every value is a bound parameter
+_CONTEXT = (
+    "WITH hits(hit_id, sid, ts) AS (VALUES {values}), "  # noqa: S608
+    "near AS (SELECT hit_id, "
+    + _NEIGHBOUR_ID.format(cmp="<", direction="DESC")
+    + " AS before_id, "
+    + _NEIGHBOUR_ID.format(cmp=">", direction="ASC")
+    + " AS after_id FROM hits) "
+    "SELECT near.hit_id, 0 AS pos, m.role, m.content FROM near "
+    "JOIN messages AS m ON m.id = near.before_id "
+    "UNION ALL SELECT near.hit_id, 1, m.role, m.content FROM near "
+    "JOIN messages AS m ON m.id = near.hit_id "
+    "UNION ALL SELECT near.hit_id, 2, m.role, m.content FROM near "
+    "JOIN messages AS m ON m.id = near.after_id"
 )
+# three parameters per hit: stay under SQLite's historic limit of 999 host parameters
+CONTEXT_CHUNK = 300
 
 
-def context_of(conn: Connection, hit: dict[str, Any]) -> list[dict[str, str]]:
-    params = {"sid": hit["session_id"], "ts": hit["timestamp"], "id": hit["id"]}
-    return [
-        {"role": str(r.role), "content": decode_preview(r.content)[:CONTEXT_CHARS]}
-        for r in conn.execute(_CONTEXT, params)
-    ]
+@lru_cache(maxsize=64)
+def _context_statement(hits: int) -> TextClause:
+    values = ", ".join(f"(:id{i}, :sid{i}, :ts{i})" for i in range(hits))
+    return text(_CONTEXT.format(values=values))
 
 
+def attach_context(conn: Connection, hits: list[dict[str, Any]]) -> None:
+    """Set `context` on every hit: up to three {"role", "content"} dicts (the previous
+    message of the session, the hit, the next one), content decoded and cut to 200
+    characters; `[]` for a hit whose context cannot be read."""
+    for start in range(0, len(hits), CONTEXT_CHUNK):
+        chunk = hits[start : start + CONTEXT_CHUNK]
+        params: dict[str, Any] = {}
+        for i, hit in enumerate(chunk):
+            params[f"id{i}"] = hit["id"]
+            params[f"sid{i}"] = hit["session_id"]
+            params[f"ts{i}"] = hit["timestamp"]
+        found: dict[Any, list[tuple[int, dict[str, str]]]] = {}
+        try:
+            rows = conn.execute(_context_statement(len(chunk)), params).all()
+        except DBAPIError:
+            rows = []
+        for hit_id, pos, role, content in rows:
+            line = {"role": str(role), "content": decode_preview(content)[:CONTEXT_CHARS]}
+            found.setdefault(hit_id, []).append((pos, line))
+        for hit in chunk:
+            lines = sorted(found.get(hit["id"], []), key=lambda pos_line: pos_line[0])
+            hit["context"] = [line for _, line in lines]

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from . import query as q
-from .common import Filters, context_of, decode_preview, like_snippet
+from .common import Filters, attach_context, decode_preview, like_snippet
 
 log = logging.getLogger(__name__)
 
@@ -283,6 +283,5 @@ def search_messages(
             hits = _substring_route(conn, tokens, filters, sort, limit, offset) or []
             route = "trigram"
     log.debug("search %r: route %s, %d hit(s)", query, route, len(hits))
-    for hit in hits:
-        hit["context"] = context_of(conn, hit)
+    attach_context(conn, hits)
     return hits

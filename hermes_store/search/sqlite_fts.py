@@ -15,7 +15,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.exc import DatabaseError, DBAPIError, OperationalError
 
 from . import query as q
-from .common import Filters, context_of, like_snippet
+from .common import Filters, attach_context, like_snippet
 from .layout import HIGH_WATER, PROGRESS
 
 log = logging.getLogger(__name__)
@@ -242,9 +242,5 @@ def search_messages(
                     hits.append(row)
                     seen.add(row["id"])
     log.debug("search %r: route %s, %d hit(s)", query, route, len(hits))
-    for hit in hits:
-        try:
-            hit["context"] = context_of(conn, hit)
-        except DBAPIError:
-            hit["context"] = []
+    attach_context(conn, hits)
     return hits
