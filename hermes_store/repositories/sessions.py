@@ -18,6 +18,7 @@ import logging
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any, cast
 
@@ -150,6 +151,15 @@ def _chunks(values: Sequence[str]) -> Iterator[list[str]]:
         yield list(values[start : start + IN_CHUNK])
 
 
+@cache
+def _alias(table: Table, name: str) -> NamedFromClause:
+    """One shared alias per name. Building an alias proxies every column of its table
+    (about fifty for sessions), which cost a listing more than running its SQL; aliases
+    are immutable, so statements can share them. Give a name only to one use per scope:
+    a subquery auto-correlates an alias that its enclosing query also selects from."""
+    return table.alias(name)
+
+
 def _marker(config: ColumnElement[Any], key: str) -> ColumnElement[Any]:
     """A lineage marker from `model_config`, NULL when absent or malformed."""
     return json_member(config, literal(key, TEXT()))
@@ -158,7 +168,7 @@ def _marker(config: ColumnElement[Any], key: str) -> ColumnElement[Any]:
 def _is_branch_child(a: NamedFromClause) -> ColumnElement[bool]:
     """schema.md section 8: the `/branch` marker, or the legacy heuristic (the parent
     ended `branched` and the child started after it)."""
-    parent = SESSIONS.alias()
+    parent = _alias(SESSIONS, "branch_parent")
     return or_(
         _marker(a.c.model_config, BRANCH_MARKER).is_not(None),
         exists().where(
@@ -169,6 +179,7 @@ def _is_branch_child(a: NamedFromClause) -> ColumnElement[bool]:
     )
 
 
+@cache
 def _is_listable(a: NamedFromClause) -> ColumnElement[bool]:
     return and_(
         or_(a.c.parent_session_id.is_(None), _is_branch_child(a)),
@@ -186,7 +197,7 @@ def _is_continuation(a: NamedFromClause) -> ColumnElement[bool]:
 
 
 def _newest_message_ts(session_id: ColumnElement[Any]) -> ColumnElement[Any]:
-    m = MESSAGES.alias()
+    m = _alias(MESSAGES, "newest_m")
     return select(func.max(m.c.timestamp)).where(m.c.session_id == session_id).scalar_subquery()
 
 
@@ -198,7 +209,7 @@ def _preview_raw(a: NamedFromClause) -> ColumnElement[Any]:
     """The first user message (by timestamp, then id), cut in SQL so a huge message is
     never read whole; CR/LF become spaces. Structured content starts with NUL, which
     SQLite's string functions treat as the end of the text, so it previews as ''."""
-    m = MESSAGES.alias()
+    m = _alias(MESSAGES, "preview_m")
     flat = func.replace(func.replace(m.c.content, "\n", " "), "\r", " ", type_=TEXT())
     scaffold = func.substr(m.c.content, 1, len(SKILL_INVOCATION_PREFIX)) == (
         SKILL_INVOCATION_PREFIX
@@ -251,8 +262,10 @@ def _shape_preview(raw: Any) -> str:
     return text_
 
 
+@cache
 def _rich_select(a: NamedFromClause, compact: bool) -> Select[Any]:
-    """A listing row: the full row (or the compact columns), preview and last_active."""
+    """A listing row: the full row (or the compact columns), preview and last_active.
+    Built once per alias: callers add their own WHERE/ORDER BY to the immutable Select."""
     columns: list[Any] = (
         [a.c[name] for name in COMPACT_COLUMNS] if compact else [literal_column(f"{a.name}.*")]
     )
@@ -1082,7 +1095,7 @@ class SessionRepository:
             archived_only=archived_only,
             listable_only=not include_children,
         )
-        s = SESSIONS.alias("s")
+        s = _alias(SESSIONS, "s")
         if order_by_last_active:
             base, order = _by_chain_activity(s, filters, compact_rows, id_query, search_query)
         else:
@@ -1111,7 +1124,7 @@ class SessionRepository:
         tip_id = compression_tip(session, root_id)
         if tip_id == root_id:
             return row
-        t = SESSIONS.alias("s")
+        t = _alias(SESSIONS, "s")
         tips = _rich_rows(session, _rich_select(t, compact).where(t.c.id == tip_id))
         if not tips:
             return row
@@ -1124,7 +1137,7 @@ class SessionRepository:
 
     def get_session_rich_row(self, session_id: str, compact_rows: bool = False) -> Row | None:
         self._flush()
-        s = SESSIONS.alias("s")
+        s = _alias(SESSIONS, "s")
         with self.store.read() as session:
             rows = _rich_rows(session, _rich_select(s, compact_rows).where(s.c.id == session_id))
         return rows[0] if rows else None
