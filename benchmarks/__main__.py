@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from . import corpus
-from .raw_floor import Floor, bulk_load, connect, create_schema, floor_search
+from .raw_floor import Floor, bulk_load, connect, create_schema, record_statements
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LEGACY_V22 = (
@@ -171,29 +171,30 @@ def run_ops(
 
         # -- list 20 recent sessions
         n = its["list"]
+        listing = record_statements(
+            store.engine, lambda: session_repo.list_sessions_rich(limit=20)
+        )
         pair(
             "list 20 recent sessions",
-            lambda i: floor.list_recent_sessions(20),
+            lambda i: floor.replay(listing),
             lambda i: session_repo.list_sessions_rich(limit=20),
             n,
         )
 
-        # -- search
+        # -- search: the floor replays the statements hermes-store sent for the same query
         n = its["search"]
         for name, query in corpus.QUERIES.items():
-            f_hits = floor_search(floor, name, query)
-            with store.read() as sess:
-                s_hits = search_messages(sess.connection(), query)
-            if not f_hits or not s_hits:
-                raise SystemExit(f"search {name!r} ({query!r}) found nothing: corpus bug")
 
-            def s_search(i: int, query: str = query) -> None:
+            def s_search(i: int, query: str = query) -> list[dict[str, Any]]:
                 with store.read() as sess:
-                    search_messages(sess.connection(), query)
+                    return search_messages(sess.connection(), query)
 
+            if not s_search(0):
+                raise SystemExit(f"search {name!r} ({query!r}) found nothing: corpus bug")
+            statements = record_statements(store.engine, lambda: s_search(0))
             pair(
                 f"search {name}: {query}",
-                lambda i, name=name, query=query: floor_search(floor, name, query),
+                lambda i, statements=statements: floor.replay(statements),
                 s_search,
                 n,
             )

@@ -1,8 +1,13 @@
-"""The floor: the benchmarked operations written directly on the stdlib sqlite3 module.
+"""The floor: the benchmarked operations as the same SQL statements, issued directly on
+the stdlib sqlite3 module.
 
 Same schema (created by `migrate.upgrade` on a fresh file, so the FTS tables and their
 triggers are identical), same connection pragmas as hermes-store's engine (WAL,
-foreign_keys, recursive_triggers, explicit BEGIN), no ORM, no validation, no retries.
+foreign_keys, recursive_triggers, explicit BEGIN), and the same statements in the same
+transactions: the writes' guard reads, the reads' lock-taking PRAGMA, and for listing and
+search the exact statements hermes-store issued for that call, recorded once (`Recorded`).
+What is left to the ratio is hermes-store's own cost: SQLAlchemy, sessions, query
+sanitising and routing, value encoding and decoding, retries.
 """
 
 from __future__ import annotations
@@ -10,9 +15,12 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from sqlalchemy import Engine, event
 
 from hermes_store import migrate
 
@@ -34,38 +42,16 @@ MESSAGE_COLUMNS = (
 _COLUMNS_SQL = ", ".join(MESSAGE_COLUMNS)
 _MARKS_SQL = ", ".join("?" for _ in MESSAGE_COLUMNS)
 _INSERT_MESSAGE = f"INSERT INTO messages ({_COLUMNS_SQL}) VALUES ({_MARKS_SQL})"  # noqa: S608
+# the guards every append runs first: a live compression lease held by another writer,
+# and a session closed by compression (MessageRepository._check_appendable)
+_LEASE = (
+    "SELECT compression_locks.holder FROM compression_locks "
+    "WHERE compression_locks.session_id = ? AND compression_locks.expires_at > ?"
+)
+_CLOSED = "SELECT sessions.ended_at, sessions.end_reason FROM sessions WHERE sessions.id = ?"
 _BUMP = (
     "UPDATE sessions SET message_count = COALESCE(message_count, 0) + ?, "
     "tool_call_count = COALESCE(tool_call_count, 0) + ? WHERE id = ?"
-)
-_SNIPPET = "snippet({t}, -1, '>>>', '<<<', '...', 40)"
-_SEARCH = (
-    "SELECT m.id, m.session_id, m.role, {snippet} AS snippet, m.timestamp, m.tool_name, "
-    "s.source, s.model, s.started_at AS session_started "
-    "FROM {t} JOIN messages AS m ON m.id = {t}.rowid "
-    "JOIN sessions AS s ON s.id = m.session_id "
-    "WHERE {t} MATCH ? AND (m.active = 1 OR m.compacted = 1) ORDER BY rank LIMIT ?"
-)
-_LIKE = (
-    "SELECT m.id, m.session_id, m.role, m.content AS snippet, m.timestamp, m.tool_name, "
-    "s.source, s.model, s.started_at AS session_started "
-    "FROM messages AS m JOIN sessions AS s ON s.id = m.session_id "
-    "WHERE (m.content LIKE ? ESCAPE '\\' OR m.tool_name LIKE ? ESCAPE '\\' "
-    "OR m.tool_calls LIKE ? ESCAPE '\\') AND (m.active = 1 OR m.compacted = 1) "
-    "ORDER BY m.timestamp DESC LIMIT ?"
-)
-# The comparable simple listing: top-level sessions newest first, with the first user
-# message as preview and the newest message time (the two per-row subqueries the
-# repository's listing also runs), without its JSON marker and branch-child tests.
-_LIST_RECENT = (
-    "SELECT s.*, "
-    "COALESCE((SELECT substr(replace(replace(m.content, char(10), ' '), char(13), ' '), 1, 200) "
-    "  FROM messages AS m WHERE m.session_id = s.id AND m.role = 'user' "
-    "  AND m.content IS NOT NULL ORDER BY m.timestamp, m.id LIMIT 1), '') AS preview, "
-    "COALESCE((SELECT max(m.timestamp) FROM messages AS m WHERE m.session_id = s.id), "
-    "  s.started_at) AS last_active "
-    "FROM sessions AS s WHERE s.parent_session_id IS NULL "
-    "ORDER BY s.started_at DESC, s.id DESC LIMIT ?"
 )
 
 
@@ -140,11 +126,16 @@ class Floor:
     def close(self) -> None:
         self.conn.close()
 
+    def _guards(self, session_id: str) -> None:
+        self.conn.execute(_LEASE, (session_id, time.time())).fetchall()
+        self.conn.execute(_CLOSED, (session_id,)).fetchall()
+
     def append_message(self, session_id: str, msg: dict[str, Any]) -> int:
         params, n_calls = message_params(session_id, msg)
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
         try:
+            self._guards(session_id)
             cur = conn.execute(_INSERT_MESSAGE, params)
             conn.execute(_BUMP, (1, n_calls, session_id))
             conn.execute("COMMIT")
@@ -158,6 +149,7 @@ class Floor:
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
         try:
+            self._guards(session_id)
             conn.executemany(_INSERT_MESSAGE, [p for p, _ in encoded])
             conn.execute(_BUMP, (len(encoded), sum(n for _, n in encoded), session_id))
             conn.execute("COMMIT")
@@ -166,10 +158,16 @@ class Floor:
             raise
 
     def get_messages(self, session_id: str) -> list[dict[str, Any]]:
-        rows = self.conn.execute(
-            "SELECT * FROM messages WHERE session_id = ? AND active = 1 ORDER BY id",
-            (session_id,),
-        ).fetchall()
+        conn = self.conn
+        conn.execute("BEGIN DEFERRED")
+        try:
+            conn.execute("PRAGMA schema_version").fetchall()
+            rows = conn.execute(
+                "SELECT * FROM messages WHERE session_id = ? AND active = 1 ORDER BY id",
+                (session_id,),
+            ).fetchall()
+        finally:
+            conn.execute("ROLLBACK")
         out = []
         for r in rows:
             d = dict(r)
@@ -178,26 +176,41 @@ class Floor:
             out.append(d)
         return out
 
-    def list_recent_sessions(self, limit: int = 20) -> list[dict[str, Any]]:
-        return [dict(r) for r in self.conn.execute(_LIST_RECENT, (limit,)).fetchall()]
-
-    def search(self, match: str, *, table: str = "messages_fts", limit: int = 20) -> list[Any]:
-        """FTS5 MATCH joined to messages and sessions, as the repository issues it."""
-        sql = _SEARCH.format(t=table, snippet=_SNIPPET.format(t=table))
-        return [dict(r) for r in self.conn.execute(sql, (match, limit)).fetchall()]
-
-    def search_like(self, term: str, limit: int = 20) -> list[Any]:
-        """The LIKE scan for CJK terms too short for the trigram index."""
-        pattern = "%" + term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        return [
-            dict(r) for r in self.conn.execute(_LIKE, (pattern, pattern, pattern, limit)).fetchall()
-        ]
+    def replay(self, recorded: Recorded) -> list[list[dict[str, Any]]]:
+        """Issue a recorded call's statements in order, fetching every row of each, and
+        end the transaction they began as hermes-store ends a read: ROLLBACK."""
+        conn = self.conn
+        results = []
+        try:
+            for sql, params in recorded.statements:
+                results.append([dict(r) for r in conn.execute(sql, params).fetchall()])
+        finally:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+        return results
 
 
-#: benchmark query name -> how the floor runs it (the route hermes-store picks)
-def floor_search(floor: Floor, name: str, query: str) -> list[Any]:
-    if name == "cjk2":
-        return floor.search_like(query)
-    if name == "cjk3":
-        return floor.search(f'"{query}"', table="messages_fts_trigram")
-    return floor.search(query)
+@dataclass(frozen=True)
+class Recorded:
+    """The SQL one hermes-store call sent to the driver, in order, with its parameters."""
+
+    statements: tuple[tuple[str, Any], ...]
+
+
+def record_statements(engine: Engine, call: Callable[[], Any]) -> Recorded:
+    """Run `call` once and keep every statement it sent through `engine` (BEGIN,
+    SAVEPOINTs and PRAGMAs included; COMMIT/ROLLBACK go through the driver's own methods
+    and are replayed by `Floor.replay`)."""
+    captured: list[tuple[str, Any]] = []
+
+    def keep(conn: Any, cursor: Any, sql: str, params: Any, context: Any, many: bool) -> None:
+        if many:
+            raise ValueError("recording is for reads; executemany was called")
+        captured.append((sql, params))
+
+    event.listen(engine, "before_cursor_execute", keep)
+    try:
+        call()
+    finally:
+        event.remove(engine, "before_cursor_execute", keep)
+    return Recorded(tuple(captured))
