@@ -22,6 +22,7 @@ from sqlalchemy import (
     Select,
     Table,
     and_,
+    bindparam,
     delete,
     func,
     insert,
@@ -434,10 +435,27 @@ def repair_message_alternation(messages: list[dict[str, Any]]) -> list[dict[str,
 # --------------------------------------------------------------------------- checks
 
 
+# The statements every append runs, built once: constructing them per call cost the
+# append path more than executing them (benchmarks/, "append one").
+_LEASE_HOLDER = select(L.holder).where(
+    L.session_id == bindparam("lease_session"), L.expires_at > bindparam("lease_at")
+)
+_SESSION_STATE = select(S.ended_at, S.end_reason).where(S.id == bindparam("state_session"))
+_INSERT_MESSAGE = insert(MESSAGES)
+_ADD_COUNTS = (
+    update(SESSIONS)
+    .where(S.id == bindparam("count_session"))
+    .values(
+        # COALESCE: a counter created without its DEFAULT 0 would otherwise stay NULL.
+        message_count=func.coalesce(S.message_count, 0) + bindparam("add_messages"),
+        tool_call_count=func.coalesce(S.tool_call_count, 0) + bindparam("add_tool_calls"),
+    )
+)
+
+
 def _live_lock_holder(session: OrmSession, session_id: str, at: float) -> str | None:
-    return session.execute(
-        select(L.holder).where(L.session_id == session_id, L.expires_at > at)
-    ).scalar_one_or_none()
+    params = {"lease_session": session_id, "lease_at": at}
+    return session.execute(_LEASE_HOLDER, params).scalar_one_or_none()
 
 
 def _check_append_allowed(
@@ -462,7 +480,7 @@ def _check_not_compression_closed(session_id: str, ended_at: Any, end_reason: An
 
 
 def _session_state(session: OrmSession, session_id: str) -> Any:
-    return session.execute(select(S.ended_at, S.end_reason).where(S.id == session_id)).one_or_none()
+    return session.execute(_SESSION_STATE, {"state_session": session_id}).one_or_none()
 
 
 def _insert_rows(session: OrmSession, rows: list[dict[str, Any]]) -> list[int]:
@@ -485,15 +503,8 @@ def _insert_rows(session: OrmSession, rows: list[dict[str, Any]]) -> list[int]:
 
 
 def _add_counts(session: OrmSession, session_id: str, messages: int, tool_calls: int) -> None:
-    # COALESCE: a counter created without its DEFAULT 0 would otherwise stay NULL forever.
-    session.execute(
-        update(SESSIONS)
-        .where(S.id == session_id)
-        .values(
-            message_count=func.coalesce(S.message_count, 0) + messages,
-            tool_call_count=func.coalesce(S.tool_call_count, 0) + tool_calls,
-        )
-    )
+    params = {"count_session": session_id, "add_messages": messages, "add_tool_calls": tool_calls}
+    session.execute(_ADD_COUNTS, params)
 
 
 def _set_counts(session: OrmSession, session_id: str, messages: int, tool_calls: int) -> None:
@@ -580,7 +591,7 @@ class MessageRepository:
                 display_kind=display_kind,
                 display_metadata=display_metadata,
             )
-            result = cast(CursorResult[Any], session.execute(insert(MESSAGES).values(values)))
+            result = cast(CursorResult[Any], session.execute(_INSERT_MESSAGE, values))
             _add_counts(session, session_id, 1, n_calls)
             key = result.inserted_primary_key
             assert key is not None  # a single-row INSERT always reports its key
