@@ -56,8 +56,9 @@ def _fts_route(
         f" WHERE {table} MATCH :match{filters.sql} ORDER BY {order} LIMIT :limit OFFSET :offset"
     )
     params = {**filters.params, "match": match, "limit": limit, "offset": offset}
-    with conn.begin_nested():
-        return [dict(r) for r in conn.execute(filters.statement(sql), params).mappings()]
+    # No SAVEPOINT: on SQLite a failing SELECT (an FTS5 syntax error, a damaged index)
+    # leaves the read transaction usable for the routes that follow.
+    return [dict(r) for r in conn.execute(filters.statement(sql), params).mappings()]
 
 
 def _like_route(
