@@ -35,7 +35,22 @@ SEARCH_COLUMNS = frozenset({"search_vector"})
 
 def data_columns(row: Any) -> dict[str, Any]:
     """A `SELECT *` row as a dict, without the search machinery's columns."""
-    return {str(k): v for k, v in row.items() if k not in SEARCH_COLUMNS}
+    out = dict(row)
+    for name in SEARCH_COLUMNS:
+        out.pop(name, None)
+    return out
+
+
+def data_rows(result: Any) -> list[dict[str, Any]]:
+    """Every row of a `SELECT *` result as a dict without the search machinery's columns;
+    zipping plain tuples with the keys once is several times cheaper than a RowMapping
+    per row on long transcripts."""
+    keys = [str(k) for k in result.keys()]
+    rows = [dict(zip(keys, values, strict=True)) for values in result.all()]
+    for name in SEARCH_COLUMNS.intersection(keys):
+        for row in rows:
+            del row[name]
+    return rows
 
 
 def is_postgresql(session: Session) -> bool:

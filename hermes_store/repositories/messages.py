@@ -42,7 +42,7 @@ from ..errors import (
 from ..models import CompressionLock, Message
 from ..models import Session as SessionModel
 from ..store import Store
-from ._dialect import data_columns, lock_session
+from ._dialect import data_columns, data_rows, lock_session
 from ._encoding import (
     decode_content,
     decode_display_metadata,
@@ -270,7 +270,10 @@ def _parse_tool_calls(stored: Any) -> Any:
 
 def decode_message(row: RowLike) -> dict[str, Any]:
     """A full row as a dict with content, tool_calls and display_metadata decoded."""
-    out = data_columns(row)
+    return _decode_fields(data_columns(row))
+
+
+def _decode_fields(out: dict[str, Any]) -> dict[str, Any]:
     if "content" in out:
         out["content"] = decode_content(out["content"])
     if "tool_calls" in out:
@@ -918,8 +921,8 @@ class MessageRepository:
         if offset and offset > 0:
             query = query.offset(offset)
         with self.store.read() as session:
-            rows = session.execute(query).mappings().all()
-        return [decode_message(r) for r in rows]
+            rows = data_rows(session.execute(query))
+        return [_decode_fields(r) for r in rows]
 
     def _window(
         self, session: OrmSession, session_id: str, around_message_id: int, window: int
