@@ -38,6 +38,7 @@ from .errors import (
     SchemaTooNew,
 )
 from .models import metadata
+from .retry import DEFAULT_RETRY
 from .search import maintenance
 from .search.layout import FTSState, fts_state
 from .sqlite_damage import classify, quick_check, where
@@ -354,15 +355,22 @@ def _look_before_opening(url: URL, *, backfilling: bool) -> None:
         if read_only
         else create_engine(URL.create("sqlite", database=str(path)), poolclass=NullPool)
     )
-    problems: list[str] = []
-    try:
+
+    def look() -> tuple[adoption.DatabaseShape, list[str]]:
         with engine.connect() as conn:
             shape = adoption.inspect_shape(conn)
             at_head = shape.alembic_revision == HEAD and shape.stored_version == SCHEMA_VERSION
             pending = shape.kind != "empty" and backfilling and fts_state(conn).backfill_pending
+            problems = []
             if not shape.too_new and (not at_head or pending):
                 problems = quick_check(conn)
             conn.rollback()
+            return shape, problems
+
+    try:
+        # under the retry policy: in DELETE mode a stream of writers (processes opening
+        # the facade while others append) can keep this reader out past one busy timeout
+        shape, problems = DEFAULT_RETRY.run(look)
     except DBAPIError as exc:
         if classify(exc) in (None, "suspect_fts"):
             raise
@@ -399,11 +407,16 @@ def upgrade(
         resolved, backfilling=not defer_fts_backfill and revision in ("head", HEAD)
     )
     engine = make_engine(resolved)
-    try:
+
+    def look() -> adoption.DatabaseShape:
         with engine.connect() as conn:  # deferred: looking takes no write lock
             _probe_fts5(conn)
             shape = adoption.inspect_shape(conn)
             conn.rollback()
+            return shape
+
+    try:
+        shape = DEFAULT_RETRY.run(look)  # see _look_before_opening
         at_head = shape.alembic_revision == HEAD and shape.stored_version == SCHEMA_VERSION
         if not (at_head and revision in ("head", HEAD)):
             with write_connection(engine) as conn:
