@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import QueuePool
 
 from .config import JournalPolicy, resolve_url
-from .engine import BEGIN_MODE, make_engine
+from .engine import BEGIN_MODE, make_engine, write_connection
 from .errors import DatabaseCorrupt
 from .retry import DEFAULT_RETRY, RetryPolicy
 from .search import maintenance
@@ -68,7 +68,7 @@ class Store:
         self._write_lock = threading.Lock()
         self._writes = 0
         self._closed = False
-        self._fts_rebuilt = False  # the one in-place rebuild this Store may do
+        self._fts_rebuilds = 0  # the one in-place rebuild this Store may do
         self._damaged: DatabaseCorrupt | None = None  # structural damage seen: no more writes
 
     @property
@@ -92,10 +92,11 @@ class Store:
             raise DatabaseCorrupt(
                 self._damaged.where, f"found by an earlier operation: {self._damaged.detail}"
             )
+        rebuilds = self._fts_rebuilds
         try:
             result, writes = self.retry.run(attempt)
         except DBAPIError as exc:
-            if not self._repaired_fts_after(exc):
+            if not self._repaired_fts_after(exc, rebuilds):
                 damage = self._damage_error(exc)
                 if damage is None:
                     raise
@@ -124,10 +125,11 @@ class Store:
             self._damaged = error
         return error
 
-    def _repaired_fts_after(self, exc: DBAPIError) -> bool:
+    def _repaired_fts_after(self, exc: DBAPIError, rebuilds_before: int) -> bool:
         """After a failed write (rolled back): True if it is worth one more attempt, the
-        FTS indexes having been rebuilt; raises DatabaseCorrupt for damage it cannot
-        repair; False if the error reports no damage at all."""
+        FTS indexes having been rebuilt (by this call or, since the write began, by
+        another thread's); raises DatabaseCorrupt for damage it cannot repair; False if
+        the error reports no damage."""
         if self.dialect != "sqlite" or self.read_only:
             return False
         kind = classify(exc)
@@ -137,32 +139,36 @@ class Store:
         # under the write lock: this store's other writers wait for the diagnosis and the
         # rebuild instead of failing on the same damage meanwhile
         with self._write_lock:
+            if self._fts_rebuilds > rebuilds_before:
+                return True
+            if self._fts_rebuilds:
+                # the original's rule: one rebuild per instance, then the error propagates
+                if kind == "fts":
+                    raise DatabaseCorrupt(place, f"{exc.orig}; already rebuilt once", True) from exc
+                return False
             # A rebuild rewrites every FTS page: never into a file whose b-trees are
             # damaged. quick_check reads the whole file, which is acceptable on this path
             # only (once, after SQLite has already reported damage).
             with self.engine.connect() as conn:
                 problems = quick_check(conn)
                 conn.rollback()
-                fts_errors = [] if problems != ["ok"] else maintenance.integrity_errors(conn)
             if problems != ["ok"]:
                 shown = "; ".join(problems[:3]) + (" ..." if len(problems) > 3 else "")
                 self._damaged = DatabaseCorrupt(place, f"{exc.orig}; quick_check: {shown}")
                 raise self._damaged from exc
+            # FTS5's own report needs no confirmation; the others do
+            fts_errors = [str(exc.orig)] if kind == "fts" else self.retry.run(self._fts_errors)
             if not fts_errors:
                 # the bare constraint error was an ordinary one; otherwise the damage SQLite
                 # reported is gone (another process repaired it meanwhile): try again
                 return kind != "suspect_fts"
-            if self._fts_rebuilt:
-                raise DatabaseCorrupt(
-                    place, f"{'; '.join(fts_errors)}; already rebuilt once", fts_only=True
-                ) from exc
-            self._fts_rebuilt = True
             log.warning(
                 "a write to %s failed because its full-text index is damaged (%s): rebuilding "
                 "the FTS indexes in place (once per store), then retrying the write",
                 place,
                 "; ".join(fts_errors),
             )
+            self._fts_rebuilds += 1
             try:
                 maintenance.rebuild(self.engine, self.retry)
             except DBAPIError as failed:
@@ -170,6 +176,16 @@ class Store:
                     place, f"{'; '.join(fts_errors)}; the rebuild failed: {failed.orig}", True
                 ) from failed
             return True
+
+    def _fts_errors(self) -> list[str]:
+        # BEGIN IMMEDIATE, under the retry policy: the integrity-check is an FTS5 command
+        # (an INSERT), and lock contention must not be mistaken for a damaged index
+        with write_connection(self.engine) as conn:
+            transaction = conn.begin()
+            try:
+                return maintenance.integrity_errors(conn)
+            finally:
+                transaction.rollback()
 
     @contextmanager
     def read(self) -> Iterator[Session]:

@@ -352,3 +352,35 @@ def test_fts_rebuild_repairs_an_index_fts5_cannot_open(legacy_db) -> None:  # ty
     done = _cli("check", "--url", str(path))
     assert done.returncode == 0, done.stdout
     assert _fts_hits(path, "Kyoto") >= 1
+
+
+def test_threads_that_meet_the_damage_share_the_one_rebuild(legacy_db, caplog) -> None:  # type: ignore[no-untyped-def]
+    """Four threads of one Store append at once onto a damaged index: every append lands,
+    the indexes are rebuilt once, and a thread whose write failed while another was
+    rebuilding retries instead of calling that the second damage."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from hermes_store.repositories.messages import MessageRepository
+    from hermes_store.store import Store
+
+    path = legacy_db(23)
+    migrate.upgrade(path)
+    _damage_fts(path, "garbage_structure")
+    start = threading.Barrier(4)
+    with Store(f"sqlite:///{path}") as store, caplog.at_level("WARNING", "hermes_store.store"):
+        messages = MessageRepository(store)
+
+        def append(n: int) -> list[int]:
+            start.wait()
+            return [
+                messages.append_message("20260303_083012_c0ffe2", "user", f"t{n} zebracorn {i}")
+                for i in range(5)
+            ]
+
+        with ThreadPoolExecutor(4) as pool:
+            ids = [i for batch in pool.map(append, range(4)) for i in batch]
+    assert len(set(ids)) == 20
+    assert caplog.text.count("rebuilding the FTS indexes in place") == 1
+    assert _integrity(path) == []
+    assert _fts_hits(path, "zebracorn") == 20
