@@ -1052,6 +1052,30 @@ def test_check_reports_a_file_whose_schema_cannot_be_read(
     assert _sidecars(tree.path) == []
 
 
+def test_a_damaged_fts_page_is_structural_damage_and_nothing_is_rebuilt(
+    messages_btree: _Btree, db: Any
+) -> None:
+    """The root page of `messages_fts_data` (an ordinary b-tree under the index)
+    overwritten: FTS5 reports it as its own failure ("vtable constructor failed"), but
+    quick_check finds the b-tree damage, so the index is not rebuilt into the damaged
+    file (the original would rebuild on any malformed-class error): DatabaseCorrupt, not
+    FTS-only, and the file unchanged."""
+    from hermes_store.errors import DatabaseCorrupt
+
+    tree = messages_btree
+    root, page_size = _root_page(tree.path, "messages_fts_data")
+    _Btree(tree.path, page_size, root, []).damage(root)
+    before = db.sha256_file(tree.path)
+    with pytest.raises(DatabaseCorrupt) as caught:
+        _append(tree.path)
+    print(caught.value)
+    assert not caught.value.fts_only
+    assert "vtable constructor failed: messages_fts" in caught.value.detail
+    assert "quick_check: " in caught.value.detail
+    assert db.sha256_file(tree.path) == before
+    assert _sidecars(tree.path) == []
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="SQLite notices damage only on pages it reads, and an append reads just the "
