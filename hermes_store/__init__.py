@@ -7,6 +7,7 @@ Public API: `make_engine`, `migrate` (upgrade / current / check), the models in
 from .config import SCHEMA_VERSION, resolve_url
 from .engine import make_engine
 from .errors import (
+    DatabaseCorrupt,
     DatabaseNotWritable,
     FTSUnavailable,
     MigrationError,
@@ -20,6 +21,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "SCHEMA_VERSION",
+    "DatabaseCorrupt",
     "DatabaseNotWritable",
     "FTSUnavailable",
     "MigrationError",

@@ -135,15 +135,21 @@ def _cmd_check(args: argparse.Namespace) -> int:
                 "fts_errors": report.fts_errors,
                 "schema_drift": report.schema_drift,
                 "tolerated_differences": report.tolerated,
+                "errors": report.errors,
             }
         )
     else:
-        print(
-            f"at head:       {'yes' if report.status.at_head else 'no (run hermes-store upgrade)'}"
-        )
+        if report.status.error is not None:
+            at_head = "unknown (the schema cannot be read)"
+        else:
+            at_head = "yes" if report.status.at_head else "no (run hermes-store upgrade)"
+        print(f"at head:       {at_head}")
         print(f"quick_check:   {'; '.join(report.quick_check)}")
-        print(f"fts integrity: {'ok' if not report.fts_errors else '; '.join(report.fts_errors)}")
-        print(f"schema drift:  {'none' if not report.schema_drift else len(report.schema_drift)}")
+        unread = report.status.error is not None
+        fts = "ok" if not report.fts_errors else "; ".join(report.fts_errors)
+        drift = "none" if not report.schema_drift else str(len(report.schema_drift))
+        print(f"fts integrity: {'not checked' if unread else fts}")
+        print(f"schema drift:  {'not checked' if unread else drift}")
         for line in report.schema_drift:
             print(f"  {line}")
         if report.tolerated:
@@ -151,6 +157,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
                 f"kept as found: {len(report.tolerated)} extra column(s)/index(es) or legacy"
                 " declarations the original wrote (not errors)"
             )
+        for line in report.errors:
+            print(f"error:         {line}")
     return 0 if report.ok else 1
 
 

@@ -97,3 +97,30 @@ class CopyValueError(CopyError, ValueError):
             f"batch was written to {target}. Fix that value in the source (the copy never "
             "changes it), then run the same command with --resume"
         )
+
+
+class DatabaseCorrupt(StoreError):
+    """SQLite reported damage it cannot work around. Raised after the transaction was
+    rolled back, so the failed operation wrote nothing."""
+
+    def __init__(self, where: str, detail: str, fts_only: bool = False) -> None:
+        self.where = where
+        self.detail = detail
+        self.fts_only = fts_only
+        if fts_only:
+            message = (
+                f"the full-text index of {where} is damaged ({detail}); nothing was written. "
+                f"Run `hermes-store fts rebuild --url {where}`, then `hermes-store check "
+                f"--url {where}`; if the rebuild fails, restore the file from a backup"
+            )
+        else:
+            message = (
+                f"the database {where} is damaged ({detail}); nothing was written. "
+                f"Run `hermes-store check --url {where}` to see what is wrong, then restore "
+                f"the file from a backup (`sqlite3 {where} .recover` salvages what is readable)"
+            )
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, bool]]:
+        # rebuilt from its parts, not the message (crossing a process boundary)
+        return (type(self), (self.where, self.detail, self.fts_only))

@@ -23,12 +23,14 @@ from alembic.runtime.environment import EnvironmentContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, Identity, create_engine, text
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
 from . import adoption
 from .config import SCHEMA_VERSION, hermes_home, resolve_url, sqlite_path
 from .engine import make_engine, write_connection
 from .errors import (
+    DatabaseCorrupt,
     FTSUnavailable,
     MigrationError,
     NotAHermesDatabase,
@@ -39,8 +41,13 @@ from .models import metadata
 from .retry import RetryPolicy
 from .search import maintenance
 from .search.layout import FTSState, fts_state
+from .sqlite_damage import classify, quick_check, where
 
 log = logging.getLogger(__name__)
+
+#: Opening waits out other processes' locks for this long, as the original's later builds
+#: do (spec/behaviour.md 16.2), instead of failing after one busy timeout.
+OPEN_RETRY = RetryPolicy(budget_seconds=20.0)
 
 VERSION_TABLE = adoption.VERSION_TABLE
 HEAD = f"{SCHEMA_VERSION:04d}"
@@ -335,8 +342,11 @@ def _probe_fts5(conn: Connection) -> None:
         ) from exc
 
 
-def _refuse_too_new(url: URL) -> None:
-    """Look before opening for writing, so that a refused file is not even touched."""
+def _look_before_opening(url: URL, *, backfilling: bool) -> None:
+    """Look before opening for writing, so that a refused file is not even touched: refuse
+    a newer database, and a damaged one when this run would rewrite much of it (a
+    migration or the FTS backfill). `PRAGMA quick_check` reads the whole file, so a file
+    already at head with a settled index (every open of the facade) is not checked."""
     path = sqlite_path(url)
     if path is None or not path.exists() or path.stat().st_size == 0:
         return
@@ -350,16 +360,32 @@ def _refuse_too_new(url: URL) -> None:
         else create_engine(URL.create("sqlite", database=str(path)), poolclass=NullPool)
     )
 
-    def inspect() -> adoption.DatabaseShape:
+    def look() -> tuple[adoption.DatabaseShape, list[str]]:
         with engine.connect() as conn:
-            return adoption.inspect_shape(conn)
+            shape = adoption.inspect_shape(conn)
+            at_head = shape.alembic_revision == HEAD and shape.stored_version == SCHEMA_VERSION
+            pending = shape.kind != "empty" and backfilling and fts_state(conn).backfill_pending
+            problems = []
+            if not shape.too_new and (not at_head or pending):
+                problems = quick_check(conn)
+            conn.rollback()
+            return shape, problems
 
     try:
-        shape = OPEN_RETRY.run(inspect)
+        # under the retry policy: in DELETE mode a stream of writers (processes opening
+        # the facade while others append) can keep this reader out past one busy timeout
+        shape, problems = OPEN_RETRY.run(look)
+    except DBAPIError as exc:
+        if classify(exc) in (None, "suspect_fts"):
+            raise
+        raise DatabaseCorrupt(str(path), str(exc.orig)) from exc
     finally:
         engine.dispose()
     if shape.too_new:
         raise SchemaTooNew(shape.stored_version or 0, SCHEMA_VERSION, str(path))
+    if problems and problems != ["ok"]:
+        shown = "; ".join(problems[:3]) + (" ..." if len(problems) > 3 else "")
+        raise DatabaseCorrupt(str(path), f"quick_check: {shown}")
 
 
 @dataclass
@@ -368,11 +394,6 @@ class UpgradeReport:
     after: str | None
     adopted_from: int | None
     fts: FTSState | None
-
-
-#: Opening waits out other processes' locks for this long, as the original's later builds
-#: do (spec/behaviour.md 16.2), instead of failing after one busy timeout.
-OPEN_RETRY = RetryPolicy(budget_seconds=20.0)
 
 
 def upgrade(
@@ -386,7 +407,9 @@ def upgrade(
     """Create, adopt or upgrade the database at `url`, then (unless deferred) finish the
     chunked FTS backfill. Running it twice changes nothing."""
     resolved = resolve_url(url)
-    _refuse_too_new(resolved)
+    _look_before_opening(
+        resolved, backfilling=not defer_fts_backfill and revision in ("head", HEAD)
+    )
     engine = make_engine(resolved)
     try:
 
@@ -424,6 +447,7 @@ def upgrade(
         sqlite = engine.dialect.name == "sqlite"
         if sqlite and not defer_fts_backfill and revision in ("head", HEAD):
             maintenance.run_backfill(engine, on_progress=on_progress, min_pause=fts_min_pause)
+
         def look() -> tuple[str | None, FTSState]:
             with engine.connect() as conn:
                 return _alembic_revision(conn), fts_state(conn)
@@ -474,6 +498,7 @@ class Status:
     stamp_revision: int | None
     missing: dict[int, list[str]]
     fts: FTSState | None
+    error: str | None = None  # set when the file is too damaged to say what it holds
 
     @property
     def at_head(self) -> bool:
@@ -489,6 +514,7 @@ class Status:
             "schema_version": self.schema_version,
             "adopt_at_revision": self.stamp_revision,
             "missing": {str(k): v for k, v in self.missing.items()},
+            "error": self.error,
             "fts": None
             if self.fts is None
             else {
@@ -518,6 +544,10 @@ def current(url: str | URL | None = None) -> Status:
         with engine.connect() as conn:
             shape = adoption.inspect_shape(conn)
             state = fts_state(conn) if shape.kind != "empty" else None
+    except DBAPIError as exc:
+        if classify(exc) in (None, "suspect_fts"):
+            raise
+        raise DatabaseCorrupt(where(resolved), str(exc.orig)) from exc
     finally:
         engine.dispose()
     return Status(
@@ -539,28 +569,49 @@ class CheckReport:
     fts_errors: list[str]
     schema_drift: list[str] = field(default_factory=list)
     tolerated: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # what could not be checked, and why
 
     @property
     def ok(self) -> bool:
         fts_ok = not self.fts_errors
         return (
-            self.status.at_head and self.quick_check == ["ok"] and fts_ok and not self.schema_drift
+            self.status.at_head
+            and self.quick_check == ["ok"]
+            and fts_ok
+            and not self.schema_drift
+            and not self.errors
         )
 
 
 def check(url: str | URL | None = None) -> CheckReport:
-    """At head? `PRAGMA quick_check`; FTS integrity-check (rank=1); models vs database."""
-    status = current(url)
+    """At head? `PRAGMA quick_check`; FTS integrity-check (rank=1); models vs database.
+    Damage is reported, never raised: whatever can still be checked is."""
     resolved = resolve_url(url)
+    try:
+        status = current(resolved)
+    except DatabaseCorrupt as exc:
+        status = Status(
+            url=resolved.render_as_string(hide_password=True),
+            kind="unreadable",
+            alembic_revision=None,
+            head=HEAD,
+            schema_version=None,
+            stamp_revision=None,
+            missing={},
+            fts=None,
+            error=exc.detail,
+        )
     engine = _open_for_reading(resolved)
+    quick: list[str] | None = None
+    fts_errors: list[str] = []
+    drift: list[str] = []
+    tolerated: list[str] = []
+    errors = [] if status.error is None else [f"database: {status.error}"]
     try:
         with engine.connect() as conn:
-            if conn.dialect.name == "sqlite":
-                quick = [str(r[0]) for r in conn.exec_driver_sql("PRAGMA quick_check").all()]
-            else:
-                quick = ["ok"]  # PostgreSQL checks its pages itself (checksums, amcheck)
+            # PostgreSQL checks its pages itself (checksums, amcheck)
+            quick = quick_check(conn) if conn.dialect.name == "sqlite" else ["ok"]
             conn.rollback()
-            fts_errors: list[str] = []
             if status.fts is not None and status.fts.layout not in ("none", "tsvector"):
                 if status.fts.backfill_pending:
                     fts_errors = [
@@ -569,19 +620,24 @@ def check(url: str | URL | None = None) -> CheckReport:
                     ]
                 else:
                     fts_errors = _fts_integrity(resolved)
-            drift: list[str] = []
-            tolerated: list[str] = []
             if status.kind == "managed":
                 for d in schema_drift(conn):
                     (tolerated if _tolerated(d, conn) else drift).append(repr(d))
+    except DBAPIError as exc:
+        if classify(exc) in (None, "suspect_fts"):
+            raise
+        if quick is None:  # the connection could not even be opened
+            quick = [f"could not run: {exc.orig}"]
+        errors.append(f"stopped checking: {exc.orig}")
     finally:
         engine.dispose()
     return CheckReport(
         status=status,
-        quick_check=quick,
+        quick_check=quick or ["ok"],
         fts_errors=fts_errors,
         schema_drift=drift,
         tolerated=tolerated,
+        errors=errors,
     )
 
 

@@ -5,6 +5,12 @@ READ COMMITTED on PostgreSQL, later), retried as a whole by the store's RetryPol
 lock contention, so `fn` must not have side effects outside the database. Every 50th
 successful write runs a PASSIVE WAL checkpoint; `close()` runs a TRUNCATE checkpoint.
 `store.read()` gives a Session in a deferred transaction that never takes the write lock.
+
+Damage (SQLite): a write that fails on a damaged FTS index gets one in-place rebuild of the
+indexes per Store and is retried (the original's rule); any other damage SQLite reports
+raises DatabaseCorrupt after the rollback, and from then on the Store refuses every write
+(SQLite only notices damage on pages it reads, so a later write that happens to miss the
+damaged pages would otherwise go on adding to a broken file). Reads keep working.
 """
 
 from __future__ import annotations
@@ -17,12 +23,16 @@ from typing import TypeVar
 
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import QueuePool
 
 from .config import JournalPolicy, resolve_url
-from .engine import BEGIN_MODE, make_engine
+from .engine import BEGIN_MODE, make_engine, write_connection
+from .errors import DatabaseCorrupt
 from .retry import DEFAULT_RETRY, RetryPolicy
+from .search import maintenance
+from .sqlite_damage import classify, quick_check, where
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +68,8 @@ class Store:
         self._write_lock = threading.Lock()
         self._writes = 0
         self._closed = False
+        self._fts_rebuilds = 0  # the one in-place rebuild this Store may do
+        self._damaged: DatabaseCorrupt | None = None  # structural damage seen: no more writes
 
     @property
     def dialect(self) -> str:
@@ -76,10 +88,104 @@ class Store:
                 self._writes += 1  # under the lock: concurrent writers must not lose counts
                 return result, self._writes
 
-        result, writes = self.retry.run(attempt)
+        if self._damaged is not None:
+            raise DatabaseCorrupt(
+                self._damaged.where, f"found by an earlier operation: {self._damaged.detail}"
+            )
+        rebuilds = self._fts_rebuilds
+        try:
+            result, writes = self.retry.run(attempt)
+        except DBAPIError as exc:
+            if not self._repaired_fts_after(exc, rebuilds):
+                damage = self._damage_error(exc)
+                if damage is None:
+                    raise
+                raise damage from exc
+            try:
+                result, writes = self.retry.run(attempt)
+            except DBAPIError as again:
+                damage = self._damage_error(again)
+                if damage is None:
+                    raise
+                raise damage from again
         if self.checkpoint_every and writes % self.checkpoint_every == 0:
             self.checkpoint("PASSIVE")
         return result
+
+    def _damage_error(self, exc: DBAPIError) -> DatabaseCorrupt | None:
+        """The DatabaseCorrupt an error of this store stands for (remembering structural
+        damage, which stops further writes), or None if it reports no damage."""
+        if self.dialect != "sqlite":
+            return None
+        kind = classify(exc)
+        if kind is None or kind == "suspect_fts":
+            return None
+        error = DatabaseCorrupt(where(self.url), str(exc.orig), fts_only=kind == "fts")
+        if kind == "structural":
+            self._damaged = error
+        return error
+
+    def _repaired_fts_after(self, exc: DBAPIError, rebuilds_before: int) -> bool:
+        """After a failed write (rolled back): True if it is worth one more attempt, the
+        FTS indexes having been rebuilt (by this call or, since the write began, by
+        another thread's); raises DatabaseCorrupt for damage it cannot repair; False if
+        the error reports no damage."""
+        if self.dialect != "sqlite" or self.read_only:
+            return False
+        kind = classify(exc)
+        if kind is None:
+            return False
+        place = where(self.url)
+        # under the write lock: this store's other writers wait for the diagnosis and the
+        # rebuild instead of failing on the same damage meanwhile
+        with self._write_lock:
+            if self._fts_rebuilds > rebuilds_before:
+                return True
+            if self._fts_rebuilds:
+                # the original's rule: one rebuild per instance, then the error propagates
+                if kind == "fts":
+                    raise DatabaseCorrupt(place, f"{exc.orig}; already rebuilt once", True) from exc
+                return False
+            # A rebuild rewrites every FTS page: never into a file whose b-trees are
+            # damaged. quick_check reads the whole file, which is acceptable on this path
+            # only (once, after SQLite has already reported damage).
+            with self.engine.connect() as conn:
+                problems = quick_check(conn)
+                conn.rollback()
+            if problems != ["ok"]:
+                shown = "; ".join(problems[:3]) + (" ..." if len(problems) > 3 else "")
+                self._damaged = DatabaseCorrupt(place, f"{exc.orig}; quick_check: {shown}")
+                raise self._damaged from exc
+            # FTS5's own report needs no confirmation; the others do
+            fts_errors = [str(exc.orig)] if kind == "fts" else self.retry.run(self._fts_errors)
+            if not fts_errors:
+                # the bare constraint error was an ordinary one; otherwise the damage SQLite
+                # reported is gone (another process repaired it meanwhile): try again
+                return kind != "suspect_fts"
+            log.warning(
+                "a write to %s failed because its full-text index is damaged (%s): rebuilding "
+                "the FTS indexes in place (once per store), then retrying the write",
+                place,
+                "; ".join(fts_errors),
+            )
+            self._fts_rebuilds += 1
+            try:
+                maintenance.rebuild(self.engine, self.retry)
+            except DBAPIError as failed:
+                raise DatabaseCorrupt(
+                    place, f"{'; '.join(fts_errors)}; the rebuild failed: {failed.orig}", True
+                ) from failed
+            return True
+
+    def _fts_errors(self) -> list[str]:
+        # BEGIN IMMEDIATE, under the retry policy: the integrity-check is an FTS5 command
+        # (an INSERT), and lock contention must not be mistaken for a damaged index
+        with write_connection(self.engine) as conn:
+            transaction = conn.begin()
+            try:
+                return maintenance.integrity_errors(conn)
+            finally:
+                transaction.rollback()
 
     @contextmanager
     def read(self) -> Iterator[Session]:
@@ -93,6 +199,12 @@ class Store:
                     # can keep a reader out for longer than one busy timeout.
                     self.retry.run(lambda: session.execute(text("PRAGMA schema_version")))
                 yield session
+            except DBAPIError as exc:
+                session.rollback()
+                damage = self._damage_error(exc)
+                if damage is None:
+                    raise
+                raise damage from exc
             finally:
                 # A read has nothing to commit; rolling back also ends a transaction that
                 # an error inside it (a damaged FTS index, say) left unusable.

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from sqlalchemy import create_engine
 
 from hermes_store import migrate
@@ -201,3 +204,183 @@ def test_damaged_fts_index_degrades_search_to_like_and_rebuild_repairs_it(
     with engine.connect() as conn:
         assert len(search_messages(conn, "damage")) == 1
     engine.dispose()
+
+
+# Garbage where each index keeps its structure record (FTS5 then cannot even open the
+# table), a zeroed one (FTS5 opens it, finds no segments and writes over existing ones:
+# the bare SQLITE_CONSTRAINT), or a format version it does not know.
+_FTS_DAMAGE = {
+    "garbage_structure": "UPDATE {t}_data SET block = x'ffffffffffffffffffffffff' WHERE id = 10",
+    "zeroed_structure": "UPDATE {t}_data SET block = zeroblob(12) WHERE id = 10",
+    "unknown_version": "UPDATE {t}_config SET v = 99 WHERE k = 'version'",
+}
+
+
+def _damage_fts(path: Path, damage: str) -> None:
+    con = sqlite3.connect(path)
+    try:
+        for table in ("messages_fts", "messages_fts_trigram"):
+            con.execute(_FTS_DAMAGE[damage].format(t=table))
+        con.commit()
+    finally:
+        con.close()
+
+
+def _insert_fails(path: Path) -> str:
+    """The damage is real: a plain INSERT into messages (through the FTS triggers) fails;
+    its transaction is rolled back. Returns SQLite's error text."""
+    con = sqlite3.connect(path, isolation_level=None)
+    try:
+        con.execute("BEGIN")
+        try:
+            con.execute(
+                "INSERT INTO messages (session_id, role, content, timestamp) "
+                "VALUES ('20260303_083012_c0ffe2', 'user', 'probe', 1)"
+            )
+        except sqlite3.DatabaseError as exc:
+            return str(exc)
+        finally:
+            if con.in_transaction:  # some failures end the transaction themselves
+                con.execute("ROLLBACK")
+        raise AssertionError("the damaged index did not stop an insert")
+    finally:
+        con.close()
+
+
+def _fts_hits(path: Path, word: str) -> int:
+    con = sqlite3.connect(path)
+    try:
+        return int(
+            con.execute(
+                "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH ?", (word,)
+            ).fetchone()[0]
+        )
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("damage", sorted(_FTS_DAMAGE))
+def test_a_write_on_a_damaged_index_rebuilds_it_once_and_goes_on(
+    legacy_db,  # type: ignore[no-untyped-def]
+    caplog: pytest.LogCaptureFixture,
+    damage: str,
+) -> None:
+    path = legacy_db(23)
+    migrate.upgrade(path)
+    _damage_fts(path, damage)
+    print(damage, "->", _insert_fails(path))
+    assert _integrity(path) != []
+    db = SessionDB(path)
+    try:
+        with caplog.at_level("WARNING", logger="hermes_store.store"):
+            new_id = db.append_message("20260303_083012_c0ffe2", "user", "zebracorn arrives")
+        assert "full-text index is damaged" in caplog.text
+        assert "rebuilding the FTS indexes in place" in caplog.text
+        assert [m["id"] for m in db.get_messages("20260303_083012_c0ffe2")][-1] == new_id
+        assert {h["id"] for h in db.search_messages("zebracorn")} == {new_id}
+    finally:
+        db.close()
+    assert _integrity(path) == []
+    assert _fts_hits(path, "zebracorn") == 1
+
+
+def test_the_rebuild_is_done_once_per_store(legacy_db) -> None:  # type: ignore[no-untyped-def]
+    """Damage that comes back after the one rebuild: DatabaseCorrupt naming the file and
+    the FTS repair, and nothing written; `hermes-store fts rebuild` then repairs it."""
+    from hermes_store.errors import DatabaseCorrupt
+
+    path = legacy_db(23)
+    migrate.upgrade(path)
+    db = SessionDB(path)
+    try:
+        _damage_fts(path, "garbage_structure")
+        db.append_message("20260303_083012_c0ffe2", "user", "first after the damage")
+        _damage_fts(path, "garbage_structure")
+        before = _integrity_free_counts(path)
+        with pytest.raises(DatabaseCorrupt) as caught:
+            db.append_message("20260303_083012_c0ffe2", "user", "second after the damage")
+        assert _integrity_free_counts(path) == before, "the refused write wrote something"
+    finally:
+        db.close()
+    error = caught.value
+    assert error.fts_only and error.where == str(path)
+    assert f"hermes-store fts rebuild --url {path}" in str(error)
+    assert "already rebuilt once" in error.detail
+    migrate.rebuild_fts(path)
+    assert _integrity(path) == []
+    assert _fts_hits(path, "first") >= 1
+
+
+def _integrity_free_counts(path: Path) -> tuple[int, bytes]:
+    """What a write would change, read without FTS5 (which cannot open the index): the
+    number of messages and the damaged structure record."""
+    con = sqlite3.connect(path)
+    try:
+        count = con.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
+        block = con.execute("SELECT block FROM messages_fts_data WHERE id = 10").fetchone()[0]
+        return int(count), bytes(block)
+    finally:
+        con.close()
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "hermes_store.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_fts_rebuild_repairs_an_index_fts5_cannot_open(legacy_db) -> None:  # type: ignore[no-untyped-def]
+    """`hermes-store fts rebuild` on an index whose structure record is garbage: FTS5's own
+    'rebuild' cannot run on it, the CLI's does. Search meanwhile falls back to LIKE."""
+    path = legacy_db(23)
+    migrate.upgrade(path)
+    _damage_fts(path, "garbage_structure")
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.connect() as conn:
+        assert {h["session_id"] for h in search_messages(conn, "Kyoto")} == {
+            "20260302_140000_7e1e9a"
+        }
+    engine.dispose()
+    done = _cli("check", "--url", str(path))
+    assert done.returncode == 1 and "vtable constructor failed" in done.stdout, done.stdout
+    done = _cli("fts", "rebuild", "--url", str(path))
+    assert done.returncode == 0, done.stderr
+    done = _cli("check", "--url", str(path))
+    assert done.returncode == 0, done.stdout
+    assert _fts_hits(path, "Kyoto") >= 1
+
+
+def test_threads_that_meet_the_damage_share_the_one_rebuild(legacy_db, caplog) -> None:  # type: ignore[no-untyped-def]
+    """Four threads of one Store append at once onto a damaged index: every append lands,
+    the indexes are rebuilt once, and a thread whose write failed while another was
+    rebuilding retries instead of calling that the second damage."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from hermes_store.repositories.messages import MessageRepository
+    from hermes_store.store import Store
+
+    path = legacy_db(23)
+    migrate.upgrade(path)
+    _damage_fts(path, "garbage_structure")
+    start = threading.Barrier(4)
+    with Store(f"sqlite:///{path}") as store, caplog.at_level("WARNING", "hermes_store.store"):
+        messages = MessageRepository(store)
+
+        def append(n: int) -> list[int]:
+            start.wait()
+            return [
+                messages.append_message("20260303_083012_c0ffe2", "user", f"t{n} zebracorn {i}")
+                for i in range(5)
+            ]
+
+        with ThreadPoolExecutor(4) as pool:
+            ids = [i for batch in pool.map(append, range(4)) for i in batch]
+    assert len(set(ids)) == 20
+    assert caplog.text.count("rebuilding the FTS indexes in place") == 1
+    assert _integrity(path) == []
+    assert _fts_hits(path, "zebracorn") == 20

@@ -15,9 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import DBAPIError
 
 from ..engine import write_connection
 from ..retry import DEFAULT_RETRY, RetryPolicy
+from ..sqlite_damage import classify
 from .layout import HIGH_WATER, PROGRESS, fts_state
 
 CHUNK_IDS = 500
@@ -265,16 +267,68 @@ def run_backfill(
     return finished
 
 
+_REBUILD = {
+    "messages_fts": "INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')",
+    "messages_fts_trigram": "INSERT INTO messages_fts_trigram(messages_fts_trigram) "
+    "VALUES ('rebuild')",
+}
+_STRUCTURE_ROWID = 10  # FTS5 keeps the index's structure record at this id of `_data`
+_RESET = {
+    "messages_fts": (
+        "INSERT OR REPLACE INTO messages_fts_data(id, block) VALUES (:id, :block)",
+        "INSERT OR REPLACE INTO messages_fts_config(k, v) VALUES ('version', :version)",
+    ),
+    "messages_fts_trigram": (
+        "INSERT OR REPLACE INTO messages_fts_trigram_data(id, block) VALUES (:id, :block)",
+        "INSERT OR REPLACE INTO messages_fts_trigram_config(k, v) VALUES ('version', :version)",
+    ),
+}
+
+
+def _empty_index_records(conn: Connection) -> dict[str, object]:
+    """The structure record and format version of an empty FTS5 index, as this SQLite
+    writes them (taken from a throwaway temp table rather than spelled out here, so they
+    always match the linked library)."""
+    conn.exec_driver_sql("CREATE VIRTUAL TABLE temp._hermes_empty_fts5 USING fts5(x)")
+    try:
+        block = conn.execute(
+            text("SELECT block FROM temp._hermes_empty_fts5_data WHERE id = :id"),
+            {"id": _STRUCTURE_ROWID},
+        ).scalar()
+        version = conn.exec_driver_sql(
+            "SELECT v FROM temp._hermes_empty_fts5_config WHERE k = 'version'"
+        ).scalar()
+    finally:
+        conn.exec_driver_sql("DROP TABLE temp._hermes_empty_fts5")
+    return {"id": _STRUCTURE_ROWID, "block": block, "version": version}
+
+
+def _rebuild_index(conn: Connection, table: str) -> None:
+    """FTS5 'rebuild' of one index. FTS5 cannot open an index whose structure record or
+    format version is garbage, so not even 'rebuild' runs on it; then those two records
+    are reset to an empty index's first ('rebuild' empties the index before refilling
+    it, so nothing of the old index survives either way)."""
+    try:
+        with conn.begin_nested():
+            conn.exec_driver_sql(_REBUILD[table])
+        return
+    except DBAPIError as exc:
+        if classify(exc) != "fts":
+            raise
+    records = _empty_index_records(conn)
+    for statement in _RESET[table]:
+        conn.execute(text(statement), records)
+    conn.exec_driver_sql(_REBUILD[table])
+
+
 def rebuild(engine: Engine, retry: RetryPolicy = DEFAULT_RETRY) -> None:
     """A full FTS5 'rebuild' of both indexes in one transaction (holds the write lock for
     as long as it takes: use it to repair, not on a busy gateway), then drop the markers."""
 
     def work(conn: Connection) -> None:
         with conn.begin():
-            conn.execute(text("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')"))
-            conn.execute(
-                text("INSERT INTO messages_fts_trigram(messages_fts_trigram) VALUES ('rebuild')")
-            )
+            for table in _REBUILD:
+                _rebuild_index(conn, table)
             conn.execute(
                 text("DELETE FROM state_meta WHERE key IN (:h, :p)"),
                 {"h": HIGH_WATER, "p": PROGRESS},
