@@ -17,10 +17,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, text
 
 from . import query as q
-from .common import Filters, context_of, decode_preview, like_snippet
+from .common import CONTEXT_CHARS, Filters, decode_preview, like_snippet
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,18 @@ _PUNCT_RE = re.compile(r"[!-/:-@\[-`{-~]+")
 # FTS5 barewords: letters, digits, "_", the substitute character and anything non-ASCII
 _BAREWORD = re.compile(r"^[A-Za-z0-9_\x1a\u0080-\U0010ffff]+$")
 _ITEM = re.compile(r'"[^"]*"\*?|[^\s"]+')
+
+
+def caseless(term: str) -> bool:
+    """True when no character of `term` has a case mapping (CJK, digits, punctuation):
+    then `x ILIKE p` and `x LIKE p` match the same rows (lower-casing the text cannot
+    produce a character that has no case, nor change one), and LIKE compares bytes where
+    ILIKE lower-cases every row first, several times slower on a scan."""
+    return all(c.lower() == c == c.upper() for c in term)
+
+
+def _like_op(term: str) -> str:
+    return "LIKE" if caseless(term) else "ILIKE"
 
 
 class QuerySyntaxError(ValueError):
@@ -115,6 +127,31 @@ _SELECT = (
     "SELECT m.id, m.session_id, m.role, m.content, m.timestamp, m.tool_name, "
     "s.source, s.model, s.started_at AS session_started"
 )
+_MESSAGE_COLUMNS = "m.id, m.session_id, m.role, m.content, m.timestamp, m.tool_name"
+
+
+def _select(
+    filters: Filters, where: str, order: str, *, rank: str | None = None, source: str = ""
+) -> str:
+    """The page of hits: messages matching `where` (and the filters), in `order`, with
+    their session's columns. Every message has its session (foreign key), so unless a
+    filter reads the session, the page is cut from messages alone and only its rows are
+    joined to sessions (a common word matches thousands of rows)."""
+    rank_col = f", {rank} AS rank" if rank else ""
+    if "s.source" in filters.sql:
+        return (
+            f"{_SELECT}{rank_col} FROM {source}messages AS m"
+            f" JOIN sessions AS s ON s.id = m.session_id WHERE {where}{filters.sql}"
+            f" ORDER BY {order} LIMIT :limit OFFSET :offset"
+        )
+    inner = (
+        f"SELECT {_MESSAGE_COLUMNS}{rank_col} FROM {source}messages AS m"  # noqa: S608
+        f" WHERE {where}{filters.sql} ORDER BY {order} LIMIT :limit OFFSET :offset"
+    )
+    return (
+        f"{_SELECT}{', m.rank' if rank else ''} FROM ({inner}) AS m"
+        f" JOIN sessions AS s ON s.id = m.session_id ORDER BY {order}"
+    )
 
 
 def _order(sort: str | None) -> str:
@@ -163,12 +200,12 @@ def _word_route(
 ) -> list[dict[str, Any]]:
     params: dict[str, Any] = {}
     query_sql = _tsquery_sql(parsed, params)
-    sql = (
-        _SELECT + ", ts_rank_cd(m.search_vector, hq.query) AS rank"
-        f" FROM (SELECT {query_sql} AS query) AS hq, messages AS m"
-        " JOIN sessions AS s ON s.id = m.session_id"
-        f" WHERE m.search_vector @@ hq.query{filters.sql}"
-        f" ORDER BY {_order(sort)} LIMIT :limit OFFSET :offset"
+    sql = _select(
+        filters,
+        "m.search_vector @@ hq.query",
+        _order(sort),
+        rank="ts_rank_cd(m.search_vector, hq.query)",
+        source=f"(SELECT {query_sql} AS query) AS hq, ",
     )
     rows = _run(conn, sql, filters, {**params, "limit": limit, "offset": offset})
     needles = [w for group in parsed for neg, t in group if not neg for w in _words(t.text)]
@@ -198,7 +235,7 @@ def _substring_route(
             continue
         name = f"p{len(params)}"
         params[name] = q.like_pattern(token.strip('"'))
-        clause = f"{TRIGRAM_TEXT} ILIKE :{name} ESCAPE '\\'"
+        clause = f"{TRIGRAM_TEXT} {_like_op(token)} :{name} ESCAPE '\\'"
         alternatives[-1].append(f"NOT ({clause})" if negate else clause)
         negate = False
     groups = [" AND ".join(g) for g in alternatives if g]
@@ -206,11 +243,7 @@ def _substring_route(
         return None
     where = " OR ".join(f"({g})" for g in groups)
     order = "m.timestamp ASC" if (sort or "").lower() == "oldest" else "m.timestamp DESC"
-    sql = (
-        _SELECT + " FROM messages AS m JOIN sessions AS s ON s.id = m.session_id"
-        f" WHERE m.role <> 'tool' AND ({where}){filters.sql}"
-        f" ORDER BY {order}, m.id DESC LIMIT :limit OFFSET :offset"
-    )
+    sql = _select(filters, f"m.role <> 'tool' AND ({where})", f"{order}, m.id DESC")
     rows = _run(conn, sql, filters, {**params, "limit": limit, "offset": offset})
     needles = [t.strip('"') for t in q.terms(tokens)]
     return [_hit(r, _highlight(r["content"], needles, words=False)) for r in rows]
@@ -223,19 +256,49 @@ def _like_route(
     clauses = []
     for n, term in enumerate(terms):
         params[f"t{n}"] = q.like_pattern(term)
+        op = _like_op(term)
         clauses.append(
-            f"(m.content ILIKE :t{n} ESCAPE '\\' OR m.tool_name ILIKE :t{n} ESCAPE '\\' "
-            f"OR m.tool_calls ILIKE :t{n} ESCAPE '\\')"
+            f"(m.content {op} :t{n} ESCAPE '\\' OR m.tool_name {op} :t{n} ESCAPE '\\' "
+            f"OR m.tool_calls {op} :t{n} ESCAPE '\\')"
         )
     where = " OR ".join(clauses) or "FALSE"
-    sql = (
-        _SELECT + " FROM messages AS m JOIN sessions AS s ON s.id = m.session_id"
-        f" WHERE ({where}){filters.sql}"
-        " ORDER BY m.timestamp DESC, m.id DESC LIMIT :limit OFFSET :offset"
-    )
+    sql = _select(filters, f"({where})", "m.timestamp DESC, m.id DESC")
     rows = _run(conn, sql, filters, {**params, "limit": limit, "offset": offset})
     first = terms[0] if terms else ""
     return [_hit(r, like_snippet(r["content"], first)) for r in rows]
+
+
+# The context of every hit in one round trip (the SQLite backend asks once per hit, which
+# costs nothing in-process but a network round trip each here): the previous message of
+# the session, the hit, the next one, ordered by (timestamp, id) as common.context_of.
+_CONTEXTS = text(
+    "SELECT h.n, c.pos, c.role, c.content FROM unnest(CAST(:ids AS bigint[]), "
+    "CAST(:sids AS text[]), CAST(:tss AS double precision[])) WITH ORDINALITY AS h(id, sid, ts, n)"
+    " CROSS JOIN LATERAL ("
+    "(SELECT 0 AS pos, role, content FROM messages WHERE session_id = h.sid"
+    " AND (timestamp, id) < (h.ts, h.id) ORDER BY timestamp DESC, id DESC LIMIT 1)"
+    " UNION ALL SELECT 1, role, content FROM messages WHERE id = h.id"
+    " UNION ALL (SELECT 2, role, content FROM messages WHERE session_id = h.sid"
+    " AND (timestamp, id) > (h.ts, h.id) ORDER BY timestamp ASC, id ASC LIMIT 1)"
+    ") AS c ORDER BY h.n, c.pos"
+)
+
+
+def _add_contexts(conn: Connection, hits: list[dict[str, Any]]) -> None:
+    if not hits:
+        return
+    params = {
+        "ids": [h["id"] for h in hits],
+        "sids": [h["session_id"] for h in hits],
+        "tss": [h["timestamp"] for h in hits],
+    }
+    contexts: list[list[dict[str, str]]] = [[] for _ in hits]
+    for row in conn.execute(_CONTEXTS, params):
+        contexts[row.n - 1].append(
+            {"role": str(row.role), "content": decode_preview(row.content)[:CONTEXT_CHARS]}
+        )
+    for hit, context in zip(hits, contexts, strict=True):
+        hit["context"] = context
 
 
 def _hit(row: Any, snippet: str) -> dict[str, Any]:
@@ -283,6 +346,5 @@ def search_messages(
             hits = _substring_route(conn, tokens, filters, sort, limit, offset) or []
             route = "trigram"
     log.debug("search %r: route %s, %d hit(s)", query, route, len(hits))
-    for hit in hits:
-        hit["context"] = context_of(conn, hit)
+    _add_contexts(conn, hits)
     return hits
