@@ -218,8 +218,9 @@ def test_like_scans_match_case_as_ilike(pg_fresh_db: str) -> None:
 
 
 def test_contexts_of_many_hits_in_one_query(pg_fresh_db: str) -> None:
-    """The batched context query gives each hit what `common.context_of` gives it (equal
-    timestamps ordered by id; first and last messages of a session)."""
+    """The context the search statement computes for each hit of its page is what
+    `common.context_of` gives it (equal timestamps ordered by id; first and last messages
+    of a session)."""
     from hermes_store.search.common import context_of
 
     db = SessionDB(url=pg_fresh_db)

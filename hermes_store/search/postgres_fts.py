@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from . import query as q
 from .common import CONTEXT_CHARS, Filters, decode_preview, like_snippet
@@ -134,24 +134,43 @@ def _select(
     filters: Filters, where: str, order: str, *, rank: str | None = None, source: str = ""
 ) -> str:
     """The page of hits: messages matching `where` (and the filters), in `order`, with
-    their session's columns. Every message has its session (foreign key), so unless a
-    filter reads the session, the page is cut from messages alone and only its rows are
-    joined to sessions (a common word matches thousands of rows)."""
+    their session's columns and their context. Every message has its session (foreign
+    key), so unless a filter reads the session, the page is cut from messages alone and
+    only its rows are joined to sessions (a common word matches thousands of rows)."""
     rank_col = f", {rank} AS rank" if rank else ""
     if "s.source" in filters.sql:
-        return (
+        page = (
             f"{_SELECT}{rank_col} FROM {source}messages AS m"
             f" JOIN sessions AS s ON s.id = m.session_id WHERE {where}{filters.sql}"
             f" ORDER BY {order} LIMIT :limit OFFSET :offset"
         )
-    inner = (
-        f"SELECT {_MESSAGE_COLUMNS}{rank_col} FROM {source}messages AS m"  # noqa: S608
-        f" WHERE {where}{filters.sql} ORDER BY {order} LIMIT :limit OFFSET :offset"
-    )
-    return (
-        f"{_SELECT}{', m.rank' if rank else ''} FROM ({inner}) AS m"
-        f" JOIN sessions AS s ON s.id = m.session_id ORDER BY {order}"
-    )
+    else:
+        inner = (
+            f"SELECT {_MESSAGE_COLUMNS}{rank_col} FROM {source}messages AS m"  # noqa: S608
+            f" WHERE {where}{filters.sql} ORDER BY {order} LIMIT :limit OFFSET :offset"
+        )
+        page = (
+            f"{_SELECT}{', m.rank' if rank else ''} FROM ({inner}) AS m"
+            f" JOIN sessions AS s ON s.id = m.session_id"
+        )
+    return f"SELECT m.*, ctx.* FROM ({page}) AS m{_CONTEXT} ORDER BY {order}"  # noqa: S608
+
+
+# The context of each hit of the page, in the same statement (the SQLite backend asks
+# once per hit, which costs nothing in-process but would be a round trip per hit here):
+# the previous message of the session, the hit, the next one, ordered by (timestamp, id)
+# as common.context_of orders them.
+_CONTEXT = (
+    " CROSS JOIN LATERAL (SELECT array_agg(c.role ORDER BY c.pos) AS context_roles,"
+    " array_agg(c.content ORDER BY c.pos) AS context_contents FROM ("
+    "(SELECT 0 AS pos, n.role, n.content FROM messages AS n"
+    " WHERE n.session_id = m.session_id AND (n.timestamp, n.id) < (m.timestamp, m.id)"
+    " ORDER BY n.timestamp DESC, n.id DESC LIMIT 1)"
+    " UNION ALL SELECT 1, m.role, m.content"
+    " UNION ALL (SELECT 2, n.role, n.content FROM messages AS n"
+    " WHERE n.session_id = m.session_id AND (n.timestamp, n.id) > (m.timestamp, m.id)"
+    " ORDER BY n.timestamp ASC, n.id ASC LIMIT 1)) AS c) AS ctx"
+)
 
 
 def _order(sort: str | None) -> str:
@@ -271,42 +290,16 @@ def _like_route(
     return [_hit(r, like_snippet(r["content"], first)) for r in rows]
 
 
-# The context of every hit in one round trip (the SQLite backend asks once per hit, which
-# costs nothing in-process but a network round trip each here): the previous message of
-# the session, the hit, the next one, ordered by (timestamp, id) as common.context_of.
-_CONTEXTS = text(
-    "SELECT h.n, c.pos, c.role, c.content FROM unnest(CAST(:ids AS bigint[]), "
-    "CAST(:sids AS text[]), CAST(:tss AS double precision[])) WITH ORDINALITY AS h(id, sid, ts, n)"
-    " CROSS JOIN LATERAL ("
-    "(SELECT 0 AS pos, role, content FROM messages WHERE session_id = h.sid"
-    " AND (timestamp, id) < (h.ts, h.id) ORDER BY timestamp DESC, id DESC LIMIT 1)"
-    " UNION ALL SELECT 1, role, content FROM messages WHERE id = h.id"
-    " UNION ALL (SELECT 2, role, content FROM messages WHERE session_id = h.sid"
-    " AND (timestamp, id) > (h.ts, h.id) ORDER BY timestamp ASC, id ASC LIMIT 1)"
-    ") AS c ORDER BY h.n, c.pos"
-)
-
-
-def _add_contexts(conn: Connection, hits: list[dict[str, Any]]) -> None:
-    if not hits:
-        return
-    params = {
-        "ids": [h["id"] for h in hits],
-        "sids": [h["session_id"] for h in hits],
-        "tss": [h["timestamp"] for h in hits],
-    }
-    contexts: list[list[dict[str, str]]] = [[] for _ in hits]
-    for row in conn.execute(_CONTEXTS, params):
-        contexts[row.n - 1].append(
-            {"role": str(row.role), "content": decode_preview(row.content)[:CONTEXT_CHARS]}
-        )
-    for hit, context in zip(hits, contexts, strict=True):
-        hit["context"] = context
+_NOT_HIT_KEYS = ("content", "rank", "context_roles", "context_contents")
 
 
 def _hit(row: Any, snippet: str) -> dict[str, Any]:
-    hit = {k: v for k, v in row.items() if k not in ("content", "rank")}
+    hit = {k: v for k, v in row.items() if k not in _NOT_HIT_KEYS}
     hit["snippet"] = snippet
+    hit["context"] = [
+        {"role": str(role), "content": decode_preview(content)[:CONTEXT_CHARS]}
+        for role, content in zip(row["context_roles"], row["context_contents"], strict=True)
+    ]
     return hit
 
 
@@ -349,5 +342,4 @@ def search_messages(
             hits = _substring_route(conn, tokens, filters, sort, limit, offset) or []
             route = "trigram"
     log.debug("search %r: route %s, %d hit(s)", query, route, len(hits))
-    _add_contexts(conn, hits)
     return hits
