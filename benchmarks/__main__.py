@@ -318,7 +318,6 @@ def main(argv: list[str] | None = None) -> int:
                 rows,
                 targets=_pick_sessions(sessions, 64),
                 iterations=_iterations(args.quick),
-                measure=_measure,
                 percentiles=_percentiles,
             )
         upgrade = None if args.skip_upgrade else run_upgrade(directory, sessions)

@@ -6,16 +6,22 @@ and the database to connect to for CREATE/DROP) is brought to head by `migrate.u
 and loaded from the generated SQLite database by `copy.copy_database` (what `hermes-store
 copy` runs: keyset batches, then a per-table digest check), timed. Then `VACUUM
 (ANALYZE)`: statistics for the planner and GIN pending lists merged, the state autovacuum
-reaches on a settled database. The SQLite rows ran on a copy of the same generated file,
-so both backends start from the same rows and apply the same appends before searching.
+reaches on a settled database.
 
-The operations are the hermes-store calls of the SQLite rows, on a `Store(pg_url)`; the
-database is dropped afterwards. Without a server the rows are skipped, with the reason.
+The operations are the hermes-store calls of the SQLite rows, on a `Store(pg_url)` and,
+alternately call by call, on a fresh SQLite copy of the same file: on a busy machine
+(other processes, or other clients of the server) both sides see the same moment, so
+the ratio means something; the main table's SQLite numbers are kept in the JSON beside.
+The database is dropped afterwards. Without a server the rows are skipped, with the
+reason.
 """
 
 from __future__ import annotations
 
+import gc
 import os
+import shutil
+import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -27,7 +33,6 @@ from . import corpus
 DEFAULT_ADMIN_URL = "postgresql+psycopg://root@127.0.0.1:5432/test"
 BATCH = 50
 
-Measure = Callable[[Callable[[int], Any], int], list[float]]
 Percentiles = Callable[[list[float]], tuple[float, float]]
 
 
@@ -116,83 +121,123 @@ def load(source_db: Path, pg_url: str) -> dict[str, Any]:
     }
 
 
+def _measure_pair(
+    lite: Callable[[int], Any], pg: Callable[[int], Any], n: int, warmup: int = 3
+) -> tuple[list[float], list[float]]:
+    """Both backends sample by sample, alternately: the same moment of a busy machine."""
+    for i in range(warmup):
+        lite(-1 - i)
+        pg(-1 - i)
+    lite_samples, pg_samples = [], []
+    gc.collect()
+    for i in range(n):
+        started = time.perf_counter()
+        lite(i)
+        middle = time.perf_counter()
+        pg(i)
+        lite_samples.append(middle - started)
+        pg_samples.append(time.perf_counter() - middle)
+    return lite_samples, pg_samples
+
+
 def run_ops(
     pg_url: str,
+    sqlite_db: Path,
     sessions: list[corpus.SessionSpec],
     targets: Sequence[str],
     iterations: dict[str, int],
-    measure: Measure,
     percentiles: Percentiles,
 ) -> list[dict[str, Any]]:
-    """The store half of the SQLite rows (same calls, same inputs, same order)."""
-    import statistics
-
+    """The hermes-store calls of the SQLite rows (same inputs, same order) on both a
+    Store(pg_url) and a Store(sqlite_db), interleaved."""
     from hermes_store.repositories.messages import MessageRepository
     from hermes_store.repositories.sessions import SessionRepository
     from hermes_store.search import search_messages
     from hermes_store.store import Store
 
-    store = Store(pg_url)
-    messages = MessageRepository(store)
-    session_repo = SessionRepository(store)
+    stores = {"sqlite": Store(str(sqlite_db)), "pg": Store(pg_url)}
+    messages = {k: MessageRepository(v) for k, v in stores.items()}
+    session_repo = {k: SessionRepository(v) for k, v in stores.items()}
     start_ts = max(s.started_at for s in sessions) + 3600
     rows: list[dict[str, Any]] = []
 
-    def one(name: str, fn: Callable[[int], Any], n: int) -> None:
-        p50, p95 = percentiles(measure(fn, n))
-        rows.append({"operation": name, "n": n, "pg_p50_ms": p50, "pg_p95_ms": p95})
+    def pair(name: str, make: Callable[[str], Callable[[int], Any]], n: int) -> None:
+        lite, pg = _measure_pair(make("sqlite"), make("pg"), n)
+        l50, l95 = percentiles(lite)
+        p50, p95 = percentiles(pg)
+        rows.append(
+            {
+                "operation": name,
+                "n": n,
+                "sqlite_p50_ms": l50,
+                "sqlite_p95_ms": l95,
+                "pg_p50_ms": p50,
+                "pg_p95_ms": p95,
+                "ratio_p50": p50 / l50 if l50 else float("inf"),
+                "ratio_p95": p95 / l95 if l95 else float("inf"),
+            }
+        )
 
     try:
         n = iterations["append_one"]
         fresh = list(corpus.fresh_messages(101, n + 10, start_ts))
 
-        def append_one(i: int) -> None:
-            m = fresh[i % len(fresh)]
-            messages.append_message(
-                targets[i % len(targets)],
-                m["role"],
-                m.get("content"),
-                tool_calls=m.get("tool_calls"),
-                timestamp=m.get("timestamp"),
-            )
+        def append_one(kind: str) -> Callable[[int], Any]:
+            def run(i: int) -> None:
+                m = fresh[i % len(fresh)]
+                messages[kind].append_message(
+                    targets[i % len(targets)],
+                    m["role"],
+                    m.get("content"),
+                    tool_calls=m.get("tool_calls"),
+                    timestamp=m.get("timestamp"),
+                )
 
-        one("append one", append_one, n)
+            return run
+
+        pair("append one", append_one, n)
 
         batches = [
             list(corpus.fresh_messages(200 + b, BATCH, start_ts + 10_000 * b)) for b in range(8)
         ]
-        one(
+        pair(
             f"append batch ({BATCH})",
-            lambda i: messages.append_messages(
-                targets[i % len(targets)], batches[i % len(batches)]
+            lambda kind: (
+                lambda i: messages[kind].append_messages(
+                    targets[i % len(targets)], batches[i % len(batches)]
+                )
             ),
             iterations["append_batch"],
         )
 
         sizes = {s.id: len(s.messages) for s in sessions}
         mean_len = statistics.mean(sizes[t] for t in targets)
-        one(
+        pair(
             f"get messages (avg {mean_len:.0f} rows)",
-            lambda i: messages.get_messages(targets[i % len(targets)]),
+            lambda kind: lambda i: messages[kind].get_messages(targets[i % len(targets)]),
             iterations["get"],
         )
-        one(
+        pair(
             "list 20 recent sessions",
-            lambda i: session_repo.list_sessions_rich(limit=20),
+            lambda kind: lambda i: session_repo[kind].list_sessions_rich(limit=20),
             iterations["list"],
         )
         for name, query in corpus.QUERIES.items():
-            with store.read() as sess:
+            with stores["pg"].read() as sess:
                 if not search_messages(sess.connection(), query):
                     raise SystemExit(f"PostgreSQL search {name!r} ({query!r}) found nothing")
 
-            def search(i: int, query: str = query) -> None:
-                with store.read() as sess:
-                    search_messages(sess.connection(), query)
+            def search(kind: str, query: str = query) -> Callable[[int], Any]:
+                def run(i: int) -> None:
+                    with stores[kind].read() as sess:
+                        search_messages(sess.connection(), query)
 
-            one(f"search {name}: {query}", search, iterations["search"])
+                return run
+
+            pair(f"search {name}: {query}", search, iterations["search"])
     finally:
-        store.close()
+        for store in stores.values():
+            store.close()
     return rows
 
 
@@ -203,11 +248,12 @@ def run(
     *,
     targets: Sequence[str],
     iterations: dict[str, int],
-    measure: Measure,
     percentiles: Percentiles,
 ) -> dict[str, Any]:
-    """{"skipped": reason} without a server, else the load timings and the rows, each
-    with hermes-store's SQLite p50/p95 of the same operation and the ratio pg/sqlite."""
+    """{"skipped": reason} without a server, else the load timings and the rows: each
+    operation on PostgreSQL and on a fresh SQLite copy of `source_db` (interleaved,
+    sample by sample; both start from the same rows and get the same appends), with the
+    ratio pg/sqlite, and the SQLite numbers of the main table for reference."""
     admin = admin_url()
     reason = unavailable(admin)
     if reason is not None:
@@ -229,16 +275,20 @@ def run(
             f"{loading['migrate_s']:.1f} s + copy_database {loading['copy_s']:.1f} s "
             f"+ VACUUM (ANALYZE) {loading['vacuum_analyze_s']:.1f} s"
         )
-        pg_rows = run_ops(pg_url, sessions, targets, iterations, measure, percentiles)
+        sqlite_db = source_db.with_name("postgres_pair.db")
+        shutil.copyfile(source_db, sqlite_db)
+        try:
+            pg_rows = run_ops(pg_url, sqlite_db, sessions, targets, iterations, percentiles)
+        finally:
+            sqlite_db.unlink(missing_ok=True)
+            for suffix in ("-wal", "-shm"):
+                sqlite_db.with_name(sqlite_db.name + suffix).unlink(missing_ok=True)
     by_name = {r["operation"]: r for r in sqlite_rows}
     for row in pg_rows:
-        lite = by_name.get(row["operation"])
-        if lite is None:
-            continue
-        row["sqlite_p50_ms"] = lite["store_p50_ms"]
-        row["sqlite_p95_ms"] = lite["store_p95_ms"]
-        row["ratio_p50"] = row["pg_p50_ms"] / lite["store_p50_ms"]
-        row["ratio_p95"] = row["pg_p95_ms"] / lite["store_p95_ms"]
+        main = by_name.get(row["operation"])
+        if main is not None:
+            row["sqlite_main_table_p50_ms"] = main["store_p50_ms"]
+            row["sqlite_main_table_p95_ms"] = main["store_p95_ms"]
     return {"server": admin, "version": version, "load": loading, "rows": pg_rows}
 
 
@@ -246,7 +296,10 @@ def print_table(result: dict[str, Any]) -> None:
     if "skipped" in result:
         print(f"\nPostgreSQL rows skipped: {result['skipped']}")
         return
-    print(f"\nPostgreSQL {result['version']} vs SQLite (both hermes-store)")
+    print(
+        f"\nPostgreSQL {result['version']} vs SQLite, both hermes-store, measured alternately "
+        "(sample by sample) in the same window"
+    )
     head = ("operation", "sqlite p50/p95 ms", "postgres p50/p95 ms", "ratio pg/sqlite p50 (p95)")
     lines = []
     for r in result["rows"]:
