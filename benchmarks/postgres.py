@@ -14,6 +14,10 @@ alternately call by call, on a fresh SQLite copy of the same file: on a busy mac
 the ratio means something; the main table's SQLite numbers are kept in the JSON beside.
 The database is dropped afterwards. Without a server the rows are skipped, with the
 reason.
+
+    python -m benchmarks.postgres explain URL [QUERY ...]
+
+prints EXPLAIN (ANALYZE, BUFFERS) of the statements those searches issue.
 """
 
 from __future__ import annotations
@@ -319,3 +323,64 @@ def print_table(result: dict[str, Any]) -> None:
     print("-+-".join("-" * w for w in widths))
     for line in lines:
         print(fmt(line))
+
+
+def explain(pg_url: str, queries: Sequence[str]) -> None:
+    """EXPLAIN (ANALYZE, BUFFERS) of every statement `search_messages` issues for each
+    query, on a database that is already loaded (the benchmark drops its own; `--keep`
+    keeps the SQLite files, and `load(DIR / "base.db", url)` or `hermes-store copy` moves
+    one to a database of your own)."""
+    from sqlalchemy import event
+
+    from hermes_store.search import search_messages
+    from hermes_store.store import Store
+
+    store = Store(pg_url)
+    captured: list[tuple[str, Any]] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, params: Any, *rest: Any) -> None:
+        captured.append((statement, params))
+
+    event.listen(store.engine, "before_cursor_execute", capture)
+    try:
+        for query in queries:
+            captured.clear()
+            with store.read() as sess:
+                started = time.perf_counter()
+                hits = search_messages(sess.connection(), query)
+                elapsed = (time.perf_counter() - started) * 1000
+            print(
+                f"===== {query!r}: {len(hits)} hits, {elapsed:.2f} ms, {len(captured)} statements"
+            )
+            raw = store.engine.raw_connection()
+            try:
+                cur = raw.cursor()
+                for statement, params in captured:
+                    print(statement)
+                    cur.execute("EXPLAIN (ANALYZE, BUFFERS) " + statement, params)
+                    for (line,) in cur.fetchall():
+                        print("    " + line)
+                raw.rollback()
+            finally:
+                raw.close()
+    finally:
+        store.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.postgres",
+        description="EXPLAIN (ANALYZE, BUFFERS) the statements of PostgreSQL searches",
+    )
+    parser.add_argument("command", choices=("explain",))
+    parser.add_argument("url", help="a loaded PostgreSQL database (SQLAlchemy URL)")
+    parser.add_argument("queries", nargs="*", help="default: the benchmark's queries")
+    args = parser.parse_args(argv)
+    explain(args.url, args.queries or list(corpus.QUERIES.values()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
