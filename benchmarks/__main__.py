@@ -1,6 +1,7 @@
 """hermes-store vs the raw-sqlite3 floor, in one run, on two copies of one database.
 
     python -m benchmarks [--size 10k|100k|1m] [--quick] [--json PATH] [--keep DIR]
+                         [--skip-upgrade] [--no-postgres]
 
 Rows: append one message, append a batch of 50, get a session's messages, list 20
 recent sessions, search (word, "phrase", prefix*, OR, 2-char CJK, 3+-char CJK), each as
@@ -8,6 +9,10 @@ p50 / p95 milliseconds, and "upgrade": a v22-shaped legacy file (the v22 fixture
 the corpus, indexed by its own triggers) brought to head by `migrate.upgrade` in a
 subprocess (total time, peak RSS, longest write transaction); its floor is a raw FTS5
 'rebuild' of both v23 indexes on the upgraded file, the work the chunked backfill does.
+
+A second table runs the same operations on PostgreSQL (benchmarks/postgres.py) beside
+hermes-store's SQLite numbers; `--no-postgres` skips it, and without a server its rows
+are skipped with the reason ("postgres": {"skipped": ...} in the JSON).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import corpus
+from . import corpus, postgres
 from .raw_floor import Floor, bulk_load, connect, create_schema, record_statements
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -290,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=23)
     parser.add_argument("--keep", type=Path, help="keep the databases in this directory")
     parser.add_argument("--skip-upgrade", action="store_true")
+    parser.add_argument("--no-postgres", action="store_true", help="skip the PostgreSQL rows")
     args = parser.parse_args(argv)
 
     size = "quick" if args.quick else args.size
@@ -305,9 +311,21 @@ def main(argv: list[str] | None = None) -> int:
         floor_db, store_db = build_database(directory, sessions)
         print(f"databases built in {time.perf_counter() - started:.1f} s")
         rows = run_ops(floor_db, store_db, sessions, args.quick)
+        pg = None
+        if not args.no_postgres:
+            pg = postgres.run(
+                directory / "base.db",
+                sessions,
+                rows,
+                targets=_pick_sessions(sessions, 64),
+                iterations=_iterations(args.quick),
+                percentiles=_percentiles,
+            )
         upgrade = None if args.skip_upgrade else run_upgrade(directory, sessions)
     print()
     print_table(rows, upgrade)
+    if pg is not None:
+        postgres.print_table(pg)
     elapsed = time.perf_counter() - started
     print(f"\n{elapsed:.1f} s")
     if args.json:
@@ -321,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
             "elapsed_s": elapsed,
             "rows": rows,
             "upgrade": upgrade,
+            "postgres": pg,
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n")
     return 0

@@ -1,9 +1,12 @@
 """The benchmark runner works end to end: `python -m benchmarks --quick --json` exits 0
-and reports every row with positive timings (about 10 s; runs in CI with the rest)."""
+and reports every row with positive timings (about 10 s; runs in CI with the rest),
+PostgreSQL rows included: without a server they are skipped, except in CI, where
+skipped PostgreSQL rows fail the test (as a skipped PostgreSQL suite does)."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -44,3 +47,16 @@ def test_quick_benchmark_reports_every_row(tmp_path: Path) -> None:
     for key in ("total_s", "floor_rebuild_s", "longest_write_txn_s", "peak_rss_mb"):
         assert upgrade[key] > 0, key
     assert upgrade["backfill_steps"] > 0
+
+    pg = data["postgres"]
+    if "skipped" in pg:
+        assert "PostgreSQL rows skipped" in proc.stdout
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the PostgreSQL benchmark rows: {pg['skipped']}")
+        return
+    assert pg["load"]["messages"] == data["messages"]
+    assert [row["operation"] for row in pg["rows"]] == names
+    for row in pg["rows"]:
+        for key in ("pg_p50_ms", "pg_p95_ms", "sqlite_p50_ms", "ratio_p50", "ratio_p95"):
+            assert row[key] > 0, (row["operation"], key)
+    assert "PostgreSQL" in proc.stdout and "ratio pg/sqlite" in proc.stdout

@@ -178,8 +178,72 @@ def test_search_queries_use_the_indexes(pg_fresh_db: str) -> None:
                 )
             )
             assert "idx_messages_trgm" in plan, plan
+            # caseless terms are matched with LIKE, which the trigram index serves too
+            plan = "\n".join(
+                r[0]
+                for r in conn.execute(
+                    text(
+                        f"EXPLAIN SELECT id FROM messages AS m WHERE m.role <> 'tool' AND "
+                        f"{postgres_fts.TRIGRAM_TEXT} LIKE '%记忆断裂%'"
+                    )
+                )
+            )
+            assert "idx_messages_trgm" in plan, plan
     finally:
         engine.dispose()
+
+
+def test_caseless_terms() -> None:
+    from hermes_store.search.postgres_fts import caseless
+
+    assert caseless("数据库") and caseless("数据") and caseless("2024-05") and caseless("한국어")
+    for cased in ("数据a", "Kyoto", "ß", "ǅ", "Ⓐ", "K", "ı", "ͅ"):
+        assert not caseless(cased), cased
+
+
+def test_like_scans_match_case_as_ilike(pg_fresh_db: str) -> None:
+    """A term with cased letters still matches case-insensitively (ILIKE); a caseless one
+    (LIKE) finds exactly the rows ILIKE finds."""
+    db = SessionDB(url=pg_fresh_db)
+    try:
+        db.create_session("s1", "cli")
+        for content in ("数据ABC here", "数据abc there", "ÄRGER数据 x", "ärger数据 y", "nothing"):
+            db.append_message("s1", "user", content)
+        assert len(db.search_messages("数据abc")) == 2
+        assert len(db.search_messages("ärger数据")) == 2
+        assert len(db.search_messages("数据")) == 4
+        assert db.search_messages("数据", role_filter=["assistant"]) == []
+    finally:
+        db.close()
+
+
+def test_contexts_of_many_hits_in_one_query(pg_fresh_db: str) -> None:
+    """The context the search statement computes for each hit of its page is what
+    `common.attach_context` (the SQLite backend's) gives it (equal timestamps ordered by
+    id; first and last messages of a session)."""
+    from hermes_store.search.common import attach_context
+
+    db = SessionDB(url=pg_fresh_db)
+    try:
+        for sid in ("a", "b"):
+            db.create_session(sid, "cli")
+            for n in range(6):
+                ts = 1000.0 + (n // 2)  # pairs share a timestamp
+                db.append_message(sid, "user", f"{sid} needle {n}", timestamp=ts)
+        hits = db.search_messages("needle", limit=50)
+        assert len(hits) == 12
+        engine = create_engine(pg_fresh_db, poolclass=NullPool)
+        try:
+            with engine.connect() as conn:
+                expected = [{**hit, "context": None} for hit in hits]
+                attach_context(conn, expected)
+            for hit, want in zip(hits, expected, strict=True):
+                assert hit["context"] == want["context"], hit
+        finally:
+            engine.dispose()
+        assert {len(h["context"]) for h in hits} == {2, 3}
+    finally:
+        db.close()
 
 
 def _session_sets(db: SessionDB) -> dict[str, list[str]]:

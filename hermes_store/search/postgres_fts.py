@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from . import query as q
-from .common import Filters, attach_context, decode_preview, like_snippet
+from .common import CONTEXT_CHARS, Filters, decode_preview, like_snippet
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,18 @@ _PUNCT_RE = re.compile(r"[!-/:-@\[-`{-~]+")
 # FTS5 barewords: letters, digits, "_", the substitute character and anything non-ASCII
 _BAREWORD = re.compile(r"^[A-Za-z0-9_\x1a\u0080-\U0010ffff]+$")
 _ITEM = re.compile(r'"[^"]*"\*?|[^\s"]+')
+
+
+def caseless(term: str) -> bool:
+    """True when no character of `term` has a case mapping (CJK, digits, punctuation):
+    then `x ILIKE p` and `x LIKE p` match the same rows (lower-casing the text cannot
+    produce a character that has no case, nor change one), and LIKE compares bytes where
+    ILIKE lower-cases every row first, several times slower on a scan."""
+    return all(c.lower() == c == c.upper() for c in term)
+
+
+def _like_op(term: str) -> str:
+    return "LIKE" if caseless(term) else "ILIKE"
 
 
 class QuerySyntaxError(ValueError):
@@ -115,6 +127,50 @@ _SELECT = (
     "SELECT m.id, m.session_id, m.role, m.content, m.timestamp, m.tool_name, "
     "s.source, s.model, s.started_at AS session_started"
 )
+_MESSAGE_COLUMNS = "m.id, m.session_id, m.role, m.content, m.timestamp, m.tool_name"
+
+
+def _select(
+    filters: Filters, where: str, order: str, *, rank: str | None = None, source: str = ""
+) -> str:
+    """The page of hits: messages matching `where` (and the filters), in `order`, with
+    their session's columns and their context. Every message has its session (foreign
+    key), so unless a filter reads the session, the page is cut from messages alone and
+    only its rows are joined to sessions (a common word matches thousands of rows)."""
+    rank_col = f", {rank} AS rank" if rank else ""
+    if "s.source" in filters.sql:
+        page = (
+            f"{_SELECT}{rank_col} FROM {source}messages AS m"
+            f" JOIN sessions AS s ON s.id = m.session_id WHERE {where}{filters.sql}"
+            f" ORDER BY {order} LIMIT :limit OFFSET :offset"
+        )
+    else:
+        inner = (
+            f"SELECT {_MESSAGE_COLUMNS}{rank_col} FROM {source}messages AS m"  # noqa: S608
+            f" WHERE {where}{filters.sql} ORDER BY {order} LIMIT :limit OFFSET :offset"
+        )
+        page = (
+            f"{_SELECT}{', m.rank' if rank else ''} FROM ({inner}) AS m"
+            f" JOIN sessions AS s ON s.id = m.session_id"
+        )
+    return f"SELECT m.*, ctx.* FROM ({page}) AS m{_CONTEXT} ORDER BY {order}"  # noqa: S608
+
+
+# The context of each hit of the page, in the search statement itself (the SQLite backend
+# asks once more for all hits, which costs nothing in-process but a round trip here): the
+# previous message of the session, the hit, the next one, ordered by (timestamp, id) as
+# common.attach_context orders them.
+_CONTEXT = (
+    " CROSS JOIN LATERAL (SELECT array_agg(c.role ORDER BY c.pos) AS context_roles,"
+    " array_agg(c.content ORDER BY c.pos) AS context_contents FROM ("
+    "(SELECT 0 AS pos, n.role, n.content FROM messages AS n"
+    " WHERE n.session_id = m.session_id AND (n.timestamp, n.id) < (m.timestamp, m.id)"
+    " ORDER BY n.timestamp DESC, n.id DESC LIMIT 1)"
+    " UNION ALL SELECT 1, m.role, m.content"
+    " UNION ALL (SELECT 2, n.role, n.content FROM messages AS n"
+    " WHERE n.session_id = m.session_id AND (n.timestamp, n.id) > (m.timestamp, m.id)"
+    " ORDER BY n.timestamp ASC, n.id ASC LIMIT 1)) AS c) AS ctx"
+)
 
 
 def _order(sort: str | None) -> str:
@@ -154,8 +210,11 @@ def _highlight(content: Any, needles: list[str], *, words: bool) -> str:
 
 
 def _run(conn: Connection, sql: str, filters: Filters, params: dict[str, Any]) -> list[Any]:
-    with conn.begin_nested():
-        return list(conn.execute(filters.statement(sql), {**filters.params, **params}).mappings())
+    # No savepoint: the SQLite routes need one because they catch FTS5 errors and fall
+    # back to another route in the same transaction; nothing here catches (the query is
+    # validated first and every value is bound), and a SAVEPOINT/RELEASE pair is two more
+    # round trips per search on a server.
+    return list(conn.execute(filters.statement(sql), {**filters.params, **params}).mappings())
 
 
 def _word_route(
@@ -163,12 +222,12 @@ def _word_route(
 ) -> list[dict[str, Any]]:
     params: dict[str, Any] = {}
     query_sql = _tsquery_sql(parsed, params)
-    sql = (
-        _SELECT + ", ts_rank_cd(m.search_vector, hq.query) AS rank"
-        f" FROM (SELECT {query_sql} AS query) AS hq, messages AS m"
-        " JOIN sessions AS s ON s.id = m.session_id"
-        f" WHERE m.search_vector @@ hq.query{filters.sql}"
-        f" ORDER BY {_order(sort)} LIMIT :limit OFFSET :offset"
+    sql = _select(
+        filters,
+        "m.search_vector @@ hq.query",
+        _order(sort),
+        rank="ts_rank_cd(m.search_vector, hq.query)",
+        source=f"(SELECT {query_sql} AS query) AS hq, ",
     )
     rows = _run(conn, sql, filters, {**params, "limit": limit, "offset": offset})
     needles = [w for group in parsed for neg, t in group if not neg for w in _words(t.text)]
@@ -198,7 +257,7 @@ def _substring_route(
             continue
         name = f"p{len(params)}"
         params[name] = q.like_pattern(token.strip('"'))
-        clause = f"{TRIGRAM_TEXT} ILIKE :{name} ESCAPE '\\'"
+        clause = f"{TRIGRAM_TEXT} {_like_op(token)} :{name} ESCAPE '\\'"
         alternatives[-1].append(f"NOT ({clause})" if negate else clause)
         negate = False
     groups = [" AND ".join(g) for g in alternatives if g]
@@ -206,11 +265,7 @@ def _substring_route(
         return None
     where = " OR ".join(f"({g})" for g in groups)
     order = "m.timestamp ASC" if (sort or "").lower() == "oldest" else "m.timestamp DESC"
-    sql = (
-        _SELECT + " FROM messages AS m JOIN sessions AS s ON s.id = m.session_id"
-        f" WHERE m.role <> 'tool' AND ({where}){filters.sql}"
-        f" ORDER BY {order}, m.id DESC LIMIT :limit OFFSET :offset"
-    )
+    sql = _select(filters, f"m.role <> 'tool' AND ({where})", f"{order}, m.id DESC")
     rows = _run(conn, sql, filters, {**params, "limit": limit, "offset": offset})
     needles = [t.strip('"') for t in q.terms(tokens)]
     return [_hit(r, _highlight(r["content"], needles, words=False)) for r in rows]
@@ -223,24 +278,28 @@ def _like_route(
     clauses = []
     for n, term in enumerate(terms):
         params[f"t{n}"] = q.like_pattern(term)
+        op = _like_op(term)
         clauses.append(
-            f"(m.content ILIKE :t{n} ESCAPE '\\' OR m.tool_name ILIKE :t{n} ESCAPE '\\' "
-            f"OR m.tool_calls ILIKE :t{n} ESCAPE '\\')"
+            f"(m.content {op} :t{n} ESCAPE '\\' OR m.tool_name {op} :t{n} ESCAPE '\\' "
+            f"OR m.tool_calls {op} :t{n} ESCAPE '\\')"
         )
     where = " OR ".join(clauses) or "FALSE"
-    sql = (
-        _SELECT + " FROM messages AS m JOIN sessions AS s ON s.id = m.session_id"
-        f" WHERE ({where}){filters.sql}"
-        " ORDER BY m.timestamp DESC, m.id DESC LIMIT :limit OFFSET :offset"
-    )
+    sql = _select(filters, f"({where})", "m.timestamp DESC, m.id DESC")
     rows = _run(conn, sql, filters, {**params, "limit": limit, "offset": offset})
     first = terms[0] if terms else ""
     return [_hit(r, like_snippet(r["content"], first)) for r in rows]
 
 
+_NOT_HIT_KEYS = ("content", "rank", "context_roles", "context_contents")
+
+
 def _hit(row: Any, snippet: str) -> dict[str, Any]:
-    hit = {k: v for k, v in row.items() if k not in ("content", "rank")}
+    hit = {k: v for k, v in row.items() if k not in _NOT_HIT_KEYS}
     hit["snippet"] = snippet
+    hit["context"] = [
+        {"role": str(role), "content": decode_preview(content)[:CONTEXT_CHARS]}
+        for role, content in zip(row["context_roles"], row["context_contents"], strict=True)
+    ]
     return hit
 
 
@@ -283,5 +342,4 @@ def search_messages(
             hits = _substring_route(conn, tokens, filters, sort, limit, offset) or []
             route = "trigram"
     log.debug("search %r: route %s, %d hit(s)", query, route, len(hits))
-    attach_context(conn, hits)
     return hits
