@@ -150,7 +150,14 @@ class Floor:
         conn.execute("BEGIN IMMEDIATE")
         try:
             self._guards(session_id)
-            conn.executemany(_INSERT_MESSAGE, [p for p, _ in encoded])
+            # one multi-row INSERT ... RETURNING id, as the repository sends it
+            rows = ", ".join(f"({_MARKS_SQL})" for _ in encoded)
+            values = [v for p, _ in encoded for v in p]
+            ids = conn.execute(
+                f"INSERT INTO messages ({_COLUMNS_SQL}) VALUES {rows} RETURNING id",  # noqa: S608
+                values,
+            ).fetchall()
+            assert len(ids) == len(encoded)
             conn.execute(_BUMP, (len(encoded), sum(n for _, n in encoded), session_id))
             conn.execute("COMMIT")
         except BaseException:
