@@ -1,6 +1,8 @@
 """Run `migrate.upgrade(url, fts_min_pause=0)` in its own process and print a JSON line:
-total time, peak RSS, and the time of every write transaction (the Alembic upgrade and
-each backfill / teardown step), by wrapping the functions that run them.
+total time, peak RSS, and the time of every write transaction, by wrapping the functions
+that run them: the migration transaction (from its BEGIN IMMEDIATE to the return of
+`command.upgrade`, which commits it), each backfill step, each teardown step and the small
+ones around them (trigger repair, CJK detach, settle).
 
 Usage: python -m benchmarks.upgrade_child PATH
 """
@@ -41,6 +43,8 @@ def _peak_rss_kb() -> int:
 
 def main(path: str) -> None:
     from alembic import command
+    from sqlalchemy import event
+    from sqlalchemy.engine import Connection
 
     from hermes_store import migrate
     from hermes_store.search import maintenance
@@ -49,14 +53,40 @@ def main(path: str) -> None:
     migration: list[float] = []
     steps: list[float] = []
     teardown: list[float] = []
-    command.upgrade = _timed(command.upgrade, migration)  # type: ignore[assignment]
+    other: list[float] = []
+    begins: list[float] = []
+
+    @event.listens_for(Connection, "begin")
+    def _on_begin(conn: Connection) -> None:
+        begins.append(time.perf_counter())
+
+    upgrade = command.upgrade
+
+    def migration_txn(*args: Any, **kwargs: Any) -> Any:
+        called = time.perf_counter()
+        mark = len(begins)
+        try:
+            return upgrade(*args, **kwargs)
+        finally:
+            # from the transaction's BEGIN (after the scripts were loaded) to its COMMIT
+            start = begins[mark] if len(begins) > mark else called
+            migration.append(time.perf_counter() - start)
+
+    command.upgrade = migration_txn  # type: ignore[assignment]
     maintenance.backfill_step = _timed(maintenance.backfill_step, steps)  # type: ignore[assignment]
     maintenance.teardown_step = _timed(maintenance.teardown_step, teardown)  # type: ignore[assignment]
+    for name in ("settle", "restore_missing_triggers", "detach_cjk_triggers"):
+        setattr(maintenance, name, _timed(getattr(maintenance, name), other))
     started = time.perf_counter()
     report = migrate.upgrade(path, fts_min_pause=0)
     total = time.perf_counter() - started
     peak_kb = _peak_rss_kb()
-    writes = migration + steps + teardown
+    kinds = {"migration": migration, "backfill": steps, "teardown": teardown, "other": other}
+    longest_kind, longest = max(
+        ((kind, max(log)) for kind, log in kinds.items() if log),
+        key=lambda item: item[1],
+        default=("none", 0.0),
+    )
     print(
         json.dumps(
             {
@@ -66,8 +96,12 @@ def main(path: str) -> None:
                 "backfill_s": sum(steps),
                 "teardown_steps": len(teardown),
                 "teardown_s": sum(teardown),
-                "longest_write_txn_s": max(writes) if writes else 0.0,
+                "other_txns": len(other),
+                "other_s": sum(other),
+                "longest_write_txn_s": longest,
+                "longest_write_txn_kind": longest_kind,
                 "longest_backfill_step_s": max(steps) if steps else 0.0,
+                "longest_teardown_step_s": max(teardown) if teardown else 0.0,
                 "peak_rss_mb": peak_kb / 1024,
                 "baseline_rss_mb": baseline_kb / 1024,
                 "after": report.after,
