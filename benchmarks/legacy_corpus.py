@@ -20,6 +20,7 @@ import os
 import shutil
 import sqlite3
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -174,13 +175,10 @@ def adoption_view(path: Path) -> dict[str, Any]:
     what must match between a generated file and its fixture."""
     from hermes_store import migrate
 
-    scratch = path.with_name(path.name + ".current-probe.db")
-    shutil.copyfile(path, scratch)
-    try:
+    with tempfile.TemporaryDirectory(prefix="hermes-adopt-") as tmp:
+        scratch = Path(tmp) / "state.db"
+        shutil.copyfile(path, scratch)
         status = migrate.current(str(scratch)).as_dict()
-    finally:
-        for suffix in ("", "-wal", "-shm"):
-            Path(str(scratch) + suffix).unlink(missing_ok=True)
     fts = status.get("fts") or {}
     return {
         "kind": status.get("kind"),
