@@ -1,11 +1,17 @@
 """The legacy FTS index is demoted in O(1) inside the migration transaction (spec/schema.md
 5.5 step 2, lessons #65798): its `sqlite_master` rows go, its shadow tables become
 `fts_v22_trash_*` with every row still in them and no page freed, and the chunked teardown
-empties and drops them afterwards, leaving exactly the objects of a fresh database."""
+empties and drops them afterwards, leaving exactly the objects of a fresh database; a
+teardown killed half-way leaves a sound file and resumes."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -222,3 +228,62 @@ def test_pending_fts_writes_of_the_same_transaction_stay_with_the_old_index(lega
         con.close()
     assert hits == 0
     assert trash == n
+
+
+KILLABLE_TEARDOWN = """
+import sys
+from hermes_store.engine import make_engine
+from hermes_store.search import maintenance
+engine = make_engine(sys.argv[1])
+maintenance.run_backfill(engine, min_pause=0.05, pause_factor=0)
+"""
+
+
+def test_teardown_killed_mid_way_leaves_a_sound_file_and_resumes(
+    legacy_db, db, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    path = legacy_db(22)
+    _grow(path, db, 22)
+    url = db.url_for(path)
+    migrate.upgrade(url, defer_fts_backfill=True)
+    engine = make_engine(url)
+    try:  # the backfill first, so the subprocess below is in its teardown phase
+        while maintenance.run_backfill(engine, min_pause=0, max_steps=1).phase == "backfill":
+            pass
+    finally:
+        engine.dispose()
+    trash = set(migrate.current(url).fts.trash_tables)  # type: ignore[union-attr]
+    assert len(trash) == 10
+    rows_before = sum(_rows(path, sorted(trash)).values())
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLABLE_TEARDOWN, url],
+        env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            left = set(migrate.current(url).fts.trash_tables)  # type: ignore[union-attr]
+            if len(left) <= len(trash) - 2:  # a few tables emptied and dropped
+                break
+            time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the teardown finished before it was killed"
+    left = set(migrate.current(url).fts.trash_tables)  # type: ignore[union-attr]
+    assert left and left < trash
+    assert sum(_rows(path, sorted(left)).values()) < rows_before
+    assert _pragma(path, "integrity_check") == ["ok"]
+
+    assert migrate.finish_fts(url, min_pause=0).phase == "done"
+    assert _pragma(path, "integrity_check") == ["ok"]
+    assert migrate.check(url).ok
+    fresh = tmp_path / "fresh.db"
+    migrate.upgrade(db.url_for(fresh))
+    assert _objects(path) == _objects(fresh)
