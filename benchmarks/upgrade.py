@@ -236,6 +236,9 @@ def print_details(rows: list[dict[str, Any]]) -> None:
             f"{r['longest_backfill_step_s'] * 1000:.1f} ms, longest teardown step "
             f"{r['longest_teardown_step_s'] * 1000:.1f} ms); peak RSS {r['peak_rss_mb']:.0f} MB "
             f"(after imports {r['baseline_rss_mb']:.0f} MB)"
+            f"\n  step p50 / p99: backfill {r['backfill_step_p50_s'] * 1000:.1f} / "
+            f"{r['backfill_step_p99_s'] * 1000:.1f} ms, teardown "
+            f"{r['teardown_step_p50_s'] * 1000:.1f} / {r['teardown_step_p99_s'] * 1000:.1f} ms"
         )
         if r.get("checks"):
             print("  checks: integrity_check ok, FTS integrity ok, object set = fresh database")

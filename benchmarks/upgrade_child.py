@@ -45,6 +45,13 @@ def _peak_rss_kb() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
+def _quantile(samples: list[float], q: float) -> float:
+    if not samples:
+        return 0.0
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
 def main(path: str, throttle: bool = False) -> None:
     from alembic import command
     from sqlalchemy import event
@@ -114,6 +121,10 @@ def main(path: str, throttle: bool = False) -> None:
                 "longest_write_txn_kind": longest_kind,
                 "longest_backfill_step_s": max(steps) if steps else 0.0,
                 "longest_teardown_step_s": max(teardown) if teardown else 0.0,
+                "backfill_step_p50_s": _quantile(steps, 0.5),
+                "backfill_step_p99_s": _quantile(steps, 0.99),
+                "teardown_step_p50_s": _quantile(teardown, 0.5),
+                "teardown_step_p99_s": _quantile(teardown, 0.99),
                 "peak_rss_mb": peak_kb / 1024,
                 "baseline_rss_mb": baseline_kb / 1024,
                 "throttled": throttle,
