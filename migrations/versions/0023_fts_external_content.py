@@ -10,9 +10,9 @@ page of a possibly multi-gigabyte index under the write lock): they are demoted,
 `sqlite_master` rows deleted and their shadow tables renamed to `fts_v22_trash_*`
 (`_ops.demote_fts_tables`). The backfill and the teardown of that trash run afterwards
 in chunks of at most 500 ids / rows per write transaction (`hermes-store fts backfill`,
-or the end of `hermes-store upgrade`), so other processes keep writing meanwhile. Until it finishes,
-new rows are indexed live by the gated triggers and search tops up the pending range
-with a LIKE scan, exactly as the original does.
+or the end of `hermes-store upgrade`), so other processes keep writing meanwhile. Until
+the backfill finishes, new rows are indexed live by the gated triggers and search tops
+up the pending range with a LIKE scan, exactly as the original does.
 """
 
 from hermes_store._migrations import _fts_layouts as fts
