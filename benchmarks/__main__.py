@@ -1,14 +1,16 @@
 """hermes-store vs the raw-sqlite3 floor, in one run, on two copies of one database.
 
     python -m benchmarks [--size 10k|100k|1m] [--quick] [--json PATH] [--keep DIR]
-                         [--skip-upgrade] [--no-postgres]
+                         [--skip-upgrade] [--upgrade-size SIZE] [--upgrade-shapes v9,v22]
+                         [--no-postgres]
 
 Rows: append one message, append a batch of 50, get a session's messages, list 20
 recent sessions, search (word, "phrase", prefix*, OR, 2-char CJK, 3+-char CJK), each as
-p50 / p95 milliseconds, and "upgrade": a v22-shaped legacy file (the v22 fixture plus
-the corpus, indexed by its own triggers) brought to head by `migrate.upgrade` in a
-subprocess (total time, peak RSS, longest write transaction); its floor is a raw FTS5
-'rebuild' of both v23 indexes on the upgraded file, the work the chunked backfill does.
+p50 / p95 milliseconds against the floor (benchmarks/raw_floor.py: the same statements on
+the stdlib sqlite3 module), and one "upgrade" row per legacy shape (benchmarks/upgrade.py:
+a generated v9- or v22-shaped file brought to head in a subprocess; total time, migration
+transaction, longest write transaction, peak RSS); its floor is a raw FTS5 'rebuild' of
+both v23 indexes on the upgraded file, the work the chunked backfill does.
 
 A second table runs the same operations on PostgreSQL (benchmarks/postgres.py) beside
 hermes-store's SQLite numbers; `--no-postgres` skips it, and without a server its rows
@@ -20,11 +22,9 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import shutil
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,16 +32,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import corpus, postgres
+from . import corpus, postgres, upgrade
 from .raw_floor import Floor, bulk_load, connect, create_schema, record_statements
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-LEGACY_V22 = (
-    Path(
-        os.environ.get("HERMES_STORE_FIXTURES", REPO_ROOT.parent / "shared" / "fixtures" / "legacy")
-    )
-    / "state_v22.db"
-)
 
 BATCH = 50
 
@@ -209,43 +201,11 @@ def run_ops(
     return rows
 
 
-def run_upgrade(directory: Path, sessions: list[corpus.SessionSpec]) -> dict[str, Any]:
-    legacy = directory / "legacy_v22.db"
-    shutil.copyfile(LEGACY_V22, legacy)
-    conn = connect(legacy)
-    # ids beyond the fixture's own sessions (kept: they are part of the v22 shape)
-    bulk_load(conn, sessions)
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    n_messages = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
-    conn.close()
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.upgrade_child", str(legacy)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise SystemExit(f"upgrade subprocess failed:\n{proc.stderr}")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    # floor: the same indexing as one raw FTS5 rebuild of both v23 indexes
-    raw = connect(legacy)
-    started = time.perf_counter()
-    raw.execute("BEGIN IMMEDIATE")
-    raw.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
-    raw.execute("INSERT INTO messages_fts_trigram(messages_fts_trigram) VALUES ('rebuild')")
-    raw.execute("COMMIT")
-    floor_s = time.perf_counter() - started
-    raw.close()
-    result.update(operation="upgrade v22 -> 0023", messages=n_messages, floor_rebuild_s=floor_s)
-    return result
-
-
 def _fmt_ms(p50: float, p95: float) -> str:
     return f"{p50:8.3f} / {p95:8.3f}"
 
 
-def print_table(rows: list[dict[str, Any]], upgrade: dict[str, Any] | None) -> None:
+def print_table(rows: list[dict[str, Any]], upgrades: list[dict[str, Any]]) -> None:
     head = ("operation", "floor p50/p95 ms", "hermes-store p50/p95 ms", "ratio p50 (p95)")
     lines = [
         (
@@ -256,15 +216,7 @@ def print_table(rows: list[dict[str, Any]], upgrade: dict[str, Any] | None) -> N
         )
         for r in rows
     ]
-    if upgrade is not None:
-        lines.append(
-            (
-                f"upgrade v22->0023 ({upgrade['messages']} msgs)",
-                f"{upgrade['floor_rebuild_s'] * 1000:.0f} ms (raw rebuild)",
-                f"{upgrade['total_s'] * 1000:.0f} ms total",
-                f"{upgrade['total_s'] / upgrade['floor_rebuild_s']:5.2f}x",
-            )
-        )
+    lines += upgrade.table_lines(upgrades)
     widths = [max(len(str(x[i])) for x in (head, *lines)) for i in range(4)]
 
     def fmt(cells: tuple[str, ...]) -> str:
@@ -274,17 +226,7 @@ def print_table(rows: list[dict[str, Any]], upgrade: dict[str, Any] | None) -> N
     print("-+-".join("-" * w for w in widths))
     for line in lines:
         print(fmt(line))
-    if upgrade is not None:
-        print(
-            f"\nupgrade: total {upgrade['total_s']:.2f} s = migration txn "
-            f"{upgrade['migration_txn_s']:.2f} s + {upgrade['backfill_steps']} backfill steps "
-            f"{upgrade['backfill_s']:.2f} s + {upgrade['teardown_steps']} teardown steps "
-            f"{upgrade['teardown_s']:.2f} s + throttle sleeps/other; "
-            f"longest write txn {upgrade['longest_write_txn_s'] * 1000:.0f} ms "
-            f"(longest backfill step {upgrade['longest_backfill_step_s'] * 1000:.0f} ms); "
-            f"peak RSS {upgrade['peak_rss_mb']:.0f} MB "
-            f"(after imports {upgrade['baseline_rss_mb']:.0f} MB)"
-        )
+    upgrade.print_details(upgrades)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -294,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--seed", type=int, default=23)
     parser.add_argument("--keep", type=Path, help="keep the databases in this directory")
-    parser.add_argument("--skip-upgrade", action="store_true")
+    upgrade.add_arguments(parser)
     parser.add_argument("--no-postgres", action="store_true", help="skip the PostgreSQL rows")
     args = parser.parse_args(argv)
 
@@ -321,9 +263,9 @@ def main(argv: list[str] | None = None) -> int:
                 iterations=_iterations(args.quick),
                 percentiles=_percentiles,
             )
-        upgrade = None if args.skip_upgrade else run_upgrade(directory, sessions)
+        upgrades = upgrade.run_all(args, directory)
     print()
-    print_table(rows, upgrade)
+    print_table(rows, upgrades)
     if pg is not None:
         postgres.print_table(pg)
     elapsed = time.perf_counter() - started
@@ -338,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
             "python": sys.version.split()[0],
             "elapsed_s": elapsed,
             "rows": rows,
-            "upgrade": upgrade,
+            "upgrades": upgrades,
             "postgres": pg,
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n")

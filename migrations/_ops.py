@@ -339,6 +339,84 @@ def has_trigger(name: str) -> bool:
     )
 
 
+#: The shadow tables FTS5 creates for a virtual table `<name>` (which exist depends on
+#: the options: `_content` only for inline tables, `_docsize` unless columnsize=0).
+FTS5_SHADOWS = ("data", "idx", "content", "docsize", "config")
+TRASH_PREFIX = "fts_v22_trash_"
+
+
+def _free_trash_name(shadow: str) -> str:
+    """`fts_v22_trash_<shadow>`, or with a numeric suffix when an earlier, unfinished
+    demotion left a table of that name (every `fts_v22_trash_*` table is torn down)."""
+    name = f"{TRASH_PREFIX}{shadow}"
+    number = 1
+    while has_table(name):
+        number += 1
+        name = f"{TRASH_PREFIX}{shadow}_{number}"
+    return name
+
+
+def demote_fts_tables(names: Iterable[str]) -> list[str]:
+    """Take FTS5 virtual tables out of the schema in O(1), inside the caller's transaction:
+    the original's demotion (spec/schema.md 5.5 step 2). A `DROP TABLE` of a large FTS
+    table frees every page of its shadow tables while holding the write lock (95 s for
+    4.4 GB, #65798); instead the virtual table's `sqlite_master` row is deleted under
+    `PRAGMA writable_schema`, and its shadow tables, now plain tables, are renamed to
+    `fts_v22_trash_<name>`. The chunked teardown (hermes_store.search.maintenance,
+    at most 500 rows per write transaction) empties and drops them later.
+
+    Before that, a SAVEPOINT makes FTS5 flush what it still holds in memory for this
+    transaction (pending index data, the totals record); otherwise it would write that at
+    COMMIT through the old table names, which by then belong to the new tables.
+    `writable_schema=RESET` switches editing off and reloads this connection's schema; the
+    renames and CREATEs that follow bump the schema cookie, so other connections reload
+    theirs. Where SQLite refuses to edit `sqlite_master` (SQLITE_DBCONFIG_DEFENSIVE), the
+    tables are dropped instead: slow, but the same result. Returns the trash tables made.
+    """
+    virtual = [
+        name
+        for name in names
+        if (object_sql(name) or "").lstrip().upper().startswith("CREATE VIRTUAL TABLE")
+    ]
+    if not virtual:
+        return []
+    shadows = [
+        f"{name}_{suffix}"
+        for name in virtual
+        for suffix in FTS5_SHADOWS
+        if has_table(f"{name}_{suffix}")
+    ]
+    execute("SAVEPOINT hermes_fts_demote")
+    execute("RELEASE hermes_fts_demote")
+    marks = ", ".join(f"'{name}'" for name in virtual)
+    try:
+        execute("PRAGMA writable_schema=ON")
+        try:
+            execute(
+                f"DELETE FROM sqlite_master WHERE type = 'table' AND name IN ({marks})"  # noqa: S608
+            )
+        finally:
+            execute("PRAGMA writable_schema=RESET")
+    except sa.exc.OperationalError as exc:
+        import logging
+
+        logging.getLogger("hermes_store.migrations").warning(
+            "cannot edit sqlite_master here (%s): dropping %s instead (holds the write lock "
+            "for as long as freeing their pages takes)",
+            getattr(exc, "orig", exc),
+            ", ".join(virtual),
+        )
+        for name in virtual:
+            drop_table(name)
+        return []
+    trash = []
+    for shadow in shadows:
+        target = _free_trash_name(shadow)
+        execute(f'ALTER TABLE "{shadow}" RENAME TO "{target}"')
+        trash.append(target)
+    return trash
+
+
 def trash_tables() -> list[str]:
     if is_postgresql():
         return []

@@ -1,7 +1,8 @@
 """The benchmark runner works end to end: `python -m benchmarks --quick --json` exits 0
-and reports every row with positive timings (about 10 s; runs in CI with the rest),
-PostgreSQL rows included: without a server they are skipped, except in CI, where
-skipped PostgreSQL rows fail the test (as a skipped PostgreSQL suite does)."""
+and reports every row with positive timings (about 30 s: the quick upgrade rows generate
+a small v9- and v22-shaped file each; runs in CI with the rest), PostgreSQL rows
+included: without a server they are skipped, except in CI, where skipped PostgreSQL rows
+fail the test (as a skipped PostgreSQL suite does)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,13 @@ import pytest
 #: the search rows, in order (benchmarks/corpus.py QUERIES)
 SEARCHES = ("word", "phrase", "prefix", "or", "cjk2", "cjk3")
 REPO_ROOT = Path(__file__).resolve().parents[1]
-FIXTURE = REPO_ROOT.parent / "shared" / "fixtures" / "legacy" / "state_v22.db"
+FIXTURES = REPO_ROOT.parent / "shared" / "fixtures" / "legacy"
 
 
 def test_quick_benchmark_reports_every_row(tmp_path: Path) -> None:
-    if not FIXTURE.exists():
-        pytest.skip(f"legacy fixture {FIXTURE} not found")
+    for name in ("state_v09.db", "state_v22.db"):
+        if not (FIXTURES / name).exists():
+            pytest.skip(f"legacy fixture {FIXTURES / name} not found")
     out = tmp_path / "bench.json"
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--quick", "--json", str(out)],
@@ -42,11 +44,21 @@ def test_quick_benchmark_reports_every_row(tmp_path: Path) -> None:
     for row in data["rows"]:
         for key in ("floor_p50_ms", "floor_p95_ms", "store_p50_ms", "store_p95_ms"):
             assert row[key] > 0, (row["operation"], key)
-    upgrade = data["upgrade"]
-    assert upgrade["after"] is not None
-    for key in ("total_s", "floor_rebuild_s", "longest_write_txn_s", "peak_rss_mb"):
-        assert upgrade[key] > 0, key
-    assert upgrade["backfill_steps"] > 0
+    upgrades = {row["shape"]: row for row in data["upgrades"]}
+    assert sorted(upgrades) == ["v22", "v9"]
+    for shape, upgrade in upgrades.items():
+        assert upgrade["after"] == "0023", shape
+        assert upgrade["adoption"]["adopt_at_revision"] == int(shape[1:]), shape
+        for key in (
+            "total_s",
+            "migration_txn_s",
+            "floor_rebuild_s",
+            "longest_write_txn_s",
+            "peak_rss_mb",
+        ):
+            assert upgrade[key] > 0, (shape, key)
+        assert upgrade["backfill_steps"] > 0, shape
+        assert upgrade["teardown_steps"] > 0, shape
 
     pg = data["postgres"]
     if "skipped" in pg:

@@ -13,10 +13,11 @@ depends_on = None
 def upgrade() -> None:
     if _ops.is_postgresql():
         _ops.run_all(_pg_search.V10_TRIGRAM)
-    elif not _ops.has_table("messages_fts_trigram"):
+    elif not _ops.has_table("messages_fts_trigram") and not _ops.fts_rebuilt_later():
+        # (when 0023 follows in this transaction, 0011 would only demote this table again)
         _ops.drop_triggers(fts.TRIGRAM_TRIGGERS)
         _ops.run_all(fts.L1_TRIGRAM)
-        if _ops.data_migration_due(10) and not _ops.fts_rebuilt_later():
+        if _ops.data_migration_due(10):
             _ops.execute(
                 "INSERT INTO messages_fts_trigram(messages_fts_trigram) VALUES ('rebuild')"
             )

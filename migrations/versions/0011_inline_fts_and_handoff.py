@@ -26,10 +26,18 @@ def upgrade() -> None:
         _ops.run_all(_pg_search.V11)
     elif not _layout_is_l3_or_newer():
         _ops.drop_triggers(fts.ALL_TRIGGERS)
-        _ops.drop_table("messages_fts_trigram")
-        _ops.drop_table("messages_fts")
-        _ops.run_all(fts.L3)
-        if not _ops.fts_rebuilt_later():
+        if _ops.fts_rebuilt_later():
+            # 0023 replaces the index in this same transaction: demote the old tables in
+            # O(1) (torn down in chunks afterwards) rather than DROP a large L1 index under
+            # the write lock, and leave the intermediate L3 tables out (0023 would only
+            # demote them again); nothing between here and 0023 touches FTS.
+            _ops.demote_fts_tables(("messages_fts", "messages_fts_trigram"))
+            _ops.drop_table("messages_fts_trigram")
+            _ops.drop_table("messages_fts")
+        else:
+            _ops.drop_table("messages_fts_trigram")
+            _ops.drop_table("messages_fts")
+            _ops.run_all(fts.L3)
             _ops.run_all(fts.L3_BACKFILL)
     _ops.set_version(11)
 

@@ -31,8 +31,12 @@ def upgrade() -> None:
         "CREATE INDEX IF NOT EXISTS idx_compression_locks_expires ON compression_locks(expires_at)"
     )
     _ops.add_columns("sessions", SESSIONS)
-    _ops.add_column("messages", "active", "INTEGER NOT NULL DEFAULT 1")
-    _ops.execute("UPDATE messages SET active = 1 WHERE active IS NULL")
+    if "active" in _ops.columns("messages"):
+        # added without NOT NULL DEFAULT 1 by old reconcilers: heal its NULLs (a full scan
+        # of messages, so only then; a column added here has no NULL to heal)
+        _ops.execute("UPDATE messages SET active = 1 WHERE active IS NULL")
+    else:
+        _ops.add_column("messages", "active", "INTEGER NOT NULL DEFAULT 1")
     _ops.create_index(
         "CREATE INDEX IF NOT EXISTS idx_messages_session_active "
         "ON messages(session_id, active, timestamp)"

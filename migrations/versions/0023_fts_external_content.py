@@ -5,11 +5,14 @@ display_metadata.
 
 A legacy index is replaced inside this transaction by empty v23 tables plus the markers
 `fts_rebuild_high_water` = MAX(id) and `fts_rebuild_progress` = 0: the O(1) half of the
-original's `optimize-storage`. The backfill itself runs afterwards in chunks of at most
-500 ids per write transaction (`hermes-store fts backfill`, or the end of
-`hermes-store upgrade`), so other processes keep writing meanwhile. Until it finishes,
-new rows are indexed live by the gated triggers and search tops up the pending range
-with a LIKE scan, exactly as the original does.
+original's `optimize-storage`. The legacy tables are not dropped here (a DROP frees every
+page of a possibly multi-gigabyte index under the write lock): they are demoted, their
+`sqlite_master` rows deleted and their shadow tables renamed to `fts_v22_trash_*`
+(`_ops.demote_fts_tables`). The backfill and the teardown of that trash run afterwards
+in chunks of at most 500 ids / rows per write transaction (`hermes-store fts backfill`,
+or the end of `hermes-store upgrade`), so other processes keep writing meanwhile. Until
+the backfill finishes, new rows are indexed live by the gated triggers and search tops
+up the pending range with a LIKE scan, exactly as the original does.
 """
 
 from hermes_store._migrations import _fts_layouts as fts
@@ -57,7 +60,8 @@ def _start_backfill() -> None:
 def _replace_legacy_layout() -> None:
     _ops.drop_triggers(fts.ALL_TRIGGERS)
     _ops.execute(f"DROP VIEW IF EXISTS {fts.TRIGRAM_VIEW}")
-    _ops.drop_table("messages_fts_trigram")
+    _ops.demote_fts_tables(("messages_fts", "messages_fts_trigram"))
+    _ops.drop_table("messages_fts_trigram")  # only a non-FTS table of that name is left
     _ops.drop_table("messages_fts")
     _ops.run_all(fts.V23)
     _start_backfill()
