@@ -103,3 +103,169 @@ def test_append_waits_for_a_concurrent_compression_close(pg_store: Any, batch: b
     assert [m["content"] for m in messages.get_messages("s")] == ["before"]
     session = SessionRepository(pg_store).get_session("s")
     assert session is not None and session["message_count"] == 1
+
+
+_GATE_KEY = 4_242_424  # the literal in hermes_test_gate()
+
+
+def _gate_message_inserts(admin: Any) -> None:
+    """Every INSERT into messages waits, inside its own transaction, for the advisory lock
+    `admin` holds: a real append is paused after its checks and its insert has begun."""
+    admin.execute(
+        """
+        CREATE FUNCTION hermes_test_gate() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN PERFORM pg_advisory_xact_lock(4242424); RETURN NEW; END $$
+        """
+    )
+    admin.execute(
+        "CREATE TRIGGER hermes_test_gate BEFORE INSERT ON messages"
+        " FOR EACH ROW EXECUTE FUNCTION hermes_test_gate()"
+    )
+    admin.execute("SELECT pg_advisory_lock(%s)", (_GATE_KEY,))
+
+
+def _waiting(watcher: Any, dbname: str) -> list[str]:
+    """The wait events of hermes-store backends of `dbname` waiting on a lock."""
+    rows = watcher.execute(
+        "SELECT wait_event FROM pg_stat_activity WHERE datname = %s"
+        " AND application_name = 'hermes-store' AND wait_event_type = 'Lock'",
+        (dbname,),
+    ).fetchall()
+    return sorted(str(r[0]) for r in rows)
+
+
+def _wait_for(predicate: Any, thread: threading.Thread | None = None) -> bool:
+    """True once `predicate()` holds; False if `thread` ended first (failsafe deadline)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        if thread is not None and not thread.is_alive():
+            return bool(predicate())
+        time.sleep(0.01)
+    return False
+
+
+def test_lease_waits_for_an_in_flight_append(pg_store: Any) -> None:
+    """A real append has passed its checks (no lease) and is inserting, uncommitted, when
+    a compressor asks for the session's lease. The lease must not be granted until the
+    append commits: otherwise the compressor reads a transcript without that message and
+    the message lands in a session under another holder's lease (behaviour.md 3.1, 12).
+    With the lease taken under the session's row lock the compressor waits, and then the
+    transcript it reads holds the message; later appends by others are refused."""
+    from sqlalchemy.engine import make_url
+
+    from hermes_store.errors import CompressionSessionBusyError
+    from hermes_store.repositories.coordination import CompressionLockRepository
+    from hermes_store.repositories.messages import MessageRepository
+    from hermes_store.repositories.sessions import SessionRepository
+    from hermes_store.store import Store
+
+    url = pg_store.url.render_as_string(hide_password=False)
+    dbname = str(make_url(url).database)
+    SessionRepository(pg_store).create_session("s", "cli")
+    messages = MessageRepository(pg_store)
+    messages.append_message("s", "user", "before")
+    # The compressor is another process: a Store of its own (one Store serialises its
+    # own writes in-process, which would hide the database's behaviour).
+    compressor_store = Store(url)
+    locks = CompressionLockRepository(compressor_store)
+    compressor_messages = MessageRepository(compressor_store)
+
+    admin = _psycopg(url)
+    admin.autocommit = True
+    watcher = _psycopg(url)
+    watcher.autocommit = True
+    outcome: dict[str, Any] = {}
+
+    def append() -> None:
+        try:
+            outcome["append"] = messages.append_message("s", "user", "in flight")
+        except BaseException as exc:  # noqa: BLE001 (inspected by the test)
+            outcome["append_error"] = exc
+
+    def acquire() -> None:
+        try:
+            outcome["acquired"] = locks.try_acquire("s", "compressor pid=1")
+            # What the compressor summarises, read right after it holds the lease.
+            outcome["seen"] = [m["content"] for m in compressor_messages.get_messages("s")]
+        except BaseException as exc:  # noqa: BLE001
+            outcome["acquire_error"] = exc
+
+    appender = threading.Thread(target=append)
+    compressor = threading.Thread(target=acquire)
+    try:
+        _gate_message_inserts(admin)
+        appender.start()
+        assert _wait_for(lambda: _waiting(watcher, dbname) == ["advisory"], appender), (
+            f"the append did not reach its insert: {outcome}"
+        )
+        compressor.start()
+        # Fixed: the compressor waits on the appender's row lock (a second waiter).
+        # Unfixed: it commits its lease while the append is still in flight.
+        waited = _wait_for(lambda: len(_waiting(watcher, dbname)) == 2, compressor)
+        granted_early = "acquired" in outcome
+        admin.execute("SELECT pg_advisory_unlock(%s)", (_GATE_KEY,))
+        appender.join(timeout=60)
+        compressor.join(timeout=60)
+        assert not appender.is_alive() and not compressor.is_alive()
+    finally:
+        admin.close()
+        watcher.close()
+        compressor_store.close()
+
+    assert not granted_early, f"lease granted while an append was in flight: {outcome}"
+    assert waited, f"the lease did not wait for the in-flight append: {outcome}"
+    assert isinstance(outcome.get("append"), int), outcome
+    assert outcome.get("acquired") is True, outcome
+    assert outcome["seen"] == ["before", "in flight"]
+    with pytest.raises(CompressionSessionBusyError):
+        messages.append_message("s", "user", "during compression")
+    assert [m["content"] for m in messages.get_messages("s")] == ["before", "in flight"]
+
+
+def test_append_waits_for_a_lease_being_taken(pg_store: Any) -> None:
+    """The other order: a compressor's lease transaction (the session's row lock, then the
+    lease row, as try_acquire does) has not committed when an append starts. The append
+    waits and then refuses with the compressor's live lease."""
+    from sqlalchemy.engine import make_url
+
+    from hermes_store.errors import CompressionSessionBusyError
+    from hermes_store.repositories.messages import MessageRepository
+    from hermes_store.repositories.sessions import SessionRepository
+
+    url = pg_store.url.render_as_string(hide_password=False)
+    dbname = make_url(url).database
+    SessionRepository(pg_store).create_session("s", "cli")
+    messages = MessageRepository(pg_store)
+
+    taker = _psycopg(url)
+    watcher = _psycopg(url)
+    watcher.autocommit = True
+    outcome: dict[str, Any] = {}
+
+    def append() -> None:
+        try:
+            outcome["id"] = messages.append_message("s", "user", "racing the lease")
+        except BaseException as exc:  # noqa: BLE001
+            outcome["error"] = exc
+
+    try:
+        taker.execute("SELECT 1 FROM sessions WHERE id = 's' FOR UPDATE")
+        taker.execute(
+            "INSERT INTO compression_locks (session_id, holder, acquired_at, expires_at)"
+            " VALUES ('s', 'compressor pid=1', extract(epoch from now()),"
+            " extract(epoch from now()) + 300)"
+        )
+        thread = threading.Thread(target=append)
+        thread.start()
+        blocked = _wait_until_blocked(watcher, dbname, thread)
+        taker.commit()
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+        assert blocked, f"the append did not wait for the lease transaction: {outcome}"
+    finally:
+        taker.close()
+        watcher.close()
+    assert isinstance(outcome.get("error"), CompressionSessionBusyError), outcome
+    assert messages.get_messages("s") == []
