@@ -157,23 +157,33 @@ class Store:
         return self._damage_error(exc) or self._unwritable_error(exc)
 
     def _unwritable_error(self, exc: DBAPIError) -> DatabaseNotWritable | None:
-        """The typed error for a write SQLite could not do to this file (SQLite only): the
-        file or its directory became read-only, or the disk is full. Raised after the
-        rollback, so the failed operation wrote nothing."""
-        if self.dialect != "sqlite" or self.read_only:
+        """The typed error for SQLite failing to open or write this file (SQLite only): the
+        file or its directory became read-only, the disk is full, or a read-only open of a
+        WAL-mode file cannot create the -shm file it needs. Raised after the rollback, so
+        the failed operation wrote nothing."""
+        if self.dialect != "sqlite":
             return None
         orig = sqlite_error(exc)
         code = getattr(orig, "sqlite_errorcode", None)
         if orig is None or code is None:
             return None
         place = where(self.url)
+        directory = Path(place).parent
+        if code & 0xFF == sqlite3.SQLITE_CANTOPEN and self.read_only:
+            return DatabaseNotWritable(
+                f"cannot open the database {place} read-only ({orig}): a WAL-mode database "
+                f"needs its {place}-shm file, and SQLite cannot create it in {directory}. "
+                "Make the directory writable, or switch the file to DELETE mode "
+                "(`PRAGMA journal_mode=DELETE`) where it is writable"
+            )
+        if self.read_only:
+            return None
         if code & 0xFF == sqlite3.SQLITE_FULL:
             return StorageFull(
                 f"the disk holding the database {place} is full ({orig}); nothing was "
                 "written and the database is intact. Free some space, then retry"
             )
         if code & 0xFF in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN):
-            directory = Path(place).parent
             return DatabaseNotWritable(
                 f"cannot write the database {place} ({orig}); nothing was written. The file "
                 f"and its directory {directory} must be writable (SQLite creates its journal "
@@ -257,10 +267,10 @@ class Store:
                 yield session
             except DBAPIError as exc:
                 session.rollback()
-                damage = self._damage_error(exc)
-                if damage is None:
+                typed = self._typed_error(exc)
+                if typed is None:
                     raise
-                raise damage from exc
+                raise typed from exc
             except UnicodeEncodeError as exc:
                 refused = _surrogate_error(exc)
                 if refused is None:

@@ -20,6 +20,7 @@ import textwrap
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -521,7 +522,7 @@ def test_full_disk_is_an_error_not_a_crash(tiny_fs: Path) -> None:
     from sqlalchemy.exc import OperationalError
 
     from hermes_store.compat import SessionDB
-    from hermes_store.errors import StoreError
+    from hermes_store.errors import StorageFull, StoreError
 
     path = tiny_fs / "state.db"
     db = SessionDB(path)
@@ -538,14 +539,15 @@ def test_full_disk_is_an_error_not_a_crash(tiny_fs: Path) -> None:
                 break
             stored.append(content)
         assert failure is not None, "600 KB never filled up"
-        message = str(failure).lower()
         print(f"full disk after {len(stored)} messages: {type(failure).__name__}: {failure}")
-        assert "full" in message or "disk" in message or "space" in message, message
+        # a typed error that says what happened and where
+        assert isinstance(failure, StorageFull), repr(failure)
+        assert str(path) in str(failure) and "full" in str(failure)
         assert stored, "not even one message fitted"
         assert [m["content"] for m in db.get_messages("s")] == stored
         assert db.get_session("s")["message_count"] == len(stored)
         # still full: the next write fails the same clean way and changes nothing
-        with pytest.raises((OperationalError, StoreError)):
+        with pytest.raises(StorageFull):
             db.append_message("s", "user", "more " + os.urandom(3_000).hex())
         assert db.message_count("s") == len(stored)
     finally:
@@ -556,6 +558,162 @@ def test_full_disk_is_an_error_not_a_crash(tiny_fs: Path) -> None:
         assert con.execute("SELECT COUNT(*) FROM messages").fetchone()[0] == len(stored)
     finally:
         con.close()
+
+
+# --------------------------------------------------------------------------- 5b. read-only
+
+
+@contextmanager
+def _read_only(target: Path) -> Iterator[None]:
+    """`target` (a file or a directory) read-only for this process, for real: by its mode
+    for an ordinary user; for root, whom modes do not stop, by a read-only bind mount."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        mode = target.stat().st_mode & 0o7777
+        target.chmod(0o555 if target.is_dir() else 0o444)
+        try:
+            yield
+        finally:
+            target.chmod(mode)
+        return
+    bound = subprocess.run(["mount", "--bind", str(target), str(target)], capture_output=True)
+    if bound.returncode != 0:
+        pytest.skip(f"root, and no bind mount possible: {bound.stderr.decode().strip()}")
+    try:
+        ro = subprocess.run(
+            ["mount", "-o", "remount,bind,ro", str(target)], capture_output=True, check=False
+        )
+        if ro.returncode != 0:
+            pytest.skip(f"cannot remount read-only: {ro.stderr.decode().strip()}")
+        yield
+    finally:
+        if subprocess.run(["umount", str(target)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(target)], capture_output=True, check=False)
+
+
+def _existing_db(directory: Path, journal: str) -> Path:
+    from hermes_store.compat import SessionDB
+
+    directory.mkdir()
+    path = directory / "state.db"
+    db = SessionDB(path)
+    db.create_session("s", "cli")
+    db.append_message("s", "user", "kept")
+    db.close()
+    con = _raw(path)
+    con.execute(f"PRAGMA journal_mode={journal}")
+    con.close()
+    return path
+
+
+def _snapshot(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+def _refusals(path: Path) -> list[tuple[str, BaseException | None]]:
+    """Every way of opening `path` for writing, and what each raised."""
+    from hermes_store.compat import SessionDB
+    from hermes_store.store import Store
+
+    outcomes: list[tuple[str, BaseException | None]] = []
+    attempts: list[tuple[str, Callable[[], Any]]] = [
+        ("Store", lambda: Store(str(path)).close()),
+        ("SessionDB", lambda: SessionDB(path).close()),
+        ("upgrade", lambda: migrate.upgrade(str(path), fts_min_pause=0)),
+    ]
+    for name, attempt in attempts:
+        try:
+            attempt()
+        except BaseException as exc:  # noqa: BLE001 (inspected by the caller)
+            outcomes.append((name, exc))
+        else:
+            outcomes.append((name, None))
+    return outcomes
+
+
+def _assert_refused_naming(path: Path, named: Path) -> None:
+    from hermes_store.errors import DatabaseNotWritable
+
+    for name, exc in _refusals(path):
+        assert isinstance(exc, DatabaseNotWritable), (name, exc)
+        assert str(named) in str(exc), (name, str(exc))
+    for command in (["upgrade"], ["fts", "rebuild"]):
+        done = subprocess.run(
+            [str(CLI), *command, "--url", str(path)], capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 2, (command, done.returncode, done.stdout, done.stderr)
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and str(named) in lines[0], (command, done.stderr)
+
+
+@pytest.mark.parametrize("journal", ["delete", "wal"])
+def test_read_only_directory_is_refused_naming_the_path(tmp_path: Path, journal: str) -> None:
+    from hermes_store.compat import SessionDB
+    from hermes_store.errors import DatabaseNotWritable
+    from hermes_store.store import Store
+
+    directory = tmp_path / "ro dir"
+    path = _existing_db(directory, journal)
+    before = _snapshot(directory)
+    with _read_only(directory):
+        assert not os.access(directory, os.W_OK)
+        _assert_refused_naming(path, path)
+        # a new database in that directory: refused, nothing created
+        new = directory / "new.db"
+        with pytest.raises(DatabaseNotWritable) as info:
+            Store(str(new))
+        assert str(new) in str(info.value) and str(directory) in str(info.value)
+        # reading: a DELETE-mode file reads; a WAL-mode one needs a -shm file SQLite
+        # cannot create there (the original fails the same way): a typed error naming it
+        db = SessionDB(path, read_only=True)
+        try:
+            if journal == "delete":
+                assert [m["content"] for m in db.get_messages("s")] == ["kept"]
+            else:
+                with pytest.raises(DatabaseNotWritable) as info:
+                    db.get_messages("s")
+                assert f"{path}-shm" in str(info.value)
+        finally:
+            db.close()
+        assert _snapshot(directory) == before
+    assert _integrity(path) == ["ok"]
+
+
+def test_read_only_file_is_refused_naming_the_path(tmp_path: Path) -> None:
+    path = _existing_db(tmp_path / "d", "delete")
+    before = _snapshot(path.parent)
+    with _read_only(path):
+        assert not os.access(path, os.W_OK)
+        _assert_refused_naming(path, path)
+    assert _snapshot(path.parent) == before
+    assert _integrity(path) == ["ok"]
+
+
+def test_directory_turned_read_only_under_an_open_store(tmp_path: Path) -> None:
+    """In DELETE mode each write creates a journal next to the file: once the directory is
+    read-only, a write fails with an error naming the file, writes nothing, and writes go
+    on once the directory is writable again. (In WAL mode the open store keeps writing
+    through the files it already holds open.)"""
+    from hermes_store.errors import DatabaseNotWritable
+    from hermes_store.repositories.messages import MessageRepository
+    from hermes_store.store import Store
+
+    path = _existing_db(tmp_path / "d", "delete")
+    with Store(str(path)) as store:
+        messages = MessageRepository(store)
+        messages.append_message("s", "user", "while writable")
+        before = _counts(path)
+        with _read_only(path.parent):
+            with pytest.raises(DatabaseNotWritable) as info:
+                messages.append_message("s", "user", "refused")
+            assert str(path) in str(info.value) and "nothing was written" in str(info.value)
+            assert [m["content"] for m in messages.get_messages("s")] == [
+                "kept",
+                "while writable",
+            ]
+        assert _counts(path) == before
+        messages.append_message("s", "user", "writable again")
+    assert _integrity(path) == ["ok"]
+    assert _counts(path)["messages"] == 3
 
 
 # --------------------------------------------------------------------------- 6. bad input
