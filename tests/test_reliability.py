@@ -358,6 +358,7 @@ def test_kill_upgrade_mid_migration(big_legacy: Path) -> None:
     assert result.ok, result
     assert _counts(path) == before
     assert _integrity(path) == ["ok"]
+    assert _fts_errors(path) == []
 
 
 # --------------------------------------------------------------------------- 3. kill backfill
@@ -399,6 +400,7 @@ def test_kill_fts_backfill_then_resume(big_legacy: Path) -> None:
     assert _finish_backfill(path).phase == "done"
     assert _meta(path, HIGH_WATER) is None and _meta(path, PROGRESS) is None
     assert _fts_errors(path) == []
+    assert _integrity(path) == ["ok"]
     assert migrate.check(str(path)).ok
     after = _counts(path)
     assert after == before
@@ -414,6 +416,54 @@ def test_kill_fts_backfill_then_resume(big_legacy: Path) -> None:
         con.close()
     assert indexed == after["messages"]
     assert trigram == non_tool
+    assert bulk == BULK_MESSAGES
+
+
+def test_kill_upgrade_during_its_fts_backfill_then_rerun(big_legacy: Path) -> None:
+    """The issue's case exactly: `hermes-store upgrade` (backfill not deferred) killed while
+    it backfills the FTS index after the migration committed; a second `hermes-store
+    upgrade` resumes and finishes, integrity_check and the FTS integrity-check are ok."""
+    path = big_legacy
+    before = _counts(path)
+    proc = subprocess.Popen(
+        [str(CLI), "upgrade", "--url", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    seen = None
+    try:
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            progress = _meta(path, PROGRESS)
+            if progress and progress >= 1500:  # migrated, and a few backfill chunks in
+                seen = progress
+                break
+            time.sleep(0.01)
+    finally:
+        _kill(proc)
+    assert seen is not None, "the upgrade's backfill never got going before it ended"
+    assert proc.returncode == -signal.SIGKILL
+    high = _meta(path, HIGH_WATER)
+    progress = _meta(path, PROGRESS)
+    assert high is not None and progress is not None and 0 < progress < high
+    assert _integrity(path) == ["ok"]
+    assert _counts(path) == before
+    assert migrate.current(str(path)).at_head
+
+    done = subprocess.run(
+        [str(CLI), "upgrade", "--url", str(path)], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    assert _meta(path, HIGH_WATER) is None and _meta(path, PROGRESS) is None
+    assert _integrity(path) == ["ok"]
+    assert _fts_errors(path) == []
+    assert migrate.check(str(path)).ok
+    assert _counts(path) == before
+    con = _raw(path)
+    try:
+        bulk = con.execute(
+            "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'bulkrow'"
+        ).fetchone()[0]
+    finally:
+        con.close()
     assert bulk == BULK_MESSAGES
 
 
