@@ -269,3 +269,78 @@ def test_append_waits_for_a_lease_being_taken(pg_store: Any) -> None:
         watcher.close()
     assert isinstance(outcome.get("error"), CompressionSessionBusyError), outcome
     assert messages.get_messages("s") == []
+
+
+_HANGING_PG_WRITER = """
+import sys, time
+from sqlalchemy import text
+from hermes_store.store import Store
+
+store = Store(sys.argv[1])
+
+def work(session):
+    # a new session, its messages, its counter and another session's title: one
+    # transaction through Store.write, killed before it commits
+    session.execute(text(
+        "INSERT INTO sessions (id, source, started_at) VALUES ('doomed', 'cli', 1.0)"))
+    for i in range(200):
+        session.execute(text(
+            "INSERT INTO messages (session_id, role, content, timestamp, active, compacted)"
+            " VALUES ('doomed', 'user', :c, 1.0, 1, 0)"), {"c": f"doomed {i}"})
+    session.execute(text("UPDATE sessions SET message_count = 200 WHERE id = 'doomed'"))
+    session.execute(text("UPDATE sessions SET title = 'half' WHERE id = 'kept'"))
+    session.flush()
+    print("inside", flush=True)
+    time.sleep(3600)
+
+store.write(work)
+"""
+
+
+def test_kill_writer_inside_a_transaction_postgresql(pg_store: Any) -> None:
+    """kill -9 of a process in the middle of a write transaction: the server rolls it back
+    when the connection drops; nothing of it is visible, its row locks are released (a
+    later append to the session it had locked goes through) and ids are not reused."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from hermes_store.repositories.messages import MessageRepository
+    from hermes_store.repositories.sessions import SessionRepository
+
+    url = pg_store.url.render_as_string(hide_password=False)
+    sessions = SessionRepository(pg_store)
+    messages = MessageRepository(pg_store)
+    sessions.create_session("kept", "cli")
+    first = messages.append_message("kept", "user", "before the crash")
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HANGING_PG_WRITER, url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.strip() == "inside", proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    assert proc.returncode == -signal.SIGKILL
+
+    assert sessions.get_session("doomed") is None
+    assert messages.get_messages("doomed") == []
+    kept = sessions.get_session("kept")
+    assert kept is not None and kept["title"] is None and kept["message_count"] == 1
+    # the killed backend's row lock on 'kept' is gone once the server notices the drop
+    # (at most the 10 s lock timeout, retried by the write path)
+    later = messages.append_message("kept", "user", "after the crash")
+    assert later > first
+    assert [m["content"] for m in messages.get_messages("kept")] == [
+        "before the crash",
+        "after the crash",
+    ]
+    assert messages.message_count() == 2
