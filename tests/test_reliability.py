@@ -1036,6 +1036,113 @@ def test_no_sql_formatted_from_parameters() -> None:
     assert not stale, f"allowlist entries that no longer match anything: {stale}"
 
 
+def _locals_findings(rel: str, source: str) -> list[tuple[str, str, str, int]]:
+    """SQL text reaching a sink through local variables built by formatting a function
+    parameter (`where = f"id = '{sid}'"; sql = "SELECT ..." + where; execute(text(sql))`),
+    which the direct check above cannot see. Per function, to a fixed point."""
+    findings = []
+    tree = ast.parse(source, filename=rel)
+    for func in ast.walk(tree):
+        if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        a = func.args
+        params = {x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs]}
+        params |= {x.arg for x in (a.vararg, a.kwarg) if x is not None}
+        built: dict[str, set[str]] = {}  # local -> the parameters formatted into it
+
+        def sources(
+            names: set[str], params: set[str] = params, built: dict[str, set[str]] = built
+        ) -> set[str]:
+            found = set()
+            for name in names:
+                if name in params:
+                    found.add(name)
+                found |= built.get(name, set())
+            return found
+
+        changed = True
+        while changed:
+            changed = False
+            for node in ast.walk(func):
+                if isinstance(node, ast.Assign):
+                    targets, value = node.targets, node.value
+                elif isinstance(node, ast.AugAssign | ast.AnnAssign) and node.value is not None:
+                    targets, value = [node.target], node.value
+                else:
+                    continue
+                names = _formatted_names(value)
+                if isinstance(value, ast.Name) and value.id in built:
+                    names.add(value.id)
+                if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add):
+                    names |= {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
+                src = sources(names)
+                for target in targets:
+                    if isinstance(target, ast.Name) and src - built.get(target.id, set()):
+                        built[target.id] = built.get(target.id, set()) | src
+                        changed = True
+        for node in ast.walk(func):
+            if not isinstance(node, ast.Call) or not node.args:
+                continue
+            callee = node.func
+            name = callee.attr if isinstance(callee, ast.Attribute) else None
+            name = callee.id if isinstance(callee, ast.Name) else name
+            if name not in _SQL_SINKS:
+                continue
+            arg = node.args[0]
+            used = set(built.get(arg.id, set())) if isinstance(arg, ast.Name) else set()
+            for local in _formatted_names(arg):
+                used |= built.get(local, set())
+            findings += [(rel, func.name, param, node.lineno) for param in sorted(used)]
+    return findings
+
+
+def test_no_sql_formatted_from_parameters_through_local_variables() -> None:
+    files = sorted((REPO_ROOT / "hermes_store").rglob("*.py"))
+    files += sorted((REPO_ROOT / "migrations").rglob("*.py"))
+    findings = []
+    for file in files:
+        rel = file.relative_to(REPO_ROOT).as_posix()
+        findings += _locals_findings(rel, file.read_text(encoding="utf-8"))
+    assert not findings, "SQL text formatted from a parameter via a local:\n" + "\n".join(
+        f"{rel}:{line} {func}() builds SQL from {name!r}" for rel, func, name, line in findings
+    )
+
+
+def test_the_source_checks_see_formatting_through_locals() -> None:
+    """The checks above can fail: injections spelled four ways are all found."""
+    source = textwrap.dedent(
+        """
+        def direct(conn, sid):
+            return conn.execute(text(f"SELECT * FROM sessions WHERE id = '{sid}'"))
+
+        def concatenated(conn, sid):
+            where = f"id = '{sid}'"
+            sql = "SELECT * FROM sessions WHERE " + where
+            sql += " LIMIT 1"
+            return conn.execute(text(sql))
+
+        def percent(conn, sid):
+            query = "SELECT * FROM sessions WHERE id = '%s'" % sid
+            return conn.exec_driver_sql(query)
+
+        def appended(conn, title):
+            sql = "UPDATE sessions SET title = '"
+            sql += title
+            return conn.execute(text(sql + "'"))
+
+        def safe(conn, sid, limit):
+            sql = f"SELECT * FROM sessions WHERE id = :id LIMIT {int(limit)}"
+            return conn.execute(text(sql), {"id": sid})
+        """
+    )
+    found = {(func, name) for _, func, name, _ in _locals_findings("probe.py", source)}
+    assert found == {("concatenated", "sid"), ("percent", "sid"), ("appended", "title")}
+    tree = ast.parse(source)
+    direct = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "direct"][0]
+    call = next(n for n in ast.walk(direct) if isinstance(n, ast.Call) and n.args)
+    assert "sid" in _formatted_names(call.args[0].args[0])  # type: ignore[attr-defined]
+
+
 # --------------------------------------------------------------------------- 8. damaged file
 
 _TABLE_INTERIOR = 0x05
