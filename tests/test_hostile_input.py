@@ -307,3 +307,56 @@ def test_tool_calls_that_are_not_json(store: Store, repos: Any) -> None:
     assert messages.message_count("s") == 1
     row = sessions.get_session("s")
     assert row is not None and (row["message_count"], row["tool_call_count"]) == (1, 0)
+
+
+# --------------------------------------------------------------------------- lookups
+
+HOSTILE_LOOKUPS = [
+    *string.punctuation,
+    "\x00",
+    "a\x00b",
+    "x" * 5000,
+    "%_",
+    "\\%",
+    "'; --",
+    "my title #",
+    "my title #2 #3",
+    "\u202e",
+    "needle " * 400,
+]
+
+
+def test_lookups_by_hostile_strings(store: Store, repos: Any) -> None:
+    """Session search, id prefixes, title resolution and cwd prefixes take any text: an
+    answer, never an error; wildcards are literal. A lone surrogate is refused typed."""
+    sessions, messages, titles = repos
+    sessions.create_session("20260101_a", "cli", cwd="home/x")
+    messages.append_message("20260101_a", "user", "hello needle")
+    titles.set_session_title("20260101_a", "my title")
+    lookups = {
+        "search": lambda q: sessions.list_sessions_rich(search_query=q),
+        "id_query": lambda q: sessions.list_sessions_rich(id_query=q),
+        "search_sessions": lambda q: sessions.search_sessions(q),
+        "resolve_id": lambda q: sessions.resolve_session_id(q),
+        "resolve_title": lambda q: titles.resolve_session_by_title(q),
+        "next_title": lambda q: titles.get_next_title_in_lineage(q),
+        "cwd_prefix": lambda q: sessions.list_sessions_rich(cwd_prefix=q),
+        "by_title": lambda q: titles.get_session_by_title(q),
+    }
+    for query in HOSTILE_LOOKUPS:
+        for lookup in lookups.values():
+            lookup(query)  # an untyped error fails the test here
+        assert sessions.resolve_session_id(query) is None, query
+        assert titles.resolve_session_by_title(query) is None, query
+        assert [r["id"] for r in sessions.list_sessions_rich(cwd_prefix=query)] == [], query
+    # `%` and `_` are literal in prefixes and titles
+    assert sessions.resolve_session_id("2026%") is None
+    assert sessions.resolve_session_id("2026") == "20260101_a"
+    assert [r["id"] for r in sessions.list_sessions_rich(cwd_prefix="home")] == ["20260101_a"]
+    for literal in ("h_me", "ho%", "home/%", "home/_"):
+        assert [r["id"] for r in sessions.list_sessions_rich(cwd_prefix=literal)] == [], literal
+    for name, lookup in lookups.items():
+        if name in ("search", "id_query"):
+            continue  # the listing scrubs its filter text like stored text
+        with pytest.raises(InvalidInput, match="surrogate"):
+            lookup("\ud800")
