@@ -344,3 +344,63 @@ def test_kill_writer_inside_a_transaction_postgresql(pg_store: Any) -> None:
         "after the crash",
     ]
     assert messages.message_count() == 2
+
+
+def test_publication_waits_for_a_concurrent_change_of_the_parent(pg_store: Any) -> None:
+    """The gateway re-keys the parent session (uncommitted) while the compressor publishes
+    the continuation. Publication takes the parent's row lock before it reads the parent,
+    so the child inherits the routing fields the parent ends up with; otherwise it copied
+    the old ones and only its final UPDATE of the parent waited."""
+    from sqlalchemy.engine import make_url
+
+    from hermes_store.repositories.coordination import CompressionLockRepository
+    from hermes_store.repositories.messages import MessageRepository
+    from hermes_store.repositories.sessions import SessionRepository
+
+    url = pg_store.url.render_as_string(hide_password=False)
+    dbname = str(make_url(url).database)
+    sessions = SessionRepository(pg_store)
+    sessions.create_session("p", "telegram", session_key="old-key", chat_id="old-chat")
+    messages = MessageRepository(pg_store)
+    messages.append_message("p", "user", "long conversation")
+    assert CompressionLockRepository(pg_store).try_acquire("p", "compressor pid=1")
+
+    gateway = _psycopg(url)
+    watcher = _psycopg(url)
+    watcher.autocommit = True
+    outcome: dict[str, Any] = {}
+
+    def publish() -> None:
+        try:
+            messages.publish_compression_child(
+                parent_session_id="p",
+                child_session_id="c",
+                source="telegram",
+                messages=[{"role": "user", "content": "summary"}],
+                compression_lock_holder="compressor pid=1",
+            )
+            outcome["published"] = True
+        except BaseException as exc:  # noqa: BLE001
+            outcome["error"] = exc
+
+    try:
+        gateway.execute(
+            "UPDATE sessions SET session_key = 'new-key', chat_id = 'new-chat' WHERE id = 'p'"
+        )
+        thread = threading.Thread(target=publish)
+        thread.start()
+        blocked = _wait_until_blocked(watcher, dbname, thread)
+        gateway.commit()
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+        assert blocked, f"publication did not wait for the parent's change: {outcome}"
+    finally:
+        gateway.close()
+        watcher.close()
+
+    assert outcome.get("published") is True, outcome
+    parent = sessions.get_session("p")
+    child = sessions.get_session("c")
+    assert parent is not None and child is not None
+    assert parent["end_reason"] == "compression"
+    assert (child["session_key"], child["chat_id"]) == ("new-key", "new-chat")
