@@ -14,6 +14,7 @@ from .errors import (
     NotAHermesDatabase,
     NotAtHead,
     SchemaTooNew,
+    StorageFull,
     StoreError,
 )
 
@@ -28,6 +29,7 @@ __all__ = [
     "NotAHermesDatabase",
     "NotAtHead",
     "SchemaTooNew",
+    "StorageFull",
     "StoreError",
     "make_engine",
     "resolve_url",

@@ -90,14 +90,27 @@ def check_writable(path: Path) -> None:
                 f"cannot create directory {directory} for database {path}: {exc}"
             ) from exc
     if path.exists() and not os.access(path, os.W_OK):
+        if _on_read_only_mount(path):
+            raise DatabaseNotWritable(
+                f"database file {path} is on a read-only file system; remount it read-write "
+                "or open the database read-only"
+            )
         raise DatabaseNotWritable(
             f"database file {path} is read-only for this user; fix with: chmod u+rw '{path}'"
         )
     if not os.access(directory, os.W_OK | os.X_OK):
+        where = " (a read-only file system)" if _on_read_only_mount(directory) else ""
         raise DatabaseNotWritable(
-            f"directory {directory} of database {path} is not writable; "
+            f"directory {directory} of database {path} is not writable{where}; "
             "SQLite needs it for its journal files"
         )
+
+
+def _on_read_only_mount(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # AttributeError: no statvfs (Windows)
+        return False
 
 
 def _install_sqlite_listeners(engine: Engine, policy: JournalPolicy, read_only: bool) -> None:

@@ -40,6 +40,10 @@ class DatabaseNotWritable(StoreError):
     """The database file or its directory cannot be written."""
 
 
+class StorageFull(DatabaseNotWritable):
+    """The disk holding the database is full; the write was rolled back."""
+
+
 class SessionNotFound(StoreError, LookupError):
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import logging
-import os
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,7 +28,7 @@ from sqlalchemy.pool import NullPool
 
 from . import adoption
 from .config import SCHEMA_VERSION, hermes_home, resolve_url, sqlite_path
-from .engine import make_engine, write_connection
+from .engine import check_writable, make_engine, write_connection
 from .errors import (
     DatabaseCorrupt,
     FTSUnavailable,
@@ -392,15 +391,14 @@ def _look_before_opening(url: URL, *, backfilling: bool) -> None:
     path = sqlite_path(url)
     if path is None or not path.exists() or path.stat().st_size == 0:
         return
+    # Opening for writing would refuse an unwritable file or directory: say so now, naming
+    # the path, rather than fail looking (a read-only look at a WAL file needs a -shm file
+    # it cannot create in a read-only directory: "unable to open database file").
+    check_writable(path)
     # A plain connection, without the engine's pragmas (no journal-mode change, no chmod):
-    # read-write when possible, because only such a connection removes the -wal/-shm
-    # files it creates when it closes; a read-only one would leave them behind.
-    read_only = not os.access(path, os.W_OK) or not os.access(path.parent, os.W_OK)
-    engine = (
-        make_engine(url, read_only=True)
-        if read_only
-        else create_engine(URL.create("sqlite", database=str(path)), poolclass=NullPool)
-    )
+    # read-write (the file and directory are writable, checked above), because only such
+    # a connection removes the -wal/-shm files it creates when it closes.
+    engine = create_engine(URL.create("sqlite", database=str(path)), poolclass=NullPool)
 
     def look() -> tuple[adoption.DatabaseShape, list[str]]:
         with engine.connect() as conn:

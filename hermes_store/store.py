@@ -16,9 +16,11 @@ damaged pages would otherwise go on adding to a broken file). Reads keep working
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TypeVar
 
 from sqlalchemy import Engine, text
@@ -29,16 +31,36 @@ from sqlalchemy.pool import QueuePool
 
 from .config import JournalPolicy, resolve_url
 from .engine import BEGIN_MODE, make_engine, write_connection
-from .errors import DatabaseCorrupt
+from .errors import (
+    DatabaseCorrupt,
+    DatabaseNotWritable,
+    InvalidInput,
+    StorageFull,
+    StoreError,
+)
 from .retry import DEFAULT_RETRY, RetryPolicy
 from .search import maintenance
-from .sqlite_damage import classify, quick_check, where
+from .sqlite_damage import classify, quick_check, sqlite_error, where
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 CHECKPOINT_EVERY = 50
+
+
+def _surrogate_error(exc: UnicodeEncodeError) -> InvalidInput | None:
+    """A value the driver could not encode because it holds a lone UTF-16 surrogate:
+    text fields are scrubbed to U+FFFD before binding (the original's rule), so this is
+    an id or a key, which cannot exist in the database either. Raised after the rollback."""
+    if exc.reason != "surrogates not allowed":
+        return None
+    bad = exc.object[exc.start : exc.end]
+    return InvalidInput(
+        f"a value holding the lone UTF-16 surrogate {ascii(bad)} (at position {exc.start}) "
+        "cannot be stored or looked up; nothing was written. Ids and keys must be valid "
+        "Unicode text"
+    )
 
 
 class Store:
@@ -94,20 +116,26 @@ class Store:
             )
         rebuilds = self._fts_rebuilds
         try:
-            result, writes = self.retry.run(attempt)
-        except DBAPIError as exc:
-            if not self._repaired_fts_after(exc, rebuilds):
-                damage = self._damage_error(exc)
-                if damage is None:
-                    raise
-                raise damage from exc
             try:
                 result, writes = self.retry.run(attempt)
-            except DBAPIError as again:
-                damage = self._damage_error(again)
-                if damage is None:
-                    raise
-                raise damage from again
+            except DBAPIError as exc:
+                if not self._repaired_fts_after(exc, rebuilds):
+                    typed = self._typed_error(exc)
+                    if typed is None:
+                        raise
+                    raise typed from exc
+                try:
+                    result, writes = self.retry.run(attempt)
+                except DBAPIError as again:
+                    typed = self._typed_error(again)
+                    if typed is None:
+                        raise
+                    raise typed from again
+        except UnicodeEncodeError as exc:
+            refused = _surrogate_error(exc)
+            if refused is None:
+                raise
+            raise refused from exc
         if self.checkpoint_every and writes % self.checkpoint_every == 0:
             self.checkpoint("PASSIVE")
         return result
@@ -124,6 +152,44 @@ class Store:
         if kind == "structural":
             self._damaged = error
         return error
+
+    def _typed_error(self, exc: DBAPIError) -> StoreError | None:
+        return self._damage_error(exc) or self._unwritable_error(exc)
+
+    def _unwritable_error(self, exc: DBAPIError) -> DatabaseNotWritable | None:
+        """The typed error for SQLite failing to open or write this file (SQLite only): the
+        file or its directory became read-only, the disk is full, or a read-only open of a
+        WAL-mode file cannot create the -shm file it needs. Raised after the rollback, so
+        the failed operation wrote nothing."""
+        if self.dialect != "sqlite":
+            return None
+        orig = sqlite_error(exc)
+        code = getattr(orig, "sqlite_errorcode", None)
+        if orig is None or code is None:
+            return None
+        place = where(self.url)
+        directory = Path(place).parent
+        if code & 0xFF == sqlite3.SQLITE_CANTOPEN and self.read_only:
+            return DatabaseNotWritable(
+                f"cannot open the database {place} read-only ({orig}): a WAL-mode database "
+                f"needs its {place}-shm file, and SQLite cannot create it in {directory}. "
+                "Make the directory writable, or switch the file to DELETE mode "
+                "(`PRAGMA journal_mode=DELETE`) where it is writable"
+            )
+        if self.read_only:
+            return None
+        if code & 0xFF == sqlite3.SQLITE_FULL:
+            return StorageFull(
+                f"the disk holding the database {place} is full ({orig}); nothing was "
+                "written and the database is intact. Free some space, then retry"
+            )
+        if code & 0xFF in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN):
+            return DatabaseNotWritable(
+                f"cannot write the database {place} ({orig}); nothing was written. The file "
+                f"and its directory {directory} must be writable (SQLite creates its journal "
+                "files next to the database) and their file system not mounted read-only"
+            )
+        return None
 
     def _repaired_fts_after(self, exc: DBAPIError, rebuilds_before: int) -> bool:
         """After a failed write (rolled back): True if it is worth one more attempt, the
@@ -201,10 +267,15 @@ class Store:
                 yield session
             except DBAPIError as exc:
                 session.rollback()
-                damage = self._damage_error(exc)
-                if damage is None:
+                typed = self._typed_error(exc)
+                if typed is None:
                     raise
-                raise damage from exc
+                raise typed from exc
+            except UnicodeEncodeError as exc:
+                refused = _surrogate_error(exc)
+                if refused is None:
+                    raise
+                raise refused from exc
             finally:
                 # A read has nothing to commit; rolling back also ends a transaction that
                 # an error inside it (a damaged FTS index, say) left unusable.

@@ -103,3 +103,304 @@ def test_append_waits_for_a_concurrent_compression_close(pg_store: Any, batch: b
     assert [m["content"] for m in messages.get_messages("s")] == ["before"]
     session = SessionRepository(pg_store).get_session("s")
     assert session is not None and session["message_count"] == 1
+
+
+_GATE_KEY = 4_242_424  # the literal in hermes_test_gate()
+
+
+def _gate_message_inserts(admin: Any) -> None:
+    """Every INSERT into messages waits, inside its own transaction, for the advisory lock
+    `admin` holds: a real append is paused after its checks and its insert has begun."""
+    admin.execute(
+        """
+        CREATE FUNCTION hermes_test_gate() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN PERFORM pg_advisory_xact_lock(4242424); RETURN NEW; END $$
+        """
+    )
+    admin.execute(
+        "CREATE TRIGGER hermes_test_gate BEFORE INSERT ON messages"
+        " FOR EACH ROW EXECUTE FUNCTION hermes_test_gate()"
+    )
+    admin.execute("SELECT pg_advisory_lock(%s)", (_GATE_KEY,))
+
+
+def _waiting(watcher: Any, dbname: str) -> list[str]:
+    """The wait events of hermes-store backends of `dbname` waiting on a lock."""
+    rows = watcher.execute(
+        "SELECT wait_event FROM pg_stat_activity WHERE datname = %s"
+        " AND application_name = 'hermes-store' AND wait_event_type = 'Lock'",
+        (dbname,),
+    ).fetchall()
+    return sorted(str(r[0]) for r in rows)
+
+
+def _wait_for(predicate: Any, thread: threading.Thread | None = None) -> bool:
+    """True once `predicate()` holds; False if `thread` ended first (failsafe deadline)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        if thread is not None and not thread.is_alive():
+            return bool(predicate())
+        time.sleep(0.01)
+    return False
+
+
+def test_lease_waits_for_an_in_flight_append(pg_store: Any) -> None:
+    """A real append has passed its checks (no lease) and is inserting, uncommitted, when
+    a compressor asks for the session's lease. The lease must not be granted until the
+    append commits: otherwise the compressor reads a transcript without that message and
+    the message lands in a session under another holder's lease (behaviour.md 3.1, 12).
+    With the lease taken under the session's row lock the compressor waits, and then the
+    transcript it reads holds the message; later appends by others are refused."""
+    from sqlalchemy.engine import make_url
+
+    from hermes_store.errors import CompressionSessionBusyError
+    from hermes_store.repositories.coordination import CompressionLockRepository
+    from hermes_store.repositories.messages import MessageRepository
+    from hermes_store.repositories.sessions import SessionRepository
+    from hermes_store.store import Store
+
+    url = pg_store.url.render_as_string(hide_password=False)
+    dbname = str(make_url(url).database)
+    SessionRepository(pg_store).create_session("s", "cli")
+    messages = MessageRepository(pg_store)
+    messages.append_message("s", "user", "before")
+    # The compressor is another process: a Store of its own (one Store serialises its
+    # own writes in-process, which would hide the database's behaviour).
+    compressor_store = Store(url)
+    locks = CompressionLockRepository(compressor_store)
+    compressor_messages = MessageRepository(compressor_store)
+
+    admin = _psycopg(url)
+    admin.autocommit = True
+    watcher = _psycopg(url)
+    watcher.autocommit = True
+    outcome: dict[str, Any] = {}
+
+    def append() -> None:
+        try:
+            outcome["append"] = messages.append_message("s", "user", "in flight")
+        except BaseException as exc:  # noqa: BLE001 (inspected by the test)
+            outcome["append_error"] = exc
+
+    def acquire() -> None:
+        try:
+            outcome["acquired"] = locks.try_acquire("s", "compressor pid=1")
+            # What the compressor summarises, read right after it holds the lease.
+            outcome["seen"] = [m["content"] for m in compressor_messages.get_messages("s")]
+        except BaseException as exc:  # noqa: BLE001
+            outcome["acquire_error"] = exc
+
+    appender = threading.Thread(target=append)
+    compressor = threading.Thread(target=acquire)
+    try:
+        _gate_message_inserts(admin)
+        appender.start()
+        assert _wait_for(lambda: _waiting(watcher, dbname) == ["advisory"], appender), (
+            f"the append did not reach its insert: {outcome}"
+        )
+        compressor.start()
+        # Fixed: the compressor waits on the appender's row lock (a second waiter).
+        # Unfixed: it commits its lease while the append is still in flight.
+        waited = _wait_for(lambda: len(_waiting(watcher, dbname)) == 2, compressor)
+        granted_early = "acquired" in outcome
+        admin.execute("SELECT pg_advisory_unlock(%s)", (_GATE_KEY,))
+        appender.join(timeout=60)
+        compressor.join(timeout=60)
+        assert not appender.is_alive() and not compressor.is_alive()
+    finally:
+        admin.close()
+        watcher.close()
+        compressor_store.close()
+
+    assert not granted_early, f"lease granted while an append was in flight: {outcome}"
+    assert waited, f"the lease did not wait for the in-flight append: {outcome}"
+    assert isinstance(outcome.get("append"), int), outcome
+    assert outcome.get("acquired") is True, outcome
+    assert outcome["seen"] == ["before", "in flight"]
+    with pytest.raises(CompressionSessionBusyError):
+        messages.append_message("s", "user", "during compression")
+    assert [m["content"] for m in messages.get_messages("s")] == ["before", "in flight"]
+
+
+def test_append_waits_for_a_lease_being_taken(pg_store: Any) -> None:
+    """The other order: a compressor's lease transaction (the session's row lock, then the
+    lease row, as try_acquire does) has not committed when an append starts. The append
+    waits and then refuses with the compressor's live lease."""
+    from sqlalchemy.engine import make_url
+
+    from hermes_store.errors import CompressionSessionBusyError
+    from hermes_store.repositories.messages import MessageRepository
+    from hermes_store.repositories.sessions import SessionRepository
+
+    url = pg_store.url.render_as_string(hide_password=False)
+    dbname = make_url(url).database
+    SessionRepository(pg_store).create_session("s", "cli")
+    messages = MessageRepository(pg_store)
+
+    taker = _psycopg(url)
+    watcher = _psycopg(url)
+    watcher.autocommit = True
+    outcome: dict[str, Any] = {}
+
+    def append() -> None:
+        try:
+            outcome["id"] = messages.append_message("s", "user", "racing the lease")
+        except BaseException as exc:  # noqa: BLE001
+            outcome["error"] = exc
+
+    try:
+        taker.execute("SELECT 1 FROM sessions WHERE id = 's' FOR UPDATE")
+        taker.execute(
+            "INSERT INTO compression_locks (session_id, holder, acquired_at, expires_at)"
+            " VALUES ('s', 'compressor pid=1', extract(epoch from now()),"
+            " extract(epoch from now()) + 300)"
+        )
+        thread = threading.Thread(target=append)
+        thread.start()
+        blocked = _wait_until_blocked(watcher, dbname, thread)
+        taker.commit()
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+        assert blocked, f"the append did not wait for the lease transaction: {outcome}"
+    finally:
+        taker.close()
+        watcher.close()
+    assert isinstance(outcome.get("error"), CompressionSessionBusyError), outcome
+    assert messages.get_messages("s") == []
+
+
+_HANGING_PG_WRITER = """
+import sys, time
+from sqlalchemy import text
+from hermes_store.store import Store
+
+store = Store(sys.argv[1])
+
+def work(session):
+    # a new session, its messages, its counter and another session's title: one
+    # transaction through Store.write, killed before it commits
+    session.execute(text(
+        "INSERT INTO sessions (id, source, started_at) VALUES ('doomed', 'cli', 1.0)"))
+    for i in range(200):
+        session.execute(text(
+            "INSERT INTO messages (session_id, role, content, timestamp, active, compacted)"
+            " VALUES ('doomed', 'user', :c, 1.0, 1, 0)"), {"c": f"doomed {i}"})
+    session.execute(text("UPDATE sessions SET message_count = 200 WHERE id = 'doomed'"))
+    session.execute(text("UPDATE sessions SET title = 'half' WHERE id = 'kept'"))
+    session.flush()
+    print("inside", flush=True)
+    time.sleep(3600)
+
+store.write(work)
+"""
+
+
+def test_kill_writer_inside_a_transaction_postgresql(pg_store: Any) -> None:
+    """kill -9 of a process in the middle of a write transaction: the server rolls it back
+    when the connection drops; nothing of it is visible, its row locks are released (a
+    later append to the session it had locked goes through) and ids are not reused."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from hermes_store.repositories.messages import MessageRepository
+    from hermes_store.repositories.sessions import SessionRepository
+
+    url = pg_store.url.render_as_string(hide_password=False)
+    sessions = SessionRepository(pg_store)
+    messages = MessageRepository(pg_store)
+    sessions.create_session("kept", "cli")
+    first = messages.append_message("kept", "user", "before the crash")
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HANGING_PG_WRITER, url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.strip() == "inside", proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    assert proc.returncode == -signal.SIGKILL
+
+    assert sessions.get_session("doomed") is None
+    assert messages.get_messages("doomed") == []
+    kept = sessions.get_session("kept")
+    assert kept is not None and kept["title"] is None and kept["message_count"] == 1
+    # the killed backend's row lock on 'kept' is gone once the server notices the drop
+    # (at most the 10 s lock timeout, retried by the write path)
+    later = messages.append_message("kept", "user", "after the crash")
+    assert later > first
+    assert [m["content"] for m in messages.get_messages("kept")] == [
+        "before the crash",
+        "after the crash",
+    ]
+    assert messages.message_count() == 2
+
+
+def test_publication_waits_for_a_concurrent_change_of_the_parent(pg_store: Any) -> None:
+    """The gateway re-keys the parent session (uncommitted) while the compressor publishes
+    the continuation. Publication takes the parent's row lock before it reads the parent,
+    so the child inherits the routing fields the parent ends up with; otherwise it copied
+    the old ones and only its final UPDATE of the parent waited."""
+    from sqlalchemy.engine import make_url
+
+    from hermes_store.repositories.coordination import CompressionLockRepository
+    from hermes_store.repositories.messages import MessageRepository
+    from hermes_store.repositories.sessions import SessionRepository
+
+    url = pg_store.url.render_as_string(hide_password=False)
+    dbname = str(make_url(url).database)
+    sessions = SessionRepository(pg_store)
+    sessions.create_session("p", "telegram", session_key="old-key", chat_id="old-chat")
+    messages = MessageRepository(pg_store)
+    messages.append_message("p", "user", "long conversation")
+    assert CompressionLockRepository(pg_store).try_acquire("p", "compressor pid=1")
+
+    gateway = _psycopg(url)
+    watcher = _psycopg(url)
+    watcher.autocommit = True
+    outcome: dict[str, Any] = {}
+
+    def publish() -> None:
+        try:
+            messages.publish_compression_child(
+                parent_session_id="p",
+                child_session_id="c",
+                source="telegram",
+                messages=[{"role": "user", "content": "summary"}],
+                compression_lock_holder="compressor pid=1",
+            )
+            outcome["published"] = True
+        except BaseException as exc:  # noqa: BLE001
+            outcome["error"] = exc
+
+    try:
+        gateway.execute(
+            "UPDATE sessions SET session_key = 'new-key', chat_id = 'new-chat' WHERE id = 'p'"
+        )
+        thread = threading.Thread(target=publish)
+        thread.start()
+        blocked = _wait_until_blocked(watcher, dbname, thread)
+        gateway.commit()
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+        assert blocked, f"publication did not wait for the parent's change: {outcome}"
+    finally:
+        gateway.close()
+        watcher.close()
+
+    assert outcome.get("published") is True, outcome
+    parent = sessions.get_session("p")
+    child = sessions.get_session("c")
+    assert parent is not None and child is not None
+    assert parent["end_reason"] == "compression"
+    assert (child["session_key"], child["chat_id"]) == ("new-key", "new-chat")

@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session
 from ..models import AsyncDelegation, CompressionLock, GatewayRouting
 from ..models import Session as SessionRow
 from ..store import Store
-from ._dialect import upsert_insert
+from ._dialect import lock_session, upsert_insert
 from ._encoding import now, scrub
 
 log = logging.getLogger(__name__)
@@ -100,6 +100,10 @@ class CompressionLockRepository:
             return False
 
         def work(s: Session) -> tuple[bool, str | None]:
+            # The session's row lock, as appends take it: a lease is not granted while an
+            # append to the session is in flight, and an append that starts after this
+            # commits sees the lease (PostgreSQL; SQLite's BEGIN IMMEDIATE gives both).
+            lock_session(s, session_id)
             conn = s.connection()
             ts = now()
             current = conn.execute(

@@ -831,6 +831,8 @@ class MessageRepository:
             stored_config = _field_json("model_config", model_config)
 
         def work(session: OrmSession) -> None:
+            # Same row lock as appends: the lease and the parent read below hold until commit.
+            lock_session(session, parent_session_id)
             at = now()
             if require_compression_lease:
                 lease = session.execute(

@@ -34,6 +34,7 @@ _PUNCT_RE = re.compile(r"[!-/:-@\[-`{-~]+")
 # FTS5 barewords: letters, digits, "_", the substitute character and anything non-ASCII
 _BAREWORD = re.compile(r"^[A-Za-z0-9_\x1a\u0080-\U0010ffff]+$")
 _ITEM = re.compile(r'"[^"]*"\*?|[^\s"]+')
+_STAR_SPLIT = re.compile(r"[^*]*\*|[^*]+")
 
 
 def caseless(term: str) -> bool:
@@ -63,11 +64,23 @@ class Term:
 Parsed = list[list[tuple[bool, Term]]]
 
 
+def _tokens(sanitized: str) -> list[str]:
+    """FTS5's tokens: a `*` ends the bareword before it, so `chat*send` is `chat*` then
+    `send` (implicit AND), as FTS5's lexer reads it; phrases stay whole."""
+    tokens: list[str] = []
+    for item in _ITEM.findall(sanitized):
+        if item.startswith('"'):
+            tokens.append(item)
+        else:
+            tokens.extend(_STAR_SPLIT.findall(item))
+    return tokens
+
+
 def parse_fts5(sanitized: str) -> Parsed:
     """Read a sanitised query as FTS5 reads it; QuerySyntaxError where FTS5 would fail."""
     groups: Parsed = [[]]
     pending: str | None = None  # "AND" / "NOT" waiting for its right operand
-    for item in _ITEM.findall(sanitized):
+    for item in _tokens(sanitized):
         if item in ("AND", "OR", "NOT"):
             if not groups[-1] or pending is not None:
                 raise QuerySyntaxError(f"operator {item} without a left operand")
