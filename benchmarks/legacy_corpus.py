@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from . import corpus
+from .raw_floor import MESSAGE_COLUMNS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(
@@ -40,19 +41,7 @@ SHAPES: dict[str, tuple[str, int]] = {
 }
 
 #: every column a generated row may fill; a shape gets those its `messages`/`sessions` have
-MESSAGE_FIELDS = (
-    "session_id",
-    "role",
-    "content",
-    "tool_call_id",
-    "tool_calls",
-    "tool_name",
-    "timestamp",
-    "token_count",
-    "finish_reason",
-    "active",
-    "compacted",
-)
+MESSAGE_FIELDS = MESSAGE_COLUMNS
 SESSION_FIELDS = (
     "id",
     "source",

@@ -85,6 +85,9 @@ class Store:
             journal=journal,
             poolclass=QueuePool,
             pool_size=5,
+            # the most recently returned connection first: a single-threaded caller keeps
+            # reusing one connection, whose page and statement caches are warm
+            pool_use_lifo=True,
         )
         self._writer = self.engine.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
         self._write_lock = threading.Lock()
@@ -115,30 +118,33 @@ class Store:
                 self._damaged.where, f"found by an earlier operation: {self._damaged.detail}"
             )
         rebuilds = self._fts_rebuilds
-        try:
+        with self._typed_errors():
             try:
                 result, writes = self.retry.run(attempt)
             except DBAPIError as exc:
                 if not self._repaired_fts_after(exc, rebuilds):
-                    typed = self._typed_error(exc)
-                    if typed is None:
-                        raise
-                    raise typed from exc
-                try:
-                    result, writes = self.retry.run(attempt)
-                except DBAPIError as again:
-                    typed = self._typed_error(again)
-                    if typed is None:
-                        raise
-                    raise typed from again
+                    raise
+                result, writes = self.retry.run(attempt)
+        if self.checkpoint_every and writes % self.checkpoint_every == 0:
+            self.checkpoint("PASSIVE")
+        return result
+
+    @contextmanager
+    def _typed_errors(self) -> Iterator[None]:
+        """Driver errors that mean something to a caller (damage, a full disk, a read-only
+        file, an unencodable id) leave as hermes-store's typed errors; others as they are."""
+        try:
+            yield
+        except DBAPIError as exc:
+            typed = self._typed_error(exc)
+            if typed is None:
+                raise
+            raise typed from exc
         except UnicodeEncodeError as exc:
             refused = _surrogate_error(exc)
             if refused is None:
                 raise
             raise refused from exc
-        if self.checkpoint_every and writes % self.checkpoint_every == 0:
-            self.checkpoint("PASSIVE")
-        return result
 
     def _damage_error(self, exc: DBAPIError) -> DatabaseCorrupt | None:
         """The DatabaseCorrupt an error of this store stands for (remembering structural

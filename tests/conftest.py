@@ -15,6 +15,8 @@ import os
 import re
 import shutil
 import sqlite3
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -137,6 +139,17 @@ def raw(path: Path | str, *, foreign_keys: bool = True) -> sqlite3.Connection:
     if foreign_keys:
         con.execute("PRAGMA foreign_keys=ON")
     return con
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """`hermes-store ARGS...` in a subprocess, as a user runs it; output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "hermes_store.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def sha256_file(path: Path | str) -> str:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 from sqlalchemy import create_engine
 
 from hermes_store import migrate
@@ -323,16 +322,6 @@ def _integrity_free_counts(path: Path) -> tuple[int, bytes]:
         con.close()
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "hermes_store.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 def test_fts_rebuild_repairs_an_index_fts5_cannot_open(legacy_db) -> None:  # type: ignore[no-untyped-def]
     """`hermes-store fts rebuild` on an index whose structure record is garbage: FTS5's own
     'rebuild' cannot run on it, the CLI's does. Search meanwhile falls back to LIKE."""
@@ -345,11 +334,11 @@ def test_fts_rebuild_repairs_an_index_fts5_cannot_open(legacy_db) -> None:  # ty
             "20260302_140000_7e1e9a"
         }
     engine.dispose()
-    done = _cli("check", "--url", str(path))
+    done = run_cli("check", "--url", str(path))
     assert done.returncode == 1 and "vtable constructor failed" in done.stdout, done.stdout
-    done = _cli("fts", "rebuild", "--url", str(path))
+    done = run_cli("fts", "rebuild", "--url", str(path))
     assert done.returncode == 0, done.stderr
-    done = _cli("check", "--url", str(path))
+    done = run_cli("check", "--url", str(path))
     assert done.returncode == 0, done.stdout
     assert _fts_hits(path, "Kyoto") >= 1
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import run_cli
 
 from hermes_store import migrate
 from hermes_store.engine import make_engine
@@ -1222,18 +1223,8 @@ def _append(path: Path) -> int:
         return MessageRepository(store).append_message("s", "user", "written after the damage")
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "hermes_store.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 def _cli_check(path: Path) -> subprocess.CompletedProcess[str]:
-    return _cli("check", "--url", str(path))
+    return run_cli("check", "--url", str(path))
 
 
 def _sidecars(path: Path) -> list[str]:
@@ -1334,7 +1325,7 @@ def test_cli_reports_damage_in_one_line(messages_btree: _Btree, db: Any) -> None
     tree = messages_btree
     tree.damage(tree.leaves[len(tree.leaves) // 2], 1024, 3072)
     before = db.sha256_file(tree.path)
-    done = _cli("sessions", "show", "s", "--url", str(tree.path))
+    done = run_cli("sessions", "show", "s", "--url", str(tree.path))
     print(done.stderr)
     _assert_one_line_error(done, tree.path)
     assert db.sha256_file(tree.path) == before
@@ -1362,7 +1353,7 @@ def test_check_reports_a_file_whose_schema_cannot_be_read(
     assert "at head:       unknown" in done.stdout
     assert f"quick_check:   failed: {expected}" in done.stdout
     assert f"error:         database: {expected}" in done.stdout
-    _assert_one_line_error(_cli("current", "--url", str(tree.path)), tree.path)
+    _assert_one_line_error(run_cli("current", "--url", str(tree.path)), tree.path)
     assert db.sha256_file(tree.path) == before
     assert _sidecars(tree.path) == []
 
@@ -1441,6 +1432,6 @@ def test_upgrade_refuses_a_damaged_file(legacy_db: Callable[..., Path], db: Any)
     assert caught.value.detail.startswith("quick_check: ")
     with pytest.raises(DatabaseCorrupt):
         SessionDB(path)
-    _assert_one_line_error(_cli("upgrade", "--url", str(path)), path)
+    _assert_one_line_error(run_cli("upgrade", "--url", str(path)), path)
     assert db.sha256_file(path) == before, "the refused upgrade changed the file"
     assert _sidecars(path) == []

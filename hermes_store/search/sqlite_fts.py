@@ -15,7 +15,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.exc import DatabaseError, DBAPIError, OperationalError
 
 from . import query as q
-from .common import Filters, attach_context, like_snippet
+from .common import Filters, attach_context, like_snippet, row_dicts
 from .layout import HIGH_WATER, PROGRESS
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ def _fts_route(
     params = {**filters.params, "match": match, "limit": limit, "offset": offset}
     # No SAVEPOINT: on SQLite a failing SELECT (an FTS5 syntax error, a damaged index)
     # leaves the read transaction usable for the routes that follow.
-    return [dict(r) for r in conn.execute(filters.statement(sql), params).mappings()]
+    return row_dicts(conn.execute(filters.statement(sql), params))
 
 
 def _like_route(
@@ -91,7 +91,7 @@ def _like_route(
         " ORDER BY m.timestamp DESC LIMIT :limit OFFSET :offset"
     )
     params.update(limit=limit, offset=offset)
-    rows = [dict(r) for r in conn.execute(filters.statement(sql), params).mappings()]
+    rows = row_dicts(conn.execute(filters.statement(sql), params))
     first = terms[0] if terms else ""
     for row in rows:
         row["snippet"] = like_snippet(row["snippet"], first)
