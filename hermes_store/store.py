@@ -265,23 +265,20 @@ class Store:
         with Session(self.engine, expire_on_commit=False) as session:
             session.begin()
             try:
-                if self.dialect == "sqlite":
-                    # Take the read lock now, under the retry policy: in DELETE mode a
-                    # stream of committing writers (this store's other threads included)
-                    # can keep a reader out for longer than one busy timeout.
-                    self.retry.run(lambda: session.execute(text("PRAGMA schema_version")))
-                yield session
-            except DBAPIError as exc:
-                session.rollback()
-                typed = self._typed_error(exc)
-                if typed is None:
-                    raise
-                raise typed from exc
-            except UnicodeEncodeError as exc:
-                refused = _surrogate_error(exc)
-                if refused is None:
-                    raise
-                raise refused from exc
+                with self._typed_errors():
+                    try:
+                        if self.dialect == "sqlite":
+                            # Take the read lock now, under the retry policy: in DELETE
+                            # mode a stream of committing writers (this store's other
+                            # threads included) can keep a reader out for longer than one
+                            # busy timeout.
+                            self.retry.run(
+                                lambda: session.execute(text("PRAGMA schema_version"))
+                            )
+                        yield session
+                    except DBAPIError:
+                        session.rollback()  # before the error is examined
+                        raise
             finally:
                 # A read has nothing to commit; rolling back also ends a transaction that
                 # an error inside it (a damaged FTS index, say) left unusable.
