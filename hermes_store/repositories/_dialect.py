@@ -17,6 +17,8 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
+from ..search.common import row_dicts
+
 
 def upsert_insert(session: Session, entity: Any) -> sqlite.Insert | postgresql.Insert:
     """An INSERT that supports ON CONFLICT for the dialect the session is bound to.
@@ -42,12 +44,9 @@ def data_columns(row: Any) -> dict[str, Any]:
 
 
 def data_rows(result: Any) -> list[dict[str, Any]]:
-    """Every row of a `SELECT *` result as a dict without the search machinery's columns;
-    zipping plain tuples with the keys once is several times cheaper than a RowMapping
-    per row on long transcripts."""
-    keys = [str(k) for k in result.keys()]
-    rows = [dict(zip(keys, values, strict=True)) for values in result.all()]
-    for name in SEARCH_COLUMNS.intersection(keys):
+    """Every row of a `SELECT *` result as a dict without the search machinery's columns."""
+    rows = row_dicts(result)
+    for name in SEARCH_COLUMNS.intersection(result.keys()):
         for row in rows:
             del row[name]
     return rows
