@@ -34,6 +34,7 @@ from typing import Any
 
 from . import corpus, postgres, upgrade
 from .raw_floor import Floor, bulk_load, connect, create_schema, record_statements
+from .stats import comparison
 
 BATCH = 50
 
@@ -42,13 +43,6 @@ def _iterations(quick: bool) -> dict[str, int]:
     if quick:
         return {"append_one": 200, "append_batch": 20, "get": 40, "list": 30, "search": 30}
     return {"append_one": 1000, "append_batch": 100, "get": 200, "list": 100, "search": 100}
-
-
-def _percentiles(samples: list[float]) -> tuple[float, float]:
-    ordered = sorted(samples)
-    p50 = statistics.median(ordered)
-    p95 = ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
-    return p50 * 1000, p95 * 1000
 
 
 def _measure(fn: Callable[[int], Any], n: int, warmup: int = 3) -> list[float]:
@@ -103,22 +97,7 @@ def run_ops(
     rows: list[dict[str, Any]] = []
 
     def pair(name: str, f_fn: Callable[[int], Any], s_fn: Callable[[int], Any], n: int) -> None:
-        f_samples = _measure(f_fn, n)
-        s_samples = _measure(s_fn, n)
-        f50, f95 = _percentiles(f_samples)
-        s50, s95 = _percentiles(s_samples)
-        rows.append(
-            {
-                "operation": name,
-                "n": n,
-                "floor_p50_ms": f50,
-                "floor_p95_ms": f95,
-                "store_p50_ms": s50,
-                "store_p95_ms": s95,
-                "ratio_p50": s50 / f50 if f50 else float("inf"),
-                "ratio_p95": s95 / f95 if f95 else float("inf"),
-            }
-        )
+        rows.append(comparison(name, "floor", _measure(f_fn, n), "store", _measure(s_fn, n)))
 
     try:
         # -- append one
@@ -261,7 +240,6 @@ def main(argv: list[str] | None = None) -> int:
                 rows,
                 targets=_pick_sessions(sessions, 64),
                 iterations=_iterations(args.quick),
-                percentiles=_percentiles,
             )
         upgrades = upgrade.run_all(args, directory)
     print()

@@ -33,12 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from . import corpus
+from .stats import comparison
 
 DEFAULT_ADMIN_URL = "postgresql+psycopg://root@127.0.0.1:5432/test"
 BATCH = 50
-
-Percentiles = Callable[[list[float]], tuple[float, float]]
-
 
 def admin_url() -> str:
     return (
@@ -150,7 +148,6 @@ def run_ops(
     sessions: list[corpus.SessionSpec],
     targets: Sequence[str],
     iterations: dict[str, int],
-    percentiles: Percentiles,
 ) -> list[dict[str, Any]]:
     """The hermes-store calls of the SQLite rows (same inputs, same order) on both a
     Store(pg_url) and a Store(sqlite_db), interleaved."""
@@ -167,20 +164,7 @@ def run_ops(
 
     def pair(name: str, make: Callable[[str], Callable[[int], Any]], n: int) -> None:
         lite, pg = _measure_pair(make("sqlite"), make("pg"), n)
-        l50, l95 = percentiles(lite)
-        p50, p95 = percentiles(pg)
-        rows.append(
-            {
-                "operation": name,
-                "n": n,
-                "sqlite_p50_ms": l50,
-                "sqlite_p95_ms": l95,
-                "pg_p50_ms": p50,
-                "pg_p95_ms": p95,
-                "ratio_p50": p50 / l50 if l50 else float("inf"),
-                "ratio_p95": p95 / l95 if l95 else float("inf"),
-            }
-        )
+        rows.append(comparison(name, "sqlite", lite, "pg", pg))
 
     try:
         n = iterations["append_one"]
@@ -252,7 +236,6 @@ def run(
     *,
     targets: Sequence[str],
     iterations: dict[str, int],
-    percentiles: Percentiles,
 ) -> dict[str, Any]:
     """{"skipped": reason} without a server, else the load timings and the rows: each
     operation on PostgreSQL and on a fresh SQLite copy of `source_db` (interleaved,
@@ -282,7 +265,7 @@ def run(
         sqlite_db = source_db.with_name("postgres_pair.db")
         shutil.copyfile(source_db, sqlite_db)
         try:
-            pg_rows = run_ops(pg_url, sqlite_db, sessions, targets, iterations, percentiles)
+            pg_rows = run_ops(pg_url, sqlite_db, sessions, targets, iterations)
         finally:
             sqlite_db.unlink(missing_ok=True)
             for suffix in ("-wal", "-shm"):
