@@ -642,7 +642,7 @@ def check(url: str | URL | None = None) -> CheckReport:
             error=exc.detail,
         )
     engine = _open_for_reading(resolved)
-    quick: list[str] | None = None
+    quick: list[str] = []  # stays empty (not ok) if it never ran
     fts_errors: list[str] = []
     drift: list[str] = []
     tolerated: list[str] = []
@@ -666,14 +666,14 @@ def check(url: str | URL | None = None) -> CheckReport:
     except DBAPIError as exc:
         if classify(exc) in (None, "suspect_fts"):
             raise
-        if quick is None:  # the connection could not even be opened
+        if not quick:  # the connection could not even be opened
             quick = [f"could not run: {exc.orig}"]
         errors.append(f"stopped checking: {exc.orig}")
     finally:
         engine.dispose()
     return CheckReport(
         status=status,
-        quick_check=quick or ["ok"],
+        quick_check=quick,
         fts_errors=fts_errors,
         schema_drift=drift,
         tolerated=tolerated,
