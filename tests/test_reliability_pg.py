@@ -50,55 +50,67 @@ def _wait_until_blocked(watcher: Any, dbname: str, thread: threading.Thread) -> 
     return False
 
 
+def _behind_uncommitted(url: str, statements: list[str], operation: Any) -> dict[str, Any]:
+    """Run `statements` in another connection's transaction and, before it commits, start
+    `operation` in a thread; once the operation waits on a lock, commit. Returns
+    {"result": ...} or {"error": exc}; fails if the operation never waited (then the
+    lock it should have taken was not taken)."""
+    from sqlalchemy.engine import make_url
+
+    dbname = str(make_url(url).database)
+    holder = _psycopg(url)
+    watcher = _psycopg(url)
+    watcher.autocommit = True
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = operation()
+        except BaseException as exc:  # noqa: BLE001 (inspected by the test)
+            outcome["error"] = exc
+
+    try:
+        for statement in statements:
+            holder.execute(statement)
+        thread = threading.Thread(target=run)
+        thread.start()
+        blocked = _wait_until_blocked(watcher, dbname, thread)
+        holder.commit()
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+        assert blocked, f"the operation did not wait for the other transaction: {outcome}"
+    finally:
+        holder.close()
+        watcher.close()
+    return outcome
+
+
 @pytest.mark.parametrize("batch", [False, True], ids=["append_message", "append_messages"])
 def test_append_waits_for_a_concurrent_compression_close(pg_store: Any, batch: bool) -> None:
     """Another transaction ends the session by compression and has not committed yet
     when an append starts. The append must wait for it and then refuse (the original's
     CompressionSessionClosedError), not add a row to the closed session."""
-    from sqlalchemy.engine import make_url
 
     from hermes_store.errors import CompressionSessionClosedError
     from hermes_store.repositories.messages import MessageRepository
     from hermes_store.repositories.sessions import SessionRepository
 
     url = pg_store.url.render_as_string(hide_password=False)
-    dbname = make_url(url).database
     SessionRepository(pg_store).create_session("s", "cli")
     messages = MessageRepository(pg_store)
     messages.append_message("s", "user", "before")
 
-    closer = _psycopg(url)
-    watcher = _psycopg(url)
-    watcher.autocommit = True
-    outcome: dict[str, Any] = {}
+    def append() -> Any:
+        if batch:
+            return messages.append_messages("s", [{"role": "user", "content": "after the close"}])
+        return messages.append_message("s", "user", "after the close")
 
-    def append() -> None:
-        try:
-            if batch:
-                outcome["id"] = messages.append_messages(
-                    "s", [{"role": "user", "content": "after the close"}]
-                )
-            else:
-                outcome["id"] = messages.append_message("s", "user", "after the close")
-        except BaseException as exc:  # noqa: BLE001 (inspected by the test)
-            outcome["error"] = exc
-
-    try:
-        closer.execute(
-            "UPDATE sessions SET ended_at = 2e9, end_reason = 'compression' WHERE id = 's'"
-        )
-        thread = threading.Thread(target=append)
-        thread.start()
-        blocked = _wait_until_blocked(watcher, dbname, thread)
-        closer.commit()
-        thread.join(timeout=60)
-        assert not thread.is_alive()
-        assert blocked, f"the append did not wait for the closing transaction: {outcome}"
-    finally:
-        closer.close()
-        watcher.close()
-
-    assert "id" not in outcome, f"appended message {outcome.get('id')} to a closed session"
+    outcome = _behind_uncommitted(
+        url,
+        ["UPDATE sessions SET ended_at = 2e9, end_reason = 'compression' WHERE id = 's'"],
+        append,
+    )
+    assert "result" not in outcome, f"appended {outcome.get('result')} to a closed session"
     assert isinstance(outcome.get("error"), CompressionSessionClosedError), outcome
     assert [m["content"] for m in messages.get_messages("s")] == ["before"]
     session = SessionRepository(pg_store).get_session("s")
@@ -228,45 +240,25 @@ def test_append_waits_for_a_lease_being_taken(pg_store: Any) -> None:
     """The other order: a compressor's lease transaction (the session's row lock, then the
     lease row, as try_acquire does) has not committed when an append starts. The append
     waits and then refuses with the compressor's live lease."""
-    from sqlalchemy.engine import make_url
 
     from hermes_store.errors import CompressionSessionBusyError
     from hermes_store.repositories.messages import MessageRepository
     from hermes_store.repositories.sessions import SessionRepository
 
     url = pg_store.url.render_as_string(hide_password=False)
-    dbname = make_url(url).database
     SessionRepository(pg_store).create_session("s", "cli")
     messages = MessageRepository(pg_store)
 
-    taker = _psycopg(url)
-    watcher = _psycopg(url)
-    watcher.autocommit = True
-    outcome: dict[str, Any] = {}
-
-    def append() -> None:
-        try:
-            outcome["id"] = messages.append_message("s", "user", "racing the lease")
-        except BaseException as exc:  # noqa: BLE001
-            outcome["error"] = exc
-
-    try:
-        taker.execute("SELECT 1 FROM sessions WHERE id = 's' FOR UPDATE")
-        taker.execute(
+    outcome = _behind_uncommitted(
+        url,
+        [
+            "SELECT 1 FROM sessions WHERE id = 's' FOR UPDATE",
             "INSERT INTO compression_locks (session_id, holder, acquired_at, expires_at)"
             " VALUES ('s', 'compressor pid=1', extract(epoch from now()),"
-            " extract(epoch from now()) + 300)"
-        )
-        thread = threading.Thread(target=append)
-        thread.start()
-        blocked = _wait_until_blocked(watcher, dbname, thread)
-        taker.commit()
-        thread.join(timeout=60)
-        assert not thread.is_alive()
-        assert blocked, f"the append did not wait for the lease transaction: {outcome}"
-    finally:
-        taker.close()
-        watcher.close()
+            " extract(epoch from now()) + 300)",
+        ],
+        lambda: messages.append_message("s", "user", "racing the lease"),
+    )
     assert isinstance(outcome.get("error"), CompressionSessionBusyError), outcome
     assert messages.get_messages("s") == []
 
@@ -351,54 +343,31 @@ def test_publication_waits_for_a_concurrent_change_of_the_parent(pg_store: Any) 
     the continuation. Publication takes the parent's row lock before it reads the parent,
     so the child inherits the routing fields the parent ends up with; otherwise it copied
     the old ones and only its final UPDATE of the parent waited."""
-    from sqlalchemy.engine import make_url
 
     from hermes_store.repositories.coordination import CompressionLockRepository
     from hermes_store.repositories.messages import MessageRepository
     from hermes_store.repositories.sessions import SessionRepository
 
     url = pg_store.url.render_as_string(hide_password=False)
-    dbname = str(make_url(url).database)
     sessions = SessionRepository(pg_store)
     sessions.create_session("p", "telegram", session_key="old-key", chat_id="old-chat")
     messages = MessageRepository(pg_store)
     messages.append_message("p", "user", "long conversation")
     assert CompressionLockRepository(pg_store).try_acquire("p", "compressor pid=1")
 
-    gateway = _psycopg(url)
-    watcher = _psycopg(url)
-    watcher.autocommit = True
-    outcome: dict[str, Any] = {}
+    outcome = _behind_uncommitted(
+        url,
+        ["UPDATE sessions SET session_key = 'new-key', chat_id = 'new-chat' WHERE id = 'p'"],
+        lambda: messages.publish_compression_child(
+            parent_session_id="p",
+            child_session_id="c",
+            source="telegram",
+            messages=[{"role": "user", "content": "summary"}],
+            compression_lock_holder="compressor pid=1",
+        ),
+    )
 
-    def publish() -> None:
-        try:
-            messages.publish_compression_child(
-                parent_session_id="p",
-                child_session_id="c",
-                source="telegram",
-                messages=[{"role": "user", "content": "summary"}],
-                compression_lock_holder="compressor pid=1",
-            )
-            outcome["published"] = True
-        except BaseException as exc:  # noqa: BLE001
-            outcome["error"] = exc
-
-    try:
-        gateway.execute(
-            "UPDATE sessions SET session_key = 'new-key', chat_id = 'new-chat' WHERE id = 'p'"
-        )
-        thread = threading.Thread(target=publish)
-        thread.start()
-        blocked = _wait_until_blocked(watcher, dbname, thread)
-        gateway.commit()
-        thread.join(timeout=60)
-        assert not thread.is_alive()
-        assert blocked, f"publication did not wait for the parent's change: {outcome}"
-    finally:
-        gateway.close()
-        watcher.close()
-
-    assert outcome.get("published") is True, outcome
+    assert "error" not in outcome, outcome
     parent = sessions.get_session("p")
     child = sessions.get_session("c")
     assert parent is not None and child is not None
