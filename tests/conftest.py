@@ -141,6 +141,35 @@ def raw(path: Path | str, *, foreign_keys: bool = True) -> sqlite3.Connection:
     return con
 
 
+#: A process that opens `Store(argv[1])` and, inside one write transaction, inserts a
+#: session with 200 messages, sets its counter and another session's title, prints
+#: "inside" and sleeps: the kill -9 tests kill it there.
+HANGING_WRITER = """
+import sys, time
+from sqlalchemy import text
+from hermes_store.store import Store
+
+store = Store(sys.argv[1])
+
+def work(session):
+    # a new session, its messages, its counter and another session's title: one
+    # transaction through Store.write, killed before it commits
+    session.execute(text(
+        "INSERT INTO sessions (id, source, started_at) VALUES ('doomed', 'cli', 1.0)"))
+    for i in range(200):
+        session.execute(text(
+            "INSERT INTO messages (session_id, role, content, timestamp, active, compacted)"
+            " VALUES ('doomed', 'user', :c, 1.0, 1, 0)"), {"c": f"doomed {i}"})
+    session.execute(text("UPDATE sessions SET message_count = 200 WHERE id = 'doomed'"))
+    session.execute(text("UPDATE sessions SET title = 'half' WHERE id = 'kept'"))
+    session.flush()
+    print("inside", flush=True)
+    time.sleep(3600)
+
+store.write(work)
+"""
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     """`hermes-store ARGS...` in a subprocess, as a user runs it; output captured."""
     return subprocess.run(

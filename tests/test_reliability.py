@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_cli
+from conftest import HANGING_WRITER, run_cli
 
 from hermes_store import migrate
 from hermes_store.engine import make_engine
@@ -470,30 +470,6 @@ def test_kill_upgrade_during_its_fts_backfill_then_rerun(big_legacy: Path) -> No
 
 # --------------------------------------------------------------------------- 4. kill writer
 
-_HANGING_WRITER = textwrap.dedent(
-    """
-    import sys, time
-    from sqlalchemy import text
-    from hermes_store.store import Store
-
-    store = Store(sys.argv[1])
-
-    def work(session):
-        session.execute(text(
-            "INSERT INTO sessions (id, source, started_at) VALUES ('doomed', 'cli', 1.0)"))
-        for i in range(200):
-            session.execute(text(
-                "INSERT INTO messages (session_id, role, content, timestamp, active, compacted)"
-                " VALUES ('doomed', 'user', :c, 1.0, 1, 0)"), {"c": f"doomed {i}"})
-        session.flush()
-        print("inside", flush=True)
-        time.sleep(3600)
-
-    store.write(work)
-    """
-)
-
-
 def test_kill_writer_inside_transaction(tmp_path: Path, fresh_db: str) -> None:
     from hermes_store.compat import SessionDB
 
@@ -505,7 +481,7 @@ def test_kill_writer_inside_transaction(tmp_path: Path, fresh_db: str) -> None:
     before = _counts(path)
 
     proc = subprocess.Popen(
-        [sys.executable, "-c", _HANGING_WRITER, fresh_db],
+        [sys.executable, "-c", HANGING_WRITER, fresh_db],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

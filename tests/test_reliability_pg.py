@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from conftest import HANGING_WRITER
 
 
 def _psycopg(url: str) -> Any:
@@ -263,32 +264,6 @@ def test_append_waits_for_a_lease_being_taken(pg_store: Any) -> None:
     assert messages.get_messages("s") == []
 
 
-_HANGING_PG_WRITER = """
-import sys, time
-from sqlalchemy import text
-from hermes_store.store import Store
-
-store = Store(sys.argv[1])
-
-def work(session):
-    # a new session, its messages, its counter and another session's title: one
-    # transaction through Store.write, killed before it commits
-    session.execute(text(
-        "INSERT INTO sessions (id, source, started_at) VALUES ('doomed', 'cli', 1.0)"))
-    for i in range(200):
-        session.execute(text(
-            "INSERT INTO messages (session_id, role, content, timestamp, active, compacted)"
-            " VALUES ('doomed', 'user', :c, 1.0, 1, 0)"), {"c": f"doomed {i}"})
-    session.execute(text("UPDATE sessions SET message_count = 200 WHERE id = 'doomed'"))
-    session.execute(text("UPDATE sessions SET title = 'half' WHERE id = 'kept'"))
-    session.flush()
-    print("inside", flush=True)
-    time.sleep(3600)
-
-store.write(work)
-"""
-
-
 def test_kill_writer_inside_a_transaction_postgresql(pg_store: Any) -> None:
     """kill -9 of a process in the middle of a write transaction: the server rolls it back
     when the connection drops; nothing of it is visible, its row locks are released (a
@@ -308,7 +283,7 @@ def test_kill_writer_inside_a_transaction_postgresql(pg_store: Any) -> None:
     first = messages.append_message("kept", "user", "before the crash")
 
     proc = subprocess.Popen(
-        [sys.executable, "-c", _HANGING_PG_WRITER, url],
+        [sys.executable, "-c", HANGING_WRITER, url],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
