@@ -365,6 +365,26 @@ def test_kill_upgrade_mid_migration(big_legacy: Path) -> None:
 # --------------------------------------------------------------------------- 3. kill backfill
 
 
+def _kill_a_few_chunks_into_the_backfill(
+    proc: subprocess.Popen[Any], path: Path, *, within: float
+) -> int | None:
+    """SIGKILL `proc` once the backfill's progress marker passes 1500 (three 500-id
+    chunks); the progress seen then, or None if it never got there (a failsafe deadline,
+    nothing is timed)."""
+    seen = None
+    try:
+        deadline = time.monotonic() + within
+        while proc.poll() is None and time.monotonic() < deadline:
+            progress = _meta(path, PROGRESS)
+            if progress and progress >= 1500:
+                seen = progress
+                break
+            time.sleep(0.01)
+    finally:
+        _kill(proc)
+    return seen
+
+
 def test_kill_fts_backfill_then_resume(big_legacy: Path) -> None:
     path = big_legacy
     migrate.upgrade(str(path), defer_fts_backfill=True, fts_min_pause=0)
@@ -378,17 +398,7 @@ def test_kill_fts_backfill_then_resume(big_legacy: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    seen = None
-    try:
-        deadline = time.monotonic() + 30
-        while proc.poll() is None and time.monotonic() < deadline:
-            progress = _meta(path, PROGRESS)
-            if progress and progress >= 1500:  # a few chunks in
-                seen = progress
-                break
-            time.sleep(0.01)
-    finally:
-        _kill(proc)
+    seen = _kill_a_few_chunks_into_the_backfill(proc, path, within=30)
     assert seen is not None, "the backfill never got going"
     assert proc.returncode == -signal.SIGKILL
     progress = _meta(path, PROGRESS)
@@ -429,17 +439,7 @@ def test_kill_upgrade_during_its_fts_backfill_then_rerun(big_legacy: Path) -> No
     proc = subprocess.Popen(
         [str(CLI), "upgrade", "--url", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
-    seen = None
-    try:
-        deadline = time.monotonic() + 120
-        while proc.poll() is None and time.monotonic() < deadline:
-            progress = _meta(path, PROGRESS)
-            if progress and progress >= 1500:  # migrated, and a few backfill chunks in
-                seen = progress
-                break
-            time.sleep(0.01)
-    finally:
-        _kill(proc)
+    seen = _kill_a_few_chunks_into_the_backfill(proc, path, within=120)
     assert seen is not None, "the upgrade's backfill never got going before it ended"
     assert proc.returncode == -signal.SIGKILL
     high = _meta(path, HIGH_WATER)
