@@ -5,14 +5,13 @@ searches. Every test uses the machine's real server (a database of its own)."""
 from __future__ import annotations
 
 import multiprocessing
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import run_cli
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.pool import NullPool
 
@@ -270,16 +269,8 @@ def test_fixture_moved_to_postgresql_answers_the_same_searches(
 
 
 def test_cli_runs_against_postgresql(pg_url: str, hermes_home: Path) -> None:
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "hermes_store.cli", *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-
-    assert cli("upgrade", "--url", pg_url).returncode == 0
-    checked = cli("check", "--url", pg_url)
+    assert run_cli("upgrade", "--url", pg_url).returncode == 0
+    checked = run_cli("check", "--url", pg_url)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    current = cli("current", "--url", pg_url)
+    current = run_cli("current", "--url", pg_url)
     assert "0023" in current.stdout
