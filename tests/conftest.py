@@ -170,6 +170,23 @@ store.write(work)
 """
 
 
+def start_hanging_writer(url: str) -> subprocess.Popen[str]:
+    """HANGING_WRITER on `url`, returned once it is inside its transaction."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HANGING_WRITER, url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if line.strip() != "inside":
+        proc.kill()
+        _, err = proc.communicate(timeout=10)
+        raise AssertionError(f"the hanging writer did not start: {err}")
+    return proc
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     """`hermes-store ARGS...` in a subprocess, as a user runs it; output captured."""
     return subprocess.run(

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import HANGING_WRITER, run_cli
+from conftest import run_cli, start_hanging_writer
 
 from hermes_store import migrate
 from hermes_store.engine import make_engine
@@ -480,16 +480,8 @@ def test_kill_writer_inside_transaction(tmp_path: Path, fresh_db: str) -> None:
     db.close()
     before = _counts(path)
 
-    proc = subprocess.Popen(
-        [sys.executable, "-c", HANGING_WRITER, fresh_db],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_hanging_writer(fresh_db)
     try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.strip() == "inside", proc.stderr.read() if proc.stderr else ""
         assert _write_locked(path)
     finally:
         _kill(proc)

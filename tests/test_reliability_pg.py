@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import HANGING_WRITER
+from conftest import start_hanging_writer
 
 
 def _psycopg(url: str) -> Any:
@@ -270,8 +270,6 @@ def test_kill_writer_inside_a_transaction_postgresql(pg_store: Any) -> None:
     later append to the session it had locked goes through) and ids are not reused."""
     import os
     import signal
-    import subprocess
-    import sys
 
     from hermes_store.repositories.messages import MessageRepository
     from hermes_store.repositories.sessions import SessionRepository
@@ -282,20 +280,9 @@ def test_kill_writer_inside_a_transaction_postgresql(pg_store: Any) -> None:
     sessions.create_session("kept", "cli")
     first = messages.append_message("kept", "user", "before the crash")
 
-    proc = subprocess.Popen(
-        [sys.executable, "-c", HANGING_WRITER, url],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.strip() == "inside", proc.stderr.read() if proc.stderr else ""
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
+    proc = start_hanging_writer(url)
+    os.kill(proc.pid, signal.SIGKILL)  # inside its transaction, uncommitted
+    proc.wait(timeout=10)
     assert proc.returncode == -signal.SIGKILL
 
     assert sessions.get_session("doomed") is None
