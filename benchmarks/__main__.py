@@ -163,7 +163,7 @@ def run_ops(
 
             def s_search(i: int, query: str = query) -> list[dict[str, Any]]:
                 with store.read() as sess:
-                    return search_messages(sess.connection(), query)
+                    return search_messages(sess, query)
 
             if not s_search(0):
                 raise SystemExit(f"search {name!r} ({query!r}) found nothing: corpus bug")

@@ -212,13 +212,13 @@ def run_ops(
         )
         for name, query in corpus.QUERIES.items():
             with stores["pg"].read() as sess:
-                if not search_messages(sess.connection(), query):
+                if not search_messages(sess, query):
                     raise SystemExit(f"PostgreSQL search {name!r} ({query!r}) found nothing")
 
             def search(kind: str, query: str = query) -> Callable[[int], Any]:
                 def run(i: int) -> None:
                     with stores[kind].read() as sess:
-                        search_messages(sess.connection(), query)
+                        search_messages(sess, query)
 
                 return run
 
@@ -330,7 +330,7 @@ def explain(pg_url: str, queries: Sequence[str]) -> None:
             captured.clear()
             with store.read() as sess:
                 started = time.perf_counter()
-                hits = search_messages(sess.connection(), query)
+                hits = search_messages(sess, query)
                 elapsed = (time.perf_counter() - started) * 1000
             print(
                 f"===== {query!r}: {len(hits)} hits, {elapsed:.2f} ms, {len(captured)} statements"

@@ -176,7 +176,7 @@ class SessionDB:
     ) -> list[dict[str, Any]]:
         with self._store.read() as session:
             return search_messages(
-                session.connection(),
+                session,
                 query,
                 source_filter=source_filter,
                 exclude_sources=exclude_sources,
@@ -257,7 +257,7 @@ class SessionDB:
 
     def logical_size_bytes(self) -> int | None:
         with self._store.read() as session:
-            conn = session.connection()
+            conn = session
             pages = conn.exec_driver_sql("PRAGMA page_count").scalar()
             size = conn.exec_driver_sql("PRAGMA page_size").scalar()
         return int(pages) * int(size) if pages is not None and size is not None else None

@@ -21,6 +21,7 @@ from urllib.parse import quote
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
 from .config import JournalPolicy, resolve_url, sqlite_path
@@ -129,7 +130,37 @@ def _install_sqlite_listeners(engine: Engine, policy: JournalPolicy, read_only: 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         mode = conn.get_execution_options().get(BEGIN_MODE, "DEFERRED")
-        conn.exec_driver_sql(f"BEGIN {mode}")
+        driver_cursor(conn, _BEGIN[mode])
+
+
+_BEGIN = {mode: f"BEGIN {mode}" for mode in ("DEFERRED", "IMMEDIATE", "EXCLUSIVE")}
+
+
+def driver_cursor(conn: Connection, sql: str, params: Any = ()) -> sqlite3.Cursor:
+    """Execute one SQLite statement on the driver connection under `conn` (inside its
+    transaction) without `Connection.execute`'s bookkeeping, which costs several times
+    what SQLite takes for a small statement. Errors are raised as SQLAlchemy's, and the
+    engine's cursor-execute listeners (instrumentation, statement recording) still see
+    the statement."""
+    dbapi_conn = conn.connection.driver_connection
+    dispatch = conn.dispatch
+    if dispatch.before_cursor_execute:
+        for listener in dispatch.before_cursor_execute:
+            listener(conn, None, sql, params, None, False)
+    try:
+        cursor: sqlite3.Cursor = dbapi_conn.execute(sql, params)  # type: ignore[union-attr]
+    except sqlite3.Error as exc:
+        raise DBAPIError.instance(sql, params, exc, sqlite3.Error, dialect=conn.dialect) from exc
+    if dispatch.after_cursor_execute:
+        for listener in dispatch.after_cursor_execute:
+            listener(conn, cursor, sql, params, None, False)
+    return cursor
+
+
+def take_read_lock(conn: Connection) -> None:
+    """Start the read transaction of a deferred SQLite transaction now (its first read
+    takes the shared lock / WAL snapshot, which lasts until the transaction ends)."""
+    driver_cursor(conn, "PRAGMA schema_version")
 
 
 def make_engine(

@@ -30,7 +30,7 @@ def repos(store: Store) -> tuple[SessionRepository, MessageRepository, TitleRepo
 
 def search(store: Store, query: str, **options: Any) -> list[dict[str, Any]]:
     with store.read() as session:
-        return search_messages(session.connection(), query, **options)
+        return search_messages(session, query, **options)
 
 
 def hit_ids(store: Store, query: str, **options: Any) -> set[int]:

@@ -17,7 +17,7 @@ from hermes_store.store import Store
 
 def _search(store: Store, query: str, **kw: Any) -> list[dict[str, Any]]:
     with store.read() as session:
-        return search_messages(session.connection(), query, **kw)
+        return search_messages(session, query, **kw)
 
 
 def _expected_context(transcript: list[tuple[float, int, str, str]], hit_id: int) -> list[Any]:

@@ -10,22 +10,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Integer, Text, text
+from sqlalchemy import Connection, Integer, Text, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.orm import Session
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
 from ..search.common import row_dicts
 
 
-def upsert_insert(session: Session, entity: Any) -> sqlite.Insert | postgresql.Insert:
+def upsert_insert(session: Connection, entity: Any) -> sqlite.Insert | postgresql.Insert:
     """An INSERT that supports ON CONFLICT for the dialect the session is bound to.
 
     Both dialects spell the upsert the same way (`on_conflict_do_update`, `excluded`),
     so callers stay dialect-neutral as long as they only pick the constructor here."""
-    if session.get_bind().dialect.name == "postgresql":
+    if session.dialect.name == "postgresql":
         return postgresql.insert(entity)
     return sqlite.insert(entity)
 
@@ -52,11 +51,20 @@ def data_rows(result: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def is_postgresql(session: Session) -> bool:
-    return session.get_bind().dialect.name == "postgresql"
+def data_dicts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`SELECT *` rows (dicts) without the search machinery's columns, in place."""
+    if rows:
+        for name in SEARCH_COLUMNS.intersection(rows[0]):
+            for row in rows:
+                del row[name]
+    return rows
 
 
-def lock_session(session: Session, session_id: str) -> None:
+def is_postgresql(session: Connection) -> bool:
+    return session.dialect.name == "postgresql"
+
+
+def lock_session(session: Connection, session_id: str) -> None:
     """Serialise read-then-write units of work on one session. SQLite: nothing to do,
     the write transaction began IMMEDIATE and holds the database's write lock."""
     if is_postgresql(session):
@@ -65,7 +73,7 @@ def lock_session(session: Session, session_id: str) -> None:
         )
 
 
-def lock_key(session: Session, key: str) -> None:
+def lock_key(session: Connection, key: str) -> None:
     """Serialise units of work on a name that has no row yet (a title, a lock name):
     a transaction-scoped advisory lock on PostgreSQL, nothing on SQLite."""
     if is_postgresql(session):

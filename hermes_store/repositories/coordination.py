@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
+    Connection,
     RowMapping,
     Select,
     bindparam,
@@ -25,7 +26,6 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.orm import Session
 
 from ..models import AsyncDelegation, CompressionLock, GatewayRouting
 from ..models import Session as SessionRow
@@ -99,12 +99,12 @@ class CompressionLockRepository:
         if not session_id:
             return False
 
-        def work(s: Session) -> tuple[bool, str | None]:
+        def work(s: Connection) -> tuple[bool, str | None]:
             # The session's row lock, as appends take it: a lease is not granted while an
             # append to the session is in flight, and an append that starts after this
             # commits sees the lease (PostgreSQL; SQLite's BEGIN IMMEDIATE gives both).
             lock_session(s, session_id)
-            conn = s.connection()
+            conn = s
             ts = now()
             current = conn.execute(
                 select(CompressionLock.holder, CompressionLock.expires_at).where(
@@ -150,8 +150,8 @@ class CompressionLockRepository:
         if not session_id or not holder:
             return False
 
-        def work(s: Session) -> bool:
-            result = s.connection().execute(
+        def work(s: Connection) -> bool:
+            result = s.execute(
                 update(CompressionLock)
                 .where(CompressionLock.session_id == session_id, CompressionLock.holder == holder)
                 .values(expires_at=now() + float(ttl_seconds))
@@ -170,7 +170,7 @@ class CompressionLockRepository:
             return
         try:
             self.store.write(
-                lambda s: s.connection().execute(
+                lambda s: s.execute(
                     delete(CompressionLock).where(
                         CompressionLock.session_id == session_id,
                         CompressionLock.holder == holder,
@@ -257,14 +257,14 @@ class GatewayRoutingRepository:
         if not session_key or not entry_json:
             return
 
-        def work(s: Session) -> None:
+        def work(s: Connection) -> None:
             stmt = upsert_insert(s, GatewayRouting).values(
                 scope=scope or "",
                 session_key=scrub(session_key),
                 entry_json=scrub(entry_json),
                 updated_at=now(),
             )
-            s.connection().execute(
+            s.execute(
                 stmt.on_conflict_do_update(
                     index_elements=[GatewayRouting.scope, GatewayRouting.session_key],
                     set_={
@@ -285,8 +285,8 @@ class GatewayRoutingRepository:
             if k and v
         ]
 
-        def work(s: Session) -> None:
-            conn = s.connection()
+        def work(s: Connection) -> None:
+            conn = s
             conn.execute(delete(GatewayRouting).where(GatewayRouting.scope == scope))
             if rows:
                 ts = now()
@@ -312,8 +312,8 @@ class GatewayRoutingRepository:
             GatewayRouting.session_key.in_(bindparam("keys", expanding=True)),
         )
 
-        def work(s: Session) -> int:
-            conn = s.connection()
+        def work(s: Connection) -> int:
+            conn = s
             return sum(conn.execute(stmt, {"keys": list(c)}).rowcount for c in _chunks(keys))
 
         return self.store.write(work)
@@ -351,7 +351,7 @@ class GatewayRoutingRepository:
         if origin_json is not None:
             values["origin_json"] = scrub(origin_json)
         self.store.write(
-            lambda s: s.connection().execute(
+            lambda s: s.execute(
                 update(SessionRow).where(SessionRow.id == session_id).values(values)
             )
         )
@@ -446,11 +446,11 @@ class GatewayRoutingRepository:
     # -- handoffs
 
     def _set_handoff(self, session_id: str, where: Any, values: dict[str, Any]) -> bool:
-        def work(s: Session) -> bool:
+        def work(s: Connection) -> bool:
             stmt = update(SessionRow).where(SessionRow.id == session_id)
             if where is not None:
                 stmt = stmt.where(where)
-            return s.connection().execute(stmt.values(values)).rowcount > 0
+            return s.execute(stmt.values(values)).rowcount > 0
 
         return self.store.write(work)
 

@@ -36,7 +36,7 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm import aliased
 
 from ..models import Message
 from ..models import Session as SessionRow
@@ -513,7 +513,7 @@ class MaintenanceRepository:
     def export_session(self, session_id: str) -> dict[str, Any] | None:
         """The full session row plus its active messages, decoded; None if unknown."""
         with self.store.read() as s:
-            conn = s.connection()
+            conn = s
             row = _session_row(conn, session_id)
             if row is None:
                 return None
@@ -527,7 +527,7 @@ class MaintenanceRepository:
         concatenated) and `message_count` (their total). None for unknown ids. Read in
         one transaction, so the segments are consistent with each other."""
         with self.store.read() as s:
-            conn = s.connection()
+            conn = s
             segments: list[dict[str, Any]] = []
             for sid in compression_lineage(s, session_id):
                 row = _session_row(conn, sid)
@@ -626,8 +626,8 @@ class MaintenanceRepository:
 
         entries: list[dict[str, Any]] = sessions
 
-        def work(s: Session) -> dict[str, Any]:
-            conn = s.connection()
+        def work(s: Connection) -> dict[str, Any]:
+            conn = s
             ids = [e["id"] for e in entries]
             existing = _existing_ids(conn, ids)
             fresh = [e for e in entries if e["id"] not in existing]
@@ -699,8 +699,8 @@ class MaintenanceRepository:
             return False
         expected = None if expected_delete_ids is None else set(expected_delete_ids)
 
-        def work(s: Session) -> set[str] | None:
-            conn = s.connection()
+        def work(s: Connection) -> set[str] | None:
+            conn = s
             if not _existing_ids(conn, [session_id]):
                 return None
             targets = _with_delegates(conn, [session_id])
@@ -730,7 +730,7 @@ class MaintenanceRepository:
             ~select(Message.id).where(Message.session_id == session_id).exists(),
             ~select(child.id).where(child.parent_session_id == session_id).exists(),
         )
-        deleted = self.store.write(lambda s: s.connection().execute(stmt).rowcount) > 0
+        deleted = self.store.write(lambda s: s.execute(stmt).rowcount) > 0
         if deleted:
             _remove_session_files(sessions_dir, [session_id])
         return deleted
@@ -744,8 +744,8 @@ class MaintenanceRepository:
         if not wanted:
             return 0
 
-        def work(s: Session) -> tuple[int, set[str]]:
-            conn = s.connection()
+        def work(s: Connection) -> tuple[int, set[str]]:
+            conn = s
             found = _existing_ids(conn, wanted)
             if not found:
                 return 0, set()
@@ -766,8 +766,8 @@ class MaintenanceRepository:
         deleted: list[str] = []
         last_id: str | None = None
 
-        def work(s: Session) -> list[str]:
-            conn = s.connection()
+        def work(s: Connection) -> list[str]:
+            conn = s
             stmt = select(SessionRow.id).where(*conditions)
             if last_id is not None:  # keyset: never rescan rows an earlier chunk passed
                 stmt = stmt.where(SessionRow.id > last_id)
@@ -893,8 +893,8 @@ class MaintenanceRepository:
         filters.setdefault("archived", False)
         conds = self._prune_conditions("archive_sessions", older_than_days, source, filters)
 
-        def work(s: Session) -> int:
-            conn = s.connection()
+        def work(s: Connection) -> int:
+            conn = s
             ids = list(
                 conn.execute(select(SessionRow.id).where(*conds).order_by(SessionRow.id)).scalars()
             )
@@ -949,7 +949,7 @@ class MaintenanceRepository:
         if exclude_pinned:
             conds.append(SessionRow.pinned == 0)
         stmt = update(SessionRow).where(*conds).values(archived=1)
-        return self.store.write(lambda s: s.connection().execute(stmt).rowcount)
+        return self.store.write(lambda s: s.execute(stmt).rowcount)
 
 
 def _cwd_under(prefix: Any) -> ColumnElement[bool]:

@@ -15,10 +15,13 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, cast
 
 from sqlalchemy import (
+    Connection,
     CursorResult,
+    Integer,
     Select,
     Table,
     and_,
@@ -31,7 +34,6 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.orm import Session as OrmSession
 
 from ..errors import (
     CompressionSessionBusyError,
@@ -41,8 +43,9 @@ from ..errors import (
 )
 from ..models import CompressionLock, Message
 from ..models import Session as SessionModel
+from ..prepared import Prepared
 from ..store import Store
-from ._dialect import data_columns, data_rows, lock_session
+from ._dialect import data_columns, data_dicts, lock_session
 from ._encoding import (
     decode_content,
     decode_display_metadata,
@@ -291,6 +294,20 @@ def strip_memory_context(text: str) -> str:
     return text.strip()
 
 
+@cache
+def _conversation_page(include_inactive: bool, limited: bool, skipped: bool) -> Prepared:
+    """get_messages' statement for one combination of its options."""
+    query = _full_rows().where(M.session_id == bindparam("session_id"))
+    if not include_inactive:
+        query = query.where(M.active == 1)
+    query = query.order_by(M.id)
+    if limited:
+        query = query.limit(bindparam("limit", type_=Integer))
+    if skipped:
+        query = query.offset(bindparam("offset", type_=Integer))
+    return Prepared(query)
+
+
 def _full_rows() -> Select[Any]:
     # SELECT *: columns this code does not know (added by a newer Hermes) come back too.
     return select(literal_column("*")).select_from(MESSAGES)
@@ -438,31 +455,61 @@ def repair_message_alternation(messages: list[dict[str, Any]]) -> list[dict[str,
 # --------------------------------------------------------------------------- checks
 
 
-# The statements every append runs, built once: constructing them per call cost the
-# append path more than executing them (benchmarks/, "append one").
-_LEASE_HOLDER = select(L.holder).where(
-    L.session_id == bindparam("lease_session"), L.expires_at > bindparam("lease_at")
+# The statements every append runs, compiled once per dialect: building and executing
+# them through SQLAlchemy per call cost the append path more than SQLite spends on it
+# (benchmarks/, "append one").
+_LEASE_HOLDER = Prepared(
+    select(L.holder).where(L.session_id == bindparam("session_id"), L.expires_at > bindparam("at"))
 )
-_SESSION_STATE = select(S.ended_at, S.end_reason).where(S.id == bindparam("state_session"))
-_INSERT_MESSAGE = insert(MESSAGES)
-_ADD_COUNTS = (
+_SESSION_STATE = Prepared(
+    select(S.ended_at, S.end_reason).where(S.id == bindparam("session_id"))
+)
+#: Every column `_row` writes, in one order, so an insert of n rows is one statement.
+_INSERT_COLUMNS = (
+    "session_id", "role", "content", "tool_call_id", "tool_calls", "tool_name",
+    "effect_disposition", "timestamp", "token_count", "finish_reason", "reasoning",
+    "reasoning_content", "reasoning_details", "codex_reasoning_items", "codex_message_items",
+    "platform_message_id", "observed", "active", "compacted", "api_content", "display_kind",
+    "display_metadata",
+)  # fmt: skip
+_INSERT_ONE = Prepared(
+    insert(MESSAGES)
+    .values({name: bindparam(name) for name in _INSERT_COLUMNS})
+    .returning(M.id)
+)
+_ADD_COUNTS = Prepared(
     update(SESSIONS)
-    .where(S.id == bindparam("count_session"))
+    .where(S.id == bindparam("session_id"))
     .values(
         # COALESCE: a counter created without its DEFAULT 0 would otherwise stay NULL.
         message_count=func.coalesce(S.message_count, 0) + bindparam("add_messages"),
         tool_call_count=func.coalesce(S.tool_call_count, 0) + bindparam("add_tool_calls"),
     )
 )
+#: Multi-row inserts by row count, kept for the batch sizes a process actually uses.
+_INSERT_MANY: dict[int, Prepared] = {}
+_INSERT_MANY_SIZES = 64
 
 
-def _live_lock_holder(session: OrmSession, session_id: str, at: float) -> str | None:
-    params = {"lease_session": session_id, "lease_at": at}
-    return session.execute(_LEASE_HOLDER, params).scalar_one_or_none()
+def _insert_many(count: int) -> Prepared:
+    found = _INSERT_MANY.get(count)
+    if found is None:
+        rows: list[dict[str, Any]] = [
+            {name: bindparam(f"{name}_{i}") for name in _INSERT_COLUMNS} for i in range(count)
+        ]
+        found = Prepared(insert(MESSAGES).values(rows).returning(M.id))
+        if len(_INSERT_MANY) < _INSERT_MANY_SIZES:
+            _INSERT_MANY[count] = found
+    return found
+
+
+def _live_lock_holder(session: Connection, session_id: str, at: float) -> str | None:
+    holder = _LEASE_HOLDER.scalar(session, {"session_id": session_id, "at": at})
+    return None if holder is None else str(holder)
 
 
 def _check_append_allowed(
-    session: OrmSession, session_id: str, holder: str | None, at: float
+    session: Connection, session_id: str, holder: str | None, at: float
 ) -> None:
     """Another holder's live lease, then a compression-closed session, then a missing one."""
     current = _live_lock_holder(session, session_id, at)
@@ -471,10 +518,10 @@ def _check_append_allowed(
             f"Session '{session_id}' is being compressed by another writer",
             session_id,
         )
-    state = _session_state(session, session_id)
+    state = _SESSION_STATE.first(session, {"session_id": session_id})
     if state is None:
         raise SessionNotFound(session_id)
-    _check_not_compression_closed(session_id, state.ended_at, state.end_reason)
+    _check_not_compression_closed(session_id, state[0], state[1])
 
 
 def _check_not_compression_closed(session_id: str, ended_at: Any, end_reason: Any) -> None:
@@ -482,35 +529,47 @@ def _check_not_compression_closed(session_id: str, ended_at: Any, end_reason: An
         raise CompressionSessionClosedError(session_id)
 
 
-def _session_state(session: OrmSession, session_id: str) -> Any:
-    return session.execute(_SESSION_STATE, {"state_session": session_id}).one_or_none()
+def _session_state(session: Connection, session_id: str) -> Any:
+    return session.execute(
+        select(S.ended_at, S.end_reason).where(S.id == session_id)
+    ).one_or_none()
 
 
-def _insert_rows(session: OrmSession, rows: list[dict[str, Any]]) -> list[int]:
-    """Insert rows in one multi-row statement; ids in the order of `rows`."""
-    if not rows:
-        return []
-    if not session.get_bind().dialect.insert_returning:
-        # SQLite before 3.35 has no RETURNING: one statement per row, keys from lastrowid.
-        ids = []
-        for values in rows:
-            one = cast(CursorResult[Any], session.execute(insert(MESSAGES).values(values)))
-            key = one.inserted_primary_key
-            assert key is not None
-            ids.append(int(key[0]))
-        return ids
-    result = session.execute(insert(MESSAGES).returning(M.id), rows)
-    # RETURNING order is unspecified, but AUTOINCREMENT ids grow in VALUES order inside
-    # one statement under the write lock, so sorting restores the input order.
-    return sorted(result.scalars().all())
+#: Rows per multi-row INSERT: 22 parameters a row stays under SQLite's default limit
+#: of 32,766 bound parameters.
+_INSERT_CHUNK = 500
 
 
-def _add_counts(session: OrmSession, session_id: str, messages: int, tool_calls: int) -> None:
-    params = {"count_session": session_id, "add_messages": messages, "add_tool_calls": tool_calls}
-    session.execute(_ADD_COUNTS, params)
+def _insert_rows(session: Connection, rows: list[dict[str, Any]]) -> list[int]:
+    """Insert rows in multi-row statements; ids in the order of `rows`."""
+    if not session.dialect.insert_returning:
+        return [_insert_without_returning(session, row) for row in rows]
+    ids: list[int] = []
+    for start in range(0, len(rows), _INSERT_CHUNK):
+        chunk = rows[start : start + _INSERT_CHUNK]
+        params = {
+            f"{name}_{i}": row[name] for i, row in enumerate(chunk) for name in _INSERT_COLUMNS
+        }
+        # RETURNING order is unspecified, but AUTOINCREMENT ids grow in VALUES order
+        # inside one statement under the write lock, so sorting restores the input order.
+        ids += sorted(int(r[0]) for r in _insert_many(len(chunk)).rows(session, params))
+    return ids
 
 
-def _set_counts(session: OrmSession, session_id: str, messages: int, tool_calls: int) -> None:
+def _insert_without_returning(session: Connection, row: dict[str, Any]) -> int:
+    """SQLite before 3.35 has no RETURNING: one statement per row, keys from lastrowid."""
+    one = cast(CursorResult[Any], session.execute(insert(MESSAGES).values(row)))
+    key = one.inserted_primary_key
+    assert key is not None
+    return int(key[0])
+
+
+def _add_counts(session: Connection, session_id: str, messages: int, tool_calls: int) -> None:
+    params = {"session_id": session_id, "add_messages": messages, "add_tool_calls": tool_calls}
+    _ADD_COUNTS.run(session, params)
+
+
+def _set_counts(session: Connection, session_id: str, messages: int, tool_calls: int) -> None:
     session.execute(
         update(SESSIONS)
         .where(S.id == session_id)
@@ -568,7 +627,7 @@ class MessageRepository:
             raise InvalidInput("a message needs a role")
         explicit_ts = _timestamp(timestamp)
 
-        def work(session: OrmSession) -> int:
+        def work(session: Connection) -> int:
             lock_session(session, session_id)  # the checks below must hold until commit
             at = now()
             _check_append_allowed(session, session_id, compression_lock_holder, at)
@@ -594,11 +653,12 @@ class MessageRepository:
                 display_kind=display_kind,
                 display_metadata=display_metadata,
             )
-            result = cast(CursorResult[Any], session.execute(_INSERT_MESSAGE, values))
+            if session.dialect.insert_returning:
+                message_id = int(_INSERT_ONE.scalar(session, values))
+            else:
+                message_id = _insert_without_returning(session, values)
             _add_counts(session, session_id, 1, n_calls)
-            key = result.inserted_primary_key
-            assert key is not None  # a single-row INSERT always reports its key
-            return int(key[0])
+            return message_id
 
         return self.store.write(work)
 
@@ -613,7 +673,7 @@ class MessageRepository:
         ids in order. Same checks as `append_message`; an empty list writes nothing."""
         encoded = encode_bulk(session_id, messages)
 
-        def work(session: OrmSession) -> list[int]:
+        def work(session: Connection) -> list[int]:
             lock_session(session, session_id)
             _check_append_allowed(session, session_id, compression_lock_holder, now())
             ids = _insert_rows(session, encoded.rows)
@@ -633,7 +693,7 @@ class MessageRepository:
         `messages` as the new active transcript and set the counters to what was inserted."""
         encoded = encode_bulk(session_id, messages)
 
-        def work(session: OrmSession) -> None:
+        def work(session: Connection) -> None:
             state = _session_state(session, session_id)
             if state is not None:
                 _check_not_compression_closed(session_id, state.ended_at, state.end_reason)
@@ -655,7 +715,7 @@ class MessageRepository:
         compacted transcript, set the counters to it; returns how many rows were inserted."""
         encoded = encode_bulk(session_id, compacted_messages)
 
-        def work(session: OrmSession) -> int:
+        def work(session: Connection) -> int:
             if _session_state(session, session_id) is None:
                 if encoded.rows:
                     raise SessionNotFound(session_id)
@@ -687,7 +747,7 @@ class MessageRepository:
         kind = _field_text("display_kind", display_kind)
         metadata = encode_display_metadata(display_metadata)
 
-        def work(session: OrmSession) -> bool:
+        def work(session: Connection) -> bool:
             target = session.execute(
                 select(M.id)
                 .where(
@@ -717,7 +777,7 @@ class MessageRepository:
         stored_content = _content(content)
         stored_api = _field_text("api_content", api_content)
 
-        def work(session: OrmSession) -> int:
+        def work(session: Connection) -> int:
             latest = session.execute(
                 select(M.id, M.content)
                 .where(M.session_id == session_id, M.active == 1, M.role == "user")
@@ -739,7 +799,7 @@ class MessageRepository:
         Raises ValueError if the target is not in the session or is not a user message.
         The counters are left as they are, as the original does at v23."""
 
-        def work(session: OrmSession) -> dict[str, Any]:
+        def work(session: Connection) -> dict[str, Any]:
             target = (
                 session.execute(
                     _full_rows().where(M.id == target_message_id, M.session_id == session_id)
@@ -784,7 +844,7 @@ class MessageRepository:
     def restore_rewound(self, session_id: str, since_message_id: int) -> int:
         """Make inactive rows with id >= `since_message_id` active again; returns how many."""
 
-        def work(session: OrmSession) -> int:
+        def work(session: Connection) -> int:
             result = session.execute(
                 update(MESSAGES)
                 .where(
@@ -801,7 +861,7 @@ class MessageRepository:
     def clear_messages(self, session_id: str) -> None:
         """Delete every message of the session and zero its counters."""
 
-        def work(session: OrmSession) -> None:
+        def work(session: Connection) -> None:
             session.execute(delete(MESSAGES).where(M.session_id == session_id))
             _set_counts(session, session_id, 0, 0)
 
@@ -830,7 +890,7 @@ class MessageRepository:
         else:
             stored_config = _field_json("model_config", model_config)
 
-        def work(session: OrmSession) -> None:
+        def work(session: Connection) -> None:
             # Same row lock as appends: the lease and the parent read below hold until commit.
             lock_session(session, parent_session_id)
             at = now()
@@ -914,20 +974,16 @@ class MessageRepository:
         offset: int = 0,
     ) -> list[dict[str, Any]]:
         """Full rows in id order, decoded; only active rows unless `include_inactive`."""
-        query = _full_rows().where(M.session_id == session_id)
-        if not include_inactive:
-            query = query.where(M.active == 1)
-        query = query.order_by(M.id)
-        if limit is not None and limit >= 0:
-            query = query.limit(limit)
-        if offset and offset > 0:
-            query = query.offset(offset)
-        with self.store.read() as session:
-            rows = data_rows(session.execute(query))
+        limited = limit is not None and limit >= 0
+        skipped = bool(offset and offset > 0)
+        page = _conversation_page(include_inactive, limited, skipped)
+        params = {"session_id": session_id, "limit": limit, "offset": offset}
+        with self.store.read() as conn:
+            rows = data_dicts(page.dicts(conn, params))
         return [_decode_fields(r) for r in rows]
 
     def _window(
-        self, session: OrmSession, session_id: str, around_message_id: int, window: int
+        self, session: Connection, session_id: str, around_message_id: int, window: int
     ) -> tuple[list[RowLike], RowLike, list[RowLike]] | None:
         anchor = (
             session.execute(
@@ -1071,7 +1127,7 @@ class MessageRepository:
         with self.store.read() as session:
             return int(session.execute(query).scalar_one())
 
-    def _lineage(self, session: OrmSession, session_id: str) -> list[str]:
+    def _lineage(self, session: Connection, session_id: str) -> list[str]:
         """Root-to-tip ids following parent_session_id; bounded and cycle-safe."""
         chain = [session_id]
         current = session_id
@@ -1087,7 +1143,7 @@ class MessageRepository:
         return chain
 
     def _lineage_rows(
-        self, session: OrmSession, session_id: str, include_ancestors: bool, include_inactive: bool
+        self, session: Connection, session_id: str, include_ancestors: bool, include_inactive: bool
     ) -> tuple[list[str], list[RowLike]]:
         """(root-to-tip chain, its rows in chain order then id order) in one query."""
         chain = self._lineage(session, session_id) if include_ancestors else [session_id]

@@ -3,8 +3,7 @@ other Hermes modules own). Unknown keys are preserved; the table is never cleare
 
 from __future__ import annotations
 
-from sqlalchemy import delete, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, delete, select
 
 from ..models import StateMeta
 from ..store import Store
@@ -23,7 +22,7 @@ class MetaRepository:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def get_meta(self, key: str, *, session: Session | None = None) -> str | None:
+    def get_meta(self, key: str, *, session: Connection | None = None) -> str | None:
         """The value, or None when the key is missing. With `session`, read inside that
         unit of work (so it sees the caller's own uncommitted writes)."""
         stmt = select(StateMeta.value).where(StateMeta.key == key)
@@ -32,13 +31,13 @@ class MetaRepository:
         with self.store.read() as s:
             return s.execute(stmt).scalar_one_or_none()
 
-    def set_meta(self, key: str, value: MetaValue, *, session: Session | None = None) -> None:
+    def set_meta(self, key: str, value: MetaValue, *, session: Connection | None = None) -> None:
         """Upsert; with `session` the statement joins the caller's transaction (the
         original's `cursor=` argument), otherwise it is its own write."""
 
-        def work(s: Session) -> None:
+        def work(s: Connection) -> None:
             stmt = upsert_insert(s, StateMeta).values(key=key, value=_text(value))
-            s.connection().execute(
+            s.execute(
                 stmt.on_conflict_do_update(
                     index_elements=[StateMeta.key], set_={"value": stmt.excluded.value}
                 )
@@ -49,11 +48,11 @@ class MetaRepository:
         else:
             self.store.write(work)
 
-    def delete_meta(self, key: str, *, session: Session | None = None) -> bool:
+    def delete_meta(self, key: str, *, session: Connection | None = None) -> bool:
         """True if the key existed."""
 
-        def work(s: Session) -> bool:
-            result = s.connection().execute(delete(StateMeta).where(StateMeta.key == key))
+        def work(s: Connection) -> bool:
+            result = s.execute(delete(StateMeta).where(StateMeta.key == key))
             return result.rowcount > 0
 
         return work(session) if session is not None else self.store.write(work)

@@ -25,6 +25,7 @@ from typing import Any, cast
 from sqlalchemy import (
     TEXT,
     ColumnElement,
+    Connection,
     CursorResult,
     Select,
     Table,
@@ -40,7 +41,6 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session as OrmSession
 from sqlalchemy.sql.selectable import NamedFromClause
 
 from ..models import Message
@@ -276,7 +276,7 @@ def _rich_select(a: NamedFromClause, compact: bool) -> Select[Any]:
     ).select_from(a)
 
 
-def _rich_rows(session: OrmSession, query: Select[Any]) -> list[Row]:
+def _rich_rows(session: Connection, query: Select[Any]) -> list[Row]:
     rows = []
     for mapping in session.execute(query).mappings():
         row = dict(mapping)
@@ -285,7 +285,7 @@ def _rich_rows(session: OrmSession, query: Select[Any]) -> list[Row]:
     return rows
 
 
-def _full_row(session: OrmSession, session_id: str) -> Row | None:
+def _full_row(session: Connection, session_id: str) -> Row | None:
     found = (
         session.execute(select(literal_column("*")).select_from(SESSIONS).where(S.id == session_id))
         .mappings()
@@ -375,21 +375,21 @@ class _Filters:
 # --------------------------------------------------------------------------- lineage
 
 
-def _end_reason(session: OrmSession, session_id: str) -> str | None:
+def _end_reason(session: Connection, session_id: str) -> str | None:
     return session.execute(select(S.end_reason).where(S.id == session_id)).scalar_one_or_none()
 
 
-def _exists(session: OrmSession, session_id: str) -> bool:
+def _exists(session: Connection, session_id: str) -> bool:
     return session.execute(select(S.id).where(S.id == session_id)).first() is not None
 
 
-def _has_messages(session: OrmSession, session_id: str) -> bool:
+def _has_messages(session: Connection, session_id: str) -> bool:
     return (
         session.execute(select(M.id).where(M.session_id == session_id).limit(1)).first() is not None
     )
 
 
-def compression_tip(session: OrmSession, session_id: str) -> str:
+def compression_tip(session: Connection, session_id: str) -> str:
     """The live end of a compression chain (behaviour.md 5.3); the input when there is
     no continuation, also for unknown ids."""
     current = session_id
@@ -424,7 +424,7 @@ def compression_tip(session: OrmSession, session_id: str) -> str:
     return current
 
 
-def compression_ancestors(session: OrmSession, session_id: str) -> list[str]:
+def compression_ancestors(session: Connection, session_id: str) -> list[str]:
     """Ancestors reached through parents ended by compression, nearest first. A branch
     child starts a conversation of its own, so the walk stops there."""
     chain: list[str] = []
@@ -446,7 +446,7 @@ def compression_ancestors(session: OrmSession, session_id: str) -> list[str]:
     return chain
 
 
-def compression_lineage(session: OrmSession, session_id: str) -> list[str]:
+def compression_lineage(session: Connection, session_id: str) -> list[str]:
     if not _exists(session, session_id):
         return []
     ancestors = compression_ancestors(session, session_id)
@@ -474,7 +474,7 @@ def compression_lineage(session: OrmSession, session_id: str) -> list[str]:
     return chain if session_id in chain else [session_id]
 
 
-def ancestor_ids(session: OrmSession, session_id: str) -> list[str]:
+def ancestor_ids(session: Connection, session_id: str) -> list[str]:
     """Every ancestor through `parent_session_id`, nearest first."""
     chain: list[str] = []
     seen = {session_id}
@@ -491,7 +491,7 @@ def ancestor_ids(session: OrmSession, session_id: str) -> list[str]:
     return chain
 
 
-def descendant_ids(session: OrmSession, session_id: str) -> list[str]:
+def descendant_ids(session: Connection, session_id: str) -> list[str]:
     """Every descendant through `parent_session_id`, level by level (at most 100)."""
     found: list[str] = []
     seen = {session_id}
@@ -513,7 +513,7 @@ def descendant_ids(session: OrmSession, session_id: str) -> list[str]:
     return found
 
 
-def delegate_descendants(session: OrmSession, session_id: str) -> set[str]:
+def delegate_descendants(session: Connection, session_id: str) -> set[str]:
     """Rows whose `_delegate_from` names a collected id, or delegate-marked children of
     one, walked to a fixed point (behaviour.md section 9)."""
     collected = {session_id}
@@ -578,13 +578,13 @@ _LINEAGE_UPDATES = {
 }
 
 
-def lineage_members(session: OrmSession, session_id: str) -> list[str]:
+def lineage_members(session: Connection, session_id: str) -> list[str]:
     """The existing ids `set_session_archived` / `set_session_pinned` would touch for
     `session_id`: ancestors and descendants linked through parents ended by compression."""
     return [str(r) for r in session.execute(_LINEAGE_SELECT, {"sid": session_id}).scalars()]
 
 
-def _set_lineage_flag(session: OrmSession, column: str, session_id: str, value: Any) -> bool:
+def _set_lineage_flag(session: Connection, column: str, session_id: str, value: Any) -> bool:
     """Sets a flag on the whole compression lineage: ancestors and descendants linked
     through parents ended by compression."""
     result = session.execute(_LINEAGE_UPDATES[column], {"sid": session_id, "value": flag(value)})
@@ -621,7 +621,7 @@ class SessionRepository:
         values["model_config"] = json.dumps(config) if config else None
         has_parent = bool(kwargs.get("parent_session_id"))
 
-        def work(session: OrmSession) -> str:
+        def work(session: Connection) -> str:
             params = {**values, "id": session_id, "source": _text(source), "started_at": now()}
             session.execute(_UPSERT, params)
             if has_parent:
@@ -631,7 +631,7 @@ class SessionRepository:
         return self.store.write(work)
 
     @staticmethod
-    def _inherit_from_parent(session: OrmSession, session_id: str) -> None:
+    def _inherit_from_parent(session: Connection, session_id: str) -> None:
         parent_id = session.execute(
             select(S.parent_session_id).where(S.id == session_id)
         ).scalar_one_or_none()
@@ -675,7 +675,7 @@ class SessionRepository:
         if not session_id:
             return False
 
-        def work(session: OrmSession) -> bool:
+        def work(session: Connection) -> bool:
             statement = (
                 update(SESSIONS)
                 .where(
@@ -701,7 +701,7 @@ class SessionRepository:
 
         cutoff = now() - GHOST_AGE
 
-        def work(session: OrmSession) -> list[str]:
+        def work(session: Connection) -> list[str]:
             ids = list(
                 session.execute(
                     select(S.id)
@@ -716,7 +716,7 @@ class SessionRepository:
                 ).scalars()
             )
             if ids:
-                _delete_ids(session.connection(), ids)
+                _delete_ids(session, ids)
             return ids
 
         deleted = self.store.write(work)
@@ -789,7 +789,7 @@ class SessionRepository:
         assembled for the old model)."""
         self._flush()
 
-        def work(session: OrmSession) -> None:
+        def work(session: Connection) -> None:
             stored = session.execute(
                 select(S.model_config).where(S.id == session_id)
             ).scalar_one_or_none()
@@ -816,7 +816,7 @@ class SessionRepository:
         route_source: str | None = None,
         confirmed: bool = False,
     ) -> None:
-        def work(session: OrmSession) -> None:
+        def work(session: Connection) -> None:
             row = session.execute(select(S.model_config).where(S.id == session_id)).first()
             if row is None:
                 return
@@ -883,7 +883,7 @@ class SessionRepository:
         if not pairs:
             return 0
 
-        def work(session: OrmSession) -> int:
+        def work(session: Connection) -> int:
             changed = 0
             for cwd, root in pairs:
                 statement = (
@@ -1115,7 +1115,7 @@ class SessionRepository:
         return rows
 
     @staticmethod
-    def _project(session: OrmSession, row: Row, compact: bool) -> Row:
+    def _project(session: Connection, row: Row, compact: bool) -> Row:
         """Show a compressed conversation as its live tip, keeping the root's start time
         and totals, and say where the lineage began."""
         if row.get("end_reason") != COMPRESSION:

@@ -17,8 +17,7 @@ import logging
 import sqlite3
 from typing import Any, cast
 
-from sqlalchemy import inspect, text
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, inspect, text
 
 from ..errors import MigrationError, SessionNotFound
 from ..store import Store
@@ -80,8 +79,8 @@ def _id(value: object) -> str:
     return cast(str, scrub(str(value)))
 
 
-def _has(s: Session, *tables: str) -> bool:
-    insp = inspect(s.connection())
+def _has(s: Connection, *tables: str) -> bool:
+    insp = inspect(s)
     return all(insp.has_table(t) for t in tables)
 
 
@@ -224,7 +223,7 @@ class TelegramTopicRepository:
             "pinned": None if pinned_message_id is None else _id(pinned_message_id),
         }
 
-        def work(s: Session) -> dict[str, Any]:
+        def work(s: Connection) -> dict[str, Any]:
             s.execute(
                 text(
                     """
@@ -272,10 +271,10 @@ class TelegramTopicRepository:
         the tables: without them this is a no-op. Returns True iff a mode row existed."""
         chat = _id(chat_id)
 
-        def work(s: Session) -> bool:
+        def work(s: Connection) -> bool:
             found = False
             if _has(s, MODE_TABLE):
-                result = s.connection().execute(
+                result = s.execute(
                     text(
                         "UPDATE telegram_dm_topic_mode SET enabled = 0, updated_at = :ts "
                         "WHERE chat_id = :c"
@@ -349,10 +348,10 @@ class TelegramTopicRepository:
         deleted; False, without creating anything, when the table is missing."""
         params = {"c": _id(chat_id), "t": _id(thread_id)}
 
-        def work(s: Session) -> bool:
+        def work(s: Connection) -> bool:
             if not _has(s, BINDINGS_TABLE):
                 return False
-            result = s.connection().execute(
+            result = s.execute(
                 text(
                     "DELETE FROM telegram_dm_topic_bindings WHERE chat_id = :c AND thread_id = :t"
                 ),
@@ -390,7 +389,7 @@ class TelegramTopicRepository:
             "managed_mode": scrub(str(managed_mode)),
         }
 
-        def work(s: Session) -> dict[str, Any]:
+        def work(s: Connection) -> dict[str, Any]:
             exists = s.execute(
                 text("SELECT 1 FROM sessions WHERE id = :s"), {"s": params["session_id"]}
             ).first()

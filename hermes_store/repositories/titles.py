@@ -10,8 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, Table, literal_column, select, update
-from sqlalchemy.orm import Session as OrmSession
+from sqlalchemy import Connection, CursorResult, Table, literal_column, select, update
 
 from ..errors import InvalidTitle, TitleInUse
 from ..models import Session as SessionModel
@@ -58,7 +57,7 @@ def _rowcount(result: Any) -> int:
     return int(cast(CursorResult[Any], result).rowcount)
 
 
-def _claim_title(session: OrmSession, session_id: str, title: str) -> None:
+def _claim_title(session: Connection, session_id: str, title: str) -> None:
     """Free `title` for `session_id`: a compression ancestor hands it over, anyone else
     keeps it and the caller gets TitleInUse. On PostgreSQL two writers claiming one title
     are serialised by a lock on the title (SQLite: the write lock already is)."""
@@ -82,7 +81,7 @@ class TitleRepository:
         it. The conflict check runs first, so a taken title raises even for an unknown id."""
         clean = sanitize_title(title)
 
-        def work(session: OrmSession) -> bool:
+        def work(session: Connection) -> bool:
             if clean is not None:
                 _claim_title(session, session_id, clean)
             statement = update(SESSIONS).where(S.id == session_id).values(title=clean)
@@ -97,7 +96,7 @@ class TitleRepository:
         if clean is None:
             return False
 
-        def work(session: OrmSession) -> bool:
+        def work(session: Connection) -> bool:
             row = session.execute(select(S.title).where(S.id == session_id)).first()
             if row is None or row.title is not None:
                 return False

@@ -11,8 +11,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import ColumnElement, Connection, func, select, update
 
 from ..models import Message, SessionModelUsage
 from ..models import Session as SessionRow
@@ -40,7 +39,7 @@ _TOKEN_FIELDS = (
 _COUNTER_FIELDS = (*_TOKEN_FIELDS, "api_call_count")
 
 
-def _ensure_session(session: Session, session_id: str, model: str | None) -> None:
+def _ensure_session(session: Connection, session_id: str, model: str | None) -> None:
     """The create/ensure upsert reduced to what accounting knows: a missing row is created
     with source 'unknown'; an existing row only has a NULL model filled in."""
     stmt = upsert_insert(session, SessionRow).values(
@@ -50,7 +49,7 @@ def _ensure_session(session: Session, session_id: str, model: str | None) -> Non
         index_elements=[SessionRow.id],
         set_={"model": func.coalesce(SessionRow.model, stmt.excluded.model)},
     )
-    session.connection().execute(stmt)
+    session.execute(stmt)
 
 
 def _int(value: Any) -> int:
@@ -139,8 +138,8 @@ class UsageRepository:
         # earlier create_session) fails.
         self.store.write(lambda s: _ensure_session(s, session_id, model))
 
-        def work(s: Session) -> None:
-            conn = s.connection()
+        def work(s: Connection) -> None:
+            conn = s
             stored = conn.execute(
                 select(
                     SessionRow.api_call_count, SessionRow.model, SessionRow.billing_provider
@@ -252,7 +251,7 @@ class UsageRepository:
             "api_call_count": 1,
         }
 
-        def work(s: Session) -> None:
+        def work(s: Connection) -> None:
             _ensure_session(s, session_id, None)
             _upsert_usage(
                 s,
@@ -356,7 +355,7 @@ class UsageRepository:
 
 
 def _upsert_usage(
-    session: Session,
+    session: Connection,
     *,
     session_id: str,
     model: str,
@@ -394,7 +393,7 @@ def _upsert_usage(
     set_["cost_status"] = func.coalesce(excluded.cost_status, SessionModelUsage.cost_status)
     set_["cost_source"] = func.coalesce(excluded.cost_source, SessionModelUsage.cost_source)
     set_["last_seen"] = excluded.last_seen  # first_seen keeps the insert's value
-    session.connection().execute(stmt.on_conflict_do_update(index_elements=_USAGE_KEY, set_=set_))
+    session.execute(stmt.on_conflict_do_update(index_elements=_USAGE_KEY, set_=set_))
 
 
 def _day_expr(dialect: str, epoch: ColumnElement[float]) -> ColumnElement[str]:
