@@ -162,7 +162,6 @@ def work(session):
             " VALUES ('doomed', 'user', :c, 1.0, 1, 0)"), {"c": f"doomed {i}"})
     session.execute(text("UPDATE sessions SET message_count = 200 WHERE id = 'doomed'"))
     session.execute(text("UPDATE sessions SET title = 'half' WHERE id = 'kept'"))
-    session.flush()
     print("inside", flush=True)
     time.sleep(3600)
 

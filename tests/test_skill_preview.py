@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from hermes_store.repositories._preview import describe_skill_invocation
 from hermes_store.repositories.messages import MessageRepository
-from hermes_store.repositories.sessions import SessionRepository, describe_skill_invocation
+from hermes_store.repositories.sessions import SessionRepository
 
 HEADER = (
     '[IMPORTANT: The user has invoked the "{name}" skill, indicating they want you to follow '

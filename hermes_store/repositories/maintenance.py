@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, Protocol, TypeGuard
 
 from sqlalchemy import (
-    BindParameter,
     ColumnElement,
     Connection,
     RowMapping,
@@ -50,8 +49,9 @@ from ._encoding import (
     now,
     scrub,
 )
+from .deletion import delete_ids, remove_session_files
+from .lineage import compression_lineage, lineage_members
 from .messages import encode_bulk
-from .sessions import compression_lineage, lineage_members
 
 log = logging.getLogger(__name__)
 
@@ -202,30 +202,6 @@ def _active_messages(conn: Connection, session_id: str) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- deletes
 
 
-def _delete_ids(conn: Connection, ids: Sequence[str]) -> int:
-    """Delete sessions with their messages, orphaning every child first.
-
-    With foreign keys on, a parent row cannot go while a child still points at it, and
-    messages have no ON DELETE action, so the order is: unlink children, delete
-    messages, delete sessions (usage rows follow by ON DELETE CASCADE)."""
-    ids_param: BindParameter[Any] = bindparam("ids", expanding=True)
-    unlink = (
-        update(SessionRow)
-        .where(SessionRow.parent_session_id.in_(ids_param))
-        .values(parent_session_id=None)
-    )
-    drop_messages = delete(Message).where(Message.session_id.in_(ids_param))
-    drop_sessions = delete(SessionRow).where(SessionRow.id.in_(ids_param))
-    for chunk in _chunks(ids):
-        conn.execute(unlink, {"ids": list(chunk)})
-    for chunk in _chunks(ids):
-        conn.execute(drop_messages, {"ids": list(chunk)})
-    deleted = 0
-    for chunk in _chunks(ids):
-        deleted += conn.execute(drop_sessions, {"ids": list(chunk)}).rowcount
-    return deleted
-
-
 def _existing_ids(conn: Connection, ids: Sequence[str]) -> set[str]:
     stmt = select(SessionRow.id).where(SessionRow.id.in_(bindparam("ids", expanding=True)))
     found: set[str] = set()
@@ -265,43 +241,6 @@ def _with_delegates(conn: Connection, roots: Iterable[str]) -> set[str]:
                 targets.add(sid)
                 changed = True
     return targets
-
-
-def _safe_file_id(sid: str) -> bool:
-    # An id is data, not a path: never let one reach outside the directory.
-    return bool(sid) and not any(c in sid for c in "/\\\x00") and sid not in (".", "..")
-
-
-def _remove_session_files(sessions_dir: str | Path | None, ids: Iterable[str]) -> None:
-    """Remove `<id>.json`, `<id>.jsonl` and `request_dump_<id>_*.json` of deleted ids;
-    errors are ignored (the rows are already gone, the files are only caches)."""
-    if sessions_dir is None:
-        return
-    base = Path(sessions_dir)
-    wanted = {sid for sid in ids if _safe_file_id(sid)}
-    if not wanted or not base.is_dir():
-        return
-    doomed = [base / f"{sid}{suffix}" for sid in sorted(wanted) for suffix in (".json", ".jsonl")]
-    # One directory scan instead of a glob per id: a prune may delete 50,000 sessions.
-    # Ids may contain underscores, so try every split point of the dump file name.
-    try:
-        names = [p.name for p in base.iterdir()]
-    except OSError:
-        names = []
-    for name in names:
-        if not (name.startswith("request_dump_") and name.endswith(".json")):
-            continue
-        middle = name[len("request_dump_") : -len(".json")]
-        cuts = [i for i, c in enumerate(middle) if c == "_"]
-        if any(middle[:i] in wanted for i in cuts):
-            doomed.append(base / name)
-    for path in doomed:
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            log.debug("could not remove %s: %s", path, exc)
 
 
 # --------------------------------------------------------------------------- import
@@ -711,13 +650,13 @@ class MaintenanceRepository:
             targets = _with_delegates(conn, [session_id])
             if expected is not None and targets != expected:
                 return None
-            _delete_ids(conn, sorted(targets))
+            delete_ids(conn, sorted(targets))
             return targets
 
         deleted = self.store.write(work)
         if deleted is None:
             return False
-        _remove_session_files(sessions_dir, sorted(deleted))
+        remove_session_files(sessions_dir, sorted(deleted))
         return True
 
     def delete_session_if_empty(
@@ -737,7 +676,7 @@ class MaintenanceRepository:
         )
         deleted = self.store.write(lambda s: s.execute(stmt).rowcount) > 0
         if deleted:
-            _remove_session_files(sessions_dir, [session_id])
+            remove_session_files(sessions_dir, [session_id])
         return deleted
 
     def delete_sessions(
@@ -755,11 +694,11 @@ class MaintenanceRepository:
             if not found:
                 return 0, set()
             targets = _with_delegates(conn, found)
-            _delete_ids(conn, sorted(targets))
+            delete_ids(conn, sorted(targets))
             return len(found), targets
 
         count, deleted = self.store.write(work)
-        _remove_session_files(sessions_dir, sorted(deleted))
+        remove_session_files(sessions_dir, sorted(deleted))
         return count
 
     def _delete_where(
@@ -778,7 +717,7 @@ class MaintenanceRepository:
                 stmt = stmt.where(SessionRow.id > last_id)
             ids = list(conn.execute(stmt.order_by(SessionRow.id).limit(self.chunk_size)).scalars())
             if ids:
-                _delete_ids(conn, ids)
+                delete_ids(conn, ids)
             return ids
 
         while True:
@@ -789,7 +728,7 @@ class MaintenanceRepository:
             last_id = ids[-1]
             if self.chunk_pause:
                 time.sleep(self.chunk_pause)
-        _remove_session_files(sessions_dir, deleted)
+        remove_session_files(sessions_dir, deleted)
         return len(deleted)
 
     # ------------------------------------------------------------------ prune

@@ -58,7 +58,7 @@ from ._encoding import (
     now,
     scrub,
 )
-from .sessions import describe_skill_invocation
+from ._preview import describe_skill_invocation
 
 log = logging.getLogger(__name__)
 

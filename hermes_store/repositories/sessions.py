@@ -1,39 +1,31 @@
-"""Sessions: creation and lifecycle, per-session settings, lineage walks, listing and
-counting (spec/behaviour.md sections 2, 4.2, 5.3 and 7; lineage classes in spec/schema.md
-section 8).
+"""Sessions: creation and lifecycle, per-session settings, compression state, and the
+repository's views of lineage and listings (spec/behaviour.md sections 2, 4.2, 5.3 and 7).
 
 Rows come back as plain dicts of the full `sessions` row (`SELECT *`), so columns this
 code does not know (added by a newer Hermes or a fork) come back too. Missing sessions
 give None, False, [] or 0 rather than an exception, as the original does.
 
-Lineage walks are bounded (100 hops; 32 for the resume walk) and remember what they have
-visited, because `parent_session_id` is written by many processes and a cycle in it must
-not hang a listing.
+The rules live in their own modules: lineage (links and walks) in `lineage.py`,
+listings in `listing.py`, previews in `_preview.py`, deletion in `deletion.py`. Each
+unit of work is a module-level function taking the transaction's connection.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from functools import cache
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
 from sqlalchemy import (
-    TEXT,
     ColumnElement,
     Connection,
-    CursorResult,
-    Select,
     Table,
     and_,
-    case,
+    bindparam,
     exists,
     func,
-    literal,
     literal_column,
     or_,
     select,
@@ -41,13 +33,38 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.sql.selectable import NamedFromClause
 
 from ..models import Message
 from ..models import Session as SessionModel
+from ..prepared import Prepared
 from ..store import Store
-from ._dialect import json_member, last_chars, position_of
 from ._encoding import decode_content, flag, now, scrub
+from ._preview import SKILL_INVOCATION_PREFIX
+from ._sql import alias, escape_like, path_prefix_values, path_under, rowcount
+from .deletion import delete_ids, remove_session_files
+from .lineage import (
+    COMPRESSION,
+    ancestor_ids,
+    compression_lineage,
+    compression_tip,
+    delegate_descendants,
+    descendant_ids,
+    json_object,
+    last_active,
+    live_continuation,
+    resume_target,
+    session_exists,
+    set_lineage_flag,
+)
+from .listing import (
+    ListingFilters,
+    count_statement,
+    list_page,
+    rich_row_by_id,
+    rich_rows,
+    rich_select,
+    source_counts_statement,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,22 +75,13 @@ M = MESSAGES.c
 
 Row = dict[str, Any]
 
-COMPRESSION = "compression"
-BRANCHED = "branched"
-BRANCH_MARKER = "_branched_from"
-DELEGATE_MARKER = "_delegate_from"
 BROWSER_LOCK_KEY = "browser_model_lock"
 #: End reasons an automatic close leaves behind; a session reset may overwrite them.
 RECOVERABLE_END_REASONS = ("agent_close", "ws_orphan_reap")
-
-MAX_LINEAGE_HOPS = 100
-MAX_RESUME_HOPS = 32
 #: prune_empty_ghost_sessions / finalize_orphaned_compression_sessions age thresholds.
 GHOST_AGE = 24 * 3600.0
 ORPHANED_COMPRESSION_AGE = 7 * 86400.0
 ORPHANED_COMPRESSION = "orphaned_compression"
-#: Ids per IN-list, well under SQLite's historical limit of 999 bound variables.
-IN_CHUNK = 500
 
 CREATE_KWARGS = frozenset(
     {
@@ -101,521 +109,163 @@ INHERITED_ACROSS_COMPRESSION = (
     "display_name",
     "origin_json",
 )
-#: Fields a listed compression root takes from its live tip; the rest stay the root's.
-PROJECTED_FIELDS = (
-    "id",
-    "ended_at",
-    "end_reason",
-    "message_count",
-    "tool_call_count",
-    "title",
-    "last_active",
-    "preview",
-    "model",
-    "system_prompt",
-    "cwd",
-    "git_branch",
-    "git_repo_root",
+
+_UPSERT = text(
+    "INSERT INTO sessions (id, source, user_id, model, model_config, system_prompt, "
+    "parent_session_id, started_at, session_key, chat_id, chat_type, thread_id, cwd, "
+    "profile_name, git_repo_root) VALUES (:id, :source, :user_id, :model, :model_config, "
+    ":system_prompt, :parent_session_id, :started_at, :session_key, :chat_id, :chat_type, "
+    ":thread_id, :cwd, :profile_name, :git_repo_root) "
+    # An existing row only gets its gaps filled; source, user_id and started_at stay.
+    "ON CONFLICT (id) DO UPDATE SET "
+    "model = COALESCE(sessions.model, excluded.model), "
+    "model_config = COALESCE(sessions.model_config, excluded.model_config), "
+    "system_prompt = COALESCE(sessions.system_prompt, excluded.system_prompt), "
+    "session_key = COALESCE(sessions.session_key, excluded.session_key), "
+    "chat_id = COALESCE(sessions.chat_id, excluded.chat_id), "
+    "chat_type = COALESCE(sessions.chat_type, excluded.chat_type), "
+    "thread_id = COALESCE(sessions.thread_id, excluded.thread_id), "
+    "parent_session_id = COALESCE(sessions.parent_session_id, excluded.parent_session_id), "
+    "cwd = COALESCE(sessions.cwd, excluded.cwd), "
+    "profile_name = COALESCE(sessions.profile_name, excluded.profile_name), "
+    "git_repo_root = COALESCE(sessions.git_repo_root, excluded.git_repo_root)"
 )
-
-PREVIEW_HEAD_CHARS = 63
-PREVIEW_MAX_CHARS = 60
-#: A /skill turn embeds the whole skill body; the typed instruction sits at the end, so
-#: such a preview reads up to this many characters from each end.
-SKILL_WINDOW = 400
-SKILL_INVOCATION_PREFIX = "[IMPORTANT: The user has invoked the "
-#: The skill's name is the first quoted span of the invocation header (a bundle's names
-#: already carry their slashes: "/clean /work").
-_SKILL_NAME = re.compile(re.escape(SKILL_INVOCATION_PREFIX) + r'"([^"]*)"')
-#: A single skill: the typed instruction follows the body (which may quote the marker,
-#: hence the last one), up to the runtime note.
-SINGLE_SKILL_MARKER = "The full skill content is loaded below.]"
-SKILL_INSTRUCTION_MARKER = (
-    "The user has provided the following instruction alongside the skill invocation: "
+_FULL_ROW = Prepared(
+    select(literal_column("*")).select_from(SESSIONS).where(S.id == bindparam("id"))
 )
-RUNTIME_NOTE_MARKER = "\n\n[Runtime note:"
-#: A bundle: the typed instruction comes first (the first marker), before the skills.
-BUNDLE_MARKER = " skill bundle,"
-BUNDLE_INSTRUCTION_MARKER = "\nUser instruction: "
-BUNDLE_FIRST_SKILL_MARKER = "\n\n[Loaded as part of the "
-#: Joins the head and tail excerpts of a long /skill turn; never part of a preview.
-EXCERPT_JOINT = "\x1e"
-
-#: Separators `search_query` ignores in its second pass, so `an94` finds `AN-94`. Kept
-#: short: each one is a nested replace() in SQL, and SQLite's parser depth is limited.
-SEARCH_PUNCTUATION = " -_./:#'"
-
-#: Columns `compact_rows` returns: every declared column but the prompt snapshot.
-COMPACT_COLUMNS = tuple(name for name in SESSIONS.c.keys() if name != "system_prompt")
-
-
-# --------------------------------------------------------------------------- SQL pieces
-
-
-def _rowcount(result: Any) -> int:
-    return int(cast(CursorResult[Any], result).rowcount)
-
-
-def _chunks(values: Sequence[str]) -> Iterator[list[str]]:
-    for start in range(0, len(values), IN_CHUNK):
-        yield list(values[start : start + IN_CHUNK])
-
-
-@cache
-def _alias(table: Table, name: str) -> NamedFromClause:
-    """One shared alias per name. Building an alias proxies every column of its table
-    (about fifty for sessions), which cost a listing more than running its SQL; aliases
-    are immutable, so statements can share them. Give a name only to one use per scope:
-    a subquery auto-correlates an alias that its enclosing query also selects from."""
-    return table.alias(name)
-
-
-def _marker(config: ColumnElement[Any], key: str) -> ColumnElement[Any]:
-    """A lineage marker from `model_config`, NULL when absent or malformed."""
-    return json_member(config, literal(key, TEXT()))
-
-
-def _is_branch_child(a: NamedFromClause) -> ColumnElement[bool]:
-    """schema.md section 8: the `/branch` marker, or the legacy heuristic (the parent
-    ended `branched` and the child started after it)."""
-    parent = _alias(SESSIONS, "branch_parent")
-    return or_(
-        _marker(a.c.model_config, BRANCH_MARKER).is_not(None),
-        exists().where(
-            parent.c.id == a.c.parent_session_id,
-            parent.c.end_reason == BRANCHED,
-            a.c.started_at >= parent.c.ended_at,
-        ),
-    )
-
-
-@cache
-def _is_listable(a: NamedFromClause) -> ColumnElement[bool]:
-    return and_(
-        or_(a.c.parent_session_id.is_(None), _is_branch_child(a)),
-        _marker(a.c.model_config, DELEGATE_MARKER).is_(None),
-    )
-
-
-def _is_continuation(a: NamedFromClause) -> ColumnElement[bool]:
-    """A child that can carry a conversation on: not a branch, delegate or tool run."""
-    return and_(
-        _marker(a.c.model_config, BRANCH_MARKER).is_(None),
-        _marker(a.c.model_config, DELEGATE_MARKER).is_(None),
-        func.coalesce(a.c.source, "") != "tool",
-    )
-
-
-def _newest_message_ts(session_id: ColumnElement[Any]) -> ColumnElement[Any]:
-    m = _alias(MESSAGES, "newest_m")
-    return select(func.max(m.c.timestamp)).where(m.c.session_id == session_id).scalar_subquery()
-
-
-def _last_active(a: NamedFromClause) -> ColumnElement[Any]:
-    return func.coalesce(_newest_message_ts(a.c.id), a.c.started_at)
-
-
-def _preview_raw(a: NamedFromClause) -> ColumnElement[Any]:
-    """The first user message (by timestamp, then id), cut in SQL so a huge message is
-    never read whole; CR/LF become spaces. Structured content starts with NUL, which
-    SQLite's string functions treat as the end of the text, so it previews as ''."""
-    m = _alias(MESSAGES, "preview_m")
-    flat = func.replace(func.replace(m.c.content, "\n", " "), "\r", " ", type_=TEXT())
-    scaffold = func.substr(m.c.content, 1, len(SKILL_INVOCATION_PREFIX)) == (
-        SKILL_INVOCATION_PREFIX
-    )
-    excerpt = case(
-        (
-            and_(scaffold, func.length(m.c.content) > 2 * SKILL_WINDOW),
-            func.substr(flat, 1, SKILL_WINDOW, type_=TEXT())
-            + EXCERPT_JOINT
-            + last_chars(flat, SKILL_WINDOW),
-        ),
-        (scaffold, func.substr(flat, 1, 2 * SKILL_WINDOW, type_=TEXT())),
-        else_=func.substr(flat, 1, PREVIEW_HEAD_CHARS, type_=TEXT()),
-    )
-    first = (
-        select(excerpt)
-        .where(m.c.session_id == a.c.id, m.c.role == "user", m.c.content.is_not(None))
-        .order_by(m.c.timestamp, m.c.id)
-        .limit(1)
-        .scalar_subquery()
-    )
-    return func.coalesce(first, "")
-
-
-def _typed_instruction(text_: str) -> str:
-    if BUNDLE_MARKER in text_:
-        marker, stop, at = BUNDLE_INSTRUCTION_MARKER, BUNDLE_FIRST_SKILL_MARKER, text_.find
-    elif SINGLE_SKILL_MARKER in text_:
-        marker, stop, at = SKILL_INSTRUCTION_MARKER, RUNTIME_NOTE_MARKER, text_.rfind
-    else:
-        return ""
-    start = at(marker)
-    if start < 0:
-        return ""
-    rest = text_[start + len(marker) :]
-    end = rest.find(stop)
-    return (rest if end < 0 else rest[:end]).strip()
-
-
-def describe_skill_invocation(text_: str, separator: str = " — ") -> str | None:
-    """A `/skill` turn as the user typed it, the original's rule: `/work — fix the title
-    leak`, `/work` when nothing was typed after it, the bare instruction when the header
-    names no skill; None for a turn that is not a skill invocation (or says nothing)."""
-    if not text_.startswith(SKILL_INVOCATION_PREFIX):
-        return None
-    match = _SKILL_NAME.match(text_)
-    name = match.group(1).strip() if match else ""
-    label = name if name.startswith("/") else f"/{name}"
-    # an excerpt's joint can fall inside the instruction: keep the side the marker is on
-    instruction = " ".join(_typed_instruction(text_).split(EXCERPT_JOINT)[0].split())
-    if instruction:
-        return f"{label}{separator}{instruction}" if name else instruction
-    return label if name else None
-
-
-def _shape_preview(raw: Any) -> str:
-    if isinstance(raw, bytes):
-        raw = raw.decode("utf-8", "replace")
-    text_ = "" if raw is None else str(raw)
-    if text_.startswith("\x00"):  # structured content, should a driver keep the NUL
-        return ""
-    text_ = text_.strip()
-    described = describe_skill_invocation(text_)
-    text_ = described if described is not None else text_.split(EXCERPT_JOINT)[0]
-    if len(text_) > PREVIEW_MAX_CHARS:
-        return text_[:PREVIEW_MAX_CHARS] + "..."
-    return text_
-
-
-@cache
-def _rich_select(a: NamedFromClause, compact: bool) -> Select[Any]:
-    """A listing row: the full row (or the compact columns), preview and last_active.
-    Built once per alias: callers add their own WHERE/ORDER BY to the immutable Select."""
-    columns: list[Any] = (
-        [a.c[name] for name in COMPACT_COLUMNS] if compact else [literal_column(f"{a.name}.*")]
-    )
-    return select(
-        *columns,
-        _preview_raw(a).label("_preview_raw"),
-        _last_active(a).label("last_active"),
-    ).select_from(a)
-
-
-def _rich_rows(session: Connection, query: Select[Any]) -> list[Row]:
-    rows = []
-    for mapping in session.execute(query).mappings():
-        row = dict(mapping)
-        row["preview"] = _shape_preview(row.pop("_preview_raw", ""))
-        rows.append(row)
-    return rows
-
-
-def _full_row(session: Connection, session_id: str) -> Row | None:
-    found = (
-        session.execute(select(literal_column("*")).select_from(SESSIONS).where(S.id == session_id))
-        .mappings()
-        .first()
-    )
-    return dict(found) if found is not None else None
-
-
-def _strip_punctuation(expr: ColumnElement[Any]) -> ColumnElement[Any]:
-    for char in SEARCH_PUNCTUATION:
-        expr = func.replace(expr, char, "", type_=TEXT())
-    return expr
-
-
-def _contains(haystack: ColumnElement[Any], needle: str) -> ColumnElement[bool]:
-    """Case-insensitive substring test without LIKE, so `%` and `_` in the needle are
-    literal. Both sides go through SQL lower() so they fold the same way."""
-    return position_of(func.lower(haystack), func.lower(literal(needle, TEXT()))) > 0
-
-
-def _cwd_under(column: ColumnElement[Any], prefix: str) -> ColumnElement[bool]:
-    """`column` equals `prefix` or lies below it, with `/` or `\\` as the separator.
-    A prefix comparison instead of LIKE: paths are case-sensitive and may hold `%`/`_`."""
-    base = prefix.rstrip("/\\")
-    head = func.substr(column, 1, len(base) + 1)
-    return or_(column == base, head.in_([base + "/", base + "\\"]))
-
-
-def _has_marker(model_config: Any, key: str) -> bool:
-    if not isinstance(model_config, str):
-        return False
-    try:
-        parsed = json.loads(model_config)
-    except ValueError:
-        return False
-    return isinstance(parsed, dict) and parsed.get(key) is not None
-
-
-def _json_object(model_config: Any) -> dict[str, Any] | None:
-    if not isinstance(model_config, str):
-        return None
-    try:
-        parsed = json.loads(model_config)
-    except ValueError:
-        return None
-    return parsed if isinstance(parsed, dict) else None
 
 
 def _text(value: Any) -> Any:
     return scrub(value) if isinstance(value, str) else value
 
 
-# --------------------------------------------------------------------------- filters
+def full_row(conn: Connection, session_id: str) -> Row | None:
+    """The whole `sessions` row, or None."""
+    rows = _FULL_ROW.dicts(conn, {"id": session_id})
+    return rows[0] if rows else None
 
 
-@dataclass(frozen=True)
-class _Filters:
-    source: str | None = None
-    sources: Sequence[str] | None = None
-    exclude_sources: Sequence[str] | None = None
-    cwd_prefix: str | None = None
-    min_message_count: int = 0
-    include_archived: bool = False
-    archived_only: bool = False
-    listable_only: bool = True
-
-    def conditions(self, a: NamedFromClause) -> list[ColumnElement[bool]]:
-        conds: list[ColumnElement[bool]] = []
-        if self.listable_only:
-            conds.append(_is_listable(a))
-        wanted = ([self.source] if self.source else []) + list(self.sources or [])
-        if wanted:
-            conds.append(a.c.source.in_(wanted))
-        if self.exclude_sources:
-            conds.append(a.c.source.not_in(list(self.exclude_sources)))
-        if self.cwd_prefix:
-            conds.append(_cwd_under(a.c.cwd, self.cwd_prefix))
-        if self.min_message_count and self.min_message_count > 0:
-            conds.append(a.c.message_count >= self.min_message_count)
-        if self.archived_only:
-            conds.append(a.c.archived != 0)
-        elif not self.include_archived:
-            conds.append(a.c.archived == 0)
-        return conds
+# --------------------------------------------------------------------------- units of work
 
 
-# --------------------------------------------------------------------------- lineage
+def _create(conn: Connection, values: dict[str, Any], has_parent: bool) -> str:
+    conn.execute(_UPSERT, {**values, "started_at": now()})
+    if has_parent:
+        _inherit_from_parent(conn, values["id"])
+    return str(values["id"])
 
 
-def _end_reason(session: Connection, session_id: str) -> str | None:
-    return session.execute(select(S.end_reason).where(S.id == session_id)).scalar_one_or_none()
+def _inherit_from_parent(conn: Connection, session_id: str) -> None:
+    parent_id = conn.execute(
+        select(S.parent_session_id).where(S.id == session_id)
+    ).scalar_one_or_none()
+    if not parent_id:
+        return
+    parent = full_row(conn, parent_id)
+    if parent is None:
+        return
+    names = list(INHERITED_FROM_PARENT)
+    if parent.get("end_reason") == COMPRESSION:
+        # A compression continuation is the same conversation: keep its gateway origin.
+        names += INHERITED_ACROSS_COMPRESSION
+    values = {
+        name: func.coalesce(S[name], parent[name]) for name in names if parent.get(name) is not None
+    }
+    if values:
+        conn.execute(update(SESSIONS).where(S.id == session_id).values(**values))
 
 
-def _exists(session: Connection, session_id: str) -> bool:
-    return session.execute(select(S.id).where(S.id == session_id)).first() is not None
-
-
-def _has_messages(session: Connection, session_id: str) -> bool:
-    return (
-        session.execute(select(M.id).where(M.session_id == session_id).limit(1)).first() is not None
-    )
-
-
-def compression_tip(session: Connection, session_id: str) -> str:
-    """The live end of a compression chain (behaviour.md 5.3); the input when there is
-    no continuation, also for unknown ids."""
-    current = session_id
-    seen = {session_id}
-    for _ in range(MAX_LINEAGE_HOPS):
-        if _end_reason(session, current) != COMPRESSION:
-            break
-        child = SESSIONS.alias("c")
-        # Prefer a child that was itself compressed (the chain goes on), then a live one.
-        rank = case(
-            (child.c.end_reason == COMPRESSION, 0), (child.c.ended_at.is_(None), 1), else_=2
+def _promote_to_reset(conn: Connection, session_id: str, reason: str) -> bool:
+    statement = (
+        update(SESSIONS)
+        .where(
+            S.id == session_id,
+            or_(S.ended_at.is_(None), S.end_reason.in_(RECOVERABLE_END_REASONS)),
         )
-        nxt = session.execute(
-            select(child.c.id)
-            .where(
-                child.c.parent_session_id == current,
-                _is_continuation(child),
-                child.c.id.not_in(list(seen)),
-            )
-            .order_by(
-                rank,
-                _last_active(child).desc(),
-                child.c.started_at.desc(),
-                child.c.id.desc(),
-            )
-            .limit(1)
-        ).scalar_one_or_none()
-        if nxt is None:
-            break
-        seen.add(nxt)
-        current = nxt
-    return current
-
-
-def compression_ancestors(session: Connection, session_id: str) -> list[str]:
-    """Ancestors reached through parents ended by compression, nearest first. A branch
-    child starts a conversation of its own, so the walk stops there."""
-    chain: list[str] = []
-    seen = {session_id}
-    current = session_id
-    for _ in range(MAX_LINEAGE_HOPS):
-        row = session.execute(
-            select(S.parent_session_id, S.model_config).where(S.id == current)
-        ).first()
-        if row is None or not row.parent_session_id or row.parent_session_id in seen:
-            break
-        if _has_marker(row.model_config, BRANCH_MARKER):
-            break
-        if _end_reason(session, row.parent_session_id) != COMPRESSION:
-            break
-        current = row.parent_session_id
-        seen.add(current)
-        chain.append(current)
-    return chain
-
-
-def compression_lineage(session: Connection, session_id: str) -> list[str]:
-    if not _exists(session, session_id):
-        return []
-    ancestors = compression_ancestors(session, session_id)
-    root = ancestors[-1] if ancestors else session_id
-    chain = [root]
-    current = root
-    for _ in range(MAX_LINEAGE_HOPS):
-        if _end_reason(session, current) != COMPRESSION:
-            break
-        child = SESSIONS.alias("c")
-        nxt = session.execute(
-            select(child.c.id)
-            .where(
-                child.c.parent_session_id == current,
-                _marker(child.c.model_config, BRANCH_MARKER).is_(None),
-                child.c.id.not_in(chain),
-            )
-            .order_by(child.c.started_at, child.c.id)
-            .limit(1)
-        ).scalar_one_or_none()
-        if nxt is None:
-            break
-        chain.append(nxt)
-        current = nxt
-    return chain if session_id in chain else [session_id]
-
-
-def ancestor_ids(session: Connection, session_id: str) -> list[str]:
-    """Every ancestor through `parent_session_id`, nearest first."""
-    chain: list[str] = []
-    seen = {session_id}
-    current = session_id
-    for _ in range(MAX_LINEAGE_HOPS):
-        parent = session.execute(
-            select(S.parent_session_id).where(S.id == current)
-        ).scalar_one_or_none()
-        if not parent or parent in seen:
-            break
-        seen.add(parent)
-        chain.append(parent)
-        current = parent
-    return chain
-
-
-def descendant_ids(session: Connection, session_id: str) -> list[str]:
-    """Every descendant through `parent_session_id`, level by level (at most 100)."""
-    found: list[str] = []
-    seen = {session_id}
-    frontier = [session_id]
-    for _ in range(MAX_LINEAGE_HOPS):
-        level: list[str] = []
-        for chunk in _chunks(frontier):
-            rows = session.execute(
-                select(S.id).where(S.parent_session_id.in_(chunk)).order_by(S.started_at, S.id)
-            ).scalars()
-            for child_id in rows:
-                if child_id not in seen:
-                    seen.add(child_id)
-                    level.append(child_id)
-        if not level:
-            break
-        found.extend(level)
-        frontier = level
-    return found
-
-
-def delegate_descendants(session: Connection, session_id: str) -> set[str]:
-    """Rows whose `_delegate_from` names a collected id, or delegate-marked children of
-    one, walked to a fixed point (behaviour.md section 9)."""
-    collected = {session_id}
-    frontier = [session_id]
-    a = SESSIONS.alias("d")
-    delegate_of = _marker(a.c.model_config, DELEGATE_MARKER)
-    while frontier:
-        new: set[str] = set()
-        for chunk in _chunks(frontier):
-            rows = session.execute(
-                select(a.c.id).where(
-                    or_(
-                        delegate_of.in_(chunk),
-                        and_(a.c.parent_session_id.in_(chunk), delegate_of.is_not(None)),
-                    )
-                )
-            ).scalars()
-            new.update(r for r in rows if r not in collected)
-        collected |= new
-        frontier = sorted(new)
-    collected.discard(session_id)
-    return collected
-
-
-# The CTE sits inside the IN (...) so the statement starts with UPDATE: Python's sqlite3
-# only reports a rowcount for statements it recognises as DML by their first keyword.
-# UNION (not UNION ALL) makes both walks stop at a cycle.
-_LINEAGE_MEMBERS = """
-  WITH RECURSIVE
-    up(id) AS (
-      SELECT :sid
-      UNION
-      SELECT p.id FROM up
-        JOIN sessions c ON c.id = up.id
-        JOIN sessions p ON p.id = c.parent_session_id
-      WHERE p.end_reason = 'compression'
-    ),
-    down(id) AS (
-      SELECT :sid
-      UNION
-      SELECT c.id FROM down
-        JOIN sessions p ON p.id = down.id
-        JOIN sessions c ON c.parent_session_id = p.id
-      WHERE p.end_reason = 'compression'
+        .values(ended_at=now(), end_reason=reason)
     )
-  SELECT id FROM up UNION SELECT id FROM down
-"""
-# Both statements are assembled from this module's constants only (no input).
-_LINEAGE = (
-    "UPDATE sessions SET {column} = :value WHERE id IN ("  # noqa: S608
-    + _LINEAGE_MEMBERS
-    + ")"
-)
-_LINEAGE_SELECT = text(
-    "SELECT id FROM sessions WHERE id IN ("  # noqa: S608
-    + _LINEAGE_MEMBERS
-    + ") ORDER BY id"
-)
-# One statement per flag: the column name is a constant of this module, never input.
-_LINEAGE_UPDATES = {
-    column: text(_LINEAGE.format(column=column)) for column in ("archived", "pinned")
-}
+    return rowcount(conn.execute(statement)) > 0
 
 
-def lineage_members(session: Connection, session_id: str) -> list[str]:
-    """The existing ids `set_session_archived` / `set_session_pinned` would touch for
-    `session_id`: ancestors and descendants linked through parents ended by compression."""
-    return [str(r) for r in session.execute(_LINEAGE_SELECT, {"sid": session_id}).scalars()]
+def _delete_ghosts(conn: Connection, cutoff: float) -> list[str]:
+    ids = list(
+        conn.execute(
+            select(S.id)
+            .where(
+                S.source == "tui",
+                or_(S.title.is_(None), S.title == ""),
+                S.ended_at.is_not(None),
+                S.started_at < cutoff,
+                ~exists().where(M.session_id == S.id),
+            )
+            .order_by(S.id)
+        ).scalars()
+    )
+    if ids:
+        delete_ids(conn, ids)
+    return ids
 
 
-def _set_lineage_flag(session: Connection, column: str, session_id: str, value: Any) -> bool:
-    """Sets a flag on the whole compression lineage: ancestors and descendants linked
-    through parents ended by compression."""
-    result = session.execute(_LINEAGE_UPDATES[column], {"sid": session_id, "value": flag(value)})
-    return _rowcount(result) > 0
+def _switch_model(conn: Connection, session_id: str, model: str | None) -> None:
+    stored = conn.execute(select(S.model_config).where(S.id == session_id)).scalar_one_or_none()
+    config = json_object(stored)
+    new_config = stored
+    if config is not None and BROWSER_LOCK_KEY in config:
+        del config[BROWSER_LOCK_KEY]
+        new_config = json.dumps(config)
+    conn.execute(
+        update(SESSIONS)
+        .where(S.id == session_id)
+        .values(model=model, model_config=new_config, system_prompt=None)
+    )
+
+
+def _lock_runtime(
+    conn: Connection, session_id: str, model: str | None, lock: dict[str, Any]
+) -> None:
+    row = conn.execute(select(S.model_config).where(S.id == session_id)).first()
+    if row is None:
+        return
+    config = json_object(row.model_config) or {}
+    config[BROWSER_LOCK_KEY] = lock
+    conn.execute(
+        update(SESSIONS)
+        .where(S.id == session_id)
+        .values(
+            model_config=json.dumps(config),
+            model=func.coalesce(model, S.model),
+            system_prompt=None,
+        )
+    )
+
+
+def _backfill_repo_roots(conn: Connection, pairs: list[tuple[str, str]]) -> int:
+    changed = 0
+    for cwd, root in pairs:
+        statement = (
+            update(SESSIONS)
+            .where(S.cwd == cwd, or_(S.git_repo_root.is_(None), S.git_repo_root == ""))
+            .values(git_repo_root=root)
+        )
+        changed += rowcount(conn.execute(statement))
+    return changed
+
+
+def _unique_prefix_match(conn: Connection, prefix: str) -> str | None:
+    if session_exists(conn, prefix):
+        return prefix
+    pattern = escape_like(prefix) + "%"
+    matches = (
+        conn.execute(
+            select(S.id)
+            .where(S.id.like(pattern, escape="\\"))
+            .order_by(S.started_at.desc())
+            .limit(2)
+        )
+        .scalars()
+        .all()
+    )
+    return matches[0] if len(matches) == 1 else None
 
 
 # --------------------------------------------------------------------------- repository
@@ -635,65 +285,43 @@ class SessionRepository:
 
     def _update(self, session_id: str, **values: Any) -> int:
         statement = update(SESSIONS).where(S.id == session_id).values(**values)
-        return self.store.write(lambda session: _rowcount(session.execute(statement)))
+        return self.store.write(lambda conn: rowcount(conn.execute(statement)))
 
     # ----------------------------------------------------------------- lifecycle
 
     def create_session(self, session_id: str, source: str, **kwargs: Any) -> str:
+        """Create the session, or fill the gaps of an existing row (its source, user and
+        start time stay); a child inherits its parent's workspace fields, and a
+        compression continuation also its gateway origin. Returns `session_id`."""
         unknown = sorted(set(kwargs) - CREATE_KWARGS)
         if unknown:
             raise TypeError(f"create_session() got an unexpected keyword argument {unknown[0]!r}")
         values = {name: _text(kwargs.get(name)) for name in CREATE_KWARGS}
         config = kwargs.get("model_config")
         values["model_config"] = json.dumps(config) if config else None
+        values["id"] = session_id
+        values["source"] = _text(source)
         has_parent = bool(kwargs.get("parent_session_id"))
-
-        def work(session: Connection) -> str:
-            params = {**values, "id": session_id, "source": _text(source), "started_at": now()}
-            session.execute(_UPSERT, params)
-            if has_parent:
-                self._inherit_from_parent(session, session_id)
-            return session_id
-
-        return self.store.write(work)
-
-    @staticmethod
-    def _inherit_from_parent(session: Connection, session_id: str) -> None:
-        parent_id = session.execute(
-            select(S.parent_session_id).where(S.id == session_id)
-        ).scalar_one_or_none()
-        if not parent_id:
-            return
-        parent = _full_row(session, parent_id)
-        if parent is None:
-            return
-        names = list(INHERITED_FROM_PARENT)
-        if parent.get("end_reason") == COMPRESSION:
-            # A compression continuation is the same conversation: keep its gateway origin.
-            names += INHERITED_ACROSS_COMPRESSION
-        values = {
-            name: func.coalesce(S[name], parent[name])
-            for name in names
-            if parent.get(name) is not None
-        }
-        if values:
-            session.execute(update(SESSIONS).where(S.id == session_id).values(**values))
+        return self.store.write(lambda conn: _create(conn, values, has_parent))
 
     def ensure_session(
         self, session_id: str, source: str = "unknown", model: str | None = None, **kwargs: Any
     ) -> str:
+        """`create_session` with the original's defaults for a row that may not exist."""
         return self.create_session(session_id, source, model=model, **kwargs)
 
     def end_session(self, session_id: str, end_reason: str) -> None:
-        # First reason wins: a session already ended keeps its time and reason.
+        """Record the end; the first reason wins (an ended session keeps its time and
+        reason)."""
         statement = (
             update(SESSIONS)
             .where(S.id == session_id, S.ended_at.is_(None))
             .values(ended_at=now(), end_reason=end_reason)
         )
-        self.store.write(lambda session: session.execute(statement))
+        self.store.write(lambda conn: conn.execute(statement))
 
     def reopen_session(self, session_id: str) -> None:
+        """Clear the end time and reason, so the session accepts messages again."""
         self._update(session_id, ended_at=None, end_reason=None)
 
     def promote_to_session_reset(self, session_id: str, reason: str = "session_reset") -> bool:
@@ -701,20 +329,8 @@ class SessionRepository:
         cannot resurrect the session; explicit end reasons are kept."""
         if not session_id:
             return False
-
-        def work(session: Connection) -> bool:
-            statement = (
-                update(SESSIONS)
-                .where(
-                    S.id == session_id,
-                    or_(S.ended_at.is_(None), S.end_reason.in_(RECOVERABLE_END_REASONS)),
-                )
-                .values(ended_at=now(), end_reason=reason)
-            )
-            return _rowcount(session.execute(statement)) > 0
-
         try:
-            return self.store.write(work)
+            return self.store.write(lambda conn: _promote_to_reset(conn, session_id, reason))
         except Exception as exc:  # the original's contract: any failure reads as "no change"
             log.debug("promote_to_session_reset(%s) failed: %s", session_id, exc)
             return False
@@ -724,30 +340,9 @@ class SessionRepository:
         a message (spec section 2): source `tui`, untitled, ended, started more than
         24 hours ago and without any message row. Their children (if any) are orphaned;
         their transcript files under `sessions_dir` are removed afterwards."""
-        from .maintenance import _delete_ids, _remove_session_files  # circular at import
-
         cutoff = now() - GHOST_AGE
-
-        def work(session: Connection) -> list[str]:
-            ids = list(
-                session.execute(
-                    select(S.id)
-                    .where(
-                        S.source == "tui",
-                        or_(S.title.is_(None), S.title == ""),
-                        S.ended_at.is_not(None),
-                        S.started_at < cutoff,
-                        ~exists().where(M.session_id == S.id),
-                    )
-                    .order_by(S.id)
-                ).scalars()
-            )
-            if ids:
-                _delete_ids(session, ids)
-            return ids
-
-        deleted = self.store.write(work)
-        _remove_session_files(sessions_dir, deleted)
+        deleted = self.store.write(lambda conn: _delete_ghosts(conn, cutoff))
+        remove_session_files(sessions_dir, deleted)
         return len(deleted)
 
     def finalize_orphaned_compression_sessions(self) -> int:
@@ -769,43 +364,33 @@ class SessionRepository:
             )
             .values(ended_at=ts, end_reason=ORPHANED_COMPRESSION)
         )
-        return self.store.write(lambda session: _rowcount(session.execute(statement)))
+        return self.store.write(lambda conn: rowcount(conn.execute(statement)))
 
     # ----------------------------------------------------------------- reads
 
     def get_session(self, session_id: str) -> Row | None:
+        """The whole row, or None for an unknown id."""
         self._flush()
-        with self.store.read() as session:
-            return _full_row(session, session_id)
+        with self.store.read() as conn:
+            return full_row(conn, session_id)
 
     def resolve_session_id(self, id_or_prefix: str) -> str | None:
         """An exact id, else the id that uniquely starts with the prefix."""
         if not id_or_prefix:
             return None
-        with self.store.read() as session:
-            if _exists(session, id_or_prefix):
-                return id_or_prefix
-            pattern = escape_like(id_or_prefix) + "%"
-            matches = (
-                session.execute(
-                    select(S.id)
-                    .where(S.id.like(pattern, escape="\\"))
-                    .order_by(S.started_at.desc())
-                    .limit(2)
-                )
-                .scalars()
-                .all()
-            )
-        return matches[0] if len(matches) == 1 else None
+        with self.store.read() as conn:
+            return _unique_prefix_match(conn, id_or_prefix)
 
     # ----------------------------------------------------------------- settings
 
     def update_system_prompt(self, session_id: str, system_prompt: str | None) -> None:
+        """Store the assembled system prompt snapshot."""
         self._update(session_id, system_prompt=_text(system_prompt))
 
     def update_session_meta(
         self, session_id: str, model_config_json: str | None, model: str | None = None
     ) -> None:
+        """Replace `model_config` (JSON text) and, when given, the model."""
         self._flush()
         self._update(
             session_id, model_config=model_config_json, model=func.coalesce(model, S.model)
@@ -815,23 +400,7 @@ class SessionRepository:
         """A model switch drops the browser's model lock and the prompt snapshot (it was
         assembled for the old model)."""
         self._flush()
-
-        def work(session: Connection) -> None:
-            stored = session.execute(
-                select(S.model_config).where(S.id == session_id)
-            ).scalar_one_or_none()
-            config = _json_object(stored)
-            new_config = stored
-            if config is not None and BROWSER_LOCK_KEY in config:
-                del config[BROWSER_LOCK_KEY]
-                new_config = json.dumps(config)
-            session.execute(
-                update(SESSIONS)
-                .where(S.id == session_id)
-                .values(model=model, model_config=new_config, system_prompt=None)
-            )
-
-        self.store.write(work)
+        self.store.write(lambda conn: _switch_model(conn, session_id, model))
 
     def update_session_runtime_lock(
         self,
@@ -843,30 +412,17 @@ class SessionRepository:
         route_source: str | None = None,
         confirmed: bool = False,
     ) -> None:
-        def work(session: Connection) -> None:
-            row = session.execute(select(S.model_config).where(S.id == session_id)).first()
-            if row is None:
-                return
-            config = _json_object(row.model_config) or {}
-            config[BROWSER_LOCK_KEY] = {
-                "provider": provider,
-                "model": model,
-                "model_options": model_options,
-                "route_source": route_source,
-                "confirmed": bool(confirmed),
-                "updated_at": now(),
-            }
-            session.execute(
-                update(SESSIONS)
-                .where(S.id == session_id)
-                .values(
-                    model_config=json.dumps(config),
-                    model=func.coalesce(model, S.model),
-                    system_prompt=None,
-                )
-            )
-
-        self.store.write(work)
+        """Record the browser's model lock in `model_config` (and the model, when given);
+        the prompt snapshot is dropped. Nothing happens for an unknown id."""
+        lock = {
+            "provider": provider,
+            "model": model,
+            "model_options": model_options,
+            "route_source": route_source,
+            "confirmed": bool(confirmed),
+            "updated_at": now(),
+        }
+        self.store.write(lambda conn: _lock_runtime(conn, session_id, model, lock))
 
     def update_session_billing_route(
         self,
@@ -876,6 +432,8 @@ class SessionRepository:
         base_url: str | None,
         billing_mode: str | None = None,
     ) -> None:
+        """Record where calls are billed (the mode is kept when not given); the prompt
+        snapshot is dropped."""
         self._flush()
         self._update(
             session_id,
@@ -892,6 +450,8 @@ class SessionRepository:
         git_branch: str | None = None,
         git_repo_root: str | None = None,
     ) -> None:
+        """Record the working directory (and the git branch and root when non-blank);
+        nothing happens without a session id and a directory."""
         if not session_id or not cwd:
             return
         values: dict[str, Any] = {"cwd": _text(cwd)}
@@ -909,31 +469,20 @@ class SessionRepository:
         ]
         if not pairs:
             return 0
-
-        def work(session: Connection) -> int:
-            changed = 0
-            for cwd, root in pairs:
-                statement = (
-                    update(SESSIONS)
-                    .where(S.cwd == cwd, or_(S.git_repo_root.is_(None), S.git_repo_root == ""))
-                    .values(git_repo_root=root)
-                )
-                changed += _rowcount(session.execute(statement))
-            return changed
-
-        return self.store.write(work)
+        return self.store.write(lambda conn: _backfill_repo_roots(conn, pairs))
 
     def set_session_archived(self, session_id: str, archived: bool) -> bool:
+        """Archive (or unarchive) the session's whole compression lineage."""
         return self.store.write(
-            lambda session: _set_lineage_flag(session, "archived", session_id, archived)
+            lambda conn: set_lineage_flag(conn, "archived", session_id, archived)
         )
 
     def set_session_pinned(self, session_id: str, pinned: bool) -> bool:
-        return self.store.write(
-            lambda session: _set_lineage_flag(session, "pinned", session_id, pinned)
-        )
+        """Pin (or unpin) the session's whole compression lineage."""
+        return self.store.write(lambda conn: set_lineage_flag(conn, "pinned", session_id, pinned))
 
     def set_expiry_finalized(self, session_id: str, finalized: bool = True) -> None:
+        """Mark that the gateway has finished the session's expiry work."""
         if not session_id:
             return
         self._update(session_id, expiry_finalized=flag(finalized))
@@ -943,6 +492,8 @@ class SessionRepository:
     def record_compression_failure_cooldown(
         self, session_id: str, cooldown_until: float, error: str | None = None
     ) -> None:
+        """Remember that compression failed and must not be retried before
+        `cooldown_until` (advisory: a failure to record it is logged, never raised)."""
         try:
             self._update(
                 session_id,
@@ -953,8 +504,9 @@ class SessionRepository:
             log.warning("could not record compression cooldown for %s: %s", session_id, exc)
 
     def get_compression_failure_cooldown(self, session_id: str) -> dict[str, Any] | None:
-        with self.store.read() as session:
-            row = session.execute(
+        """`{cooldown_until, remaining_seconds, error}` while a cooldown runs, else None."""
+        with self.store.read() as conn:
+            row = conn.execute(
                 select(S.compression_failure_cooldown_until, S.compression_failure_error).where(
                     S.id == session_id
                 )
@@ -975,6 +527,7 @@ class SessionRepository:
         }
 
     def clear_compression_failure_cooldown(self, session_id: str) -> None:
+        """End a compression cooldown (advisory, as recording it)."""
         try:
             self._update(
                 session_id,
@@ -985,10 +538,8 @@ class SessionRepository:
             log.warning("could not clear compression cooldown for %s: %s", session_id, exc)
 
     def _get_counter(self, session_id: str, column: str) -> int:
-        with self.store.read() as session:
-            value = session.execute(
-                select(S[column]).where(S.id == session_id)
-            ).scalar_one_or_none()
+        with self.store.read() as conn:
+            value = conn.execute(select(S[column]).where(S.id == session_id)).scalar_one_or_none()
         if value is None:
             return 0
         try:
@@ -997,12 +548,14 @@ class SessionRepository:
             return 0
 
     def get_compression_fallback_streak(self, session_id: str) -> int:
+        """How many compressions in a row fell back to the simple summary (0 if unknown)."""
         return self._get_counter(session_id, "compression_fallback_streak")
 
     def set_compression_fallback_streak(self, session_id: str, value: int) -> None:
         self._update(session_id, compression_fallback_streak=max(0, int(value)))
 
     def get_compression_ineffective_count(self, session_id: str) -> int:
+        """How many compressions in a row saved too little (0 if unknown)."""
         return self._get_counter(session_id, "compression_ineffective_count")
 
     def set_compression_ineffective_count(self, session_id: str, value: int) -> None:
@@ -1011,52 +564,41 @@ class SessionRepository:
     # ----------------------------------------------------------------- lineage
 
     def get_compression_tip(self, session_id: str) -> str:
-        with self.store.read() as session:
-            return compression_tip(session, session_id)
+        """The live end of the session's compression chain (the id itself if none)."""
+        with self.store.read() as conn:
+            return compression_tip(conn, session_id)
 
     def get_compression_lineage(self, session_id: str) -> list[str]:
-        with self.store.read() as session:
-            return compression_lineage(session, session_id)
+        """The compression chain the session belongs to, root first ([] if unknown)."""
+        with self.store.read() as conn:
+            return compression_lineage(conn, session_id)
 
     def find_live_compression_child(self, parent_session_id: str) -> Row | None:
         """The unique open continuation of a compressed session; None when there is
         none or when several compete (the caller must not guess)."""
-        with self.store.read() as session:
-            if _end_reason(session, parent_session_id) != COMPRESSION:
-                return None
-            child = SESSIONS.alias("c")
-            ids = (
-                session.execute(
-                    select(child.c.id)
-                    .where(
-                        child.c.parent_session_id == parent_session_id,
-                        child.c.ended_at.is_(None),
-                        _is_continuation(child),
-                    )
-                    .limit(2)
-                )
-                .scalars()
-                .all()
-            )
-            if len(ids) != 1:
-                return None
-            return _full_row(session, ids[0])
+        with self.store.read() as conn:
+            child = live_continuation(conn, parent_session_id)
+            return None if child is None else full_row(conn, child)
 
     def get_session_delete_targets(self, session_id: str) -> list[str]:
-        with self.store.read() as session:
-            if not _exists(session, session_id):
+        """What deleting the session removes: itself, then its delegate runs."""
+        with self.store.read() as conn:
+            if not session_exists(conn, session_id):
                 return []
-            return [session_id, *sorted(delegate_descendants(session, session_id))]
+            return [session_id, *sorted(delegate_descendants(conn, session_id))]
 
     def ancestors(self, session_id: str) -> list[str]:
-        with self.store.read() as session:
-            return ancestor_ids(session, session_id)
+        """Every ancestor through `parent_session_id`, nearest first."""
+        with self.store.read() as conn:
+            return ancestor_ids(conn, session_id)
 
     def descendants(self, session_id: str) -> list[str]:
-        with self.store.read() as session:
-            return descendant_ids(session, session_id)
+        """Every descendant through `parent_session_id`, level by level."""
+        with self.store.read() as conn:
+            return descendant_ids(conn, session_id)
 
     def get_conversation_root(self, session_id: str) -> str:
+        """The farthest ancestor (the id itself for a root or an unknown id)."""
         chain = self.ancestors(session_id)
         return chain[-1] if chain else session_id
 
@@ -1066,29 +608,8 @@ class SessionRepository:
         would resume into an empty transcript)."""
         if not session_id:
             return session_id
-        with self.store.read() as session:
-            current = compression_tip(session, session_id)
-            best = current if _has_messages(session, current) else None
-            seen = {current}
-            for _ in range(MAX_RESUME_HOPS):
-                child = SESSIONS.alias("c")
-                nxt = session.execute(
-                    select(child.c.id)
-                    .where(
-                        child.c.parent_session_id == current,
-                        _is_continuation(child),
-                        child.c.id.not_in(list(seen)),
-                    )
-                    .order_by(child.c.started_at.desc(), child.c.id.desc())
-                    .limit(1)
-                ).scalar_one_or_none()
-                if nxt is None:
-                    break
-                seen.add(nxt)
-                current = nxt
-                if _has_messages(session, current):
-                    best = current
-        return best or session_id
+        with self.store.read() as conn:
+            return resume_target(conn, session_id)
 
     # ----------------------------------------------------------------- listing
 
@@ -1111,8 +632,13 @@ class SessionRepository:
         compact_rows: bool = False,
         include_pinned: bool = False,
     ) -> list[Row]:
+        """A page of listing rows (the full row or `compact_rows`, plus `preview` and
+        `last_active`), newest start first or, with `order_by_last_active`, by the newest
+        activity in each conversation's compression chain (where `id_query` and
+        `search_query` filter by id / title over the chain). Roots and branches only
+        unless `include_children`; a compressed root is shown as its live tip."""
         self._flush()
-        filters = _Filters(
+        filters = ListingFilters(
             source=source,
             sources=sources,
             exclude_sources=exclude_sources,
@@ -1122,51 +648,25 @@ class SessionRepository:
             archived_only=archived_only,
             listable_only=not include_children,
         )
-        s = _alias(SESSIONS, "s")
-        if order_by_last_active:
-            base, order = _by_chain_activity(s, filters, compact_rows, id_query, search_query)
-        else:
-            base = _rich_select(s, compact_rows).where(*filters.conditions(s))
-            order = [s.c.started_at.desc(), s.c.id.desc()]
-        page_query = base.order_by(*order).offset(offset or 0)
-        if limit is not None:
-            page_query = page_query.limit(limit)
-        with self.store.read() as session:
-            rows = _rich_rows(session, page_query)
-            if include_pinned:
-                on_page = [row["id"] for row in rows]
-                pinned = base.where(s.c.pinned != 0).order_by(s.c.started_at.desc(), s.c.id.desc())
-                rows += [r for r in _rich_rows(session, pinned) if r["id"] not in on_page]
-            if project_compression_tips and not include_children:
-                rows = [self._project(session, row, compact_rows) for row in rows]
-        return rows
-
-    @staticmethod
-    def _project(session: Connection, row: Row, compact: bool) -> Row:
-        """Show a compressed conversation as its live tip, keeping the root's start time
-        and totals, and say where the lineage began."""
-        if row.get("end_reason") != COMPRESSION:
-            return row
-        root_id = row["id"]
-        tip_id = compression_tip(session, root_id)
-        if tip_id == root_id:
-            return row
-        t = _alias(SESSIONS, "s")
-        tips = _rich_rows(session, _rich_select(t, compact).where(t.c.id == tip_id))
-        if not tips:
-            return row
-        projected = dict(row)
-        for name in PROJECTED_FIELDS:
-            if name in tips[0]:
-                projected[name] = tips[0][name]
-        projected["_lineage_root_id"] = root_id
-        return projected
+        with self.store.read() as conn:
+            return list_page(
+                conn,
+                filters,
+                limit=limit,
+                offset=offset,
+                compact=compact_rows,
+                by_chain_activity=order_by_last_active,
+                id_query=id_query,
+                search_query=search_query,
+                include_pinned=include_pinned,
+                project_tips=project_compression_tips,
+            )
 
     def get_session_rich_row(self, session_id: str, compact_rows: bool = False) -> Row | None:
+        """One listing row (not projected onto its tip), or None."""
         self._flush()
-        s = _alias(SESSIONS, "s")
-        with self.store.read() as session:
-            rows = _rich_rows(session, _rich_select(s, compact_rows).where(s.c.id == session_id))
+        with self.store.read() as conn:
+            rows = rich_rows(conn, rich_row_by_id(compact_rows), {"id": session_id})
         return rows[0] if rows else None
 
     def search_sessions_by_id(
@@ -1211,26 +711,29 @@ class SessionRepository:
         offset: int = 0,
         workspace_key: str | None = None,
     ) -> list[Row]:
-        """Every session (children and archived included), most recently active first."""
+        """Every session (children and archived included), most recently active first,
+        optionally of one source or one workspace (a git root, else a directory tree).
+        Despite its name this filters, it does not search text: see `SearchRepository`."""
         s = SESSIONS.alias("s")
-        last_active = _last_active(s).label("last_active")
-        query = select(literal_column("s.*"), last_active).select_from(s)
+        activity = last_active(s.c.id, s.c.started_at).label("last_active")
+        query = select(literal_column("s.*"), activity).select_from(s)
         if source:
             query = query.where(s.c.source == source)
         if workspace_key:
             no_root = or_(s.c.git_repo_root.is_(None), s.c.git_repo_root == "")
+            base, length, heads = path_prefix_values(workspace_key)
             query = query.where(
                 or_(
                     s.c.git_repo_root == workspace_key,
-                    and_(no_root, _cwd_under(s.c.cwd, workspace_key)),
+                    and_(no_root, path_under(s.c.cwd, base, length, heads)),
                 )
             )
-        query = query.order_by(last_active.desc(), s.c.started_at.desc(), s.c.id.desc())
+        query = query.order_by(activity.desc(), s.c.started_at.desc(), s.c.id.desc())
         query = query.offset(offset or 0)
         if limit is not None:
             query = query.limit(limit)
-        with self.store.read() as session:
-            return [dict(row) for row in session.execute(query).mappings()]
+        with self.store.read() as conn:
+            return [dict(row) for row in conn.execute(query).mappings()]
 
     def session_count(
         self,
@@ -1243,7 +746,8 @@ class SessionRepository:
         exclude_children: bool = False,
         exclude_sources: Sequence[str] | None = None,
     ) -> int:
-        filters = _Filters(
+        """How many sessions the listing filters select."""
+        filters = ListingFilters(
             source=source,
             sources=sources,
             exclude_sources=exclude_sources,
@@ -1253,10 +757,10 @@ class SessionRepository:
             archived_only=archived_only,
             listable_only=exclude_children,
         )
-        s = SESSIONS.alias("s")
-        query = select(func.count()).select_from(s).where(*filters.conditions(s))
-        with self.store.read() as session:
-            return int(session.execute(query).scalar_one())
+        with self.store.read() as conn:
+            return int(
+                conn.execute(count_statement(filters.shape()), filters.params()).scalar_one()
+            )
 
     def session_count_by_source(
         self,
@@ -1265,60 +769,52 @@ class SessionRepository:
         archived_only: bool = False,
         exclude_children: bool = False,
     ) -> dict[str, int]:
-        filters = _Filters(
+        """Sessions per source, most first ('' and NULL sources count as `cli`)."""
+        filters = ListingFilters(
             include_archived=include_archived,
             archived_only=archived_only,
             listable_only=exclude_children,
         )
-        s = SESSIONS.alias("s")
-        # Rows written before sources existed carry '' or NULL; they came from the CLI.
-        key = func.coalesce(func.nullif(s.c.source, ""), "cli").label("source_key")
-        count = func.count().label("n")
-        query = (
-            select(key, count)
-            .select_from(s)
-            .where(*filters.conditions(s))
-            .group_by(key)
-            .order_by(count.desc(), key)
-        )
-        with self.store.read() as session:
-            return {str(r.source_key): int(r.n) for r in session.execute(query)}
+        statement = source_counts_statement(filters.shape())
+        with self.store.read() as conn:
+            return {str(r.source_key): int(r.n) for r in conn.execute(statement, filters.params())}
 
     def list_cron_job_runs(self, job_id: str, limit: int = 20, offset: int = 0) -> list[Row]:
         """Runs of one cron job, newest first: an index range over the id prefix, so the
         cost follows the page size, not the whole cron history."""
         prefix = f"cron_{job_id}_"
         upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-        s = SESSIONS.alias("s")
+        s = alias(SESSIONS, "s")
         query = (
-            _rich_select(s, False)
+            rich_select(s, False)
             .where(s.c.source == "cron", s.c.id >= prefix, s.c.id < upper)
             .order_by(s.c.started_at.desc(), s.c.id.desc())
             .limit(limit)
             .offset(offset or 0)
         )
-        with self.store.read() as session:
-            return _rich_rows(session, query)
+        with self.store.read() as conn:
+            return rich_rows(conn, Prepared(query), {})
 
     def distinct_session_cwds(self, include_archived: bool = False) -> list[dict[str, Any]]:
+        """Each working directory with its number of sessions and last activity."""
         conds: list[ColumnElement[bool]] = [S.cwd.is_not(None), func.trim(S.cwd) != ""]
         if not include_archived:
             conds.append(S.archived == 0)
-        last_active = func.max(func.coalesce(S.ended_at, S.started_at, 0)).label("last_active")
+        activity = func.max(func.coalesce(S.ended_at, S.started_at, 0)).label("last_active")
         query = (
-            select(S.cwd, func.count().label("sessions"), last_active)
+            select(S.cwd, func.count().label("sessions"), activity)
             .where(*conds)
             .group_by(S.cwd)
             .order_by(S.cwd)
         )
-        with self.store.read() as session:
+        with self.store.read() as conn:
             return [
                 {
                     "cwd": r.cwd,
                     "sessions": int(r.sessions or 0),
                     "last_active": float(r.last_active or 0),
                 }
-                for r in session.execute(query)
+                for r in conn.execute(query)
             ]
 
     def list_skill_scaffolded_sessions(self, limit: int = 200) -> list[Row]:
@@ -1345,10 +841,10 @@ class SessionRepository:
             .order_by(S.started_at.desc(), S.id.desc())
             .limit(max(0, int(limit)))
         )
-        with self.store.read() as session:
+        with self.store.read() as conn:
             return [
                 {"id": r.id, "title": r.title, "content": decode_content(r.content)}
-                for r in session.execute(query)
+                for r in conn.execute(query)
             ]
 
     def get_first_assistant_text(self, session_id: str) -> str:
@@ -1361,103 +857,10 @@ class SessionRepository:
             .order_by(M.timestamp, M.id)
             .limit(1)
         )
-        with self.store.read() as session:
-            stored = session.execute(query).scalar_one_or_none()
+        with self.store.read() as conn:
+            stored = conn.execute(query).scalar_one_or_none()
         decoded = decode_content(stored)
         return decoded if isinstance(decoded, str) else ""
 
 
-# --------------------------------------------------------------------------- helpers
-
-
-_UPSERT = text(
-    "INSERT INTO sessions (id, source, user_id, model, model_config, system_prompt, "
-    "parent_session_id, started_at, session_key, chat_id, chat_type, thread_id, cwd, "
-    "profile_name, git_repo_root) VALUES (:id, :source, :user_id, :model, :model_config, "
-    ":system_prompt, :parent_session_id, :started_at, :session_key, :chat_id, :chat_type, "
-    ":thread_id, :cwd, :profile_name, :git_repo_root) "
-    # An existing row only gets its gaps filled; source, user_id and started_at stay.
-    "ON CONFLICT (id) DO UPDATE SET "
-    "model = COALESCE(sessions.model, excluded.model), "
-    "model_config = COALESCE(sessions.model_config, excluded.model_config), "
-    "system_prompt = COALESCE(sessions.system_prompt, excluded.system_prompt), "
-    "session_key = COALESCE(sessions.session_key, excluded.session_key), "
-    "chat_id = COALESCE(sessions.chat_id, excluded.chat_id), "
-    "chat_type = COALESCE(sessions.chat_type, excluded.chat_type), "
-    "thread_id = COALESCE(sessions.thread_id, excluded.thread_id), "
-    "parent_session_id = COALESCE(sessions.parent_session_id, excluded.parent_session_id), "
-    "cwd = COALESCE(sessions.cwd, excluded.cwd), "
-    "profile_name = COALESCE(sessions.profile_name, excluded.profile_name), "
-    "git_repo_root = COALESCE(sessions.git_repo_root, excluded.git_repo_root)"
-)
-
-
-def escape_like(value: str) -> str:
-    """`value` as a literal inside a LIKE pattern with `ESCAPE '\\'`."""
-    return value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
-def _by_chain_activity(
-    s: NamedFromClause,
-    filters: _Filters,
-    compact: bool,
-    id_query: str | None,
-    search_query: str | None,
-) -> tuple[Select[Any], list[Any]]:
-    """The listing ordered by the newest activity anywhere in each row's forward
-    compression chain, with the id/title search applied over that chain in SQL."""
-    seed = SESSIONS.alias("seed")
-    chain = (
-        select(seed.c.id.label("root_id"), seed.c.id.label("member_id"))
-        .where(*filters.conditions(seed))
-        .cte("chain", recursive=True)
-    )
-    parent = SESSIONS.alias("cp")
-    child = SESSIONS.alias("cc")
-    chain = chain.union(
-        select(chain.c.root_id, child.c.id)
-        .select_from(
-            chain.join(parent, parent.c.id == chain.c.member_id).join(
-                child, child.c.parent_session_id == parent.c.id
-            )
-        )
-        .where(parent.c.end_reason == COMPRESSION, _is_continuation(child))
-    )
-    member = SESSIONS.alias("cm")
-    stats_columns: list[Any] = [
-        chain.c.root_id,
-        func.max(_last_active(member)).label("activity"),
-    ]
-    id_needle = (id_query or "").strip()
-    search_needle = (search_query or "").strip()
-    if id_needle:
-        stats_columns.append(_any(_contains(member.c.id, id_needle)).label("id_hit"))
-    if search_needle:
-        stats_columns.append(_any(_search_hit(member, search_needle)).label("search_hit"))
-    stats = (
-        select(*stats_columns)
-        .select_from(chain.join(member, member.c.id == chain.c.member_id))
-        .group_by(chain.c.root_id)
-        .subquery("stats")
-    )
-    query = _rich_select(s, compact).join(stats, stats.c.root_id == s.c.id)
-    if id_needle:
-        query = query.where(stats.c.id_hit == 1)
-    if search_needle:
-        query = query.where(stats.c.search_hit == 1)
-    return query, [stats.c.activity.desc(), s.c.started_at.desc(), s.c.id.desc()]
-
-
-def _any(condition: ColumnElement[bool]) -> ColumnElement[Any]:
-    return func.max(case((condition, 1), else_=0))
-
-
-def _search_hit(member: NamedFromClause, needle: str) -> ColumnElement[bool]:
-    title = func.coalesce(member.c.title, "")
-    hits = [_contains(member.c.id, needle), _contains(title, needle)]
-    # Only titles get the squashed pass: ids are mostly digits and separators, so a
-    # squashed short query ("#2" -> "2") would match nearly every id.
-    squashed = "".join(ch for ch in needle if ch not in SEARCH_PUNCTUATION)
-    if squashed:
-        hits.append(_contains(_strip_punctuation(title), squashed))
-    return or_(*hits)
+__all__ = ["SessionRepository", "full_row"]

@@ -17,7 +17,8 @@ from ..models import Session as SessionModel
 from ..store import Store
 from ._dialect import lock_key
 from ._encoding import scrub
-from .sessions import compression_ancestors, escape_like
+from ._sql import escape_like
+from .lineage import compression_ancestors
 
 SESSIONS = cast(Table, SessionModel.__table__)
 S = SESSIONS.c

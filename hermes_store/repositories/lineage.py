@@ -1,0 +1,393 @@
+"""Lineage: how sessions link to each other through `parent_session_id`, and the walks
+along those links (spec/schema.md section 8, spec/behaviour.md sections 5.3 and 9).
+
+A child is a compression continuation (its parent ended with `compression`), a `/branch`
+child (marker `_branched_from` in `model_config`, or the legacy heuristic) or a delegate
+sub-agent run (marker `_delegate_from`). Walks are bounded (100 hops; 32 for the resume
+walk) and remember what they have visited, because `parent_session_id` is written by many
+processes and a cycle in it must not hang a listing.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, cast
+
+from sqlalchemy import (
+    TEXT,
+    ColumnElement,
+    Connection,
+    Table,
+    and_,
+    bindparam,
+    case,
+    exists,
+    func,
+    literal,
+    or_,
+    select,
+    text,
+)
+from sqlalchemy.sql.selectable import NamedFromClause
+
+from ..models import Message
+from ..models import Session as SessionModel
+from ..prepared import Prepared
+from ._dialect import json_member
+from ._encoding import flag
+from ._sql import alias, chunks, rowcount
+
+SESSIONS = cast(Table, SessionModel.__table__)
+MESSAGES = cast(Table, Message.__table__)
+S = SESSIONS.c
+M = MESSAGES.c
+
+COMPRESSION = "compression"
+BRANCHED = "branched"
+BRANCH_MARKER = "_branched_from"
+DELEGATE_MARKER = "_delegate_from"
+MAX_LINEAGE_HOPS = 100
+MAX_RESUME_HOPS = 32
+
+
+# --------------------------------------------------------------------------- conditions
+
+
+def marker(config: ColumnElement[Any], key: str) -> ColumnElement[Any]:
+    """A lineage marker from `model_config`, NULL when absent or malformed."""
+    return json_member(config, literal(key, TEXT()))
+
+
+def is_branch_child(a: NamedFromClause) -> ColumnElement[bool]:
+    """schema.md section 8: the `/branch` marker, or the legacy heuristic (the parent
+    ended `branched` and the child started after it)."""
+    parent = alias(SESSIONS, "branch_parent")
+    return or_(
+        marker(a.c.model_config, BRANCH_MARKER).is_not(None),
+        exists().where(
+            parent.c.id == a.c.parent_session_id,
+            parent.c.end_reason == BRANCHED,
+            a.c.started_at >= parent.c.ended_at,
+        ),
+    )
+
+
+def is_listable(a: NamedFromClause) -> ColumnElement[bool]:
+    """A row listings show: a root or a branch child, never a delegate run."""
+    return and_(
+        or_(a.c.parent_session_id.is_(None), is_branch_child(a)),
+        marker(a.c.model_config, DELEGATE_MARKER).is_(None),
+    )
+
+
+def is_continuation(a: NamedFromClause) -> ColumnElement[bool]:
+    """A child that can carry a conversation on: not a branch, delegate or tool run."""
+    return and_(
+        marker(a.c.model_config, BRANCH_MARKER).is_(None),
+        marker(a.c.model_config, DELEGATE_MARKER).is_(None),
+        func.coalesce(a.c.source, "") != "tool",
+    )
+
+
+def last_active(
+    session_id: ColumnElement[Any], started_at: ColumnElement[Any]
+) -> ColumnElement[Any]:
+    """A session's last activity: its newest message's timestamp, else when it started."""
+    m = alias(MESSAGES, "newest_m")
+    newest = select(func.max(m.c.timestamp)).where(m.c.session_id == session_id)
+    return func.coalesce(newest.scalar_subquery(), started_at)
+
+
+def has_marker(model_config: Any, key: str) -> bool:
+    config = json_object(model_config)
+    return config is not None and config.get(key) is not None
+
+
+def json_object(model_config: Any) -> dict[str, Any] | None:
+    """`model_config` parsed, or None when it is not a JSON object."""
+    if not isinstance(model_config, str):
+        return None
+    try:
+        parsed = json.loads(model_config)
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+# --------------------------------------------------------------------------- single rows
+
+_END_REASON = Prepared(select(S.end_reason).where(S.id == bindparam("id")))
+_EXISTS = Prepared(select(S.id).where(S.id == bindparam("id")))
+_PARENT = Prepared(select(S.parent_session_id, S.model_config).where(S.id == bindparam("id")))
+_HAS_MESSAGES = Prepared(select(M.id).where(M.session_id == bindparam("id")).limit(1))
+
+
+def end_reason(conn: Connection, session_id: str) -> str | None:
+    value = _END_REASON.scalar(conn, {"id": session_id})
+    return None if value is None else str(value)
+
+
+def session_exists(conn: Connection, session_id: str) -> bool:
+    return _EXISTS.first(conn, {"id": session_id}) is not None
+
+
+def has_messages(conn: Connection, session_id: str) -> bool:
+    return _HAS_MESSAGES.first(conn, {"id": session_id}) is not None
+
+
+def parent_of(conn: Connection, session_id: str) -> str | None:
+    row = _PARENT.first(conn, {"id": session_id})
+    return None if row is None or not row[0] else str(row[0])
+
+
+# --------------------------------------------------------------------------- walks
+
+
+def compression_tip(conn: Connection, session_id: str) -> str:
+    """The live end of a compression chain (behaviour.md 5.3); the input when there is
+    no continuation, also for unknown ids."""
+    current = session_id
+    seen = {session_id}
+    for _ in range(MAX_LINEAGE_HOPS):
+        if end_reason(conn, current) != COMPRESSION:
+            break
+        child = SESSIONS.alias("c")
+        # Prefer a child that was itself compressed (the chain goes on), then a live one.
+        rank = case(
+            (child.c.end_reason == COMPRESSION, 0), (child.c.ended_at.is_(None), 1), else_=2
+        )
+        nxt = conn.execute(
+            select(child.c.id)
+            .where(
+                child.c.parent_session_id == current,
+                is_continuation(child),
+                child.c.id.not_in(list(seen)),
+            )
+            .order_by(
+                rank,
+                last_active(child.c.id, child.c.started_at).desc(),
+                child.c.started_at.desc(),
+                child.c.id.desc(),
+            )
+            .limit(1)
+        ).scalar_one_or_none()
+        if nxt is None:
+            break
+        seen.add(nxt)
+        current = nxt
+    return current
+
+
+def compression_ancestors(conn: Connection, session_id: str) -> list[str]:
+    """Ancestors reached through parents ended by compression, nearest first. A branch
+    child starts a conversation of its own, so the walk stops there."""
+    chain: list[str] = []
+    seen = {session_id}
+    current = session_id
+    for _ in range(MAX_LINEAGE_HOPS):
+        row = _PARENT.first(conn, {"id": current})
+        if row is None or not row[0] or row[0] in seen:
+            break
+        parent, model_config = str(row[0]), row[1]
+        if has_marker(model_config, BRANCH_MARKER):
+            break
+        if end_reason(conn, parent) != COMPRESSION:
+            break
+        current = parent
+        seen.add(current)
+        chain.append(current)
+    return chain
+
+
+def compression_lineage(conn: Connection, session_id: str) -> list[str]:
+    """The compression chain `session_id` belongs to, root first; `[session_id]` when it
+    is in none, [] for an unknown id."""
+    if not session_exists(conn, session_id):
+        return []
+    ancestors = compression_ancestors(conn, session_id)
+    root = ancestors[-1] if ancestors else session_id
+    chain = [root]
+    current = root
+    for _ in range(MAX_LINEAGE_HOPS):
+        if end_reason(conn, current) != COMPRESSION:
+            break
+        child = SESSIONS.alias("c")
+        nxt = conn.execute(
+            select(child.c.id)
+            .where(
+                child.c.parent_session_id == current,
+                marker(child.c.model_config, BRANCH_MARKER).is_(None),
+                child.c.id.not_in(chain),
+            )
+            .order_by(child.c.started_at, child.c.id)
+            .limit(1)
+        ).scalar_one_or_none()
+        if nxt is None:
+            break
+        chain.append(nxt)
+        current = nxt
+    return chain if session_id in chain else [session_id]
+
+
+def ancestor_ids(conn: Connection, session_id: str) -> list[str]:
+    """Every ancestor through `parent_session_id`, nearest first."""
+    chain: list[str] = []
+    seen = {session_id}
+    current = session_id
+    for _ in range(MAX_LINEAGE_HOPS):
+        parent = parent_of(conn, current)
+        if not parent or parent in seen:
+            break
+        seen.add(parent)
+        chain.append(parent)
+        current = parent
+    return chain
+
+
+def descendant_ids(conn: Connection, session_id: str) -> list[str]:
+    """Every descendant through `parent_session_id`, level by level (at most 100)."""
+    found: list[str] = []
+    seen = {session_id}
+    frontier = [session_id]
+    for _ in range(MAX_LINEAGE_HOPS):
+        level: list[str] = []
+        for chunk in chunks(frontier):
+            rows = conn.execute(
+                select(S.id).where(S.parent_session_id.in_(chunk)).order_by(S.started_at, S.id)
+            ).scalars()
+            for child_id in rows:
+                if child_id not in seen:
+                    seen.add(child_id)
+                    level.append(child_id)
+        if not level:
+            break
+        found.extend(level)
+        frontier = level
+    return found
+
+
+def delegate_descendants(conn: Connection, session_id: str) -> set[str]:
+    """Rows whose `_delegate_from` names a collected id, or delegate-marked children of
+    one, walked to a fixed point (behaviour.md section 9)."""
+    collected = {session_id}
+    frontier = [session_id]
+    a = SESSIONS.alias("d")
+    delegate_of = marker(a.c.model_config, DELEGATE_MARKER)
+    while frontier:
+        new: set[str] = set()
+        for chunk in chunks(frontier):
+            rows = conn.execute(
+                select(a.c.id).where(
+                    or_(
+                        delegate_of.in_(chunk),
+                        and_(a.c.parent_session_id.in_(chunk), delegate_of.is_not(None)),
+                    )
+                )
+            ).scalars()
+            new.update(r for r in rows if r not in collected)
+        collected |= new
+        frontier = sorted(new)
+    collected.discard(session_id)
+    return collected
+
+
+def live_continuation(conn: Connection, parent_session_id: str) -> str | None:
+    """The unique open continuation of a compressed session; None when there is none or
+    when several compete (the caller must not guess)."""
+    if end_reason(conn, parent_session_id) != COMPRESSION:
+        return None
+    child = SESSIONS.alias("c")
+    ids = (
+        conn.execute(
+            select(child.c.id)
+            .where(
+                child.c.parent_session_id == parent_session_id,
+                child.c.ended_at.is_(None),
+                is_continuation(child),
+            )
+            .limit(2)
+        )
+        .scalars()
+        .all()
+    )
+    return ids[0] if len(ids) == 1 else None
+
+
+def resume_target(conn: Connection, session_id: str) -> str:
+    """Where a resume should land: the compression tip, then the deepest newest
+    continuation that actually has messages (a child created but never written to would
+    resume into an empty transcript)."""
+    current = compression_tip(conn, session_id)
+    best = current if has_messages(conn, current) else None
+    seen = {current}
+    for _ in range(MAX_RESUME_HOPS):
+        child = SESSIONS.alias("c")
+        nxt = conn.execute(
+            select(child.c.id)
+            .where(
+                child.c.parent_session_id == current,
+                is_continuation(child),
+                child.c.id.not_in(list(seen)),
+            )
+            .order_by(child.c.started_at.desc(), child.c.id.desc())
+            .limit(1)
+        ).scalar_one_or_none()
+        if nxt is None:
+            break
+        seen.add(nxt)
+        current = nxt
+        if has_messages(conn, current):
+            best = current
+    return best or session_id
+
+
+# The CTE sits inside the IN (...) so the statement starts with UPDATE: Python's sqlite3
+# only reports a rowcount for statements it recognises as DML by their first keyword.
+# UNION (not UNION ALL) makes both walks stop at a cycle.
+_LINEAGE_MEMBERS = """
+  WITH RECURSIVE
+    up(id) AS (
+      SELECT :sid
+      UNION
+      SELECT p.id FROM up
+        JOIN sessions c ON c.id = up.id
+        JOIN sessions p ON p.id = c.parent_session_id
+      WHERE p.end_reason = 'compression'
+    ),
+    down(id) AS (
+      SELECT :sid
+      UNION
+      SELECT c.id FROM down
+        JOIN sessions p ON p.id = down.id
+        JOIN sessions c ON c.parent_session_id = p.id
+      WHERE p.end_reason = 'compression'
+    )
+  SELECT id FROM up UNION SELECT id FROM down
+"""
+# Both statements are assembled from this module's constants only (no input).
+_LINEAGE = (
+    "UPDATE sessions SET {column} = :value WHERE id IN ("  # noqa: S608
+    + _LINEAGE_MEMBERS
+    + ")"
+)
+_LINEAGE_SELECT = text(
+    "SELECT id FROM sessions WHERE id IN ("  # noqa: S608
+    + _LINEAGE_MEMBERS
+    + ") ORDER BY id"
+)
+# One statement per flag: the column name is a constant of this module, never input.
+_LINEAGE_UPDATES = {
+    column: text(_LINEAGE.format(column=column)) for column in ("archived", "pinned")
+}
+
+
+def lineage_members(conn: Connection, session_id: str) -> list[str]:
+    """The existing ids `set_session_archived` / `set_session_pinned` would touch for
+    `session_id`: ancestors and descendants linked through parents ended by compression."""
+    return [str(r) for r in conn.execute(_LINEAGE_SELECT, {"sid": session_id}).scalars()]
+
+
+def set_lineage_flag(conn: Connection, column: str, session_id: str, value: Any) -> bool:
+    """Sets a flag (`archived` or `pinned`) on the whole compression lineage."""
+    result = conn.execute(_LINEAGE_UPDATES[column], {"sid": session_id, "value": flag(value)})
+    return rowcount(result) > 0

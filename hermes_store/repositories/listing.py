@@ -1,0 +1,370 @@
+"""Session listings: the filters, the rich row (the full row plus preview and last
+activity), the order by activity over a compression chain, the id/title search, and the
+projection of a compressed conversation onto its live tip (spec/behaviour.md 4.2).
+
+A listing is the view people look at most, so its statement is prepared once per
+*shape* (which filters are present, how many sources, compact or full rows, the order)
+with every value a bound parameter: building and compiling this statement per call cost
+more than SQLite spends running it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any, cast
+
+from sqlalchemy import (
+    TEXT,
+    ColumnElement,
+    Connection,
+    Integer,
+    Select,
+    Table,
+    bindparam,
+    case,
+    func,
+    literal_column,
+    or_,
+    select,
+)
+from sqlalchemy.sql.selectable import NamedFromClause
+
+from ..models import Session as SessionModel
+from ..prepared import Prepared
+from ._preview import first_user_excerpt, shape_session_preview
+from ._sql import alias, contains_caseless, path_prefix_values, path_under
+from .lineage import COMPRESSION, compression_tip, is_continuation, is_listable, last_active
+
+SESSIONS = cast(Table, SessionModel.__table__)
+
+Row = dict[str, Any]
+
+#: Columns `compact_rows` returns: every declared column but the prompt snapshot.
+COMPACT_COLUMNS = tuple(name for name in SESSIONS.c.keys() if name != "system_prompt")
+#: Fields a listed compression root takes from its live tip; the rest stay the root's.
+PROJECTED_FIELDS = (
+    "id",
+    "ended_at",
+    "end_reason",
+    "message_count",
+    "tool_call_count",
+    "title",
+    "last_active",
+    "preview",
+    "model",
+    "system_prompt",
+    "cwd",
+    "git_branch",
+    "git_repo_root",
+)
+#: Separators `search_query` ignores in its second pass, so `an94` finds `AN-94`. Kept
+#: short: each one is a nested replace() in SQL, and SQLite's parser depth is limited.
+SEARCH_PUNCTUATION = " -_./:#'"
+
+
+def _text_param(name: str) -> Any:
+    return bindparam(name, type_=TEXT())
+
+
+def _int_param(name: str) -> Any:
+    return bindparam(name, type_=Integer())
+
+
+# --------------------------------------------------------------------------- filters
+
+
+@dataclass(frozen=True)
+class ListingFilters:
+    """Which sessions a listing or a count includes. `shape()` says which statement
+    serves them (what is present, how many sources), `params()` gives its values."""
+
+    source: str | None = None
+    sources: Sequence[str] | None = None
+    exclude_sources: Sequence[str] | None = None
+    cwd_prefix: str | None = None
+    min_message_count: int = 0
+    include_archived: bool = False
+    archived_only: bool = False
+    listable_only: bool = True
+    wanted: tuple[str, ...] = field(init=False)
+    excluded: tuple[str, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        wanted = ([self.source] if self.source else []) + list(self.sources or [])
+        object.__setattr__(self, "wanted", tuple(wanted))
+        object.__setattr__(self, "excluded", tuple(self.exclude_sources or ()))
+
+    def shape(self) -> tuple[Any, ...]:
+        archived = "only" if self.archived_only else "all" if self.include_archived else "live"
+        return (
+            len(self.wanted),
+            len(self.excluded),
+            bool(self.cwd_prefix),
+            bool(self.min_message_count and self.min_message_count > 0),
+            archived,
+            self.listable_only,
+        )
+
+    def params(self) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        values.update({f"f_source_{i}": v for i, v in enumerate(self.wanted)})
+        values.update({f"f_exclude_{i}": v for i, v in enumerate(self.excluded)})
+        if self.cwd_prefix:
+            base, length, (slash, backslash) = path_prefix_values(self.cwd_prefix)
+            values.update(f_cwd=base, f_cwd_len=length, f_cwd_slash=slash, f_cwd_bs=backslash)
+        if self.min_message_count and self.min_message_count > 0:
+            values["f_min_count"] = self.min_message_count
+        return values
+
+
+def filter_conditions(a: NamedFromClause, shape: tuple[Any, ...]) -> list[ColumnElement[bool]]:
+    """The WHERE conditions of a `ListingFilters.shape()`, over the alias `a`, with the
+    values as bound parameters named as `ListingFilters.params()` names them."""
+    n_wanted, n_excluded, has_cwd, has_min, archived, listable_only = shape
+    conds: list[ColumnElement[bool]] = []
+    if listable_only:
+        conds.append(is_listable(a))
+    if n_wanted:
+        conds.append(a.c.source.in_([_text_param(f"f_source_{i}") for i in range(n_wanted)]))
+    if n_excluded:
+        excluded = [_text_param(f"f_exclude_{i}") for i in range(n_excluded)]
+        conds.append(a.c.source.not_in(excluded))
+    if has_cwd:
+        heads = [_text_param("f_cwd_slash"), _text_param("f_cwd_bs")]
+        conds.append(path_under(a.c.cwd, _text_param("f_cwd"), _int_param("f_cwd_len"), heads))
+    if has_min:
+        conds.append(a.c.message_count >= _int_param("f_min_count"))
+    if archived == "only":
+        conds.append(a.c.archived != 0)
+    elif archived == "live":
+        conds.append(a.c.archived == 0)
+    return conds
+
+
+# --------------------------------------------------------------------------- rich rows
+
+
+@cache
+def rich_select(a: NamedFromClause, compact: bool) -> Select[Any]:
+    """A listing row: the full row (or the compact columns), preview and last_active.
+    Built once per alias: callers add their own WHERE/ORDER BY to the immutable Select."""
+    columns: list[Any] = (
+        [a.c[name] for name in COMPACT_COLUMNS] if compact else [literal_column(f"{a.name}.*")]
+    )
+    return select(
+        *columns,
+        first_user_excerpt(a.c.id).label("_preview_raw"),
+        last_active(a.c.id, a.c.started_at).label("last_active"),
+    ).select_from(a)
+
+
+def rich_rows(conn: Connection, statement: Prepared, params: dict[str, Any]) -> list[Row]:
+    rows = statement.dicts(conn, params)
+    for row in rows:
+        row["preview"] = shape_session_preview(row.pop("_preview_raw", ""))
+    return rows
+
+
+@cache
+def rich_row_by_id(compact: bool) -> Prepared:
+    s = alias(SESSIONS, "s")
+    return Prepared(rich_select(s, compact).where(s.c.id == _text_param("id")))
+
+
+def project_tip(conn: Connection, row: Row, compact: bool) -> Row:
+    """Show a compressed conversation as its live tip, keeping the root's start time and
+    totals, and say where the lineage began."""
+    if row.get("end_reason") != COMPRESSION:
+        return row
+    root_id = row["id"]
+    tip_id = compression_tip(conn, root_id)
+    if tip_id == root_id:
+        return row
+    tips = rich_rows(conn, rich_row_by_id(compact), {"id": tip_id})
+    if not tips:
+        return row
+    projected = dict(row)
+    for name in PROJECTED_FIELDS:
+        if name in tips[0]:
+            projected[name] = tips[0][name]
+    projected["_lineage_root_id"] = root_id
+    return projected
+
+
+# --------------------------------------------------------------------------- the page
+
+
+@dataclass(frozen=True)
+class PageShape:
+    """Everything that changes the listing statement's text (values are parameters)."""
+
+    filters: tuple[Any, ...]
+    compact: bool
+    by_chain_activity: bool
+    id_query: bool
+    search_query: bool
+    squashed_query: bool
+    limited: bool
+    pinned_only: bool
+
+
+def page_params(
+    filters: ListingFilters,
+    limit: int | None,
+    offset: int,
+    id_query: str,
+    search_query: str,
+) -> dict[str, Any]:
+    params = filters.params()
+    params["page_limit"] = limit
+    params["page_offset"] = offset or 0
+    if id_query:
+        params["q_id"] = id_query
+    if search_query:
+        params["q_search"] = search_query
+        params["q_squashed"] = squashed(search_query)
+    return params
+
+
+def squashed(needle: str) -> str:
+    return "".join(ch for ch in needle if ch not in SEARCH_PUNCTUATION)
+
+
+@cache
+def page_statement(shape: PageShape) -> Prepared:
+    s = alias(SESSIONS, "s")
+    if shape.by_chain_activity:
+        query, order = _by_chain_activity(s, shape)
+    else:
+        query = rich_select(s, shape.compact).where(*filter_conditions(s, shape.filters))
+        order = [s.c.started_at.desc(), s.c.id.desc()]
+    if shape.pinned_only:
+        return Prepared(query.where(s.c.pinned != 0).order_by(s.c.started_at.desc(), s.c.id.desc()))
+    query = query.order_by(*order).offset(_int_param("page_offset"))
+    if shape.limited:
+        query = query.limit(_int_param("page_limit"))
+    return Prepared(query)
+
+
+def _by_chain_activity(s: NamedFromClause, shape: PageShape) -> tuple[Select[Any], list[Any]]:
+    """The listing ordered by the newest activity anywhere in each row's forward
+    compression chain, with the id/title search applied over that chain in SQL."""
+    seed = SESSIONS.alias("seed")
+    chain = (
+        select(seed.c.id.label("root_id"), seed.c.id.label("member_id"))
+        .where(*filter_conditions(seed, shape.filters))
+        .cte("chain", recursive=True)
+    )
+    parent = SESSIONS.alias("cp")
+    child = SESSIONS.alias("cc")
+    chain = chain.union(
+        select(chain.c.root_id, child.c.id)
+        .select_from(
+            chain.join(parent, parent.c.id == chain.c.member_id).join(
+                child, child.c.parent_session_id == parent.c.id
+            )
+        )
+        .where(parent.c.end_reason == COMPRESSION, is_continuation(child))
+    )
+    member = SESSIONS.alias("cm")
+    stats_columns: list[Any] = [
+        chain.c.root_id,
+        func.max(last_active(member.c.id, member.c.started_at)).label("activity"),
+    ]
+    if shape.id_query:
+        hit = contains_caseless(member.c.id, _text_param("q_id"))
+        stats_columns.append(_any(hit).label("id_hit"))
+    if shape.search_query:
+        stats_columns.append(_any(_search_hit(member, shape.squashed_query)).label("search_hit"))
+    stats = (
+        select(*stats_columns)
+        .select_from(chain.join(member, member.c.id == chain.c.member_id))
+        .group_by(chain.c.root_id)
+        .subquery("stats")
+    )
+    query = rich_select(s, shape.compact).join(stats, stats.c.root_id == s.c.id)
+    if shape.id_query:
+        query = query.where(stats.c.id_hit == 1)
+    if shape.search_query:
+        query = query.where(stats.c.search_hit == 1)
+    return query, [stats.c.activity.desc(), s.c.started_at.desc(), s.c.id.desc()]
+
+
+def _any(condition: ColumnElement[bool]) -> ColumnElement[Any]:
+    return func.max(case((condition, 1), else_=0))
+
+
+def _strip_punctuation(expr: ColumnElement[Any]) -> ColumnElement[Any]:
+    for char in SEARCH_PUNCTUATION:
+        expr = func.replace(expr, char, "", type_=TEXT())
+    return expr
+
+
+def _search_hit(member: NamedFromClause, with_squashed: bool) -> ColumnElement[bool]:
+    title = func.coalesce(member.c.title, "")
+    needle = _text_param("q_search")
+    hits = [contains_caseless(member.c.id, needle), contains_caseless(title, needle)]
+    # Only titles get the squashed pass: ids are mostly digits and separators, so a
+    # squashed short query ("#2" -> "2") would match nearly every id.
+    if with_squashed:
+        hits.append(contains_caseless(_strip_punctuation(title), _text_param("q_squashed")))
+    return or_(*hits)
+
+
+def list_page(
+    conn: Connection,
+    filters: ListingFilters,
+    *,
+    limit: int | None,
+    offset: int,
+    compact: bool,
+    by_chain_activity: bool,
+    id_query: str | None,
+    search_query: str | None,
+    include_pinned: bool,
+    project_tips: bool,
+) -> list[Row]:
+    """One page of a listing (`SessionRepository.list_sessions_rich`)."""
+    id_needle = (id_query or "").strip() if by_chain_activity else ""
+    search_needle = (search_query or "").strip() if by_chain_activity else ""
+    shape = PageShape(
+        filters=filters.shape(),
+        compact=compact,
+        by_chain_activity=by_chain_activity,
+        id_query=bool(id_needle),
+        search_query=bool(search_needle),
+        squashed_query=bool(search_needle and squashed(search_needle)),
+        limited=limit is not None,
+        pinned_only=False,
+    )
+    params = page_params(filters, limit, offset, id_needle, search_needle)
+    rows = rich_rows(conn, page_statement(shape), params)
+    if include_pinned:
+        on_page = {row["id"] for row in rows}
+        pinned_shape = PageShape(**{**shape.__dict__, "pinned_only": True})
+        pinned = rich_rows(conn, page_statement(pinned_shape), params)
+        rows += [row for row in pinned if row["id"] not in on_page]
+    if project_tips and filters.listable_only:
+        rows = [project_tip(conn, row, compact) for row in rows]
+    return rows
+
+
+def count_statement(shape: tuple[Any, ...]) -> Select[Any]:
+    s = alias(SESSIONS, "s")
+    return select(func.count()).select_from(s).where(*filter_conditions(s, shape))
+
+
+def source_counts_statement(shape: tuple[Any, ...]) -> Select[Any, int]:
+    s = alias(SESSIONS, "s")
+    # Rows written before sources existed carry '' or NULL; they came from the CLI.
+    key = func.coalesce(func.nullif(s.c.source, ""), "cli").label("source_key")
+    count = func.count().label("n")
+    return (
+        select(key, count)
+        .select_from(s)
+        .where(*filter_conditions(s, shape))
+        .group_by(key)
+        .order_by(count.desc(), key)
+    )
