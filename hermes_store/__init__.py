@@ -15,6 +15,7 @@ from .errors import (
     NotAtHead,
     SchemaTooNew,
     StorageFull,
+    StoreClosed,
     StoreError,
 )
 
@@ -30,6 +31,7 @@ __all__ = [
     "NotAtHead",
     "SchemaTooNew",
     "StorageFull",
+    "StoreClosed",
     "StoreError",
     "make_engine",
     "resolve_url",

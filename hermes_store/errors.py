@@ -28,6 +28,10 @@ class NotAtHead(StoreError):
     """The schema is behind the code; `hermes-store upgrade` fixes it."""
 
 
+class StoreClosed(StoreError):
+    """The Store (or the SessionDB / AsyncStore over it) was closed; open a new one."""
+
+
 class MigrationError(StoreError):
     """A migration refused to run (for example a downgrade that would lose data)."""
 

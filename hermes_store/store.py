@@ -34,13 +34,16 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import QueuePool
 
-from .config import JournalPolicy, resolve_url
+from .adoption import VERSION_TABLE
+from .config import SCHEMA_VERSION, JournalPolicy, resolve_url, sqlite_path
 from .engine import BEGIN_MODE, make_engine, take_read_lock, write_connection
 from .errors import (
     DatabaseCorrupt,
     DatabaseNotWritable,
     InvalidInput,
+    NotAtHead,
     StorageFull,
+    StoreClosed,
     StoreError,
 )
 from .retry import DEFAULT_RETRY, RetryPolicy
@@ -52,6 +55,32 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 CHECKPOINT_EVERY = 50
+HEAD = f"{SCHEMA_VERSION:04d}"
+
+
+def refuse_missing_database(url: URL) -> None:
+    """NotAtHead, before anything is created, for a SQLite path that holds no database:
+    opening one would leave an empty file (and its directory) behind."""
+    path = sqlite_path(url)
+    if path is None:
+        return
+    if path.is_dir():
+        raise NotAtHead(f"{path} is a directory, not a database file")
+    if not path.exists() or path.stat().st_size == 0:
+        raise NotAtHead(
+            f"there is no hermes-store database at {path}; create it with: "
+            f"hermes-store upgrade --url '{path}'"
+        )
+
+
+def stored_revision(conn: Connection) -> str | None:
+    """The hermes-store revision a database records, None when it records none."""
+    # The version table is hermes-store's own; its name is a constant, never input.
+    try:
+        found = conn.exec_driver_sql(f"SELECT version_num FROM {VERSION_TABLE}").first()  # noqa: S608
+    except DBAPIError:
+        return None
+    return None if found is None else str(found[0])
 
 
 def _surrogate_error(exc: UnicodeEncodeError) -> InvalidInput | None:
@@ -78,9 +107,13 @@ class Store:
         journal: JournalPolicy | None = None,
         read_only: bool = False,
         engine: Engine | None = None,
+        check_schema: bool = True,
     ) -> None:
         self.url = resolve_url(url)
         self.read_only = read_only
+        self._closed = False
+        if check_schema and engine is None:
+            refuse_missing_database(self.url)
         self.retry = retry
         self.checkpoint_every = checkpoint_every
         self.engine = engine or make_engine(
@@ -97,9 +130,31 @@ class Store:
         self._writer = self.engine.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
         self._write_lock = threading.Lock()
         self._writes = 0
-        self._closed = False
+        if check_schema:
+            try:
+                self._require_head()
+            except BaseException:
+                self.engine.dispose()
+                raise
         self._fts_rebuilds = 0  # the one in-place rebuild this Store may do
         self._damaged: DatabaseCorrupt | None = None  # structural damage seen: no more writes
+
+    def _require_head(self) -> None:
+        """Refuse a database the repositories cannot serve: one that is not at the
+        schema this code writes (a legacy file before its upgrade, a newer one)."""
+        with self._typed_errors(), self.engine.connect() as conn:
+            revision = stored_revision(conn)
+            conn.rollback()
+        if revision != HEAD:
+            raise NotAtHead(
+                f"the database {where(self.url)} is at revision {revision or 'none'}, not "
+                f"{HEAD}; upgrade it first: hermes-store upgrade --url '{where(self.url)}'"
+            )
+
+    def check_open(self) -> None:
+        """Raise StoreClosed once `close()` has run."""
+        if self._closed:
+            raise StoreClosed(f"the store for {where(self.url)} is closed; open a new Store")
 
     @property
     def dialect(self) -> str:
@@ -107,6 +162,7 @@ class Store:
 
     def write(self, work: Callable[[Connection], T]) -> T:
         """Run `work` in one write transaction, retried as a unit on lock contention."""
+        self.check_open()
 
         def attempt() -> tuple[T, int]:
             with self._write_lock, self._writer.connect() as conn:
@@ -266,6 +322,7 @@ class Store:
     @contextmanager
     def read(self) -> Iterator[Connection]:
         """A Connection for reading; its deferred transaction ends when the block does."""
+        self.check_open()
         with self.engine.connect() as conn:
             try:
                 with self._typed_errors():

@@ -114,7 +114,7 @@ def table_db(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def store(table_db: Path) -> Iterator[Store]:
-    s = Store(url(table_db))
+    s = Store(url(table_db), check_schema=False)
     yield s
     s.close()
 
@@ -139,7 +139,7 @@ def test_connect_pragmas_on_write_and_read_connections(store: Store) -> None:
 def test_foreign_keys_are_enforced_on_a_migrated_database(tmp_path: Path) -> None:
     db_url = url(tmp_path / "state.db")
     migrate.upgrade(db_url, fts_min_pause=0)
-    with Store(db_url) as s:
+    with Store(db_url, check_schema=False) as s:
         with pytest.raises(IntegrityError, match="FOREIGN KEY"):
             s.write(
                 lambda session: session.execute(
@@ -180,7 +180,7 @@ def test_this_sqlite_is_vulnerable() -> None:
 
 
 def _first_write(path: Path, journal: JournalPolicy | None = None) -> None:
-    with Store(url(path), journal=journal) as s:
+    with Store(url(path), journal=journal, check_schema=False) as s:
         s.write(lambda session: session.execute(text("CREATE TABLE t (id INTEGER PRIMARY KEY)")))
 
 
@@ -194,7 +194,7 @@ def test_new_file_gets_default_mode(tmp_path: Path) -> None:
 
 def test_existing_wal_file_stays_wal(tmp_path: Path) -> None:
     path = make_table_db(tmp_path / "wal.db", wal=True)
-    with Store(url(path)) as s:
+    with Store(url(path), check_schema=False) as s:
         s.write(insert("x"))
         with s.read() as session:
             assert session.execute(text("PRAGMA journal_mode")).scalar_one() == "wal"
@@ -210,7 +210,7 @@ def test_wal_policy_forces_wal_on_a_new_file(tmp_path: Path) -> None:
 def test_wal_policy_upgrades_a_delete_file(tmp_path: Path) -> None:
     path = make_table_db(tmp_path / "del.db")
     assert on_disk_mode(path) == "delete"
-    with Store(url(path), journal=JournalPolicy("wal")) as s:
+    with Store(url(path), journal=JournalPolicy("wal"), check_schema=False) as s:
         s.write(insert("x"))
     assert on_disk_mode(path) == "wal"
 
@@ -218,7 +218,7 @@ def test_wal_policy_upgrades_a_delete_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize("policy", ["delete", "auto"])
 def test_a_wal_file_is_never_downgraded(tmp_path: Path, policy: str) -> None:
     path = make_table_db(tmp_path / "wal.db", wal=True)
-    with Store(url(path), journal=JournalPolicy(policy)) as s:
+    with Store(url(path), journal=JournalPolicy(policy), check_schema=False) as s:
         s.write(insert("x"))
     assert on_disk_mode(path) == "wal"
     assert count_rows(path) == 1
@@ -249,7 +249,7 @@ def test_writes_take_the_write_lock_before_the_callback(tmp_path: Path, wal: boo
         insert("x")(session)
         seen.append(lock_is_free(path))
 
-    with Store(url(path)) as s:
+    with Store(url(path), check_schema=False) as s:
         s.write(work)
         assert seen == [False, False]
         assert lock_is_free(path)  # released after commit
@@ -259,7 +259,7 @@ def test_writes_take_the_write_lock_before_the_callback(tmp_path: Path, wal: boo
 @pytest.mark.parametrize("wal", [False, True], ids=["delete", "wal"])
 def test_reads_do_not_take_the_write_lock(tmp_path: Path, wal: bool) -> None:
     path = make_table_db(tmp_path / "t.db", wal=wal)
-    with Store(url(path)) as s:
+    with Store(url(path), check_schema=False) as s:
         s.write(insert("x"))
         with s.read() as session:
             assert session.execute(text("SELECT count(*) FROM t")).scalar_one() == 1
@@ -304,7 +304,7 @@ def test_write_waits_out_a_lock_held_longer_than_the_busy_timeout(table_db: Path
     thread.start()
     try:
         assert held.wait(5)
-        with Store(url(table_db)) as s:
+        with Store(url(table_db), check_schema=False) as s:
             started = time.monotonic()
             s.write(work)
             elapsed = time.monotonic() - started
@@ -333,7 +333,7 @@ def test_read_waits_out_an_exclusive_lock(table_db: Path) -> None:
         holder.close()
 
     thread = threading.Thread(target=hold)
-    with Store(url(table_db)) as s:
+    with Store(url(table_db), check_schema=False) as s:
         s.write(insert("store"))
         thread.start()
         try:
@@ -355,7 +355,7 @@ def test_write_gives_up_after_the_last_attempt(table_db: Path) -> None:
         calls.append(1)
         insert("x")(session)
 
-    with Store(url(table_db), retry=RetryPolicy(attempts=2)) as s:
+    with Store(url(table_db), retry=RetryPolicy(attempts=2), check_schema=False) as s:
         with held_write_lock(table_db):
             started = time.monotonic()
             with pytest.raises(OperationalError, match="locked"):
@@ -372,7 +372,7 @@ def test_write_gives_up_after_the_last_attempt(table_db: Path) -> None:
 
 @pytest.mark.parametrize("budget", [0.3, 1.2])
 def test_write_budget_bounds_the_wait(table_db: Path, budget: float) -> None:
-    with Store(url(table_db), retry=RetryPolicy(budget_seconds=budget)) as s:
+    with Store(url(table_db), retry=RetryPolicy(budget_seconds=budget), check_schema=False) as s:
         with held_write_lock(table_db):
             started = time.monotonic()
             with pytest.raises(OperationalError, match="locked"):
@@ -494,7 +494,7 @@ def test_passive_checkpoint_after_every_50th_write(tmp_path: Path, every: int) -
     path = make_table_db(tmp_path / "wal.db", wal=True)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    with Store(url(path), checkpoint_every=every) as s:
+    with Store(url(path), checkpoint_every=every, check_schema=False) as s:
         for i in range(49):
             s.write(insert(f"row {i}"))
         assert s.writes == 49
@@ -523,7 +523,7 @@ def test_close_truncates_the_wal(tmp_path: Path) -> None:
     watcher = raw(path)
     try:
         assert watcher.execute("SELECT count(*) FROM t").fetchone()[0] == 0
-        s = Store(url(path))
+        s = Store(url(path), check_schema=False)
         for i in range(5):
             s.write(insert(f"row {i}"))
         assert wal.stat().st_size > 0
@@ -538,7 +538,7 @@ def test_close_truncates_the_wal(tmp_path: Path) -> None:
 
 def test_close_leaves_no_wal_behind(tmp_path: Path) -> None:
     path = make_table_db(tmp_path / "wal.db", wal=True)
-    with Store(url(path)) as s:
+    with Store(url(path), check_schema=False) as s:
         s.write(insert("x"))
     wal = Path(f"{path}-wal")
     assert not wal.exists() or wal.stat().st_size == 0
@@ -560,7 +560,7 @@ def test_file_modes_are_0600_after_open(tmp_path: Path) -> None:
         for f in files:
             assert f.exists()
             f.chmod(0o644)
-        with Store(url(path)) as s:
+        with Store(url(path), check_schema=False) as s:
             with s.read() as session:
                 session.execute(text("SELECT 1"))
             assert {str(f): _mode(f) for f in files} == {str(f): 0o600 for f in files}
@@ -571,7 +571,7 @@ def test_file_modes_are_0600_after_open(tmp_path: Path) -> None:
 @pytest.mark.parametrize("policy", ["wal", "delete"])
 def test_new_files_and_sidecars_are_0600(tmp_path: Path, policy: str) -> None:
     path = tmp_path / "new.db"
-    with Store(url(path), journal=JournalPolicy(policy)) as s:
+    with Store(url(path), journal=JournalPolicy(policy), check_schema=False) as s:
         s.write(lambda session: session.execute(text("CREATE TABLE t (id INTEGER PRIMARY KEY, v)")))
         s.write(insert("x"))
         present = [p for p in [path, *(Path(f"{path}{x}") for x in SIDECARS)] if p.exists()]
@@ -593,7 +593,7 @@ def test_read_only_store_reads_but_cannot_write(tmp_path: Path, dirname: str) ->
     con.execute("INSERT INTO t (v) VALUES ('x')")
     con.close()
     before = path.read_bytes()
-    with Store(str(path), read_only=True) as s:
+    with Store(str(path), read_only=True, check_schema=False) as s:
         with s.read() as session:
             assert session.execute(text("SELECT v FROM t")).scalars().all() == ["x"]
         with pytest.raises(OperationalError, match="readonly"):
@@ -608,7 +608,7 @@ def test_read_only_store_reads_but_cannot_write(tmp_path: Path, dirname: str) ->
 def test_read_only_open_of_a_missing_file(tmp_path: Path) -> None:
     path = tmp_path / "missing.db"
     with pytest.raises(DatabaseNotWritable) as info:
-        Store(url(path), read_only=True)
+        Store(url(path), read_only=True, check_schema=False)
     assert str(path) in str(info.value)
     assert not path.exists()
 
@@ -649,7 +649,7 @@ def test_threads_share_one_store_without_losing_writes(tmp_path: Path, policy: s
     errors: list[BaseException] = []
     start = threading.Barrier(threads)
 
-    with Store(url(path), journal=JournalPolicy(policy)) as s:
+    with Store(url(path), journal=JournalPolicy(policy), check_schema=False) as s:
 
         def run(n: int) -> None:
             try:

@@ -289,7 +289,7 @@ class SessionRepository:
 
     # ----------------------------------------------------------------- lifecycle
 
-    def create_session(self, session_id: str, source: str, **kwargs: Any) -> str:
+    def create_session(self, /, session_id: str, source: str, **kwargs: Any) -> str:
         """Create the session, or fill the gaps of an existing row (its source, user and
         start time stay); a child inherits its parent's workspace fields, and a
         compression continuation also its gateway origin. Returns `session_id`."""
@@ -305,7 +305,7 @@ class SessionRepository:
         return self.store.write(lambda conn: _create(conn, values, has_parent))
 
     def ensure_session(
-        self, session_id: str, source: str = "unknown", model: str | None = None, **kwargs: Any
+        self, /, session_id: str, source: str = "unknown", model: str | None = None, **kwargs: Any
     ) -> str:
         """`create_session` with the original's defaults for a row that may not exist."""
         return self.create_session(session_id, source, model=model, **kwargs)
