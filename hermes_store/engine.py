@@ -20,11 +20,12 @@ from typing import Any
 from urllib.parse import quote
 
 from sqlalchemy import create_engine, event
-from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.engine import URL, Connection, Engine, ExceptionContext
 from sqlalchemy.pool import NullPool
 
 from .config import JournalPolicy, resolve_url, sqlite_path
 from .errors import DatabaseNotWritable
+from .sqlite_file import not_a_database_error, refuse_directory
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 BEGIN_MODE = "hermes_begin"
 BUSY_TIMEOUT_S = 1.0
 _SIDECARS = ("", "-wal", "-shm", "-journal")
+_SECURED = "hermes_file_modes_secured"  # per DBAPI connection (Connection.info)
 
 
 def wal_reset_vulnerable(version: tuple[int, int, int] | None = None) -> bool:
@@ -113,8 +115,9 @@ def _on_read_only_mount(path: Path) -> bool:
         return False
 
 
-def _install_sqlite_listeners(engine: Engine, policy: JournalPolicy, read_only: bool) -> None:
-    db_path = sqlite_path(engine.url)
+def _install_sqlite_listeners(
+    engine: Engine, policy: JournalPolicy, read_only: bool, db_path: Path | None
+) -> None:
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
@@ -123,13 +126,23 @@ def _install_sqlite_listeners(engine: Engine, policy: JournalPolicy, read_only: 
             apply_journal_mode(dbapi_conn, policy)
             dbapi_conn.execute("PRAGMA foreign_keys=ON")
             dbapi_conn.execute("PRAGMA recursive_triggers=ON")
-            if db_path is not None:
-                secure_file_modes(db_path)
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         mode = conn.get_execution_options().get(BEGIN_MODE, "DEFERRED")
         conn.exec_driver_sql(f"BEGIN {mode}")
+        # 0600 when a connection first writes, not when it connects: reading (`sessions
+        # list`, `check`) must leave the file as it found it. Sidecars SQLite creates
+        # later copy the database's mode.
+        if mode == "IMMEDIATE" and not read_only and db_path and not conn.info.get(_SECURED):
+            secure_file_modes(db_path)
+            conn.info[_SECURED] = True
+
+    if db_path is not None:
+
+        @event.listens_for(engine, "handle_error")
+        def _on_error(context: ExceptionContext) -> Exception | None:
+            return not_a_database_error(db_path, context.original_exception)
 
 
 def make_engine(
@@ -152,6 +165,7 @@ def make_engine(
     path = sqlite_path(resolved)
     connect_args: dict[str, Any] = {"timeout": BUSY_TIMEOUT_S, "check_same_thread": False}
     if path is not None:
+        refuse_directory(path)
         if read_only:
             if not path.exists():
                 raise DatabaseNotWritable(f"database file {path} does not exist")
@@ -163,7 +177,7 @@ def make_engine(
             check_writable(path)
     engine_kwargs.setdefault("poolclass", NullPool)
     engine = create_engine(resolved, connect_args=connect_args, **engine_kwargs)
-    _install_sqlite_listeners(engine, journal or JournalPolicy(), read_only)
+    _install_sqlite_listeners(engine, journal or JournalPolicy(), read_only, path)
     return engine
 
 
