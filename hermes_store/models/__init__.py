@@ -5,15 +5,17 @@ migrations. Models know nothing of repositories or migrations. Every model and c
 carries its meaning (`help(HermesSession)`, `HermesSession.started_at.__doc__`, or
 `Column.doc` on `metadata.tables[...]`); the DDL has no comments.
 
-`HermesSession` is the model of `sessions`; `Session` is the same class under the name
-the repositories use, which collides with `sqlalchemy.orm.Session` in a notebook.
+`HermesSession` is the model of `sessions`. `Session` is the same class under the name
+the repositories use; it is left out of `__all__` because it would shadow
+`sqlalchemy.orm.Session` after a star import.
 """
 
 from .base import Base
 from .coordination import AsyncDelegation, CompressionLock, GatewayRouting
 from .messages import Message
 from .meta import StateMeta, schema_version
-from .sessions import HermesSession, Session
+from .sessions import HermesSession
+from .sessions import Session as Session  # explicit re-export, kept out of __all__
 from .usage import SessionModelUsage
 
 metadata = Base.metadata
@@ -25,7 +27,6 @@ __all__ = [
     "GatewayRouting",
     "HermesSession",
     "Message",
-    "Session",
     "SessionModelUsage",
     "StateMeta",
     "metadata",

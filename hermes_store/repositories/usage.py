@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import ColumnElement, func, select, update
@@ -430,4 +431,14 @@ def _day_expr(dialect: str, epoch: ColumnElement[float]) -> ColumnElement[str]:
 
 def _numbers(row: dict[str, Any]) -> dict[str, Any]:
     # SUM over no non-NULL values is NULL; a statistics row reads better with zeros.
-    return {k: (0 if v is None and k != "model" and k != "day" else v) for k, v in row.items()}
+    # PostgreSQL's SUM of a BIGINT is NUMERIC, which psycopg reads as Decimal: the counts
+    # are whole numbers, and the same row types on both backends.
+    return {
+        k: (0 if v is None and k != "model" and k != "day" else _plain(v)) for k, v in row.items()
+    }
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    return value
