@@ -19,11 +19,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, NamedTuple, TextIO
 
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from . import migrate
+from .config import resolve_url, sqlite_path
 from .copy import DEFAULT_BATCH_SIZE, CopyProgress, copy_database
-from .errors import InvalidInput, SessionNotFound, StoreError
+from .engine import secure_file_modes
+from .errors import AmbiguousSessionPrefix, InvalidInput, SessionNotFound, StoreError
+from .models import HermesSession as SessionModel
 from .repositories.maintenance import (
     IMPORT_MAX_MESSAGES_TOTAL,
     IMPORT_MAX_SESSIONS,
@@ -97,6 +101,11 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
         if report.adopted_from is not None
         else ""
     )
+    path = sqlite_path(resolve_url(args.url))
+    if path is not None:
+        # also a file already at head, which the upgrade did not write: this is the
+        # command that sets a database up
+        secure_file_modes(path)
     print(f"revision {report.before or 'none'} -> {report.after}{adopted}")
     if report.fts is not None:
         print(f"fts: {report.fts.describe()}")
@@ -124,8 +133,21 @@ def _cmd_current(args: argparse.Namespace) -> int:
     return 0
 
 
+def _drift_not_judged(status: migrate.Status) -> str | None:
+    """Why drift against the models (head) cannot be judged, or None if it can. A file
+    that is not at head differs from head by design, by whatever its upgrade adds
+    (`current` lists it), and a file from the original is not compared at all: "none"
+    would be a false all-clear."""
+    if status.error is not None:
+        return "not checked"
+    if not status.at_head:
+        return "not judged before the upgrade (run hermes-store upgrade, then check again)"
+    return None
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     report = migrate.check(args.url)
+    not_judged = _drift_not_judged(report.status)
     if args.json:
         _print_json(
             {
@@ -133,7 +155,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
                 "status": report.status.as_dict(),
                 "quick_check": report.quick_check,
                 "fts_errors": report.fts_errors,
-                "schema_drift": report.schema_drift,
+                "schema_drift": None if not_judged else report.schema_drift,
                 "tolerated_differences": report.tolerated,
                 "errors": report.errors,
             }
@@ -147,11 +169,16 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"quick_check:   {'; '.join(report.quick_check)}")
         unread = report.status.error is not None
         fts = "ok" if not report.fts_errors else "; ".join(report.fts_errors)
-        drift = "none" if not report.schema_drift else str(len(report.schema_drift))
+        drift = not_judged or (str(len(report.schema_drift)) if report.schema_drift else "none")
         print(f"fts integrity: {'not checked' if unread else fts}")
-        print(f"schema drift:  {'not checked' if unread else drift}")
-        for line in report.schema_drift:
+        print(f"schema drift:  {drift}")
+        for line in [] if not_judged else report.schema_drift:
             print(f"  {line}")
+        missing = [name for names in report.status.missing.values() for name in names]
+        if missing:
+            print(f"missing:       {len(missing)} (the upgrade adds them)")
+            for name in missing:
+                print(f"  {name}")
         if report.tolerated:
             print(
                 f"kept as found: {len(report.tolerated)} extra column(s)/index(es) or legacy"
@@ -176,7 +203,7 @@ def _cmd_fts(args: argparse.Namespace) -> int:
 def _cmd_search(args: argparse.Namespace) -> int:
     from .search import search_messages
 
-    engine = migrate.open_engine_at_head(args.url)
+    engine = migrate.open_engine_at_head(args.url, read_only=True)
     try:
         with engine.connect() as conn:
             hits = search_messages(
@@ -189,7 +216,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
     finally:
         engine.dispose()
     if args.json:
-        _print_json(hits)
+        _print_json([_iso_times(hit) for hit in hits])
         return 0
     for hit in hits:
         snippet = " ".join(str(hit["snippet"] or "").split())
@@ -206,10 +233,11 @@ def _cmd_search(args: argparse.Namespace) -> int:
 def _open_store(url: str | None, *, write: bool = False) -> Iterator[Store]:
     """The database at `url`, refused unless it is at head. The store makes its own pooled
     engine (an export reads once per session; a new connection each time costs twice as
-    long). A command that wrote closes the store (its TRUNCATE checkpoint); one that only
-    read just lets go of the engine."""
-    migrate.open_engine_at_head(url).dispose()
-    store = Store(url)
+    long). A command that only reads opens the file read-only, so it changes nothing (not
+    the journal mode, not the file mode) and works on a file it may not write; one that
+    writes closes the store at the end (its TRUNCATE checkpoint)."""
+    migrate.open_engine_at_head(url, read_only=not write).dispose()
+    store = Store(url, read_only=not write)
     try:
         yield store
     finally:
@@ -231,6 +259,28 @@ def _iso(value: Any) -> Any:
         return datetime.fromtimestamp(float(value), UTC).isoformat(timespec="seconds")
     except (OverflowError, OSError, ValueError):
         return value
+
+
+#: Fields that hold epoch seconds wherever a command prints them. Every `--json` output
+#: shows them as ISO 8601 in UTC (`_iso`), as the tables do; `sessions export` alone
+#: keeps the stored epoch seconds, because `sessions import` reads them back.
+TIME_FIELDS = frozenset(
+    {
+        "started_at",
+        "ended_at",
+        "timestamp",
+        "session_started",
+        "last_active",
+        "compression_failure_cooldown_until",
+        "first_seen",
+        "last_seen",
+    }
+)
+
+
+def _iso_times(record: dict[str, Any]) -> dict[str, Any]:
+    """`record` with its TIME_FIELDS as ISO 8601 (UTC)."""
+    return {k: _iso(v) if k in TIME_FIELDS else v for k, v in record.items()}
 
 
 def _when(value: Any) -> str:
@@ -296,9 +346,32 @@ def _usd(value: Any) -> str:
     return f"${float(value or 0):.4f}"
 
 
+#: How many of the sessions an ambiguous prefix matches the error names.
+PREFIX_MATCHES_SHOWN = 5
+
+
 def _resolve(store: Store, id_or_prefix: str) -> str:
-    """An exact id, else the one id that starts with the prefix (read-only commands)."""
-    return SessionRepository(store).resolve_session_id(id_or_prefix) or id_or_prefix
+    """An exact id, else the one id that starts with the prefix (read-only commands);
+    SessionNotFound, or AmbiguousSessionPrefix naming the sessions it matches."""
+    found = SessionRepository(store).resolve_session_id(id_or_prefix)
+    if found is not None:
+        return found
+    with store.read() as conn:
+        matches = list(
+            conn.execute(
+                select(SessionModel.id)
+                .where(SessionModel.id.startswith(id_or_prefix, autoescape=True))
+                .order_by(SessionModel.id)
+                .limit(PREFIX_MATCHES_SHOWN + 1)
+            ).scalars()
+        )
+    if len(matches) > 1:
+        raise AmbiguousSessionPrefix(
+            id_or_prefix,
+            matches[:PREFIX_MATCHES_SHOWN],
+            more=len(matches) > PREFIX_MATCHES_SHOWN,
+        )
+    raise SessionNotFound(id_or_prefix)
 
 
 def _cmd_sessions_list(args: argparse.Namespace) -> int:
@@ -339,9 +412,6 @@ def _cmd_sessions_list(args: argparse.Namespace) -> int:
         right=(3,),
     )
     return 0
-
-
-_SESSION_TIMES = ("started_at", "ended_at", "compression_failure_cooldown_until")
 
 
 def _content_text(content: Any) -> str:
@@ -388,7 +458,7 @@ def _cmd_sessions_show(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(
             {
-                "session": {k: _iso(v) if k in _SESSION_TIMES else v for k, v in row.items()},
+                "session": _iso_times(row),
                 "messages": [
                     {
                         "id": m.get("id"),
@@ -799,8 +869,7 @@ def _cmd_sessions_prune(args: argparse.Namespace) -> int:
 
 def _print_prune_candidates(candidates: Sequence[dict[str, Any]], as_json: bool) -> None:
     if as_json:
-        times = ("started_at", "last_active", "ended_at")
-        _print_json([{k: _iso(v) if k in times else v for k, v in c.items()} for c in candidates])
+        _print_json([_iso_times(c) for c in candidates])
         return
     if candidates:
         _print_table(
@@ -854,20 +923,52 @@ def _totals(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {f: sum(r.get(f) or 0 for r in rows) for f in (*_TOKEN_FIELDS, *_COST_FIELDS)}
 
 
+#: `stats --by` values: one breakdown, or the per-model-per-day view.
+STATS_VIEWS = ("model", "day", "model,day")
+
+
+def _stats_view(text: str) -> str:
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if sorted(parts) == ["day", "model"]:
+        return "model,day"
+    if len(parts) == 1 and parts[0] in STATS_VIEWS:
+        return parts[0]
+    raise argparse.ArgumentTypeError(f"expected one of {', '.join(STATS_VIEWS)}, got {text!r}")
+
+
 def _cmd_stats(args: argparse.Namespace) -> int:
     with _open_store(args.url) as store:
         usage = UsageRepository(store)
         by_model = usage.usage_by_model() if args.by in (None, "model") else None
         by_day = usage.usage_by_day() if args.by in (None, "day") else None
+        by_model_day = usage.usage_by_model_and_day() if args.by == "model,day" else None
     if args.json:
         out: dict[str, Any] = {}
         if by_model is not None:
             out["by_model"] = by_model
         if by_day is not None:
             out["by_day"] = by_day
+        if by_model_day is not None:
+            out["by_model_day"] = by_model_day
         _print_json(out)
         return 0
     usage_headers = (*_TOKEN_HEADERS, "EST. COST", "ACTUAL COST")
+    if by_model_day is not None:
+        print("tokens and cost by UTC day the session started, and model (auxiliary tasks too)")
+        if by_model_day:
+            _print_table(
+                ("DAY", "MODEL", "SESSIONS", *usage_headers),
+                [
+                    [str(r.get("day")), _cell(r.get("model") or "(none)", 40)]
+                    + [_num(r.get("sessions"))]
+                    + _usage_cells(r)
+                    for r in by_model_day
+                ]
+                + [["total", "", ""] + _usage_cells(_totals(by_model_day))],
+                right=range(2, 10),
+            )
+        else:
+            print("no usage recorded")
     if by_model is not None:
         print("tokens and cost by model (main loop and auxiliary tasks)")
         if by_model:
@@ -1074,7 +1175,12 @@ def build_parser() -> argparse.ArgumentParser:
     rm.set_defaults(func=_cmd_sessions_delete)
 
     stats = with_url(sub.add_parser("stats", help="tokens and cost by model and by day"))
-    stats.add_argument("--by", choices=("model", "day"), help="only this breakdown")
+    stats.add_argument(
+        "--by",
+        type=_stats_view,
+        metavar="VIEW",
+        help="model, day, or model,day (one row per day and model); default: by model and by day",
+    )
     stats.add_argument("--json", action="store_true")
     stats.set_defaults(func=_cmd_stats)
 

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+from .errors import InvalidURL
 
 URL_ENV = "HERMES_STORE_URL"
 HOME_ENV = "HERMES_HOME"
@@ -32,23 +35,61 @@ def sqlite_url(path: str | os.PathLike[str]) -> URL:
 def resolve_url(url: str | os.PathLike[str] | URL | None = None) -> URL:
     """An explicit URL, else `HERMES_STORE_URL`, else `$HERMES_HOME/state.db`.
 
-    A plain filesystem path is accepted wherever a URL is, and means SQLite.
+    A plain filesystem path is accepted wherever a URL is, and means SQLite. A URL that
+    cannot be parsed, or names another database or driver, raises InvalidURL.
     """
     if url is None:
         url = os.environ.get(URL_ENV) or None
     if url is None:
         return sqlite_url(default_db_path())
     if isinstance(url, URL):
-        return url
+        return _supported(url)
     if isinstance(url, os.PathLike):
         return sqlite_url(url)
     if "://" not in url:
         return sqlite_url(url)
-    parsed = make_url(url)
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError) as exc:  # ValueError: a port that is not a number
+        raise InvalidURL(
+            f"cannot read the database URL {_masked(url)} ({exc}); give a file path, {_FORMS}"
+        ) from None
     if parsed.drivername in ("postgresql", "postgres"):
         # the driver hermes-store ships with (the `postgres` extra), not psycopg2
         parsed = parsed.set(drivername="postgresql+psycopg")
-    return parsed
+    return _supported(parsed)
+
+
+_FORMS = "sqlite:////absolute/path/state.db or postgresql://user@host/dbname"
+
+#: The dialect+driver pairs the engine's connection rules are written for: pysqlite's
+#: sqlite3 connections (pragmas, explicit BEGIN) and psycopg 3's adapters (NUL escaping).
+SUPPORTED_DRIVERS = {"sqlite": "pysqlite", "postgresql": "psycopg"}
+
+
+def _supported(url: URL) -> URL:
+    backend, driver = url.get_backend_name(), url.get_driver_name()
+    shown = url.render_as_string(hide_password=True)
+    if backend not in SUPPORTED_DRIVERS:
+        raise InvalidURL(
+            f"unsupported database {backend!r} in {shown}: hermes-store runs on SQLite and "
+            f"PostgreSQL ({_FORMS})"
+        )
+    if driver != SUPPORTED_DRIVERS[backend]:
+        raise InvalidURL(
+            f"unsupported driver {driver!r} in {shown}: hermes-store uses "
+            f"{backend}+{SUPPORTED_DRIVERS[backend]} (write {backend}:// for it)"
+        )
+    return url
+
+
+def _masked(text: str) -> str:
+    """A URL as given, with anything between `://` and `@` hidden (it may hold a
+    password): it is echoed in an error message, which ends up in logs."""
+    scheme, sep, rest = text.partition("://")
+    if sep and "@" in rest:
+        return f"{scheme}://***@{rest.rpartition('@')[2]}"
+    return text
 
 
 def sqlite_path(url: URL) -> Path | None:

@@ -20,12 +20,13 @@ from typing import Any
 from urllib.parse import quote
 
 from sqlalchemy import create_engine, event
-from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.engine import URL, Connection, Engine, ExceptionContext
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
 from .config import JournalPolicy, resolve_url, sqlite_path
 from .errors import DatabaseNotWritable
+from .sqlite_file import not_a_database_error, refuse_directory
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 BEGIN_MODE = "hermes_begin"
 BUSY_TIMEOUT_S = 1.0
 _SIDECARS = ("", "-wal", "-shm", "-journal")
+_SECURED = "hermes_file_modes_secured"  # per DBAPI connection (Connection.info)
+_DB_PATH = "hermes_db_path"  # the database file of a SQLite connection (Connection.info)
 
 
 def wal_reset_vulnerable(version: tuple[int, int, int] | None = None) -> bool:
@@ -114,23 +117,36 @@ def _on_read_only_mount(path: Path) -> bool:
         return False
 
 
-def _install_sqlite_listeners(engine: Engine, policy: JournalPolicy, read_only: bool) -> None:
-    db_path = sqlite_path(engine.url)
+def _install_sqlite_listeners(
+    engine: Engine, policy: JournalPolicy, read_only: bool, db_path: Path | None
+) -> None:
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+        if db_path is not None:
+            _record.info[_DB_PATH] = db_path
         if not read_only:
             apply_journal_mode(dbapi_conn, policy)
             dbapi_conn.execute("PRAGMA foreign_keys=ON")
             dbapi_conn.execute("PRAGMA recursive_triggers=ON")
-            if db_path is not None:
-                secure_file_modes(db_path)
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         mode = conn.get_execution_options().get(BEGIN_MODE, "DEFERRED")
         driver_cursor(conn, _BEGIN[mode])
+        # 0600 when a connection first writes, not when it connects: reading (`sessions
+        # list`, `check`) must leave the file as it found it. Sidecars SQLite creates
+        # later copy the database's mode.
+        if mode == "IMMEDIATE" and not read_only and db_path and not conn.info.get(_SECURED):
+            secure_file_modes(db_path)
+            conn.info[_SECURED] = True
+
+    if db_path is not None:
+
+        @event.listens_for(engine, "handle_error")
+        def _on_error(context: ExceptionContext) -> Exception | None:
+            return not_a_database_error(db_path, context.original_exception)
 
 
 _BEGIN = {mode: f"BEGIN {mode}" for mode in ("DEFERRED", "IMMEDIATE", "EXCLUSIVE")}
@@ -139,9 +155,10 @@ _BEGIN = {mode: f"BEGIN {mode}" for mode in ("DEFERRED", "IMMEDIATE", "EXCLUSIVE
 def driver_cursor(conn: Connection, sql: str, params: Any = ()) -> sqlite3.Cursor:
     """Execute one SQLite statement on the driver connection under `conn` (inside its
     transaction) without `Connection.execute`'s bookkeeping, which costs several times
-    what SQLite takes for a small statement. Errors are raised as SQLAlchemy's, and the
-    engine's cursor-execute listeners (instrumentation, statement recording) still see
-    the statement."""
+    what SQLite takes for a small statement. Errors are raised as `Connection.execute`
+    would raise them (SQLAlchemy's types, a file that is not a database named as such),
+    and the engine's cursor-execute listeners (instrumentation, statement recording)
+    still see the statement."""
     dbapi_conn = conn.connection.driver_connection
     dispatch = conn.dispatch
     if dispatch.before_cursor_execute:
@@ -150,6 +167,10 @@ def driver_cursor(conn: Connection, sql: str, params: Any = ()) -> sqlite3.Curso
     try:
         cursor: sqlite3.Cursor = dbapi_conn.execute(sql, params)  # type: ignore[union-attr]
     except sqlite3.Error as exc:
+        path = conn.info.get(_DB_PATH)
+        named = not_a_database_error(path, exc) if path is not None else None
+        if named is not None:
+            raise named from exc
         raise DBAPIError.instance(sql, params, exc, sqlite3.Error, dialect=conn.dialect) from exc
     if dispatch.after_cursor_execute:
         for listener in dispatch.after_cursor_execute:
@@ -183,6 +204,7 @@ def make_engine(
     path = sqlite_path(resolved)
     connect_args: dict[str, Any] = {"timeout": BUSY_TIMEOUT_S, "check_same_thread": False}
     if path is not None:
+        refuse_directory(path)
         if read_only:
             if not path.exists():
                 raise DatabaseNotWritable(f"database file {path} does not exist")
@@ -194,7 +216,7 @@ def make_engine(
             check_writable(path)
     engine_kwargs.setdefault("poolclass", NullPool)
     engine = create_engine(resolved, connect_args=connect_args, **engine_kwargs)
-    _install_sqlite_listeners(engine, journal or JournalPolicy(), read_only)
+    _install_sqlite_listeners(engine, journal or JournalPolicy(), read_only, path)
     return engine
 
 

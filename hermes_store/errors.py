@@ -88,6 +88,33 @@ class InvalidInput(StoreError, ValueError):
     """Input that cannot be stored as given (for example content over the size limit)."""
 
 
+class InvalidURL(StoreError, ValueError):
+    """A database URL that cannot be parsed, or names a database or driver hermes-store
+    does not run on. Raised before anything is opened."""
+
+
+class NotADatabaseFile(NotAHermesDatabase):
+    """The path names something SQLite cannot use as a database file: a directory, or a
+    file that is not an SQLite database at all. Nothing was changed."""
+
+
+class AmbiguousSessionPrefix(StoreError, LookupError):
+    """A session id prefix that matches more than one session."""
+
+    def __init__(self, prefix: str, matches: list[str], more: bool = False) -> None:
+        self.prefix = prefix
+        self.matches = matches
+        self.more = more
+        count = f"more than {len(matches)}" if more else str(len(matches))
+        shown = ", ".join(matches) + (", ..." if more else "")
+        super().__init__(
+            f"prefix {prefix!r} matches {count} sessions: {shown}; give more of the id"
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[str, list[str], bool]]:
+        return (type(self), (self.prefix, self.matches, self.more))
+
+
 class CopyError(StoreError):
     """`hermes-store copy` refused or could not finish; the message says what to do."""
 

@@ -42,6 +42,7 @@ from .retry import RetryPolicy
 from .search import maintenance
 from .search.layout import FTSState, fts_state
 from .sqlite_damage import classify, quick_check, where
+from .sqlite_file import not_a_database_error, refuse_directory
 
 log = logging.getLogger(__name__)
 
@@ -389,7 +390,10 @@ def _look_before_opening(url: URL, *, backfilling: bool) -> None:
     migration or the FTS backfill). `PRAGMA quick_check` reads the whole file, so a file
     already at head with a settled index (every open of the facade) is not checked."""
     path = sqlite_path(url)
-    if path is None or not path.exists() or path.stat().st_size == 0:
+    if path is None or not path.exists():
+        return
+    refuse_directory(path)
+    if path.stat().st_size == 0:
         return
     # Opening for writing would refuse an unwritable file or directory: say so now, naming
     # the path, rather than fail looking (a read-only look at a WAL file needs a -shm file
@@ -418,7 +422,9 @@ def _look_before_opening(url: URL, *, backfilling: bool) -> None:
     except DBAPIError as exc:
         if classify(exc) in (None, "suspect_fts"):
             raise
-        raise DatabaseCorrupt(str(path), str(exc.orig)) from exc
+        raise not_a_database_error(path, exc.orig) or DatabaseCorrupt(
+            str(path), str(exc.orig)
+        ) from exc
     finally:
         engine.dispose()
     if shape.too_new:
@@ -719,13 +725,13 @@ def rebuild_fts(url: str | URL | None = None) -> None:
         engine.dispose()
 
 
-def open_engine_at_head(url: str | URL | None = None) -> Engine:
+def open_engine_at_head(url: str | URL | None = None, *, read_only: bool = False) -> Engine:
     """An engine for a database that is at head (else NotAtHead with the command to run)."""
     resolved = resolve_url(url)
     path = sqlite_path(resolved)
     if path is not None and not path.exists():
         raise NotAHermesDatabase(f"no database at {path}; `hermes-store upgrade` creates one")
-    engine = make_engine(resolved)
+    engine = make_engine(resolved, read_only=read_only)
     with engine.connect() as conn:
         revision = _alembic_revision(conn)
     if revision != HEAD:

@@ -49,6 +49,7 @@ from .errors import (
 from .retry import DEFAULT_RETRY, RetryPolicy
 from .search import maintenance
 from .sqlite_damage import classify, quick_check, sqlite_error, where
+from .sqlite_file import refuse_directory
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +65,7 @@ def refuse_missing_database(url: URL) -> None:
     path = sqlite_path(url)
     if path is None:
         return
-    if path.is_dir():
-        raise NotAtHead(f"{path} is a directory, not a database file")
+    refuse_directory(path)
     if not path.exists() or path.stat().st_size == 0:
         raise NotAtHead(
             f"there is no hermes-store database at {path}; create it with: "

@@ -109,6 +109,10 @@ def expected(path: Path, sql: str) -> list[tuple[Any, ...]]:
 def test_page_has_the_examples() -> None:
     assert SETUP.section.startswith("Setup")
     assert "HERMES_DB" in SETUP.code and "read_only=True" in SETUP.code
+    # the model of `sessions` under the name that does not shadow sqlalchemy.orm.Session
+    assert "import HermesSession" in SETUP.code
+    bare = [b.line for b in BLOCKS if re.search(r"(?<![\w.])Session\b", b.code)]
+    assert bare == [], f"blocks naming the model `Session` at docs/analytics.md lines {bare}"
     assert len(SECTIONS) >= 6, SECTIONS
     for number in range(1, 6):
         assert any(s.startswith(f"{number}. ") for s in SECTIONS), (number, SECTIONS)

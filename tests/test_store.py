@@ -551,7 +551,7 @@ def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-def test_file_modes_are_0600_after_open(tmp_path: Path) -> None:
+def test_file_modes_are_0600_after_a_write_and_left_alone_by_reads(tmp_path: Path) -> None:
     path = make_table_db(tmp_path / "wal.db", wal=True)
     keeper = raw(path)  # keeps -wal and -shm in existence
     try:
@@ -563,6 +563,8 @@ def test_file_modes_are_0600_after_open(tmp_path: Path) -> None:
         with Store(url(path), check_schema=False) as s:
             with s.read() as session:
                 session.execute(text("SELECT 1"))
+            assert {str(f): _mode(f) for f in files} == {str(f): 0o644 for f in files}
+            s.write(insert("y"))
             assert {str(f): _mode(f) for f in files} == {str(f): 0o600 for f in files}
     finally:
         keeper.close()

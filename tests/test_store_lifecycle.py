@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hermes_store import migrate
-from hermes_store.errors import NotAtHead, StoreClosed
+from hermes_store.errors import NotADatabaseFile, NotAtHead, StoreClosed
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.search import SearchRepository
 from hermes_store.repositories.sessions import SessionRepository
@@ -37,7 +37,7 @@ def test_empty_file_is_refused_and_left_empty(tmp_path: Path) -> None:
 
 
 def test_directory_is_refused_by_name(tmp_path: Path) -> None:
-    with pytest.raises(NotAtHead, match="is a directory"):
+    with pytest.raises(NotADatabaseFile, match="is a directory"):
         Store(str(tmp_path))
 
 

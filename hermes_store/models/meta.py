@@ -11,12 +11,24 @@ from .base import Base, Integer_, Text_
 schema_version = Table(
     "schema_version",
     Base.metadata,
-    Column("version", Integer_, nullable=False),
+    Column(
+        "version",
+        Integer_,
+        nullable=False,
+        doc="The upstream schema version number (23 at head); one row.",
+    ),
 )
 
 
 class StateMeta(Base):
+    """A row of `state_meta`: string key/value bookkeeping (FTS markers, maintenance
+    throttles, other Hermes modules' keys), see spec/schema.md 7."""
+
     __tablename__ = "state_meta"
 
-    key: Mapped[str] = mapped_column(Text_, primary_key=True)
-    value: Mapped[str | None] = mapped_column(Text_)
+    key: Mapped[str] = mapped_column(
+        Text_,
+        primary_key=True,
+        doc="Key (`fts_storage_version`, `last_auto_prune`, ...); unknown keys are kept.",
+    )
+    value: Mapped[str | None] = mapped_column(Text_, doc="Value, always text.")

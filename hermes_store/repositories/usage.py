@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, func, select, update
@@ -338,6 +339,30 @@ class UsageRepository:
         with self.store.read() as s:
             return [_numbers(dict(r)) for r in s.execute(stmt).mappings()]
 
+    def usage_by_model_and_day(self, *, utc_offset_seconds: float = 0.0) -> list[dict[str, Any]]:
+        """usage_by_model split by the day each session started (the day usage_by_day
+        uses, so the two agree per day): one row per day and model, oldest day first,
+        then the most expensive model first."""
+        u = SessionModelUsage
+        day = _day_expr(self.store.dialect, SessionRow.started_at + utc_offset_seconds)
+        cost = func.sum(u.estimated_cost_usd)
+        stmt = (
+            select(
+                day.label("day"),
+                u.model.label("model"),
+                func.count(func.distinct(u.session_id)).label("sessions"),
+                func.sum(u.api_call_count).label("api_call_count"),
+                *(func.sum(getattr(u, f)).label(f) for f in _TOKEN_FIELDS),
+                cost.label("estimated_cost_usd"),
+                func.sum(u.actual_cost_usd).label("actual_cost_usd"),
+            )
+            .join(SessionRow, SessionRow.id == u.session_id)
+            .group_by(day, u.model)
+            .order_by(day, cost.desc(), u.model)
+        )
+        with self.store.read() as s:
+            return [_numbers(dict(r)) for r in s.execute(stmt).mappings()]
+
     def message_activity_by_day(self, *, utc_offset_seconds: float = 0.0) -> list[dict[str, Any]]:
         """Messages per day by message timestamp (activity, not session start)."""
         day = _day_expr(self.store.dialect, Message.timestamp + utc_offset_seconds)
@@ -405,4 +430,14 @@ def _day_expr(dialect: str, epoch: ColumnElement[float]) -> ColumnElement[str]:
 
 def _numbers(row: dict[str, Any]) -> dict[str, Any]:
     # SUM over no non-NULL values is NULL; a statistics row reads better with zeros.
-    return {k: (0 if v is None and k != "model" and k != "day" else v) for k, v in row.items()}
+    # PostgreSQL's SUM of a BIGINT is NUMERIC, which psycopg reads as Decimal: the counts
+    # are whole numbers, and the same row types on both backends.
+    return {
+        k: (0 if v is None and k != "model" and k != "day" else _plain(v)) for k, v in row.items()
+    }
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    return value
