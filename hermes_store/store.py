@@ -19,9 +19,9 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar, overload
 
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL
@@ -29,16 +29,18 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import QueuePool
 
+from . import pg_faults
 from .config import JournalPolicy, resolve_url
 from .engine import BEGIN_MODE, make_engine, write_connection
 from .errors import (
     DatabaseCorrupt,
     DatabaseNotWritable,
+    DatabaseUnavailable,
     InvalidInput,
     StorageFull,
     StoreError,
 )
-from .retry import DEFAULT_RETRY, RetryPolicy
+from .retry import DEFAULT_RETRY, RetryPolicy, first_line
 from .search import maintenance
 from .sqlite_damage import classify, quick_check, sqlite_error, where
 
@@ -100,18 +102,38 @@ class Store:
     def dialect(self) -> str:
         return self.engine.dialect.name
 
+    @property
+    def _server(self) -> str | None:
+        """What DatabaseUnavailable names: the PostgreSQL server, never its password."""
+        if self.dialect != "postgresql":
+            return None
+        return pg_faults.describe_server(self.engine.url)
+
     def write(self, work: Callable[[Session], T]) -> T:
         """Run `work` in one write transaction, retried as a unit on lock contention."""
+
+        # PostgreSQL: a retry after a COMMIT that got no answer first asks the server
+        # whether it was applied (pg_faults), so the work is never applied twice
+        once = pg_faults.WriteOnce() if self.dialect == "postgresql" else None
 
         def attempt() -> tuple[T, int]:
             with self._write_lock, Session(self._writer, expire_on_commit=False) as session:
                 with session.begin():
                     # BEGIN IMMEDIATE now, not at `work`'s first statement: the lock is
                     # held before `work` runs, and contention never surfaces inside it
-                    session.connection()
-                    result = work(session)
+                    conn = session.connection()
+                    if once is not None and once.committed_earlier(conn):
+                        result = once.result
+                    else:
+                        result = work(session)
+                        if once is not None:
+                            once.before_commit(conn, result)
                 self._writes += 1  # under the lock: concurrent writers must not lose counts
                 return result, self._writes
+
+        def run() -> tuple[T, int]:
+            in_doubt = None if once is None else lambda: once.in_doubt
+            return self.retry.run(attempt, server=self._server, in_doubt=in_doubt)
 
         if self._damaged is not None:
             raise DatabaseCorrupt(
@@ -120,11 +142,11 @@ class Store:
         rebuilds = self._fts_rebuilds
         with self._typed_errors():
             try:
-                result, writes = self.retry.run(attempt)
+                result, writes = run()
             except DBAPIError as exc:
                 if not self._repaired_fts_after(exc, rebuilds):
                     raise
-                result, writes = self.retry.run(attempt)
+                result, writes = run()
         if self.checkpoint_every and writes % self.checkpoint_every == 0:
             self.checkpoint("PASSIVE")
         return result
@@ -160,7 +182,14 @@ class Store:
         return error
 
     def _typed_error(self, exc: DBAPIError) -> StoreError | None:
-        return self._damage_error(exc) or self._unwritable_error(exc)
+        return self._damage_error(exc) or self._unwritable_error(exc) or self._unavailable(exc)
+
+    def _unavailable(self, exc: DBAPIError) -> DatabaseUnavailable | None:
+        """A server fault that met no retry (inside a `with store.read()` block, which
+        cannot be run again) still leaves as a typed error naming the server."""
+        if self.dialect != "postgresql" or not pg_faults.is_transient(exc):
+            return None
+        return DatabaseUnavailable(str(self._server), 0.0, 1, first_line(exc))
 
     def _unwritable_error(self, exc: DBAPIError) -> DatabaseNotWritable | None:
         """The typed error for SQLite failing to open or write this file (SQLite only): the
@@ -259,26 +288,53 @@ class Store:
             finally:
                 transaction.rollback()
 
+    @overload
+    def read(self) -> AbstractContextManager[Session]: ...
+
+    @overload
+    def read(self, work: Callable[[Session], T]) -> T: ...
+
+    def read(self, work: Callable[[Session], T] | None = None) -> Any:
+        """`with store.read() as session:` a Session for reading, whose deferred
+        transaction ends when the block does; on PostgreSQL getting its connection is
+        retried through server faults, a fault inside the block raises DatabaseUnavailable.
+        `store.read(work)` runs `work(session)` the same way, retried as a whole (so `work`
+        must have no side effects outside the database), and returns what it returns."""
+        if work is None:
+            return self._read_block()
+
+        def attempt() -> T:
+            with self._read_transaction() as session:
+                return work(session)
+
+        with self._typed_errors():
+            return self.retry.run(attempt, server=self._server)
+
     @contextmanager
-    def read(self) -> Iterator[Session]:
-        """A Session for reading; its deferred transaction ends when the block does."""
+    def _read_block(self) -> Iterator[Session]:
+        with self._typed_errors(), self._read_transaction() as session:
+            yield session
+
+    @contextmanager
+    def _read_transaction(self) -> Iterator[Session]:
         with Session(self.engine, expire_on_commit=False) as session:
             session.begin()
             try:
-                with self._typed_errors():
-                    try:
-                        if self.dialect == "sqlite":
-                            # Take the read lock now, under the retry policy: in DELETE
-                            # mode a stream of committing writers (this store's other
-                            # threads included) can keep a reader out for longer than one
-                            # busy timeout.
-                            self.retry.run(
-                                lambda: session.execute(text("PRAGMA schema_version"))
-                            )
-                        yield session
-                    except DBAPIError:
-                        session.rollback()  # before the error is examined
-                        raise
+                try:
+                    if self.dialect == "sqlite":
+                        # Take the read lock now, under the retry policy: in DELETE
+                        # mode a stream of committing writers (this store's other
+                        # threads included) can keep a reader out for longer than one
+                        # busy timeout.
+                        self.retry.run(lambda: session.execute(text("PRAGMA schema_version")))
+                    else:
+                        # a connection that answers (the pool pings it), waiting out a
+                        # server that is restarting
+                        self.retry.run(session.connection, server=self._server)
+                    yield session
+                except DBAPIError:
+                    session.rollback()  # before the error is examined
+                    raise
             finally:
                 # A read has nothing to commit; rolling back also ends a transaction that
                 # an error inside it (a damaged FTS index, say) left unusable.

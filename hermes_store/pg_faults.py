@@ -1,0 +1,162 @@
+"""PostgreSQL faults: which errors a fresh connection may cure, and what became of a write
+whose COMMIT got no answer.
+
+Classification is by SQLSTATE and by the driver's error class, never by message text
+(messages are translated with the server's `lc_messages`). Transient: the connection
+classes (08...), an administrator, crash or idle-timeout termination (57P01, 57P02,
+57P05, 25P03), a server starting up or shutting down (57P03), too many connections
+(53300), and contention (40001 serialization failure, 40P01 deadlock, 55P03
+lock_timeout). A psycopg OperationalError without a SQLSTATE is the driver's own report
+of a connection that failed or broke (refused, reset, closed mid-query). Anything else (a
+constraint, a syntax error, bad input, a refused login) is not retried.
+
+A write is applied at most once. The hard case is a connection lost after COMMIT was sent
+and before its answer arrived: the transaction may have committed. Just before COMMIT the
+write path reads the transaction's id (`pg_current_xact_id_if_assigned()`, one round trip
+per write that changed something) and the backend's pid. If the COMMIT then fails, the next
+attempt first asks the server, on its fresh connection, what became of that transaction
+(`pg_xact_status`): committed, and the earlier result is returned without running the work
+again; aborted, and the work runs again. A transaction still "in progress" can only be
+one whose client is gone with a COMMIT that may be in flight: its backend is terminated
+(only while it still holds that transaction), which makes the outcome final, and the check
+is repeated. Transaction ids are global to the server, so the check works through
+PgBouncer in transaction pooling mode (the id is read inside the transaction, and asked
+about on any server connection). It assumes the server that answers is the one that
+received the COMMIT, or a replica that had it synchronously: after a failover to an
+asynchronous replica a transaction id the new primary has not reached yet counts as
+aborted (the write is redone), which is right, since the commit did not survive.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, text
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError
+
+TRANSIENT_SQLSTATES = frozenset(
+    {
+        "08000",  # connection_exception
+        "08001",  # sqlclient_unable_to_establish_sqlconnection
+        "08003",  # connection_does_not_exist
+        "08004",  # sqlserver_rejected_establishment_of_sqlconnection
+        "08006",  # connection_failure
+        "57P01",  # admin_shutdown (fast shutdown, pg_terminate_backend)
+        "57P02",  # crash_shutdown (another backend crashed)
+        "57P03",  # cannot_connect_now (starting up, shutting down, in recovery)
+        "57P05",  # idle_session_timeout
+        "25P03",  # idle_in_transaction_session_timeout
+        "53300",  # too_many_connections
+        "40001",  # serialization_failure
+        "40P01",  # deadlock_detected
+        "55P03",  # lock_not_available (lock_timeout)
+    }
+)
+
+
+class CommitInDoubt(Exception):
+    """An earlier attempt's transaction is still in progress on a backend this client lost;
+    its backend has been asked to end. Retried like a server fault."""
+
+
+def _driver_error(exc: BaseException) -> BaseException:
+    return exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for a PostgreSQL fault that the same unit of work, run again on a fresh
+    connection, may get past."""
+    if isinstance(exc, CommitInDoubt):
+        return True
+    orig = _driver_error(exc)
+    if not type(orig).__module__.startswith("psycopg"):
+        return False
+    import psycopg
+
+    if not isinstance(orig, psycopg.Error):
+        return False
+    sqlstate = orig.sqlstate
+    if sqlstate is None:
+        # The driver's own report: the connection could not be made or broke under it
+        # (the server never answered, so it had no SQLSTATE to give).
+        return isinstance(orig, psycopg.OperationalError)
+    return sqlstate in TRANSIENT_SQLSTATES
+
+
+def describe_server(url: URL) -> str:
+    """Host, port and database of a PostgreSQL URL, never its password."""
+    host = url.host or "localhost"
+    if url.query.get("host"):
+        host = str(url.query["host"])
+    port = url.port or 5432
+    return f"the PostgreSQL server {host}:{port} (database {url.database or url.username})"
+
+
+@dataclass(frozen=True)
+class _Marker:
+    xid: str  # xid8 as text: 64 bits, epoch included, never wraps
+    backend_pid: int
+
+
+class WriteOnce:
+    """One call of Store.write on PostgreSQL: remembers the transaction of an attempt whose
+    COMMIT was sent, so that the next attempt can find out whether it was applied.
+
+    Use: at the start of every attempt `committed_earlier(conn)` (True: return `result`,
+    the work is done); after the work, just before COMMIT, `before_commit(conn, result)`.
+    """
+
+    def __init__(self) -> None:
+        self._marker: _Marker | None = None
+        self.result: Any = None
+
+    @property
+    def in_doubt(self) -> bool:
+        """An attempt's COMMIT got no answer and its outcome is not known yet."""
+        return self._marker is not None
+
+    def before_commit(self, conn: Connection, result: Any) -> None:
+        row = conn.execute(
+            text("SELECT pg_current_xact_id_if_assigned()::text, pg_backend_pid()")
+        ).one()
+        # No transaction id: the work changed nothing, so running it again is harmless.
+        self._marker = None if row[0] is None else _Marker(str(row[0]), int(row[1]))
+        self.result = result
+
+    def committed_earlier(self, conn: Connection) -> bool:
+        """Whether an earlier attempt of this write committed (then its result stands).
+        Raises CommitInDoubt while that cannot be known yet."""
+        marker = self._marker
+        if marker is None:
+            return False
+        # An id at or past the snapshot's xmax was never handed out by this server (a
+        # failover to a replica that lagged): asking pg_xact_status would be an error.
+        status = conn.scalar(
+            text(
+                "SELECT CASE WHEN CAST(:xid AS xid8) >= pg_snapshot_xmax(pg_current_snapshot())"
+                " THEN 'unknown to this server' ELSE pg_xact_status(CAST(:xid AS xid8)) END"
+            ),
+            {"xid": marker.xid},
+        )
+        if status == "committed":
+            self._marker = None
+            return True
+        if status == "in progress":
+            # Its client (an earlier attempt) is gone, so nobody will COMMIT it unless that
+            # COMMIT is already in flight; ending the backend settles it either way.
+            conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE pid = :pid AND backend_xid::text = :xid32"
+                ),
+                {"pid": marker.backend_pid, "xid32": str(int(marker.xid) % 2**32)},
+            )
+            raise CommitInDoubt(
+                f"transaction {marker.xid} of an earlier attempt is still in progress"
+            )
+        # aborted, never seen, or too old to be known (NULL, which cannot happen within a
+        # retry budget): it did not commit
+        self._marker = None
+        return False
