@@ -21,10 +21,15 @@ one whose client is gone with a COMMIT that may be in flight: its backend is ter
 (only while it still holds that transaction), which makes the outcome final, and the check
 is repeated. Transaction ids are global to the server, so the check works through
 PgBouncer in transaction pooling mode (the id is read inside the transaction, and asked
-about on any server connection). It assumes the server that answers is the one that
-received the COMMIT, or a replica that had it synchronously: after a failover to an
-asynchronous replica a transaction id the new primary has not reached yet counts as
-aborted (the write is redone), which is right, since the commit did not survive.
+about on any server connection).
+
+A server that crashed (immediate shutdown, power loss) hands out again the ids of
+transactions whose WAL it lost, so after a restart (`pg_postmaster_start_time()` changed)
+"committed" is believed only for an id below the first one the restarted server handed
+out, which the checkpoint it started with records; an id at or above it was lost, COMMIT
+included. When that checkpoint has been superseded (or the server is another one, after a
+failover) the outcome cannot be known: DatabaseUnavailable with `outcome_unknown`, never a
+guess. Cost: one round trip per write that changed something, on the success path.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ from typing import Any
 from sqlalchemy import Connection, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
+
+from .errors import DatabaseUnavailable
 
 TRANSIENT_SQLSTATES = frozenset(
     {
@@ -96,8 +103,9 @@ def describe_server(url: URL) -> str:
 
 @dataclass(frozen=True)
 class _Marker:
-    xid: str  # xid8 as text: 64 bits, epoch included, never wraps
+    xid: int  # xid8: 64 bits, epoch included, never wraps
     backend_pid: int
+    server_started: str  # pg_postmaster_start_time(): which life of the server it was
 
 
 class WriteOnce:
@@ -108,7 +116,8 @@ class WriteOnce:
     the work is done); after the work, just before COMMIT, `before_commit(conn, result)`.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, server: str) -> None:
+        self.server = server
         self._marker: _Marker | None = None
         self.result: Any = None
 
@@ -119,31 +128,38 @@ class WriteOnce:
 
     def before_commit(self, conn: Connection, result: Any) -> None:
         row = conn.execute(
-            text("SELECT pg_current_xact_id_if_assigned()::text, pg_backend_pid()")
+            text(
+                "SELECT pg_current_xact_id_if_assigned()::text, pg_backend_pid(),"
+                " pg_postmaster_start_time()::text"
+            )
         ).one()
         # No transaction id: the work changed nothing, so running it again is harmless.
-        self._marker = None if row[0] is None else _Marker(str(row[0]), int(row[1]))
+        self._marker = None if row[0] is None else _Marker(int(row[0]), int(row[1]), row[2])
         self.result = result
 
     def committed_earlier(self, conn: Connection) -> bool:
         """Whether an earlier attempt of this write committed (then its result stands).
-        Raises CommitInDoubt while that cannot be known yet."""
+        Raises CommitInDoubt while that cannot be known yet, DatabaseUnavailable (outcome
+        unknown) when it never can be."""
         marker = self._marker
         if marker is None:
             return False
-        # An id at or past the snapshot's xmax was never handed out by this server (a
-        # failover to a replica that lagged): asking pg_xact_status would be an error.
-        status = conn.scalar(
+        # An id at or past the one this transaction gets was never handed out by this
+        # server (a failover to a replica that lagged): pg_xact_status would raise. (This
+        # assigns the checking transaction an id: only on this rare path.)
+        row = conn.execute(
             text(
-                "SELECT CASE WHEN CAST(:xid AS xid8) >= pg_snapshot_xmax(pg_current_snapshot())"
-                " THEN 'unknown to this server' ELSE pg_xact_status(CAST(:xid AS xid8)) END"
+                "SELECT CASE WHEN CAST(:xid AS xid8) >= pg_current_xact_id()"
+                " THEN 'unknown to this server' ELSE pg_xact_status(CAST(:xid AS xid8)) END,"
+                " pg_postmaster_start_time()::text, c.checkpoint_lsn = c.redo_lsn, c.next_xid"
+                " FROM pg_control_checkpoint() c"
             ),
-            {"xid": marker.xid},
-        )
-        if status == "committed":
-            self._marker = None
-            return True
-        if status == "in progress":
+            {"xid": str(marker.xid)},
+        ).one()
+        status, started, restart_checkpoint, next_xid = row
+        if started != marker.server_started:
+            committed = self._after_restart(status, bool(restart_checkpoint), str(next_xid))
+        elif status == "in progress":
             # Its client (an earlier attempt) is gone, so nobody will COMMIT it unless that
             # COMMIT is already in flight; ending the backend settles it either way.
             conn.execute(
@@ -151,12 +167,38 @@ class WriteOnce:
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                     " WHERE pid = :pid AND backend_xid::text = :xid32"
                 ),
-                {"pid": marker.backend_pid, "xid32": str(int(marker.xid) % 2**32)},
+                {"pid": marker.backend_pid, "xid32": str(marker.xid % 2**32)},
             )
-            raise CommitInDoubt(
-                f"transaction {marker.xid} of an earlier attempt is still in progress"
-            )
-        # aborted, never seen, or too old to be known (NULL, which cannot happen within a
-        # retry budget): it did not commit
+            raise CommitInDoubt(f"transaction {marker.xid} of an earlier attempt is in progress")
+        else:
+            # committed; or aborted, never seen, or too old to be known (NULL, which cannot
+            # happen within a retry budget): it did not commit
+            committed = status == "committed"
         self._marker = None
-        return False
+        return committed
+
+    def _after_restart(self, status: str, restart_checkpoint: bool, next_xid: str) -> bool:
+        """The server restarted since the COMMIT was sent. After a crash it hands out again
+        the transaction ids whose WAL it lost, so "committed" may describe another
+        transaction. The checkpoint a restart begins with (a shutdown or end-of-recovery
+        checkpoint: its redo point is the checkpoint itself) records the first id it
+        handed out: ids below it were durable, and their status is theirs; an id at or
+        above it was lost with its WAL, commit record included."""
+        assert self._marker is not None
+        if status in ("aborted", "unknown to this server"):
+            return False
+        if not restart_checkpoint:
+            # a later checkpoint since the restart: the first id handed out is not known
+            raise DatabaseUnavailable(
+                self.server,
+                0.0,
+                1,
+                "the server restarted while a COMMIT was in flight, and checkpointed since",
+                outcome_unknown=True,
+            )
+        epoch, _, xid = next_xid.partition(":")
+        if self._marker.xid >= (int(epoch) << 32) + int(xid):
+            return False
+        if status == "in progress":
+            raise CommitInDoubt(f"transaction {self._marker.xid} is in progress")
+        return status == "committed"

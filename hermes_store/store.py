@@ -114,7 +114,7 @@ class Store:
 
         # PostgreSQL: a retry after a COMMIT that got no answer first asks the server
         # whether it was applied (pg_faults), so the work is never applied twice
-        once = pg_faults.WriteOnce() if self.dialect == "postgresql" else None
+        once = pg_faults.WriteOnce(str(self._server)) if self.dialect == "postgresql" else None
 
         def attempt() -> tuple[T, int]:
             with self._write_lock, Session(self._writer, expire_on_commit=False) as session:

@@ -15,7 +15,8 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -75,6 +76,7 @@ class Cluster:
         self.data = self.dir / "data"
         self.log = self.dir / "server.log"
         self.port = free_port()
+        self.database = "hermes"  # what url() names unless told otherwise
         self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", USER, "-E", "UTF8",
                   "--no-sync", "--locale=C")
         self.start()
@@ -95,9 +97,9 @@ class Cluster:
         except OSError:
             return ""
 
-    def url(self, database: str = "hermes", port: int | None = None, query: str = "") -> str:
+    def url(self, database: str | None = None, port: int | None = None, query: str = "") -> str:
         return (
-            f"postgresql+psycopg://{USER}@127.0.0.1:{port or self.port}/{database}"
+            f"postgresql+psycopg://{USER}@127.0.0.1:{port or self.port}/{database or self.database}"
             + (f"?{query}" if query else "")
         )
 
@@ -105,6 +107,9 @@ class Cluster:
         return (
             f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off"
             " -c max_connections=60"
+            # WAL reaches the kernel at COMMIT only, so an immediate stop loses the WAL of
+            # open transactions (and the restarted server hands out their ids again)
+            " -c wal_writer_delay=10000"
         )
 
     def start(self) -> None:
@@ -118,6 +123,20 @@ class Cluster:
         """A restart as an operator does one: stop (every connection is cut), then start."""
         self.stop(mode)
         self.start()
+
+    def is_running(self) -> bool:
+        proc = subprocess.run(
+            [str(self.bindir / "pg_ctl"), "-D", str(self.data), "status"],
+            capture_output=True, timeout=60, check=False, cwd=self.dir, **_server_user(),
+        )
+        return proc.returncode == 0
+
+    def fresh_database(self, template: str) -> str:
+        """A new database cloned from `template`; url() names it from now on."""
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        self.admin(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+        self.database = name
+        return name
 
     def admin(self, sql: str, database: str = "postgres") -> list[tuple[object, ...]]:
         import psycopg
@@ -172,10 +191,13 @@ class CommitCutter:
       server's side stays open (the backend keeps its transaction open, in progress).
     """
 
-    def __init__(self, upstream_port: int, mode: str) -> None:
+    def __init__(
+        self, upstream_port: int, mode: str, on_cut: Callable[[], None] | None = None
+    ) -> None:
         assert mode in ("after_reply", "before_forward")
         self.upstream_port = upstream_port
         self.mode = mode
+        self.on_cut = on_cut  # run at the cut, before the client's connection is closed
         self.cuts = 0
         self.cut_done = 0
         self._lock = threading.Lock()
@@ -244,11 +266,15 @@ class CommitCutter:
                             with self._lock:
                                 self._held.append(server)
                             drop_reply.set()
+                            if self.on_cut is not None:
+                                self.on_cut()
                             client.close()
                             return
                         drop_reply.set()
                         server.sendall(head + body)
                         reply_seen.wait(30)
+                        if self.on_cut is not None:
+                            self.on_cut()
                         client.close()
                         server.close()
                         return
