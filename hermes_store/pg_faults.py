@@ -3,12 +3,14 @@ whose COMMIT got no answer.
 
 Classification is by SQLSTATE and by the driver's error class, never by message text
 (messages are translated with the server's `lc_messages`). Transient: the connection
-classes (08...), an administrator, crash or idle-timeout termination (57P01, 57P02,
+class (08...), an administrator, crash or idle-timeout termination (57P01, 57P02,
 57P05, 25P03), a server starting up or shutting down (57P03), too many connections
 (53300), and contention (40001 serialization failure, 40P01 deadlock, 55P03
 lock_timeout). A psycopg OperationalError without a SQLSTATE is the driver's own report
-of a connection that failed or broke (refused, reset, closed mid-query). Anything else (a
-constraint, a syntax error, bad input, a refused login) is not retried.
+of a connection that failed or broke (refused, reset, closed mid-query); libpq gives a
+failed login no SQLSTATE either, so a failed connection attempt is retried only while
+PQping says the server does not accept connections. Anything else (a constraint, a
+syntax error, bad input, a refused login) is not retried.
 
 A write is applied at most once. The hard case is a connection lost after COMMIT was sent
 and before its answer arrived: the transaction may have committed. Just before COMMIT the
@@ -45,11 +47,6 @@ from .errors import DatabaseUnavailable
 
 TRANSIENT_SQLSTATES = frozenset(
     {
-        "08000",  # connection_exception
-        "08001",  # sqlclient_unable_to_establish_sqlconnection
-        "08003",  # connection_does_not_exist
-        "08004",  # sqlserver_rejected_establishment_of_sqlconnection
-        "08006",  # connection_failure
         "57P01",  # admin_shutdown (fast shutdown, pg_terminate_backend)
         "57P02",  # crash_shutdown (another backend crashed)
         "57P03",  # cannot_connect_now (starting up, shutting down, in recovery)
@@ -61,6 +58,9 @@ TRANSIENT_SQLSTATES = frozenset(
         "55P03",  # lock_not_available (lock_timeout)
     }
 )
+#: Class 08, connection exception, whole: PgBouncer reports a server it cannot reach as
+#: 08P01, which PostgreSQL itself uses for a protocol violation.
+TRANSIENT_CLASSES = ("08",)
 
 
 class CommitInDoubt(Exception):
@@ -86,10 +86,32 @@ def is_transient(exc: BaseException) -> bool:
         return False
     sqlstate = orig.sqlstate
     if sqlstate is None:
-        # The driver's own report: the connection could not be made or broke under it
-        # (the server never answered, so it had no SQLSTATE to give).
-        return isinstance(orig, psycopg.OperationalError)
-    return sqlstate in TRANSIENT_SQLSTATES
+        # The driver's own report: the connection could not be made or broke under it.
+        return isinstance(orig, psycopg.OperationalError) and not _login_refused(orig)
+    return sqlstate in TRANSIENT_SQLSTATES or sqlstate.startswith(TRANSIENT_CLASSES)
+
+
+def _login_refused(orig: Any) -> bool:
+    """A connection attempt that failed (libpq gives such failures no SQLSTATE) to a server
+    that is up and accepting connections: it refused this login (no such database or role,
+    a wrong password), which waiting does not cure. Asked with libpq's PQping, which tells
+    a server that answers from one starting up, shutting down or not answering."""
+    from psycopg import pq
+    from psycopg.conninfo import make_conninfo
+
+    pgconn = getattr(orig, "pgconn", None)
+    if pgconn is None or pgconn.server_version:
+        return False  # it had been connected: a connection lost, not a login refused
+    params = {
+        option.keyword.decode(): option.val.decode()
+        for option in pgconn.info
+        if option.val is not None
+    }
+    try:
+        answer = pq.PGconn.ping(make_conninfo("", **params).encode())
+    except Exception:  # noqa: BLE001 (no answer to the question: treat as a lost server)
+        return False
+    return answer in (pq.Ping.OK, pq.Ping.NO_ATTEMPT)
 
 
 def describe_server(url: URL) -> str:

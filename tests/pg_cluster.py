@@ -91,9 +91,10 @@ class Cluster:
         if proc.returncode != 0:
             raise RuntimeError(f"{tool} failed: {proc.stdout}{proc.stderr}{self.server_log()}")
 
-    def server_log(self) -> str:
+    def server_log(self, tail: int | None = 3000) -> str:
         try:
-            return self.log.read_text(errors="replace")[-3000:]
+            text = self.log.read_text(errors="replace")
+            return text[-tail:] if tail else text
         except OSError:
             return ""
 

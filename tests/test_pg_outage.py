@@ -328,7 +328,7 @@ def test_writers_wait_out_a_lock_held_past_lock_timeout(cluster: Cluster) -> Non
     with lock_not_available and is retried until the lock goes."""
     import psycopg
 
-    log_before = cluster.server_log().count("canceling statement due to lock timeout")
+    log_before = cluster.server_log(tail=None).count("canceling statement due to lock timeout")
 
     def outage() -> None:
         with psycopg.connect(
@@ -340,5 +340,5 @@ def test_writers_wait_out_a_lock_held_past_lock_timeout(cluster: Cluster) -> Non
 
     url = cluster.url(query="options=-c%20lock_timeout%3D500")
     _run_workload(cluster, outage, url=url, label="lock held 2.5 s, lock_timeout 0.5 s")
-    timeouts = cluster.server_log().count("canceling statement due to lock timeout")
+    timeouts = cluster.server_log(tail=None).count("canceling statement due to lock timeout")
     assert timeouts - log_before >= 4, "the writers never met their lock timeout"
