@@ -94,8 +94,13 @@ def is_transient(exc: BaseException) -> bool:
 def _login_refused(orig: Any) -> bool:
     """A connection attempt that failed (libpq gives such failures no SQLSTATE) to a server
     that is up and accepting connections: it refused this login (no such database or role,
-    a wrong password), which waiting does not cure. Asked with libpq's PQping, which tells
-    a server that answers from one starting up, shutting down or not answering."""
+    a wrong password), which waiting does not cure.
+
+    Asked with libpq's PQping, which tells a server that accepts connections from one
+    starting up, shutting down or not answering. The server may have come up since the
+    failure, so a ping that says "up" is followed by one more attempt: refused only if that
+    fails too while the server still answers pings (a server cannot go down and come back
+    between the two)."""
     from psycopg import pq
     from psycopg.conninfo import make_conninfo
 
@@ -108,10 +113,18 @@ def _login_refused(orig: Any) -> bool:
         if option.val is not None
     }
     try:
-        answer = pq.PGconn.ping(make_conninfo("", **params).encode())
+        conninfo = make_conninfo("", **params).encode()
+        if pq.PGconn.ping(conninfo) not in (pq.Ping.OK, pq.Ping.NO_ATTEMPT):
+            return False
+        again = pq.PGconn.connect(conninfo)
+        try:
+            if again.status == pq.ConnStatus.OK:
+                return False
+        finally:
+            again.finish()
+        return pq.PGconn.ping(conninfo) in (pq.Ping.OK, pq.Ping.NO_ATTEMPT)
     except Exception:  # noqa: BLE001 (no answer to the question: treat as a lost server)
         return False
-    return answer in (pq.Ping.OK, pq.Ping.NO_ATTEMPT)
 
 
 def describe_server(url: URL) -> str:

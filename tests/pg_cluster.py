@@ -111,6 +111,11 @@ class Cluster:
             # WAL reaches the kernel at COMMIT only, so an immediate stop loses the WAL of
             # open transactions (and the restarted server hands out their ids again)
             " -c wal_writer_delay=10000"
+            # A connection that arrives during an immediate shutdown gets a child that
+            # waits for its startup packet up to authentication_timeout (60 s), and the
+            # shutdown waits for that child: a minute-long stall that is the server's, not
+            # the tests' business
+            " -c authentication_timeout=3s"
         )
 
     def start(self) -> None:

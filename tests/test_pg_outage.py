@@ -271,7 +271,9 @@ def _run_workload(
             t.join(timeout=120)
     figures = tally.figures(cluster, sessions)
     print(f"\noutage figures ({label}): {figures}")
-    assert not tally.escaped, f"errors reached the callers: {tally.escaped[:3]}"
+    assert not tally.escaped, (
+        f"errors reached the callers: {tally.escaped[:3]}\n{cluster.server_log(tail=6000)}"
+    )
     assert not tally.read_errors, f"errors reached the readers: {tally.read_errors[:3]}"
     assert figures["acknowledged"] == figures["attempted"]
     assert figures["stored_once"] == figures["acknowledged"]
@@ -298,12 +300,19 @@ def test_writers_survive_server_restarts(cluster: Cluster, mode: str) -> None:
     """Two restarts (fast: every session terminated; immediate: the server dies and
     recovers from its WAL), the second after a pause with the server down."""
 
+    timings: list[str] = []
+
     def outage() -> None:
+        started = time.monotonic()
         cluster.restart(mode)
+        timings.append(f"restarted {time.monotonic() - started:.2f}")
         time.sleep(0.3)
         cluster.stop(mode)
+        timings.append(f"stopped {time.monotonic() - started:.2f}")
         time.sleep(1.0)  # down for a while: connections are refused meanwhile
         cluster.start()
+        timings.append(f"started {time.monotonic() - started:.2f}")
+        print(f"\nrestart timings: {timings}")
 
     _run_workload(cluster, outage, label=f"restart -m {mode}")
 
