@@ -348,7 +348,8 @@ class PgBouncer:
         ini = self.dir / "pgbouncer.ini"
         ini.write_text(
             "[databases]\n"
-            f"hermes = host=127.0.0.1 port={cluster.port} dbname=hermes user={USER}"
+            # every database of the cluster, by its own name
+            f"* = host=127.0.0.1 port={cluster.port} user={USER}"
             " connect_query='SET lock_timeout = 10000'\n"
             "[pgbouncer]\n"
             "listen_addr = 127.0.0.1\n"
@@ -359,6 +360,9 @@ class PgBouncer:
             f"default_pool_size = {pool_size}\n"
             "max_client_conn = 200\n"
             "ignore_startup_parameters = options\n"
+            # after a failed server login PgBouncer waits this long before the next (15 s
+            # by default): the time a restart keeps the clients waiting
+            "server_login_retry = 1\n"
             f"logfile = {self.log}\n"
             f"pidfile = {self.dir / 'pgbouncer.pid'}\n"
         )
@@ -387,8 +391,9 @@ class PgBouncer:
 
     def server_connections(self) -> int:
         rows = self.cluster.admin(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = 'hermes'"
-            " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND backend_type = 'client backend' AND pid <> pg_backend_pid()",
+            database=self.cluster.database,
         )
         return int(rows[0][0])  # type: ignore[call-overload]
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from pg_cluster import Cluster, CommitCutter, throwaway_cluster
+from pg_cluster import Cluster, CommitCutter, PgBouncer, throwaway_cluster
 from sqlalchemy import text
 
 from hermes_store import migrate
@@ -351,3 +351,193 @@ def test_writers_wait_out_a_lock_held_past_lock_timeout(cluster: Cluster) -> Non
     _run_workload(cluster, outage, url=url, label="lock held 2.5 s, lock_timeout 0.5 s")
     timeouts = cluster.server_log(tail=None).count("canceling statement due to lock timeout")
     assert timeouts - log_before >= 4, "the writers never met their lock timeout"
+
+
+# --------------------------------------------------------------------------- PgBouncer
+
+
+@pytest.fixture
+def pgbouncer(cluster: Cluster) -> Iterator[PgBouncer]:
+    """PgBouncer in transaction pooling mode with ONE server connection: every client's
+    transactions take turns on it, so state one client leaves on a server connection
+    (prepared statements, SET, session advisory locks) would meet the next."""
+    bouncer = PgBouncer(cluster, pool_size=1)
+    try:
+        yield bouncer
+    finally:
+        bouncer.close()
+
+
+def test_the_store_works_behind_pgbouncer_in_transaction_mode(
+    cluster: Cluster, pgbouncer: PgBouncer
+) -> None:
+    """Upgrade, the facade's writes, reads and searches from three clients at once, each
+    statement run often enough that psycopg would prepare it (5 times), through one pooled
+    server connection, with the settings the README gives."""
+    from hermes_store.compat import SessionDB
+
+    cluster.admin(f'DROP DATABASE "{cluster.database}" WITH (FORCE)')
+    cluster.admin(f'CREATE DATABASE "{cluster.database}"')
+    url = pgbouncer.url()
+    migrate.upgrade(url)  # DDL and the upgrade's advisory lock, through the pooler
+    migrate.upgrade(url)  # at head: changes nothing
+    errors: list[BaseException] = []
+
+    def client(i: int) -> None:
+        try:
+            db = SessionDB(url=url)
+            try:
+                db.create_session(f"c{i}", "cli", model="hermes-4")
+                for n in range(12):
+                    db.append_message(f"c{i}", "user", f"kyoto trip {i} note {n}")
+                    assert len(db.get_messages(f"c{i}")) == n + 1
+                    assert db.search_messages("kyoto")
+                db.set_session_title(f"c{i}", f"trip {i}")
+            finally:
+                db.close()
+        except BaseException as exc:  # noqa: BLE001 (reported below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    assert pgbouncer.server_connections() <= 1
+    # Two clients taking turns with the same statement on the one server connection, past
+    # psycopg's prepare threshold (5); prepare_threshold=none in the URL keeps psycopg
+    # from preparing statements there, which PgBouncer 1.18 cannot keep apart.
+    with Store(url) as one, Store(url) as other:
+        for _ in range(8):
+            for store in (one, other):
+                assert SessionRepository(store).get_session("c0") is not None
+    with Store(url) as store:
+        # the pooler's connect_query stands in for the startup option it cannot pass
+        assert store.read(lambda s: s.execute(text("SHOW lock_timeout")).scalar()) == "10s"
+        hits = store.read(
+            lambda s: s.execute(text("SELECT count(*) FROM messages WHERE content LIKE 'kyoto%'"))
+            .scalar_one()
+        )
+    assert hits == 36
+    for i in range(3):
+        assert _message_count(cluster, f"c{i}") == 12
+
+
+def test_writers_survive_a_restart_behind_pgbouncer(
+    cluster: Cluster, pgbouncer: PgBouncer
+) -> None:
+    """The server restarts behind the pooler: PgBouncer answers the clients' queries with
+    its own errors (class 08) until the server is back."""
+    _run_workload(
+        cluster,
+        lambda: cluster.restart("fast"),
+        url=pgbouncer.url(),
+        label="restart -m fast behind PgBouncer",
+    )
+
+
+def test_a_lost_commit_answer_through_pgbouncer_is_applied_once(
+    cluster: Cluster, pgbouncer: PgBouncer
+) -> None:
+    """The commit check through the pooler: the transaction id is read inside the
+    transaction, and asked about on whichever server connection the next one gets."""
+    proxy = CommitCutter(pgbouncer.port, "after_reply")
+    with Store(cluster.url()) as setup:
+        SessionRepository(setup).create_session("s", "cli")
+    store = Store(cluster.url(port=proxy.port, query="sslmode=disable&prepare_threshold=none"))
+    try:
+        messages = MessageRepository(store)
+        messages.append_message("s", "user", "before")
+        proxy.arm(1)
+        returned = messages.append_message("s", "user", "the message")
+        assert proxy.cut_done == 1
+    finally:
+        store.close()
+        proxy.close()
+    stored = _stored(cluster, "s")
+    assert [c for _, c in stored] == ["before", "the message"]
+    assert stored[1][0] == returned
+
+
+# --------------------------------------------------------------------------- copy
+
+
+def _sqlite_source(tmp_path: Any, sessions: int = 6, per_session: int = 100) -> str:
+    """A state.db at head with sessions x per_session messages."""
+    from conftest import url_for
+
+    url = url_for(tmp_path / "source.db")
+    migrate.upgrade(url, fts_min_pause=0)
+    with Store(url) as store:
+        for i in range(sessions):
+            SessionRepository(store).create_session(f"s{i}", "cli")
+            MessageRepository(store).append_messages(
+                f"s{i}", [{"role": "user", "content": f"m {i} {n}"} for n in range(per_session)]
+            )
+    return url
+
+
+def test_copy_survives_a_server_restart(cluster: Cluster, tmp_path: Any) -> None:
+    """The target restarts (fast, then immediate) between two batches of a copy: the
+    batches go on after it, and the copy ends verified."""
+    from hermes_store.copy import copy_database
+
+    source = _sqlite_source(tmp_path)
+    cluster.admin(f'DROP DATABASE "{cluster.database}" WITH (FORCE)')
+    cluster.admin(f'CREATE DATABASE "{cluster.database}"')
+    restarts: list[str] = []
+
+    def progress(p: Any) -> None:
+        if p.table == "messages" and p.batches in (3, 8) and len(restarts) < 2:
+            mode = "fast" if not restarts else "immediate"
+            cluster.restart(mode)
+            restarts.append(mode)
+
+    report = copy_database(source, cluster.url(), batch_size=50, on_progress=progress)
+    assert restarts == ["fast", "immediate"]
+    assert report.ok, report.to_dict() if hasattr(report, "to_dict") else report
+    assert cluster.admin("SELECT count(*) FROM messages", database=cluster.database) == [(600,)]
+
+
+def test_copy_interrupted_by_an_outage_finishes_with_resume(
+    cluster: Cluster, tmp_path: Any
+) -> None:
+    """As the README says: a copy stopped during an outage (here killed while the server
+    is down and it waits) leaves its committed batches; the same command with --resume
+    finishes it, verified."""
+    import signal
+    import subprocess
+    import sys
+
+    source = _sqlite_source(tmp_path)
+    cluster.admin(f'DROP DATABASE "{cluster.database}" WITH (FORCE)')
+    cluster.admin(f'CREATE DATABASE "{cluster.database}"')
+    target = cluster.url()
+    migrate.upgrade(target)
+    argv = [sys.executable, "-m", "hermes_store.cli", "copy", "--from", source, "--to", target,
+            "--batch-size", "20"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def copied() -> int:
+        rows = cluster.admin("SELECT count(*) FROM messages", database=cluster.database)
+        return int(rows[0][0])  # type: ignore[call-overload]
+
+    try:
+        assert _wait(lambda: copied() >= 100 or proc.poll() is not None)
+        cluster.stop("immediate")
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)  # the operator gives up waiting
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0, "the copy finished before the outage: nothing was tested"
+    cluster.start()
+    partial = copied()
+    assert 0 < partial < 600
+    from conftest import run_cli
+
+    resumed = run_cli("copy", "--from", source, "--to", target, "--batch-size", "20", "--resume")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert copied() == 600
