@@ -61,6 +61,29 @@ def _message_count(cluster: Cluster, session_id: str) -> int:
 # --------------------------------------------------------------------------- the COMMIT
 
 
+def _write_through_cut(
+    cluster: Cluster,
+    proxy: CommitCutter,
+    write: Callable[[MessageRepository], Any],
+    query: str = "sslmode=disable",
+) -> Any:
+    """Session "s" with one message "before", appended through `proxy`; then the proxy
+    is armed for one cut and `write(messages)` runs through it. Returns what it returned."""
+    with Store(cluster.url()) as setup:
+        SessionRepository(setup).create_session("s", "cli")
+    store = Store(cluster.url(port=proxy.port, query=query))
+    try:
+        messages = MessageRepository(store)
+        messages.append_message("s", "user", "before")  # the connection is warmed up
+        proxy.arm(1)
+        result = write(messages)
+        assert proxy.cut_done == 1, "the proxy never cut a COMMIT: the test tested nothing"
+        return result
+    finally:
+        store.close()
+        proxy.close()
+
+
 @pytest.mark.parametrize("mode", ["after_reply", "before_forward"])
 def test_a_commit_whose_answer_is_lost_is_applied_once(cluster: Cluster, mode: str) -> None:
     """The connection is cut at the exact point where the outcome is unknown: the COMMIT
@@ -69,44 +92,30 @@ def test_a_commit_whose_answer_is_lost_is_applied_once(cluster: Cluster, mode: s
     arrived and the backend still holds the open transaction (a retry that did not end it
     would wait on its row lock, and its outcome would stay unknown). Either way the call
     returns normally, the message is stored once, and the id returned is the stored one."""
-    proxy = CommitCutter(cluster.port, mode)
-    with Store(cluster.url()) as setup:
-        SessionRepository(setup).create_session("s", "cli")
-    store = Store(cluster.url(port=proxy.port, query="sslmode=disable"))
-    try:
-        messages = MessageRepository(store)
-        first = messages.append_message("s", "user", "before")  # connection warmed up
-        proxy.arm(1)
-        returned = messages.append_message("s", "user", "the message")
-        assert proxy.cut_done == 1, "the proxy never cut a COMMIT: the test tested nothing"
-        later = messages.append_message("s", "user", "after")
-    finally:
-        store.close()
-        proxy.close()
+    later: list[int] = []
+
+    def write(messages: MessageRepository) -> int:
+        returned = int(messages.append_message("s", "user", "the message"))
+        later.append(messages.append_message("s", "user", "after"))
+        return returned
+
+    returned = _write_through_cut(cluster, CommitCutter(cluster.port, mode), write)
     stored = _stored(cluster, "s")
     assert [content for _, content in stored] == ["before", "the message", "after"]
     assert dict((c, i) for i, c in stored)["the message"] == returned
-    assert first < returned < later
+    assert stored[0][0] < returned < later[0]
     assert _message_count(cluster, "s") == 3
 
 
 def test_a_lost_commit_answer_of_a_batch_is_applied_once(cluster: Cluster) -> None:
     """The same for a write of several rows and counters (append_messages)."""
-    proxy = CommitCutter(cluster.port, "after_reply")
-    with Store(cluster.url()) as setup:
-        SessionRepository(setup).create_session("s", "cli")
-    store = Store(cluster.url(port=proxy.port, query="sslmode=disable"))
-    try:
-        messages = MessageRepository(store)
-        messages.append_message("s", "user", "before")
-        proxy.arm(1)
-        ids = messages.append_messages(
+    ids = _write_through_cut(
+        cluster,
+        CommitCutter(cluster.port, "after_reply"),
+        lambda m: m.append_messages(
             "s", [{"role": "user", "content": f"batch {i}"} for i in range(5)]
-        )
-        assert proxy.cut_done == 1
-    finally:
-        store.close()
-        proxy.close()
+        ),
+    )
     stored = _stored(cluster, "s")
     assert [c for _, c in stored] == ["before"] + [f"batch {i}" for i in range(5)]
     assert [i for i, _ in stored[1:]] == list(ids)
@@ -140,19 +149,11 @@ def test_a_commit_in_flight_when_the_server_crashes_is_applied_once(cluster: Clu
                 other.commit()
         seen["taken"] = taken
 
-    proxy = CommitCutter(cluster.port, "before_forward", on_cut=crash)
-    with Store(cluster.url()) as setup:
-        SessionRepository(setup).create_session("s", "cli")
-    store = Store(cluster.url(port=proxy.port, query="sslmode=disable"))
-    try:
-        messages = MessageRepository(store)
-        messages.append_message("s", "user", "before")
-        proxy.arm(1)
-        returned = messages.append_message("s", "user", "the message")
-        assert proxy.cut_done == 1
-    finally:
-        store.close()
-        proxy.close()
+    returned = _write_through_cut(
+        cluster,
+        CommitCutter(cluster.port, "before_forward", on_cut=crash),
+        lambda m: m.append_message("s", "user", "the message"),
+    )
     assert len(seen["xid"]) == 1 and seen["xid"][0] in seen["taken"], (
         f"the lost transaction's id was not handed out again: {seen}"
     )
@@ -442,19 +443,12 @@ def test_a_lost_commit_answer_through_pgbouncer_is_applied_once(
 ) -> None:
     """The commit check through the pooler: the transaction id is read inside the
     transaction, and asked about on whichever server connection the next one gets."""
-    proxy = CommitCutter(pgbouncer.port, "after_reply")
-    with Store(cluster.url()) as setup:
-        SessionRepository(setup).create_session("s", "cli")
-    store = Store(cluster.url(port=proxy.port, query="sslmode=disable&prepare_threshold=none"))
-    try:
-        messages = MessageRepository(store)
-        messages.append_message("s", "user", "before")
-        proxy.arm(1)
-        returned = messages.append_message("s", "user", "the message")
-        assert proxy.cut_done == 1
-    finally:
-        store.close()
-        proxy.close()
+    returned = _write_through_cut(
+        cluster,
+        CommitCutter(pgbouncer.port, "after_reply"),
+        lambda m: m.append_message("s", "user", "the message"),
+        query="sslmode=disable&prepare_threshold=none",
+    )
     stored = _stored(cluster, "s")
     assert [c for _, c in stored] == ["before", "the message"]
     assert stored[1][0] == returned
