@@ -7,7 +7,8 @@ transaction, because a PRAGMA inside one does nothing.
 
 PostgreSQL (psycopg 3): READ COMMITTED; where SQLite relies on BEGIN IMMEDIATE the
 repositories take row locks (repositories/_dialect.py). A lost connection is noticed
-before use (pre-ping), and a statement may not wait on a lock forever.
+before use (pre-ping), a vanished server within about 30 s (TCP keepalives), and a
+statement may not wait on a lock forever. Which faults are retried: pg_faults.
 """
 
 from __future__ import annotations
@@ -283,6 +284,34 @@ def install_pg_text_adapters(dbapi_conn: Any) -> None:
         adapters.register_loader(oid, unescaping(string.TextBinaryLoader))
 
 
+#: libpq settings hermes-store gives each PostgreSQL connection unless the URL sets them:
+#: give up a connection attempt after 10 s (an unreachable host otherwise hangs for the
+#: kernel's TCP timeout, minutes), and notice a peer that vanished (a host that lost power,
+#: a dropped NAT entry) within about 30 s, whether the socket is idle (keepalives) or has
+#: a statement unacknowledged (tcp_user_timeout); each such fault is retried by the store.
+PG_CONNECTION_DEFAULTS: dict[str, Any] = {
+    "connect_timeout": 10,
+    "keepalives": 1,
+    "keepalives_idle": 15,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,
+}
+
+
+def _prepare_threshold(value: str) -> int | None:
+    """psycopg's `prepare_threshold` from a URL: `none` (or empty) turns server-side
+    prepared statements off, which PgBouncer before 1.21 cannot carry in transaction mode."""
+    if value.strip().lower() in ("", "none", "off"):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(
+            f"prepare_threshold={value!r} in the URL: give a number of executions, or none"
+        ) from None
+
+
 def _postgresql_engine(url: URL, *, read_only: bool, **engine_kwargs: Any) -> Engine:
     try:
         import psycopg  # noqa: F401
@@ -290,10 +319,21 @@ def _postgresql_engine(url: URL, *, read_only: bool, **engine_kwargs: Any) -> En
         raise ValueError(
             "PostgreSQL needs the psycopg driver: pip install 'hermes-store[postgres]'"
         ) from exc
-    options = f"-c lock_timeout={PG_LOCK_TIMEOUT_MS}"
-    if read_only:
-        options += " -c default_transaction_read_only=on"
-    connect_args: dict[str, Any] = {"options": options, "application_name": "hermes-store"}
+    connect_args: dict[str, Any] = {"application_name": "hermes-store"}
+    if "options" not in url.query:
+        # A URL that sets `options` (empty, say, for a pooler that refuses startup
+        # options) takes responsibility for these settings (see the README).
+        options = f"-c lock_timeout={PG_LOCK_TIMEOUT_MS}"
+        if read_only:
+            options += " -c default_transaction_read_only=on"
+        connect_args["options"] = options
+    connect_args.update({k: v for k, v in PG_CONNECTION_DEFAULTS.items() if k not in url.query})
+    if "prepare_threshold" in url.query:
+        threshold = url.query["prepare_threshold"]
+        connect_args["prepare_threshold"] = _prepare_threshold(
+            threshold if isinstance(threshold, str) else threshold[-1]
+        )
+        url = url.difference_update_query(["prepare_threshold"])
     connect_args.update(engine_kwargs.pop("connect_args", {}))
     engine_kwargs.setdefault("pool_pre_ping", True)
     engine_kwargs.setdefault("isolation_level", "READ COMMITTED")

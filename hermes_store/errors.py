@@ -159,3 +159,42 @@ class DatabaseCorrupt(StoreError):
     def __reduce__(self) -> tuple[type, tuple[str, str, bool]]:
         # rebuilt from its parts, not the message (crossing a process boundary)
         return (type(self), (self.where, self.detail, self.fts_only))
+
+
+class DatabaseUnavailable(StoreError):
+    """The database server could not be reached, or kept failing with faults worth waiting
+    out, for the whole retry budget. Nothing of the failed operation was applied, unless
+    `outcome_unknown` says that its last COMMIT got no answer and could not be checked."""
+
+    def __init__(
+        self,
+        server: str,
+        waited: float,
+        attempts: int,
+        cause: str,
+        outcome_unknown: bool = False,
+    ) -> None:
+        self.server = server
+        self.waited = waited
+        self.attempts = attempts
+        self.cause = cause
+        self.outcome_unknown = outcome_unknown
+        if outcome_unknown:
+            applied = (
+                "the last attempt's COMMIT got no answer and the server could not be asked "
+                "whether it was applied: check before repeating it"
+            )
+        else:
+            applied = "nothing was applied"
+        super().__init__(
+            f"{server} was unavailable for {waited:.1f} s ({attempts} attempt"
+            f"{'s' if attempts != 1 else ''}; last error: {cause}); {applied}. Check that "
+            "the server is running and reachable, then retry"
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[str, float, int, str, bool]]:
+        # rebuilt from its parts, not the message (crossing a process boundary)
+        return (
+            type(self),
+            (self.server, self.waited, self.attempts, self.cause, self.outcome_unknown),
+        )

@@ -1,8 +1,14 @@
-"""The write retry policy: which errors are worth another attempt, and how long to wait.
+"""The retry policy: which errors are worth another attempt, and how long to wait.
 
-Default: the original's 15 attempts with 20-150 ms random sleeps on "database is
+SQLite: the original's 15 attempts with 20-150 ms random sleeps on "database is
 locked/busy" (random, so waiting writers do not wake in lockstep, #3385). Optionally a
 time budget instead of an attempt count (upstream later moved to 20 s, #74478).
+
+PostgreSQL: the faults of a server (it restarts, fails over, terminates connections, or
+a transaction meets contention; `pg_faults` says which) are waited out for a time budget,
+30 s by default, with exponential backoff and full jitter (so clients reconnecting after
+a restart do not arrive together). Each attempt runs the whole unit of work on a fresh
+connection. Past the budget the caller gets one DatabaseUnavailable naming the server.
 """
 
 from __future__ import annotations
@@ -14,15 +20,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError
+
+from . import pg_faults
+from .errors import DatabaseUnavailable
 
 T = TypeVar("T")
 
-_PG_RETRYABLE = {"40001", "40P01"}  # serialization failure, deadlock detected
-
 
 def is_retryable(exc: BaseException) -> bool:
-    """SQLite lock contention, or a PostgreSQL serialization failure / deadlock."""
+    """SQLite lock contention, or a transient PostgreSQL fault."""
     orig = exc.orig if isinstance(exc, DBAPIError) else exc
     if isinstance(orig, sqlite3.OperationalError):
         code = getattr(orig, "sqlite_errorcode", None)
@@ -30,8 +37,13 @@ def is_retryable(exc: BaseException) -> bool:
             return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
         text = str(orig).lower()
         return "locked" in text or "busy" in text
-    sqlstate = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
-    return sqlstate in _PG_RETRYABLE
+    return pg_faults.is_transient(exc)
+
+
+def first_line(exc: BaseException) -> str:
+    orig = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+    lines = str(orig).strip().splitlines()
+    return " ".join(lines[0].split()) if lines else type(orig).__name__
 
 
 @dataclass(frozen=True)
@@ -40,20 +52,51 @@ class RetryPolicy:
     min_sleep: float = 0.020
     max_sleep: float = 0.150
     budget_seconds: float | None = None  # when set, retry until this much time has passed
+    #: PostgreSQL: how long server faults are waited out, and the longest pause between
+    #: two attempts (the backoff doubles from min_sleep up to it)
+    server_budget_seconds: float = 30.0
+    server_max_sleep: float = 0.5
 
-    def run(self, unit_of_work: Callable[[], T]) -> T:
-        """Run `unit_of_work` (a whole transaction) until it succeeds or the policy ends."""
+    def run(
+        self,
+        unit_of_work: Callable[[], T],
+        *,
+        server: str | None = None,
+        in_doubt: Callable[[], bool] | None = None,
+    ) -> T:
+        """Run `unit_of_work` (a whole transaction) until it succeeds or the policy ends.
+
+        `server` names the database in DatabaseUnavailable; `in_doubt()` says whether the
+        unit's last COMMIT went unanswered (then that error says its outcome is unknown).
+        """
         started = time.monotonic()
         attempt = 0
+        server_faults = 0
         while True:
             attempt += 1
             try:
                 return unit_of_work()
-            except (OperationalError, DBAPIError) as exc:
+            except (DBAPIError, pg_faults.CommitInDoubt) as exc:
                 if not is_retryable(exc):
                     raise
                 elapsed = time.monotonic() - started
-                if self.budget_seconds is not None:
+                if not isinstance(exc, DBAPIError) or not isinstance(
+                    exc.orig, sqlite3.OperationalError
+                ):
+                    server_faults += 1
+                    left = self.server_budget_seconds - elapsed
+                    if left <= 0:
+                        raise DatabaseUnavailable(
+                            server or "the PostgreSQL server",
+                            elapsed,
+                            attempt,
+                            first_line(exc),
+                            outcome_unknown=bool(in_doubt and in_doubt()),
+                        ) from exc
+                    doubled = self.min_sleep * 2 ** min(server_faults, 16)
+                    ceiling = min(self.server_max_sleep, doubled)
+                    sleep = min(random.uniform(self.min_sleep, ceiling), left)
+                elif self.budget_seconds is not None:
                     if elapsed >= self.budget_seconds:
                         raise
                     sleep = min(

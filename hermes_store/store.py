@@ -25,28 +25,30 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar, overload
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import QueuePool
 
+from . import pg_faults
 from .adoption import VERSION_TABLE
 from .config import SCHEMA_VERSION, JournalPolicy, resolve_url, sqlite_path
 from .engine import BEGIN_MODE, make_engine, take_read_lock, write_connection
 from .errors import (
     DatabaseCorrupt,
     DatabaseNotWritable,
+    DatabaseUnavailable,
     InvalidInput,
     NotAtHead,
     StorageFull,
     StoreClosed,
     StoreError,
 )
-from .retry import DEFAULT_RETRY, RetryPolicy
+from .retry import DEFAULT_RETRY, RetryPolicy, first_line
 from .search import maintenance
 from .sqlite_damage import classify, quick_check, sqlite_error, where
 from .sqlite_file import refuse_directory
@@ -160,18 +162,38 @@ class Store:
     def dialect(self) -> str:
         return self.engine.dialect.name
 
+    @property
+    def _server(self) -> str | None:
+        """What DatabaseUnavailable names: the PostgreSQL server, never its password."""
+        if self.dialect != "postgresql":
+            return None
+        return pg_faults.describe_server(self.engine.url)
+
     def write(self, work: Callable[[Connection], T]) -> T:
         """Run `work` in one write transaction, retried as a unit on lock contention."""
         self.check_open()
+
+        # PostgreSQL: a retry after a COMMIT that got no answer first asks the server
+        # whether it was applied (pg_faults), so the work is never applied twice
+        once = pg_faults.WriteOnce(str(self._server)) if self.dialect == "postgresql" else None
 
         def attempt() -> tuple[T, int]:
             with self._write_lock, self._writer.connect() as conn:
                 # BEGIN IMMEDIATE now, not at `work`'s first statement: the lock is held
                 # before `work` runs, and contention never surfaces inside it
                 with conn.begin():
-                    result = work(conn)
+                    if once is not None and once.committed_earlier(conn):
+                        result = once.result
+                    else:
+                        result = work(conn)
+                        if once is not None:
+                            once.before_commit(conn, result)
                 self._writes += 1  # under the lock: concurrent writers must not lose counts
                 return result, self._writes
+
+        def run() -> tuple[T, int]:
+            in_doubt = None if once is None else lambda: once.in_doubt
+            return self.retry.run(attempt, server=self._server, in_doubt=in_doubt)
 
         if self._damaged is not None:
             raise DatabaseCorrupt(
@@ -180,11 +202,11 @@ class Store:
         rebuilds = self._fts_rebuilds
         with self._typed_errors():
             try:
-                result, writes = self.retry.run(attempt)
+                result, writes = run()
             except DBAPIError as exc:
                 if not self._repaired_fts_after(exc, rebuilds):
                     raise
-                result, writes = self.retry.run(attempt)
+                result, writes = run()
         if self.checkpoint_every and writes % self.checkpoint_every == 0:
             self.checkpoint("PASSIVE")
         return result
@@ -220,7 +242,14 @@ class Store:
         return error
 
     def _typed_error(self, exc: DBAPIError) -> StoreError | None:
-        return self._damage_error(exc) or self._unwritable_error(exc)
+        return self._damage_error(exc) or self._unwritable_error(exc) or self._unavailable(exc)
+
+    def _unavailable(self, exc: DBAPIError) -> DatabaseUnavailable | None:
+        """A server fault that met no retry (inside a `with store.read()` block, which
+        cannot be run again) still leaves as a typed error naming the server."""
+        if self.dialect != "postgresql" or not pg_faults.is_transient(exc):
+            return None
+        return DatabaseUnavailable(str(self._server), 0.0, 1, first_line(exc))
 
     def _unwritable_error(self, exc: DBAPIError) -> DatabaseNotWritable | None:
         """The typed error for SQLite failing to open or write this file (SQLite only): the
@@ -319,25 +348,55 @@ class Store:
             finally:
                 transaction.rollback()
 
-    @contextmanager
-    def read(self) -> Iterator[Connection]:
-        """A Connection for reading; its deferred transaction ends when the block does."""
+    @overload
+    def read(self) -> AbstractContextManager[Connection]: ...
+
+    @overload
+    def read(self, work: Callable[[Connection], T]) -> T: ...
+
+    def read(self, work: Callable[[Connection], T] | None = None) -> Any:
+        """`with store.read() as conn:` a Connection for reading, whose deferred
+        transaction ends when the block does; on PostgreSQL getting its connection is
+        retried through server faults, a fault inside the block raises DatabaseUnavailable.
+        `store.read(work)` runs `work(conn)` the same way, retried as a whole (so `work`
+        must have no side effects outside the database), and returns what it returns."""
         self.check_open()
-        with self.engine.connect() as conn:
+        if work is None:
+            return self._read_block()
+
+        def attempt() -> T:
+            with self._read_transaction() as session:
+                return work(session)
+
+        with self._typed_errors():
+            return self.retry.run(attempt, server=self._server)
+
+    @contextmanager
+    def _read_block(self) -> Iterator[Connection]:
+        with self._typed_errors(), self._read_transaction() as conn:
+            yield conn
+
+    @contextmanager
+    def _read_transaction(self) -> Iterator[Connection]:
+        if self.dialect == "sqlite":
+            conn = self.engine.connect()
+        else:
+            # a connection that answers (the pool pings it), waiting out a server that
+            # is restarting
+            conn = self.retry.run(self.engine.connect, server=self._server)
+        with conn:
             try:
-                with self._typed_errors():
-                    try:
-                        conn.begin()
-                        if self.dialect == "sqlite":
-                            # Take the read lock now, under the retry policy: in DELETE
-                            # mode a stream of committing writers (this store's other
-                            # threads included) can keep a reader out for longer than one
-                            # busy timeout.
-                            self.retry.run(lambda: take_read_lock(conn))
-                        yield conn
-                    except DBAPIError:
-                        conn.rollback()  # before the error is examined
-                        raise
+                try:
+                    conn.begin()
+                    if self.dialect == "sqlite":
+                        # Take the read lock now, under the retry policy: in DELETE mode a
+                        # stream of committing writers (this store's other threads
+                        # included) can keep a reader out for longer than one busy timeout.
+                        self.retry.run(lambda: take_read_lock(conn))
+                    yield conn
+                except DBAPIError:
+                    conn.rollback()  # before the error is examined
+                    raise
             finally:
                 # A read has nothing to commit; rolling back also ends a transaction that
                 # an error inside it (a damaged FTS index, say) left unusable.

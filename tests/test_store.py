@@ -469,14 +469,11 @@ def test_is_retryable_classification(table_db: Path) -> None:
 
 
 def test_is_retryable_postgres_sqlstates() -> None:
-    class PgError(Exception):
-        def __init__(self, sqlstate: str) -> None:
-            super().__init__(sqlstate)
-            self.sqlstate = sqlstate
+    errors = pytest.importorskip("psycopg.errors")
 
-    assert is_retryable(PgError("40001"))
-    assert is_retryable(PgError("40P01"))
-    assert not is_retryable(PgError("23505"))
+    assert is_retryable(errors.SerializationFailure("40001"))
+    assert is_retryable(errors.DeadlockDetected("40P01"))
+    assert not is_retryable(errors.UniqueViolation("23505"))
 
 
 # --------------------------------------------------------------------------- checkpoints
