@@ -144,9 +144,8 @@ class Store:
     def _require_head(self) -> None:
         """Refuse a database the repositories cannot serve: one that is not at the
         schema this code writes (a legacy file before its upgrade, a newer one)."""
-        with self._typed_errors(), self.engine.connect() as conn:
+        with self._typed_errors(), self._read_transaction() as conn:
             revision = stored_revision(conn)
-            conn.rollback()
         if revision != HEAD:
             raise NotAtHead(
                 f"the database {where(self.url)} is at revision {revision or 'none'}, not "

@@ -104,7 +104,9 @@ def test_an_unreachable_server_raises_database_unavailable_naming_it() -> None:
     names host, port and database, never the password."""
     port = free_port()
     url = f"postgresql+psycopg://hermes:s3cret-pw@127.0.0.1:{port}/hermesdb"
-    store = Store(url, retry=RetryPolicy(server_budget_seconds=1.0))
+    with pytest.raises(DatabaseUnavailable, match=f"127.0.0.1:{port}"):
+        Store(url, retry=RetryPolicy(server_budget_seconds=1.0))  # its schema check waits too
+    store = Store(url, retry=RetryPolicy(server_budget_seconds=1.0), check_schema=False)
     try:
         started = time.monotonic()
         with pytest.raises(DatabaseUnavailable) as info:
@@ -133,7 +135,13 @@ def test_an_unreachable_server_raises_database_unavailable_naming_it() -> None:
 def test_a_missing_database_is_refused_at_once(pg_fresh_db: str) -> None:
     """A login the server refuses is not waited out: the caller learns at once."""
     missing = pg_fresh_db.rsplit("/", 1)[0] + "/no_such_database"
-    store = Store(missing, retry=RetryPolicy(server_budget_seconds=20.0))
+    started = time.monotonic()
+    with pytest.raises(Exception) as opening:
+        Store(missing, retry=RetryPolicy(server_budget_seconds=20.0))
+    assert time.monotonic() - started < 5
+    assert not isinstance(opening.value, DatabaseUnavailable)
+    assert "no_such_database" in str(opening.value)
+    store = Store(missing, retry=RetryPolicy(server_budget_seconds=20.0), check_schema=False)
     try:
         started = time.monotonic()
         with pytest.raises(Exception) as info:
