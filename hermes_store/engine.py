@@ -16,8 +16,9 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 from sqlalchemy import create_engine, event
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 BEGIN_MODE = "hermes_begin"
 BUSY_TIMEOUT_S = 1.0
 _SIDECARS = ("", "-wal", "-shm", "-journal")
+T = TypeVar("T")
 _SECURED = "hermes_file_modes_secured"  # per DBAPI connection (Connection.info)
 _DB_PATH = "hermes_db_path"  # the database file of a SQLite connection (Connection.info)
 
@@ -135,7 +137,7 @@ def _install_sqlite_listeners(
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         mode = conn.get_execution_options().get(BEGIN_MODE, "DEFERRED")
-        driver_cursor(conn, _BEGIN[mode])
+        driver_execute(conn, _BEGIN[mode])
         # 0600 when a connection first writes, not when it connects: reading (`sessions
         # list`, `check`) must leave the file as it found it. Sidecars SQLite creates
         # later copy the database's mode.
@@ -153,13 +155,16 @@ def _install_sqlite_listeners(
 _BEGIN = {mode: f"BEGIN {mode}" for mode in ("DEFERRED", "IMMEDIATE", "EXCLUSIVE")}
 
 
-def driver_cursor(conn: Connection, sql: str, params: Any = ()) -> sqlite3.Cursor:
+def driver_run(
+    conn: Connection, sql: str, params: Any, consume: Callable[[sqlite3.Cursor], T]
+) -> T:
     """Execute one SQLite statement on the driver connection under `conn` (inside its
-    transaction) without `Connection.execute`'s bookkeeping, which costs several times
-    what SQLite takes for a small statement. Errors are raised as `Connection.execute`
-    would raise them (SQLAlchemy's types, a file that is not a database named as such),
-    and the engine's cursor-execute listeners (instrumentation, statement recording)
-    still see the statement."""
+    transaction) and hand its cursor to `consume`, without `Connection.execute`'s
+    bookkeeping, which costs several times what SQLite takes for a small statement.
+    Errors, also those raised while rows are fetched (an INSERT ... RETURNING does its
+    work then), are raised as `Connection.execute` would raise them (SQLAlchemy's types,
+    a file that is not a database named as such), and the engine's cursor-execute
+    listeners (instrumentation, statement recording) still see the statement."""
     dbapi_conn = conn.connection.driver_connection
     dispatch = conn.dispatch
     if dispatch.before_cursor_execute:
@@ -167,22 +172,31 @@ def driver_cursor(conn: Connection, sql: str, params: Any = ()) -> sqlite3.Curso
             listener(conn, None, sql, params, None, False)
     try:
         cursor: sqlite3.Cursor = dbapi_conn.execute(sql, params)  # type: ignore[union-attr]
+        if dispatch.after_cursor_execute:
+            for listener in dispatch.after_cursor_execute:
+                listener(conn, cursor, sql, params, None, False)
+        return consume(cursor)
     except sqlite3.Error as exc:
         path = conn.info.get(_DB_PATH)
         named = not_a_database_error(path, exc) if path is not None else None
         if named is not None:
             raise named from exc
         raise DBAPIError.instance(sql, params, exc, sqlite3.Error, dialect=conn.dialect) from exc
-    if dispatch.after_cursor_execute:
-        for listener in dispatch.after_cursor_execute:
-            listener(conn, cursor, sql, params, None, False)
-    return cursor
+
+
+def driver_execute(conn: Connection, sql: str) -> None:
+    """`driver_run` for a statement without parameters or rows (BEGIN, a PRAGMA)."""
+    driver_run(conn, sql, (), _discard)
+
+
+def _discard(cursor: sqlite3.Cursor) -> None:
+    cursor.close()
 
 
 def take_read_lock(conn: Connection) -> None:
     """Start the read transaction of a deferred SQLite transaction now (its first read
     takes the shared lock / WAL snapshot, which lasts until the transaction ends)."""
-    driver_cursor(conn, "PRAGMA schema_version")
+    driver_execute(conn, "PRAGMA schema_version")
 
 
 def make_engine(

@@ -8,7 +8,7 @@ construct (so the SQL still comes from the models' tables and the per-dialect co
 but compiles it a single time per dialect and then:
 
 - on SQLite, executes the compiled string on the driver connection of the unit of
-  work's connection, inside its transaction (`engine.driver_cursor`: errors raised as
+  work's connection, inside its transaction (`engine.driver_run`: errors raised as
   SQLAlchemy's, cursor-execute listeners still called);
 - on PostgreSQL, hands the compiled string to `Connection.exec_driver_sql`, which keeps
   SQLAlchemy's disconnect handling and events (a network round trip dwarfs the
@@ -22,16 +22,17 @@ Results come back as plain tuples; `dicts` pairs them with the cursor's column n
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, CursorResult
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.compiler import Compiled
 
-from .engine import driver_cursor
+from .engine import driver_run
 
+T = TypeVar("T")
 Params = Mapping[str, Any]
 _NO_PARAMS: dict[str, Any] = {}
 
@@ -87,23 +88,20 @@ class Prepared:
         """The statement as `dialect` receives it."""
         return self._compiled(dialect).sql
 
-    def _execute(self, conn: Connection, params: Params) -> Any:
-        """The DBAPI cursor (SQLite) or SQLAlchemy result (PostgreSQL) of one execution:
-        both offer fetchone, fetchall and rowcount."""
+    def _execute(self, conn: Connection, params: Params, consume: Callable[[Any], T]) -> T:
+        """Execute once and give `consume` the DBAPI cursor (SQLite) or SQLAlchemy
+        result (PostgreSQL); both offer fetchone, fetchall, rowcount and close."""
         compiled = self._compiled(conn.dialect)
         bound = compiled.bind(params)
         if conn.dialect.name != "sqlite":
-            return conn.exec_driver_sql(compiled.sql, bound)
-        return driver_cursor(conn, compiled.sql, bound)
+            return consume(conn.exec_driver_sql(compiled.sql, bound))
+        return driver_run(conn, compiled.sql, bound, consume)
 
     def rows(self, conn: Connection, params: Params = _NO_PARAMS) -> list[tuple[Any, ...]]:
-        return [tuple(row) for row in self._execute(conn, params).fetchall()]
+        return self._execute(conn, params, _all_tuples)
 
     def first(self, conn: Connection, params: Params = _NO_PARAMS) -> tuple[Any, ...] | None:
-        cursor = self._execute(conn, params)
-        row = cursor.fetchone()
-        cursor.close()
-        return None if row is None else tuple(row)
+        return self._execute(conn, params, _first_tuple)
 
     def scalar(self, conn: Connection, params: Params = _NO_PARAMS) -> Any:
         row = self.first(conn, params)
@@ -111,13 +109,30 @@ class Prepared:
 
     def dicts(self, conn: Connection, params: Params = _NO_PARAMS) -> list[dict[str, Any]]:
         """Every row as a dict keyed by the result's column names."""
-        cursor = self._execute(conn, params)
-        if isinstance(cursor, CursorResult):
-            names = list(cursor.keys())
-        else:
-            names = [column[0] for column in cursor.description]
-        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        return self._execute(conn, params, _all_dicts)
 
     def run(self, conn: Connection, params: Params = _NO_PARAMS) -> int:
         """Execute a data-changing statement; the number of rows it changed."""
-        return int(self._execute(conn, params).rowcount)
+        return self._execute(conn, params, _rowcount)
+
+
+def _all_tuples(cursor: Any) -> list[tuple[Any, ...]]:
+    return [tuple(row) for row in cursor.fetchall()]
+
+
+def _first_tuple(cursor: Any) -> tuple[Any, ...] | None:
+    row = cursor.fetchone()
+    cursor.close()
+    return None if row is None else tuple(row)
+
+
+def _all_dicts(cursor: Any) -> list[dict[str, Any]]:
+    if isinstance(cursor, CursorResult):
+        names = list(cursor.keys())
+    else:
+        names = [column[0] for column in cursor.description]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def _rowcount(cursor: Any) -> int:
+    return int(cursor.rowcount)

@@ -667,7 +667,7 @@ def _assert_refused_naming(path: Path, named: Path) -> None:
 @pytest.mark.parametrize("journal", ["delete", "wal"])
 def test_read_only_directory_is_refused_naming_the_path(tmp_path: Path, journal: str) -> None:
     from hermes_store.compat import SessionDB
-    from hermes_store.errors import DatabaseNotWritable
+    from hermes_store.errors import DatabaseNotWritable, NotAtHead
     from hermes_store.store import Store
 
     directory = tmp_path / "ro dir"
@@ -676,23 +676,28 @@ def test_read_only_directory_is_refused_naming_the_path(tmp_path: Path, journal:
     with _read_only(directory):
         assert not os.access(directory, os.W_OK)
         _assert_refused_naming(path, path)
-        # a new database in that directory: refused, nothing created
+        # a new database in that directory: a Store never creates one, and the
+        # upgrade that would is refused naming the directory; nothing created
         new = directory / "new.db"
-        with pytest.raises(DatabaseNotWritable) as info:
+        with pytest.raises(NotAtHead, match="hermes-store upgrade") as refused:
             Store(str(new))
+        assert str(new) in str(refused.value)
+        with pytest.raises(DatabaseNotWritable) as info:
+            SessionDB(new)
         assert str(new) in str(info.value) and str(directory) in str(info.value)
         # reading: a DELETE-mode file reads; a WAL-mode one needs a -shm file SQLite
-        # cannot create there (the original fails the same way): a typed error naming it
-        db = SessionDB(path, read_only=True)
-        try:
-            if journal == "delete":
+        # cannot create there (the original fails the same way): a typed error naming
+        # it, at open
+        if journal == "delete":
+            db = SessionDB(path, read_only=True)
+            try:
                 assert [m["content"] for m in db.get_messages("s")] == ["kept"]
-            else:
-                with pytest.raises(DatabaseNotWritable) as info:
-                    db.get_messages("s")
-                assert f"{path}-shm" in str(info.value)
-        finally:
-            db.close()
+            finally:
+                db.close()
+        else:
+            with pytest.raises(DatabaseNotWritable) as info:
+                SessionDB(path, read_only=True)
+            assert f"{path}-shm" in str(info.value)
         assert _snapshot(directory) == before
     assert _integrity(path) == ["ok"]
 
