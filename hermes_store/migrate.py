@@ -19,7 +19,6 @@ from alembic.autogenerate import produce_migrations
 from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.operations import ops
-from alembic.runtime.environment import EnvironmentContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, Identity, create_engine, text
 from sqlalchemy.engine import URL
@@ -276,9 +275,9 @@ def _session_ids_digest(conn: Connection) -> str | None:
     return digest.hexdigest()
 
 
-def _run_reaches_head(env: EnvironmentContext) -> bool:
+def _run_reaches_head(run: MigrationContext) -> bool:
     # check/current have no destination; only an upgrade to head replaces legacy FTS
-    destination = env.get_context().opts.get("destination_rev")
+    destination = run.opts.get("destination_rev")
     return destination in ("head", "heads", HEAD)
 
 
@@ -288,12 +287,12 @@ PG_MIGRATION_LOCK = 0x6865726D65736D67
 
 @contextmanager
 def _pg_migration_run(
-    connection: Connection, env: EnvironmentContext, cfg: Config
+    connection: Connection, run: MigrationContext, cfg: Config
 ) -> Iterator[None]:
     """PostgreSQL: one transaction (its DDL is transactional) holding an advisory lock, so
     that two hosts deploying at once migrate one after the other; the second then finds
     the database at head (READ COMMITTED: it reads the version after the lock)."""
-    with env.begin_transaction():
+    with run.begin_transaction():
         connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_MIGRATION_LOCK})
         shape = adoption.inspect_shape(connection)
         if shape.too_new:
@@ -310,19 +309,19 @@ def _pg_migration_run(
 
 @contextmanager
 def migration_run(
-    connection: Connection, env: EnvironmentContext, cfg: Config, *, adopt: bool
+    connection: Connection, run: MigrationContext, cfg: Config, *, adopt: bool
 ) -> Iterator[None]:
     """One transaction around a whole Alembic run, with foreign keys off for the run and
     checked before commit. Refuses a newer database; stamps an adopted one."""
     if connection.dialect.name == "postgresql":
-        with _pg_migration_run(connection, env, cfg):
+        with _pg_migration_run(connection, run, cfg):
             yield
         return
     driver = connection.connection.driver_connection
     assert driver is not None
     driver.execute("PRAGMA foreign_keys=OFF")  # must happen outside the transaction
     try:
-        with env.begin_transaction():
+        with run.begin_transaction():
             before = _fk_violations(connection)
             sessions_before = _session_ids_digest(connection)
             shape = adoption.inspect_shape(connection)
@@ -333,7 +332,7 @@ def migration_run(
                     "the database holds tables but no Hermes sessions/messages tables; "
                     "point --url at a Hermes state.db"
                 )
-            cfg.attributes[FTS_ATTR] = _run_reaches_head(env)
+            cfg.attributes[FTS_ATTR] = _run_reaches_head(run)
             if adopt and shape.kind == "legacy" and shape.stored_version is None:
                 # The original's rule for a file without a version row: write 23 and run
                 # no data migration; the structural revisions still add what is missing.
@@ -352,7 +351,8 @@ def migration_run(
                     stamp or "base",
                 )
                 if stamp is not None:
-                    env.get_context().stamp(env.script, stamp)
+                    assert run.script is not None  # env.py's context always has one
+                    run.stamp(run.script, stamp)
             yield
             sessions_changed = sessions_before not in (None, _session_ids_digest(connection))
             # (messages rows that already pointed nowhere count as new here: the run

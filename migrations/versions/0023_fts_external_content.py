@@ -17,7 +17,6 @@ up the pending range with a LIKE scan, exactly as the original does.
 
 from hermes_store._migrations import _fts_layouts as fts
 from hermes_store._migrations import _ops, _pg_search
-
 from hermes_store.errors import MigrationError
 
 revision = "0023"
