@@ -20,7 +20,7 @@ from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.operations import ops
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, Identity, create_engine, text
+from sqlalchemy import Connection, Engine, Identity, create_engine, inspect, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
@@ -281,6 +281,20 @@ def _run_reaches_head(run: MigrationContext) -> bool:
     return destination in ("head", "heads", HEAD)
 
 
+def _leave_nothing_at_base(connection: Connection, run: MigrationContext) -> None:
+    """After a run that ended at base (a downgrade or a stamp), drop Alembic's version
+    table, now empty: a database at base holds nothing of hermes-store's, so it reads as
+    empty again and the next upgrade creates it afresh. `current` and `check` (no
+    destination) never drop it."""
+    if run.opts.get("destination_rev") is None:
+        return
+    if not inspect(connection).has_table(VERSION_TABLE):
+        return
+    rows = connection.execute(text(f"SELECT COUNT(*) FROM {VERSION_TABLE}")).scalar()  # noqa: S608
+    if not rows:
+        connection.execute(text(f"DROP TABLE {VERSION_TABLE}"))
+
+
 #: pg_advisory_xact_lock key of an upgrade: a stable 64-bit number ("hermesmg").
 PG_MIGRATION_LOCK = 0x6865726D65736D67
 
@@ -305,6 +319,7 @@ def _pg_migration_run(
             )
         cfg.attributes[FTS_ATTR] = False
         yield
+        _leave_nothing_at_base(connection, run)
 
 
 @contextmanager
@@ -354,6 +369,7 @@ def migration_run(
                     assert run.script is not None  # env.py's context always has one
                     run.stamp(run.script, stamp)
             yield
+            _leave_nothing_at_base(connection, run)
             sessions_changed = sessions_before not in (None, _session_ids_digest(connection))
             # (messages rows that already pointed nowhere count as new here: the run
             # removed session ids, so refusing is the safe answer)

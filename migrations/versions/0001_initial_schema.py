@@ -56,11 +56,13 @@ def upgrade() -> None:
     _ops.run_all(INDEXES)
     if _ops.is_postgresql():
         _ops.run_all(_pg_search.V1)
-    elif not _ops.has_table("messages_fts"):
+    elif not _ops.has_table("messages_fts") and not _ops.fts_rebuilt_later():
+        # When 0023 follows in this transaction it creates the v23 index itself: an L1
+        # index made here would only be demoted by 0011, leaving fts_v22_trash_* tables
+        # in a database that never held a legacy index.
         _ops.drop_triggers(fts.BASE_TRIGGERS)
         _ops.run_all(fts.L1_BASE)
-        if not _ops.fts_rebuilt_later():
-            _ops.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
+        _ops.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
     _ops.set_version(1)
 
 
@@ -74,4 +76,7 @@ def downgrade() -> None:
     _ops.drop_triggers(fts.ALL_TRIGGERS)
     _ops.execute(f"DROP VIEW IF EXISTS {fts.TRIGRAM_VIEW}")
     for table in ("messages_fts_trigram", "messages_fts", "messages", "sessions", "schema_version"):
+        _ops.drop_table(table)
+    # what is left of a demoted legacy index is hermes-store's too; base holds nothing
+    for table in _ops.trash_tables():
         _ops.drop_table(table)
