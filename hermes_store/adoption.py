@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from sqlalchemy import Connection, inspect, text
 
 from .config import SCHEMA_VERSION
+from .contract import FTS_TABLE, FTS_TRIGRAM_TABLE
+from .contract import VERSION_TABLE as VERSION_TABLE
 from .search.layout import classify
-
-VERSION_TABLE = "hermes_store_version"
 
 _S, _M = "sessions", "messages"
 
@@ -67,7 +67,7 @@ INVENTORY: dict[int, tuple[tuple[str, str, str], ...]] = {
         ("index", _S, "idx_sessions_parent"),
         ("index", _S, "idx_sessions_started"),
         ("index", _M, "idx_messages_session"),
-        ("table", "messages_fts", ""),
+        ("table", FTS_TABLE, ""),
     ),
     2: (("column", _M, "finish_reason"),),
     3: (("column", _S, "title"),),
@@ -94,7 +94,7 @@ INVENTORY: dict[int, tuple[tuple[str, str, str], ...]] = {
     7: (("column", _M, "reasoning_content"), ("table", "state_meta", "")),
     8: (("column", _S, "api_call_count"),),
     9: (("column", _M, "codex_message_items"),),
-    10: (("table", "messages_fts_trigram", ""),),
+    10: (("table", FTS_TRIGRAM_TABLE, ""),),
     11: (
         *(("column", _S, c) for c in ("handoff_state", "handoff_platform", "handoff_error")),
         ("fts", "", "L3 or newer"),
@@ -277,7 +277,7 @@ def inspect_shape(conn: Connection) -> DatabaseShape:
         stored_version=stored,
         alembic_revision=revision,
         extra_tables=sorted(
-            t for t in user_tables - known - {VERSION_TABLE} if not t.startswith("messages_fts")
+            t for t in user_tables - known - {VERSION_TABLE} if not t.startswith(FTS_TABLE)
         ),
     )
     if revision is not None:

@@ -59,6 +59,8 @@ from sqlalchemy.types import TEXT
 
 from . import migrate
 from .config import SCHEMA_VERSION, resolve_url, sqlite_path
+from .contract import FTS_TABLE, FTS_TRASH_PREFIX, VERSION_TABLE
+from .contract import META_FTS_LOCAL_KEYS as FTS_LOCAL_KEYS
 from .engine import make_engine
 from .errors import CopyError, CopyValueError
 from .models import metadata
@@ -68,18 +70,6 @@ from .retry import DEFAULT_RETRY
 from .search import maintenance
 
 DEFAULT_BATCH_SIZE = 1000
-VERSION_TABLE = migrate.VERSION_TABLE
-
-#: `state_meta` keys that describe the FTS index of one SQLite file (spec/schema.md 5.3).
-FTS_LOCAL_KEYS = frozenset(
-    {
-        "fts_rebuild_high_water",
-        "fts_rebuild_progress",
-        "fts_storage_version",
-        "fts_optimize_available",
-        "fts_cjk_stale",
-    }
-)
 
 # The Telegram topic tables are owned by another module and are not in the models; their
 # SQLite DDL is the repository's. These Core descriptions give the column list and the
@@ -441,7 +431,7 @@ def _not_copied(conn: Connection, tables: set[str], specs: list[_Spec]) -> list[
         for t in tables
         if t not in known
         and t != VERSION_TABLE
-        and not t.startswith(("messages_fts", "sqlite_", "fts_v22_trash_"))
+        and not t.startswith((FTS_TABLE, "sqlite_", FTS_TRASH_PREFIX))
     )
     insp = inspect(conn)
     for spec in specs:

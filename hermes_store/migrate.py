@@ -27,6 +27,9 @@ from sqlalchemy.pool import NullPool
 
 from . import adoption
 from .config import SCHEMA_VERSION, hermes_home, resolve_url, sqlite_path
+from .contract import FTS_REBUILT_LATER_ATTR, HERMES_HOME_ATTR, PG_SEARCH_COLUMNS, PG_SEARCH_INDEXES
+from .contract import PG_MIGRATION_LOCK as PG_MIGRATION_LOCK
+from .contract import VERSION_TABLE as VERSION_TABLE
 from .engine import check_writable, make_engine, write_connection
 from .errors import (
     DatabaseCorrupt,
@@ -48,10 +51,7 @@ log = logging.getLogger(__name__)
 #: do (spec/behaviour.md 16.2), instead of failing after one busy timeout.
 OPEN_RETRY = RetryPolicy(budget_seconds=20.0)
 
-VERSION_TABLE = adoption.VERSION_TABLE
 HEAD = f"{SCHEMA_VERSION:04d}"
-FTS_ATTR = "hermes_fts_rebuilt_later"  # read by the revisions through _ops
-HOME_ATTR = "hermes_home"  # likewise
 
 
 def script_location() -> str:
@@ -70,10 +70,9 @@ def make_config(connection: Connection | None = None, *, command_name: str = "")
     return cfg
 
 
-#: What PostgreSQL has beyond the models: the search machinery that stands in for the
-#: FTS5 tables on SQLite (migrations/_pg_search.py). Exactly these names, nothing broader.
-PG_SEARCH_COLUMNS = {("messages", "search_vector")}
-PG_SEARCH_INDEXES = {"idx_messages_search_vector", "idx_messages_content_trgm", "idx_messages_trgm"}
+# PG_SEARCH_COLUMNS / PG_SEARCH_INDEXES: what PostgreSQL has beyond the models, the
+# search machinery that stands in for the FTS5 tables on SQLite. Exactly these names,
+# nothing broader.
 
 
 def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
@@ -295,10 +294,6 @@ def _leave_nothing_at_base(connection: Connection, run: MigrationContext) -> Non
         connection.execute(text(f"DROP TABLE {VERSION_TABLE}"))
 
 
-#: pg_advisory_xact_lock key of an upgrade: a stable 64-bit number ("hermesmg").
-PG_MIGRATION_LOCK = 0x6865726D65736D67
-
-
 @contextmanager
 def _pg_migration_run(
     connection: Connection, run: MigrationContext, cfg: Config
@@ -317,7 +312,7 @@ def _pg_migration_run(
                 f"({', '.join(sorted(shape.extra_tables or ['sessions', 'messages']))}); "
                 "use an empty database or schema (hermes-store copy moves a state.db in)"
             )
-        cfg.attributes[FTS_ATTR] = False
+        cfg.attributes[FTS_REBUILT_LATER_ATTR] = False
         yield
         _leave_nothing_at_base(connection, run)
 
@@ -347,7 +342,7 @@ def migration_run(
                     "the database holds tables but no Hermes sessions/messages tables; "
                     "point --url at a Hermes state.db"
                 )
-            cfg.attributes[FTS_ATTR] = _run_reaches_head(run)
+            cfg.attributes[FTS_REBUILT_LATER_ATTR] = _run_reaches_head(run)
             if adopt and shape.kind == "legacy" and shape.stored_version is None:
                 # The original's rule for a file without a version row: write 23 and run
                 # no data migration; the structural revisions still add what is missing.
@@ -479,7 +474,7 @@ def upgrade(
         def migrate() -> None:
             with write_connection(engine) as conn:
                 cfg = make_config(conn, command_name="upgrade")
-                cfg.attributes[HOME_ATTR] = _hermes_home_for(resolved)
+                cfg.attributes[HERMES_HOME_ATTR] = _hermes_home_for(resolved)
                 command.upgrade(cfg, revision)
 
         def repair_triggers() -> None:

@@ -21,10 +21,13 @@ from pathlib import Path
 import sqlalchemy as sa
 from alembic import op
 
+from hermes_store.contract import (
+    FTS5_SHADOW_SUFFIXES,
+    FTS_REBUILT_LATER_ATTR,
+    FTS_TRASH_PREFIX,
+    HERMES_HOME_ATTR,
+)
 from hermes_store.errors import MigrationError
-
-FTS_ATTR = "hermes_fts_rebuilt_later"
-HOME_ATTR = "hermes_home"
 
 
 def bind() -> sa.Connection:
@@ -220,14 +223,14 @@ def fts_rebuilt_later() -> bool:
     minutes on a large file, only to be thrown away)."""
     ctx = op.get_context()
     config = ctx.config
-    return bool(config is not None and config.attributes.get(FTS_ATTR))
+    return bool(config is not None and config.attributes.get(FTS_REBUILT_LATER_ATTR))
 
 
 def hermes_home() -> Path:
     """Where this database's gateway files live (set by hermes_store.migrate), else the
     process's $HERMES_HOME."""
     config = op.get_context().config
-    home = config.attributes.get(HOME_ATTR) if config is not None else None
+    home = config.attributes.get(HERMES_HOME_ATTR) if config is not None else None
     if home:
         return Path(str(home))
     from hermes_store.config import hermes_home as default_home
@@ -339,20 +342,16 @@ def has_trigger(name: str) -> bool:
     )
 
 
-#: The shadow tables FTS5 creates for a virtual table `<name>` (which exist depends on
-#: the options: `_content` only for inline tables, `_docsize` unless columnsize=0).
-FTS5_SHADOWS = ("data", "idx", "content", "docsize", "config")
-TRASH_PREFIX = "fts_v22_trash_"
 
 
 def _free_trash_name(shadow: str) -> str:
     """`fts_v22_trash_<shadow>`, or with a numeric suffix when an earlier, unfinished
     demotion left a table of that name (every `fts_v22_trash_*` table is torn down)."""
-    name = f"{TRASH_PREFIX}{shadow}"
+    name = f"{FTS_TRASH_PREFIX}{shadow}"
     number = 1
     while has_table(name):
         number += 1
-        name = f"{TRASH_PREFIX}{shadow}_{number}"
+        name = f"{FTS_TRASH_PREFIX}{shadow}_{number}"
     return name
 
 
@@ -380,10 +379,12 @@ def demote_fts_tables(names: Iterable[str]) -> list[str]:
     ]
     if not virtual:
         return []
+    # which shadow tables exist depends on the options: `_content` only for inline
+    # tables, `_docsize` unless columnsize=0
     shadows = [
         f"{name}_{suffix}"
         for name in virtual
-        for suffix in FTS5_SHADOWS
+        for suffix in FTS5_SHADOW_SUFFIXES
         if has_table(f"{name}_{suffix}")
     ]
     execute("SAVEPOINT hermes_fts_demote")
@@ -420,8 +421,5 @@ def demote_fts_tables(names: Iterable[str]) -> list[str]:
 def trash_tables() -> list[str]:
     if is_postgresql():
         return []
-    rows = execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'fts\\_v22\\_trash\\_%' "
-        "ESCAPE '\\'"
-    ).scalars()
-    return [str(r) for r in rows]
+    rows = execute("SELECT name FROM sqlite_master WHERE type = 'table'").scalars()
+    return [str(r) for r in rows if str(r).startswith(FTS_TRASH_PREFIX)]
