@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sqlalchemy import Connection, inspect, text
+from sqlalchemy import Connection, text
 
 from .config import SCHEMA_VERSION
+from .contract import FTS_TABLE, FTS_TRIGRAM_TABLE
+from .contract import VERSION_TABLE as VERSION_TABLE
+from .dialects import backend_for
 from .search.layout import classify
-
-VERSION_TABLE = "hermes_store_version"
 
 _S, _M = "sessions", "messages"
 
@@ -67,7 +68,7 @@ INVENTORY: dict[int, tuple[tuple[str, str, str], ...]] = {
         ("index", _S, "idx_sessions_parent"),
         ("index", _S, "idx_sessions_started"),
         ("index", _M, "idx_messages_session"),
-        ("table", "messages_fts", ""),
+        ("table", FTS_TABLE, ""),
     ),
     2: (("column", _M, "finish_reason"),),
     3: (("column", _S, "title"),),
@@ -94,7 +95,7 @@ INVENTORY: dict[int, tuple[tuple[str, str, str], ...]] = {
     7: (("column", _M, "reasoning_content"), ("table", "state_meta", "")),
     8: (("column", _S, "api_call_count"),),
     9: (("column", _M, "codex_message_items"),),
-    10: (("table", "messages_fts_trigram", ""),),
+    10: (("table", FTS_TRIGRAM_TABLE, ""),),
     11: (
         *(("column", _S, c) for c in ("handoff_state", "handoff_platform", "handoff_error")),
         ("fts", "", "L3 or newer"),
@@ -193,31 +194,13 @@ class DatabaseShape:
 class _Probe:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
+        self.backend = backend_for(conn)
         self._columns: dict[str, dict[str, tuple[int, int]]] = {}
-        if conn.dialect.name != "sqlite":
-            # Only the schema on the search_path counts (one database may hold several).
-            names = inspect(conn)
-            self.tables = set(names.get_table_names()) | set(names.get_view_names())
-            self.indexes = set()
-            return
-        rows = conn.execute(text("SELECT type, name, tbl_name FROM sqlite_master")).all()
-        self.tables = {r.name for r in rows if r.type in ("table", "view")}
-        self.indexes = {r.name for r in rows if r.type == "index"}
+        self.tables, self.indexes = self.backend.catalogue(conn)
 
     def columns(self, table: str) -> dict[str, tuple[int, int]]:
-        if table not in self._columns and self.conn.dialect.name != "sqlite":
-            info = inspect(self.conn)
-            pk = info.get_pk_constraint(table).get("constrained_columns") or []
-            self._columns[table] = {
-                str(c["name"]): (
-                    int(not c["nullable"]),
-                    pk.index(c["name"]) + 1 if c["name"] in pk else 0,
-                )
-                for c in info.get_columns(table)
-            }
         if table not in self._columns:
-            rows = self.conn.exec_driver_sql(f'PRAGMA table_info("{table}")').mappings().all()
-            self._columns[table] = {str(r["name"]): (int(r["notnull"]), int(r["pk"])) for r in rows}
+            self._columns[table] = self.backend.column_flags(self.conn, table)
         return self._columns[table]
 
     def primary_key(self, table: str) -> str:
@@ -277,7 +260,7 @@ def inspect_shape(conn: Connection) -> DatabaseShape:
         stored_version=stored,
         alembic_revision=revision,
         extra_tables=sorted(
-            t for t in user_tables - known - {VERSION_TABLE} if not t.startswith("messages_fts")
+            t for t in user_tables - known - {VERSION_TABLE} if not t.startswith(FTS_TABLE)
         ),
     )
     if revision is not None:

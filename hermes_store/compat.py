@@ -251,9 +251,7 @@ class SessionDB:
         if self.read_only:
             return False
         state = migrate.current(self._store.url).fts
-        return bool(
-            state and (state.layout != "v23" or state.backfill_pending or state.trash_tables)
-        )
+        return bool(state and state.optimizable)
 
     def logical_size_bytes(self) -> int | None:
         with self._store.read() as session:

@@ -59,27 +59,17 @@ from sqlalchemy.types import TEXT
 
 from . import migrate
 from .config import SCHEMA_VERSION, resolve_url, sqlite_path
+from .contract import FTS_TABLE, FTS_TRASH_PREFIX, VERSION_TABLE
+from .contract import META_FTS_LOCAL_KEYS as FTS_LOCAL_KEYS
+from .dialects import Backend, backend_for
 from .engine import make_engine
 from .errors import CopyError, CopyValueError
 from .models import metadata
 from .models.base import Integer_, Real_, Text_
 from .repositories import telegram
 from .retry import DEFAULT_RETRY
-from .search import maintenance
 
 DEFAULT_BATCH_SIZE = 1000
-VERSION_TABLE = migrate.VERSION_TABLE
-
-#: `state_meta` keys that describe the FTS index of one SQLite file (spec/schema.md 5.3).
-FTS_LOCAL_KEYS = frozenset(
-    {
-        "fts_rebuild_high_water",
-        "fts_rebuild_progress",
-        "fts_storage_version",
-        "fts_optimize_available",
-        "fts_cjk_stale",
-    }
-)
 
 # The Telegram topic tables are owned by another module and are not in the models; their
 # SQLite DDL is the repository's. These Core descriptions give the column list and the
@@ -113,15 +103,6 @@ _TELEGRAM_BINDINGS = Table(
     Column("updated_at", Real_, nullable=False),
 )
 TELEGRAM_TABLES = (_TELEGRAM_MODE, _TELEGRAM_BINDINGS)
-
-_PG_INT_RANGES = {
-    "smallint": 2**15,
-    "integer": 2**31,
-    "bigint": 2**63,
-}
-_PG_TEXT_TYPES = {"text", "character varying", "character"}
-_PG_FLOAT_TYPES = {"double precision", "real"}
-
 
 # --------------------------------------------------------------------------- results
 
@@ -250,14 +231,12 @@ def _filters(spec: _Spec, t: TableClause) -> list[ColumnElement[bool]]:
     return []
 
 
-def _key_columns(spec: _Spec, t: TableClause, dialect: str) -> list[ColumnElement[Any]]:
-    keys: list[ColumnElement[Any]] = []
-    for name in spec.pk:
-        col: ColumnElement[Any] = t.c[name]
-        if dialect == "postgresql" and isinstance(spec.model.c[name].type, TEXT):
-            col = col.collate("C")
-        keys.append(col)
-    return keys
+def _key_columns(spec: _Spec, t: TableClause, conn: Connection) -> list[ColumnElement[Any]]:
+    backend = backend_for(conn)
+    return [
+        backend.key_order(t.c[name], is_text=isinstance(spec.model.c[name].type, TEXT))
+        for name in spec.pk
+    ]
 
 
 def _after(keys: Sequence[ColumnElement[Any]], last: tuple[Any, ...]) -> ColumnElement[bool]:
@@ -270,7 +249,7 @@ def _select_batch(
     conn: Connection, spec: _Spec, last: tuple[Any, ...] | None, limit: int
 ) -> list[tuple[Any, ...]]:
     t = spec.clause()
-    keys = _key_columns(spec, t, conn.dialect.name)
+    keys = _key_columns(spec, t, conn)
     stmt = select(*(t.c[c] for c in spec.columns)).where(*_filters(spec, t))
     if last is not None:
         stmt = stmt.where(_after(keys, last))
@@ -291,7 +270,7 @@ def _count(conn: Connection, spec: _Spec) -> int:
 
 def _max_key(conn: Connection, spec: _Spec) -> tuple[Any, ...] | None:
     t = spec.clause()
-    keys = _key_columns(spec, t, conn.dialect.name)
+    keys = _key_columns(spec, t, conn)
     stmt = (
         select(*(t.c[k] for k in spec.pk))
         .where(*_filters(spec, t))
@@ -406,8 +385,7 @@ def _open_read_only(url: URL, role: str = "source") -> Engine:
 def _snapshot(engine: Engine) -> Iterator[Connection]:
     """One read transaction, so every batch read through it sees the same state."""
     with engine.connect() as conn:
-        if conn.dialect.name == "postgresql":
-            conn = conn.execution_options(isolation_level="REPEATABLE READ")
+        conn = backend_for(conn).snapshot(conn)
         try:
             yield conn
         finally:
@@ -441,7 +419,7 @@ def _not_copied(conn: Connection, tables: set[str], specs: list[_Spec]) -> list[
         for t in tables
         if t not in known
         and t != VERSION_TABLE
-        and not t.startswith(("messages_fts", "sqlite_", "fts_v22_trash_"))
+        and not t.startswith((FTS_TABLE, "sqlite_", FTS_TRASH_PREFIX))
     )
     insp = inspect(conn)
     for spec in specs:
@@ -505,79 +483,35 @@ def _create_telegram_tables(conn: Connection, specs: list[_Spec]) -> None:
     if not wanted or wanted <= present:
         return
     with conn.begin():
-        if conn.dialect.name == "sqlite":
-            # The repository's own DDL, so the file looks as if it had opted in itself.
-            conn.exec_driver_sql(telegram.MODE_DDL)
-            conn.exec_driver_sql(telegram.BINDINGS_DDL)
-            for ddl in telegram.INDEX_DDL:
-                conn.exec_driver_sql(ddl)
-        else:
-            _telegram_metadata.create_all(conn, tables=list(TELEGRAM_TABLES), checkfirst=True)
-            conn.exec_driver_sql(
-                "ALTER TABLE telegram_dm_topic_bindings ADD FOREIGN KEY (session_id) "
-                "REFERENCES sessions(id) ON DELETE CASCADE"
-            )
-            for ddl in telegram.INDEX_DDL:
-                conn.exec_driver_sql(ddl)
+        backend_for(conn).create_telegram_tables(conn, TELEGRAM_TABLES)
 
 
 @contextmanager
 def _target_connection(engine: Engine) -> Iterator[Connection]:
-    """A connection for the copy's write transactions. On SQLite foreign keys are off for
-    it (set outside a transaction, where SQLite honours it): a self-referencing row can
-    come before its parent in key order, and the copy must reproduce the source even
-    where the original left dangling references."""
+    """A connection for the copy's write transactions (see Backend.copy_target)."""
     with engine.connect() as conn:
-        if conn.dialect.name == "sqlite":
-            driver = conn.connection.driver_connection
-            assert driver is not None
-            driver.execute("PRAGMA foreign_keys=OFF")
-            conn = conn.execution_options(hermes_begin="IMMEDIATE")
-        yield conn
-
-
-def _pg_column_types(conn: Connection, name: str) -> dict[str, str]:
-    rows = conn.execute(
-        text(
-            "SELECT column_name, data_type FROM information_schema.columns "
-            "WHERE table_schema = current_schema() AND table_name = :t"
-        ),
-        {"t": name},
-    )
-    return {str(r[0]): str(r[1]) for r in rows}
+        yield backend_for(conn).copy_target(conn)
 
 
 def _check_values(
-    spec: _Spec, rows: Sequence[tuple[Any, ...]], types: dict[str, str], target: str
+    spec: _Spec,
+    rows: Sequence[tuple[Any, ...]],
+    types: dict[str, str],
+    target: str,
+    backend: Backend,
 ) -> None:
-    """Fail before a batch is written if PostgreSQL cannot hold one of its values as it
+    """Fail before a batch is written if the target cannot hold one of its values as it
     is; the error names the row and the column."""
     positions = spec.key_positions()
-
-    def fail(row: tuple[Any, ...], col: str, why: str) -> None:
-        key = tuple(row[p] for p in positions)
-        raise CopyValueError(spec.name, key[0] if len(key) == 1 else key, col, why, target)
-
     for i, col in enumerate(spec.columns):
         kind = types.get(col)
         if kind is None:
             continue
         for row in rows:
-            value = row[i]
-            if value is None:
-                continue
-            if kind in _PG_TEXT_TYPES:
-                # NUL characters are escaped by the driver (engine.install_pg_text_adapters)
-                if not isinstance(value, str):
-                    fail(row, col, f"holds a {type(value).__name__} value in a text column")
-            elif kind in _PG_INT_RANGES:
-                bound = _PG_INT_RANGES[kind]
-                if not isinstance(value, int):
-                    fail(row, col, f"holds a {type(value).__name__} value in an {kind} column")
-                elif not -bound <= value < bound:
-                    fail(row, col, f"value {value} does not fit PostgreSQL {kind}")
-            elif kind in _PG_FLOAT_TYPES and not isinstance(value, int | float):
-                fail(row, col, f"holds a {type(value).__name__} value in a {kind} column")
+            why = None if row[i] is None else backend.unfit_value(row[i], kind)
+            if why is not None:
+                key = tuple(row[p] for p in positions)
+                raise CopyValueError(spec.name, key[0] if len(key) == 1 else key, col, why, target)
 
 
 def _db_error(spec: _Spec, rows: Sequence[tuple[Any, ...]], exc: DBAPIError) -> CopyError:
@@ -602,11 +536,11 @@ class _Writer:
         self.conn = conn
         self.spec = spec
         self.target = target
-        self.pg = conn.dialect.name == "postgresql"
-        self.types = _pg_column_types(conn, spec.name) if self.pg else {}
-        # PostgreSQL checks foreign keys per statement: a parent later in key order is
-        # linked afterwards by _fix_self_references.
-        self.deferred = spec.self_references() if self.pg else ()
+        self.backend = backend = backend_for(conn)
+        self.types = backend.value_types(conn, spec.name)
+        # a parent later in key order is linked afterwards by _fix_self_references
+        per_statement = backend.checks_foreign_keys_per_statement
+        self.deferred = spec.self_references() if per_statement else ()
         self.t = spec.clause()
 
     def _dicts(self, rows: Sequence[tuple[Any, ...]]) -> list[dict[str, Any]]:
@@ -625,8 +559,8 @@ class _Writer:
         return out
 
     def write(self, rows: Sequence[tuple[Any, ...]], *, replace: bool = False) -> None:
-        if self.pg:
-            _check_values(self.spec, rows, self.types, self.target)
+        if self.types is not None:
+            _check_values(self.spec, rows, self.types, self.target, self.backend)
 
         def attempt() -> None:
             with self.conn.begin():
@@ -644,7 +578,7 @@ class _Writer:
 def _fix_self_references(src: Connection, dst: Connection, spec: _Spec, batch_size: int) -> None:
     """Set the self-references held back while their parent was not yet copied."""
     refs = spec.self_references()
-    if not refs or dst.dialect.name != "postgresql":
+    if not refs or not backend_for(dst).checks_foreign_keys_per_statement:
         return
     t = spec.clause()
     positions = spec.key_positions()
@@ -701,86 +635,12 @@ def _sequence_floor(conn: Connection, spec: _Spec, col: str) -> int:
     sequence)."""
     t = spec.clause()
     highest = int(conn.execute(select(func.max(t.c[col]))).scalar() or 0)
-    handed_out: Any = None
-    if conn.dialect.name == "sqlite":
-        has_sequence = conn.execute(
-            text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sqlite_sequence'")
-        ).first()
-        if has_sequence is not None:
-            handed_out = conn.execute(
-                text("SELECT seq FROM sqlite_sequence WHERE name = :t"), {"t": spec.name}
-            ).scalar()
-    elif conn.dialect.name == "postgresql":
-        seq = _pg_sequence(conn, spec.name, col)
-        if seq is not None:
-            handed_out = conn.execute(
-                text("SELECT pg_sequence_last_value(CAST(:s AS regclass))"), {"s": seq}
-            ).scalar()
-    return max(highest, int(handed_out or 0))
-
-
-def _pg_sequence(conn: Connection, name: str, col: str) -> str | None:
-    value = conn.execute(
-        text("SELECT pg_get_serial_sequence(:t, :c)"), {"t": name, "c": col}
-    ).scalar()
-    return None if value is None else str(value)
+    return max(highest, backend_for(conn).ids_handed_out(conn, spec.name, col))
 
 
 def _raise_sequence(conn: Connection, spec: _Spec, col: str, floor: int) -> None:
     """Make the target's next id larger than every id the source handed out."""
-    with conn.begin():
-        if conn.dialect.name == "postgresql":
-            seq = _pg_sequence(conn, spec.name, col)
-            if seq is None:
-                return
-            if floor > 0:
-                conn.execute(
-                    text("SELECT setval(CAST(:s AS regclass), GREATEST(:f, 1), true)"),
-                    {"s": seq, "f": floor},
-                )
-            return
-        autoincrement = conn.execute(
-            text(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :t "
-                "AND upper(sql) LIKE '%AUTOINCREMENT%'"
-            ),
-            {"t": spec.name},
-        ).first()
-        if autoincrement is None or floor <= 0:
-            return
-        updated = conn.execute(
-            text("UPDATE sqlite_sequence SET seq = :f WHERE name = :t AND seq < :f"),
-            {"t": spec.name, "f": floor},
-        ).rowcount
-        if not updated:
-            conn.execute(
-                text(
-                    "INSERT INTO sqlite_sequence (name, seq) SELECT :t, :f WHERE NOT EXISTS "
-                    "(SELECT 1 FROM sqlite_sequence WHERE name = :t)"
-                ),
-                {"t": spec.name, "f": floor},
-            )
-
-
-# --------------------------------------------------------------------------- FTS
-
-
-def _finish_sqlite_fts(engine: Engine) -> None:
-    """The triggers indexed every copied row; finish anything pending, then insist on a
-    clean integrity check (rebuilding once if it is not)."""
-    maintenance.run_backfill(engine, min_pause=0)
-
-    def errors() -> list[str]:
-        with engine.connect() as conn:
-            found = maintenance.integrity_errors(conn)
-            conn.rollback()
-        return found
-
-    if errors():
-        maintenance.rebuild(engine)
-        still = errors()
-        if still:
-            raise CopyError(f"the target's FTS index fails its integrity check: {still[0]}")
+    backend_for(conn).raise_id_counter(conn, spec.name, col, floor)
 
 
 # --------------------------------------------------------------------------- public API
@@ -824,10 +684,7 @@ def copy_database(
             dst_engine = make_engine(target)
             try:
                 _copy_rows(src, src_tables, dst_engine, specs, batch_size, report, on_progress)
-                if dst_engine.dialect.name == "sqlite":
-                    _finish_sqlite_fts(dst_engine)
-                    with dst_engine.connect() as conn:
-                        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+                backend_for(dst_engine).finish_copy(dst_engine)
             finally:
                 dst_engine.dispose()
     finally:

@@ -4,10 +4,8 @@ post-migration FTS backfill."""
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import logging
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -19,20 +17,21 @@ from alembic.autogenerate import produce_migrations
 from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.operations import ops
-from alembic.runtime.environment import EnvironmentContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, Identity, create_engine, text
+from sqlalchemy import Connection, Engine, create_engine, inspect, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
 from . import adoption
 from .config import SCHEMA_VERSION, hermes_home, resolve_url, sqlite_path
+from .contract import FTS_REBUILT_LATER_ATTR, HERMES_HOME_ATTR, PG_SEARCH_COLUMNS, PG_SEARCH_INDEXES
+from .contract import PG_MIGRATION_LOCK as PG_MIGRATION_LOCK
+from .contract import VERSION_TABLE as VERSION_TABLE
+from .dialects import backend_for
 from .engine import check_writable, make_engine, write_connection
 from .errors import (
     DatabaseCorrupt,
-    FTSUnavailable,
-    MigrationError,
     NotAHermesDatabase,
     NotAtHead,
     SchemaTooNew,
@@ -50,10 +49,7 @@ log = logging.getLogger(__name__)
 #: do (spec/behaviour.md 16.2), instead of failing after one busy timeout.
 OPEN_RETRY = RetryPolicy(budget_seconds=20.0)
 
-VERSION_TABLE = adoption.VERSION_TABLE
 HEAD = f"{SCHEMA_VERSION:04d}"
-FTS_ATTR = "hermes_fts_rebuilt_later"  # read by the revisions through _ops
-HOME_ATTR = "hermes_home"  # likewise
 
 
 def script_location() -> str:
@@ -72,10 +68,9 @@ def make_config(connection: Connection | None = None, *, command_name: str = "")
     return cfg
 
 
-#: What PostgreSQL has beyond the models: the search machinery that stands in for the
-#: FTS5 tables on SQLite (migrations/_pg_search.py). Exactly these names, nothing broader.
-PG_SEARCH_COLUMNS = {("messages", "search_vector")}
-PG_SEARCH_INDEXES = {"idx_messages_search_vector", "idx_messages_content_trgm", "idx_messages_trgm"}
+# PG_SEARCH_COLUMNS / PG_SEARCH_INDEXES: what PostgreSQL has beyond the models, the
+# search machinery that stands in for the FTS5 tables on SQLite. Exactly these names,
+# nothing broader.
 
 
 def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
@@ -102,88 +97,11 @@ def include_object(
     return True
 
 
-def _sqlite_fk_ondelete(conn: Connection, table: str) -> dict[tuple[str, ...], str]:
-    rows = conn.exec_driver_sql(f'PRAGMA foreign_key_list("{table}")').mappings().all()
-    return {(str(r["from"]), str(r["table"])): str(r["on_delete"]).upper() for r in rows}
-
-
 def drop_reflection_gaps(conn: Connection, upgrade_ops: ops.UpgradeOps) -> None:
-    """Remove two differences autogenerate reports on SQLite that are not drift:
+    """Drop what autogenerate reports but is how the backend stores the models (see
+    dialects: SQLite's PRAGMA gaps, PostgreSQL's identity)."""
+    backend_for(conn).drop_reflection_gaps(conn, upgrade_ops)
 
-    * a PRIMARY KEY column other than a rowid alias reports notnull=0 in PRAGMA
-      table_info (SQLite permits NULL keys there) while the model says NOT NULL;
-    * SQLAlchemy's SQLite reflection does not read ON DELETE from an inline
-      `REFERENCES ... ON DELETE CASCADE`; PRAGMA foreign_key_list does, so the pair
-      (remove_fk, add_fk) is dropped only when the pragma confirms the model's action.
-    """
-    if conn.dialect.name == "postgresql":
-        _drop_identity_gap(upgrade_ops)
-        return
-    if conn.dialect.name != "sqlite":
-        return
-    for table_ops in list(upgrade_ops.ops):
-        if not isinstance(table_ops, ops.ModifyTableOps):
-            continue
-        model = metadata.tables.get(table_ops.table_name)
-        if model is None:
-            continue
-        pk = {c.name for c in model.primary_key.columns}
-        kept: list[ops.MigrateOperation] = []
-        fk_drops = {}
-        for op in table_ops.ops:
-            if isinstance(op, ops.AlterColumnOp) and op.column_name in pk:
-                op.modify_nullable = None
-                if not op.has_changes():
-                    continue
-            if isinstance(op, ops.DropConstraintOp) and op.constraint_type == "foreignkey":
-                fk_drops[id(op)] = op
-            kept.append(op)
-        actions = _sqlite_fk_ondelete(conn, table_ops.table_name)
-        for op in list(kept):
-            if not isinstance(op, ops.CreateForeignKeyOp):
-                continue
-            key = (op.local_cols[0], op.referent_table) if len(op.local_cols) == 1 else None
-            wanted = str((op.kw or {}).get("ondelete") or "NO ACTION").upper()
-            if key is None or actions.get(key) != wanted:
-                continue
-            twin = next(
-                (
-                    d
-                    for d in kept
-                    if isinstance(d, ops.DropConstraintOp)
-                    and id(d) in fk_drops
-                    and list(d.to_constraint().columns.keys()) == list(op.local_cols)  # type: ignore[attr-defined]
-                ),
-                None,
-            )
-            if twin is not None:
-                kept.remove(twin)
-                kept.remove(op)
-        table_ops.ops = kept
-        if not kept:
-            upgrade_ops.ops.remove(table_ops)
-
-
-def _drop_identity_gap(upgrade_ops: ops.UpgradeOps) -> None:
-    """messages.id is an identity on PostgreSQL (revision 0001); the model says
-    autoincrement, which is the same promise, but autogenerate reads it as a default."""
-    for table_ops in list(upgrade_ops.ops):
-        if not isinstance(table_ops, ops.ModifyTableOps) or table_ops.table_name != "messages":
-            continue
-        kept = []
-        for op in table_ops.ops:
-            if (
-                isinstance(op, ops.AlterColumnOp)
-                and op.column_name == "id"
-                and isinstance(op.existing_server_default, Identity)
-            ):
-                op.modify_server_default = False
-                if not op.has_changes():
-                    continue
-            kept.append(op)
-        table_ops.ops = kept
-        if not kept:
-            upgrade_ops.ops.remove(table_ops)
 
 
 def _tolerated(diff: Any, conn: Connection) -> bool:
@@ -235,153 +153,66 @@ def process_revision_directives(
             drop_reflection_gaps(context.bind, upgrade_ops)  # type: ignore[arg-type]
 
 
-#: The one child table whose full foreign-key check reads every row: O(messages), seconds
-#: on a large file, twice, inside the migration's write transaction. Its one key,
-#: session_id -> sessions(id), can only break if a message's session_id changes or a
-#: session id disappears. No revision writes messages.session_id (a revision that ever
-#: does must check it itself); a vanished session id is caught by comparing a digest of
-#: the sessions ids before and after the run (O(sessions), flat memory), and then messages
-#: is checked in full.
-_BIG_CHILD = "messages"
-
-
-def _fk_tables(conn: Connection) -> list[str]:
-    rows = conn.exec_driver_sql(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE '%REFERENCES%' "
-        "ORDER BY name"
-    ).scalars()
-    return [str(name) for name in rows]
-
-
-def _fk_violations(conn: Connection, *, with_messages: bool = False) -> Counter[tuple[str, str]]:
-    found: Counter[tuple[str, str]] = Counter()
-    for table in _fk_tables(conn):
-        if table == _BIG_CHILD and not with_messages:
-            continue
-        rows = conn.exec_driver_sql(f'PRAGMA foreign_key_check("{table}")').all()
-        found.update((str(r[0]), str(r[2])) for r in rows)
-    return found
-
-
-def _session_ids_digest(conn: Connection) -> str | None:
-    if (
-        conn.exec_driver_sql(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sessions'"
-        ).first()
-        is None
-    ):
-        return None
-    digest = hashlib.sha256()
-    for (session_id,) in conn.exec_driver_sql("SELECT id FROM sessions ORDER BY id"):
-        digest.update(str(session_id).encode("utf-8", "surrogatepass") + b"\x00")
-    return digest.hexdigest()
-
-
-def _run_reaches_head(env: EnvironmentContext) -> bool:
+def _run_reaches_head(run: MigrationContext) -> bool:
     # check/current have no destination; only an upgrade to head replaces legacy FTS
-    destination = env.get_context().opts.get("destination_rev")
+    destination = run.opts.get("destination_rev")
     return destination in ("head", "heads", HEAD)
 
 
-#: pg_advisory_xact_lock key of an upgrade: a stable 64-bit number ("hermesmg").
-PG_MIGRATION_LOCK = 0x6865726D65736D67
-
-
-@contextmanager
-def _pg_migration_run(
-    connection: Connection, env: EnvironmentContext, cfg: Config
-) -> Iterator[None]:
-    """PostgreSQL: one transaction (its DDL is transactional) holding an advisory lock, so
-    that two hosts deploying at once migrate one after the other; the second then finds
-    the database at head (READ COMMITTED: it reads the version after the lock)."""
-    with env.begin_transaction():
-        connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_MIGRATION_LOCK})
-        shape = adoption.inspect_shape(connection)
-        if shape.too_new:
-            raise SchemaTooNew(shape.stored_version or 0, SCHEMA_VERSION)
-        if shape.kind in ("foreign", "legacy"):
-            raise NotAHermesDatabase(
-                "the PostgreSQL schema holds tables hermes-store did not create "
-                f"({', '.join(sorted(shape.extra_tables or ['sessions', 'messages']))}); "
-                "use an empty database or schema (hermes-store copy moves a state.db in)"
-            )
-        cfg.attributes[FTS_ATTR] = False
-        yield
+def _leave_nothing_at_base(connection: Connection, run: MigrationContext) -> None:
+    """After a run that ended at base (a downgrade or a stamp), drop Alembic's version
+    table, now empty: a database at base holds nothing of hermes-store's, so it reads as
+    empty again and the next upgrade creates it afresh. `current` and `check` (no
+    destination) never drop it."""
+    if run.opts.get("destination_rev") is None:
+        return
+    if not inspect(connection).has_table(VERSION_TABLE):
+        return
+    rows = connection.execute(text(f"SELECT COUNT(*) FROM {VERSION_TABLE}")).scalar()  # noqa: S608
+    if not rows:
+        connection.execute(text(f"DROP TABLE {VERSION_TABLE}"))
 
 
 @contextmanager
 def migration_run(
-    connection: Connection, env: EnvironmentContext, cfg: Config, *, adopt: bool
+    connection: Connection, run: MigrationContext, cfg: Config, *, adopt: bool
 ) -> Iterator[None]:
-    """One transaction around a whole Alembic run, with foreign keys off for the run and
-    checked before commit. Refuses a newer database; stamps an adopted one."""
-    if connection.dialect.name == "postgresql":
-        with _pg_migration_run(connection, env, cfg):
-            yield
-        return
-    driver = connection.connection.driver_connection
-    assert driver is not None
-    driver.execute("PRAGMA foreign_keys=OFF")  # must happen outside the transaction
-    try:
-        with env.begin_transaction():
-            before = _fk_violations(connection)
-            sessions_before = _session_ids_digest(connection)
-            shape = adoption.inspect_shape(connection)
-            if shape.too_new:
-                raise SchemaTooNew(shape.stored_version or 0, SCHEMA_VERSION)
-            if shape.kind == "foreign":
-                raise NotAHermesDatabase(
-                    "the database holds tables but no Hermes sessions/messages tables; "
-                    "point --url at a Hermes state.db"
-                )
-            cfg.attributes[FTS_ATTR] = _run_reaches_head(env)
-            if adopt and shape.kind == "legacy" and shape.stored_version is None:
-                # The original's rule for a file without a version row: write 23 and run
-                # no data migration; the structural revisions still add what is missing.
-                connection.exec_driver_sql(
-                    "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)"
-                )
-                connection.execute(
-                    text("INSERT INTO schema_version (version) VALUES (:v)"),
-                    {"v": SCHEMA_VERSION},
-                )
-            if adopt and shape.kind == "legacy":
-                stamp = adoption.revision_id(shape.stamp_revision or 0)
-                log.info(
-                    "adopting a database written by Hermes (schema_version %s) at revision %s",
-                    shape.stored_version,
-                    stamp or "base",
-                )
-                if stamp is not None:
-                    env.get_context().stamp(env.script, stamp)
-            yield
-            sessions_changed = sessions_before not in (None, _session_ids_digest(connection))
-            # (messages rows that already pointed nowhere count as new here: the run
-            # removed session ids, so refusing is the safe answer)
-            new = _fk_violations(connection, with_messages=sessions_changed) - before
-            if new:
-                details = ", ".join(f"{t} -> {p}: {n}" for (t, p), n in sorted(new.items()))
-                raise MigrationError(
-                    f"the migration would leave foreign-key violations ({details}); "
-                    "nothing was changed"
-                )
-    finally:
-        driver.execute("PRAGMA foreign_keys=ON")
+    """One transaction around a whole Alembic run (the backend's: foreign keys checked
+    before commit on SQLite, an advisory lock on PostgreSQL). Refuses a newer database
+    and one the backend does not migrate; stamps an adopted one."""
+    backend = backend_for(connection)
+    with backend.migration_transaction(connection, run):
+        shape = adoption.inspect_shape(connection)
+        if shape.too_new:
+            raise SchemaTooNew(shape.stored_version or 0, SCHEMA_VERSION)
+        backend.refuse(shape)
+        cfg.attributes[FTS_REBUILT_LATER_ATTR] = backend.has_fts5 and _run_reaches_head(run)
+        if adopt and shape.kind == "legacy":
+            _adopt(connection, run, shape)
+        yield
+        _leave_nothing_at_base(connection, run)
 
 
-def _probe_fts5(conn: Connection) -> None:
-    if conn.dialect.name != "sqlite":
-        return
-    try:
-        conn.exec_driver_sql(
-            "CREATE VIRTUAL TABLE temp._hermes_fts5_probe USING fts5(x, tokenize='trigram')"
+def _adopt(connection: Connection, run: MigrationContext, shape: adoption.DatabaseShape) -> None:
+    if shape.stored_version is None:
+        # The original's rule for a file without a version row: write 23 and run no data
+        # migration; the structural revisions still add what is missing.
+        connection.exec_driver_sql(
+            "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)"
         )
-        conn.exec_driver_sql("DROP TABLE temp._hermes_fts5_probe")
-    except Exception as exc:  # noqa: BLE001
-        raise FTSUnavailable(
-            f"this SQLite ({conn.exec_driver_sql('select sqlite_version()').scalar()}) lacks "
-            f"FTS5 or its trigram tokenizer ({exc}); use a Python linked against SQLite 3.34+"
-        ) from exc
+        connection.execute(
+            text("INSERT INTO schema_version (version) VALUES (:v)"), {"v": SCHEMA_VERSION}
+        )
+    stamp = adoption.revision_id(shape.stamp_revision or 0)
+    log.info(
+        "adopting a database written by Hermes (schema_version %s) at revision %s",
+        shape.stored_version,
+        stamp or "base",
+    )
+    if stamp is not None:
+        assert run.script is not None  # env.py's context always has one
+        run.stamp(run.script, stamp)
+
 
 
 def _look_before_opening(url: URL, *, backfilling: bool) -> None:
@@ -457,11 +288,12 @@ def upgrade(
         resolved, backfilling=not defer_fts_backfill and revision in ("head", HEAD)
     )
     engine = make_engine(resolved)
+    backend = backend_for(engine)
     try:
 
         def inspect() -> adoption.DatabaseShape:
             with engine.connect() as conn:  # deferred: looking takes no write lock
-                _probe_fts5(conn)
+                backend.probe_search(conn)
                 found = adoption.inspect_shape(conn)
                 conn.rollback()
             return found
@@ -469,7 +301,7 @@ def upgrade(
         def migrate() -> None:
             with write_connection(engine) as conn:
                 cfg = make_config(conn, command_name="upgrade")
-                cfg.attributes[HOME_ATTR] = _hermes_home_for(resolved)
+                cfg.attributes[HERMES_HOME_ATTR] = _hermes_home_for(resolved)
                 command.upgrade(cfg, revision)
 
         def repair_triggers() -> None:
@@ -488,10 +320,9 @@ def upgrade(
         at_head = shape.alembic_revision == HEAD and shape.stored_version == SCHEMA_VERSION
         if not (at_head and revision in ("head", HEAD)):
             OPEN_RETRY.run(migrate)
-        if revision in ("head", HEAD) and engine.dialect.name == "sqlite":
+        if revision in ("head", HEAD) and backend.has_fts5:
             OPEN_RETRY.run(repair_triggers)
-        sqlite = engine.dialect.name == "sqlite"
-        if sqlite and not defer_fts_backfill and revision in ("head", HEAD):
+        if backend.has_fts5 and not defer_fts_backfill and revision in ("head", HEAD):
             maintenance.run_backfill(engine, on_progress=on_progress, min_pause=fts_min_pause)
 
         def look() -> tuple[str | None, FTSState]:
@@ -655,8 +486,8 @@ def check(url: str | URL | None = None) -> CheckReport:
     errors = [] if status.error is None else [f"database: {status.error}"]
     try:
         with engine.connect() as conn:
-            # PostgreSQL checks its pages itself (checksums, amcheck)
-            quick = quick_check(conn) if conn.dialect.name == "sqlite" else ["ok"]
+            # (PostgreSQL checks its pages itself: checksums, amcheck)
+            quick = backend_for(conn).integrity(conn)
             conn.rollback()
             if status.fts is not None and status.fts.layout not in ("none", "tsvector"):
                 if status.fts.backfill_pending:

@@ -13,9 +13,9 @@ import json
 import re
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, text
 
-from .adoption import VERSION_TABLE
+from .contract import VERSION_TABLE
 
 
 def normalise_sql(sql: str) -> str:
@@ -98,3 +98,144 @@ def diff(expected: dict[str, Any], actual: dict[str, Any]) -> str:
     a = json.dumps(expected, indent=1, sort_keys=True, ensure_ascii=False).splitlines()
     b = json.dumps(actual, indent=1, sort_keys=True, ensure_ascii=False).splitlines()
     return "\n".join(difflib.unified_diff(a, b, "expected", "actual", lineterm=""))
+
+
+# --------------------------------------------------------------------------- text dumps
+# The head schema of each dialect as committed text (tests/schema/*_head.sql), so that a
+# change of the schema shows in review as a diff. Deterministic: objects by kind and
+# name, columns by name (their order is not part of the contract), SQL normalised.
+
+
+def dump_text(conn: Connection) -> str:
+    """The schema behind `conn` as text: DDL-like, one object per block."""
+    if conn.dialect.name == "postgresql":
+        blocks = _pg_blocks(conn)
+    else:
+        blocks = _sqlite_blocks(snapshot(conn))
+    header = f"-- hermes-store schema ({conn.dialect.name}), without {VERSION_TABLE}\n"
+    return header + "\n".join(f"{block}\n" for block in blocks)
+
+
+def _sqlite_blocks(snap: dict[str, Any]) -> list[str]:
+    blocks = []
+    for name, info in sorted(snap["tables"].items()):
+        lines = []
+        for col, c in sorted(info["columns"].items()):
+            decl = f"    {col} {c['type']}".rstrip()
+            if c["notnull"]:
+                decl += " NOT NULL"
+            if c["default"] is not None:
+                decl += f" DEFAULT {c['default']}"
+            lines.append(decl)
+        keys = sorted((c["pk"], col) for col, c in info["columns"].items() if c["pk"])
+        if keys:
+            pk = ", ".join(col for _, col in keys)
+            autoincrement = " AUTOINCREMENT" if info["autoincrement"] else ""
+            lines.append(f"    PRIMARY KEY ({pk}){autoincrement}")
+        lines += [f"    FOREIGN KEY {fk}" for fk in info["foreign_keys"]]
+        blocks.append(f"CREATE TABLE {name} (\n" + ",\n".join(lines) + "\n);")
+    for name, ix in sorted(snap["indexes"].items()):
+        unique = "UNIQUE " if ix["unique"] else ""
+        where = f" WHERE {ix['where']}" if ix["where"] else ""
+        columns = ", ".join(ix["columns"])
+        blocks.append(f"CREATE {unique}INDEX {name} ON {ix['table']} ({columns}){where};")
+    for kind in ("virtual_tables", "views", "triggers"):
+        blocks += [f"{sql};" for _, sql in sorted(snap[kind].items())]
+    return blocks
+
+
+def _pg_rows(conn: Connection, sql: str, **params: object) -> list[Any]:
+    return list(conn.execute(text(sql), params))
+
+
+def _pg_blocks(conn: Connection) -> list[str]:
+    schema = str(conn.execute(text("SELECT current_schema()")).scalar())
+
+    def local(sql: str) -> str:
+        return normalise_sql(sql.replace(f"{schema}.", ""))
+
+    blocks = [
+        f"CREATE EXTENSION {name};"
+        for (name,) in _pg_rows(
+            conn, "SELECT extname FROM pg_extension WHERE extname <> 'plpgsql' ORDER BY 1"
+        )
+    ]
+    tables = _pg_rows(
+        conn,
+        "SELECT c.oid, c.relname FROM pg_class c WHERE c.relkind IN ('r', 'p') "
+        "AND c.relnamespace = current_schema()::regnamespace AND c.relname <> :version "
+        "ORDER BY c.relname",
+        version=VERSION_TABLE,
+    )
+    for oid, name in tables:
+        lines = []
+        for col, type_, notnull, default, identity, generated in _pg_rows(
+            conn,
+            "SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, "
+            "pg_get_expr(d.adbin, d.adrelid), a.attidentity, a.attgenerated "
+            "FROM pg_attribute a LEFT JOIN pg_attrdef d "
+            "ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
+            "WHERE a.attrelid = :oid AND a.attnum > 0 AND NOT a.attisdropped "
+            "ORDER BY a.attname",
+            oid=oid,
+        ):
+            decl = f"    {col} {type_}"
+            if generated:
+                decl += f" GENERATED ALWAYS AS ({local(str(default))}) STORED"
+            elif default is not None:
+                decl += f" DEFAULT {local(str(default))}"
+            if identity:
+                decl += " GENERATED " + ("ALWAYS" if identity == "a" else "BY DEFAULT")
+                decl += " AS IDENTITY"
+            if notnull:
+                decl += " NOT NULL"
+            lines.append(decl)
+        lines += [
+            f"    CONSTRAINT {con} {local(definition)}"
+            for con, definition in _pg_rows(
+                conn,
+                "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
+                "WHERE conrelid = :oid ORDER BY conname",
+                oid=oid,
+            )
+        ]
+        blocks.append(f"CREATE TABLE {name} (\n" + ",\n".join(lines) + "\n);")
+    blocks += [
+        f"{local(definition)};"
+        for (definition,) in _pg_rows(
+            conn,
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() "
+            "AND tablename <> :version ORDER BY indexname",
+            version=VERSION_TABLE,
+        )
+    ]
+    blocks += [
+        f"CREATE VIEW {name} AS {local(definition)}"
+        for name, definition in _pg_rows(
+            conn,
+            "SELECT viewname, definition FROM pg_views WHERE schemaname = current_schema() "
+            "ORDER BY viewname",
+        )
+    ]
+    blocks += [
+        f"{local(definition)};"
+        for (definition,) in _pg_rows(
+            conn,
+            "SELECT pg_get_triggerdef(t.oid) FROM pg_trigger t JOIN pg_class c "
+            "ON c.oid = t.tgrelid WHERE NOT t.tgisinternal "
+            "AND c.relnamespace = current_schema()::regnamespace ORDER BY t.tgname",
+        )
+    ]
+    # functions of the schema's own; the members of an extension (pg_trgm's) are the
+    # extension's. Their bodies stay as written (whitespace matters inside them).
+    blocks += [
+        definition.strip().replace(f"{schema}.", "")
+        for (definition,) in _pg_rows(
+            conn,
+            "SELECT pg_get_functiondef(p.oid) FROM pg_proc p "
+            "WHERE p.pronamespace = current_schema()::regnamespace AND NOT EXISTS ("
+            "SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass "
+            "AND d.objid = p.oid AND d.deptype = 'e') ORDER BY p.proname",
+        )
+    ]
+    return blocks

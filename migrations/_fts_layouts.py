@@ -1,20 +1,30 @@
 """FTS5 DDL of each upstream layout, frozen as it was released. Never edit a released
 layout: a fix is a new revision.
 
-Trigger and table names are contracts: the original counts the six triggers by name and
-tells the v23 layout by the literal `tool_name` in the `messages_fts` DDL.
+Trigger and table names are contracts (hermes_store/contract.py): the original counts
+the six triggers by name and tells the v23 layout by the literal `tool_name` in the
+`messages_fts` DDL. The statements below spell those names out, as released.
 """
 
 from __future__ import annotations
 
-BASE_TRIGGERS = ("messages_fts_insert", "messages_fts_delete", "messages_fts_update")
-TRIGRAM_TRIGGERS = (
-    "messages_fts_trigram_insert",
-    "messages_fts_trigram_delete",
-    "messages_fts_trigram_update",
+from collections.abc import Callable
+
+from hermes_store.contract import (
+    FTS_BASE_TRIGGERS,
+    FTS_TABLE,
+    FTS_TRIGGERS,
+    FTS_TRIGRAM_TABLE,
+    FTS_TRIGRAM_TRIGGERS,
+    FTS_TRIGRAM_VIEW,
+    META_FTS_HIGH_WATER,
+    META_FTS_PROGRESS,
 )
-ALL_TRIGGERS = BASE_TRIGGERS + TRIGRAM_TRIGGERS
-TRIGRAM_VIEW = "messages_fts_trigram_src"
+
+BASE_TRIGGERS = FTS_BASE_TRIGGERS
+TRIGRAM_TRIGGERS = FTS_TRIGRAM_TRIGGERS
+ALL_TRIGGERS = FTS_TRIGGERS
+TRIGRAM_VIEW = FTS_TRIGRAM_VIEW
 
 # --- L1: v1 to v9, external content over messages.content ---------------------------------
 L1_BASE = (
@@ -112,10 +122,10 @@ L3_BACKFILL = (
 
 # --- v23, "FTS storage layout 1": external content, tool-row-free trigram view, -----------
 # --- triggers gated by the fts_rebuild_high_water / fts_rebuild_progress markers -----------
-_GATE = """({x}.id > COALESCE((SELECT CAST(value AS INTEGER) FROM state_meta
-                         WHERE key = 'fts_rebuild_high_water'), -1)
-   OR {x}.id <= COALESCE((SELECT CAST(value AS INTEGER) FROM state_meta
-                          WHERE key = 'fts_rebuild_progress'), -1))"""
+_GATE = f"""({{x}}.id > COALESCE((SELECT CAST(value AS INTEGER) FROM state_meta
+                         WHERE key = '{META_FTS_HIGH_WATER}'), -1)
+   OR {{x}}.id <= COALESCE((SELECT CAST(value AS INTEGER) FROM state_meta
+                          WHERE key = '{META_FTS_PROGRESS}'), -1))"""
 
 V23 = (
     """CREATE VIRTUAL TABLE messages_fts USING fts5(
@@ -189,3 +199,35 @@ BEGIN
     WHERE new.role <> 'tool';
 END""",
 )
+
+
+# --- which layout a file has ----------------------------------------------------------------
+# A frozen copy of hermes_store.search.layout.classify (spec/schema.md 6.2), so that what a
+# released revision decides never follows later changes of the runtime. A test
+# (tests/test_fts_layout_detector.py) fails when the two disagree on any fixture or
+# generated layout: change both together, or add a revision.
+
+
+def layout(sql_of: Callable[[str], str | None]) -> str:
+    """"none", "L1", "L1+trigram", "L2", "L3", "hybrid" or "v23", given `sql_of(name)`:
+    the CREATE statement sqlite_master keeps for `name`, None when there is none."""
+    base = sql_of(FTS_TABLE)
+    if base is None:
+        return "none"
+    trigram = sql_of(FTS_TRIGRAM_TABLE)
+    squeezed = "".join(base.split())
+    external = "content=messages" in squeezed or "content='messages'" in squeezed
+    if "tool_name" in base:
+        view_backed = trigram is not None and TRIGRAM_VIEW in trigram
+        complete = view_backed and sql_of(TRIGRAM_VIEW) is not None
+        return "v23" if external and complete else "hybrid"
+    if external:
+        if trigram is None:
+            return "L1"
+        return "L1+trigram" if "content=" in "".join(trigram.split()) else "hybrid"
+    if "content=" in squeezed:
+        return "hybrid"
+    delete = sql_of("messages_fts_delete") or ""
+    if "'delete'" in delete:
+        return "L2"
+    return "L3" if "DELETE FROM messages_fts" in delete else "hybrid"

@@ -18,23 +18,32 @@ tests check that its queries use these indexes.
 
 from __future__ import annotations
 
-WORD_INDEX_CHARS = 100_000
-PUNCTUATION = "[!-/:-@\\[-`{-~]+"
+from hermes_store.contract import (
+    PG_CONTENT_TRGM_INDEX,
+    PG_JSON_OBJECT_FUNCTION,
+    PG_SEARCH_VECTOR_COLUMN,
+    PG_SEARCH_VECTOR_INDEX,
+    PG_TRGM_INDEX,
+    PG_WORD_INDEX_CHARS,
+    PG_WORD_PUNCTUATION,
+)
+
+_COLUMN, _INDEX = PG_SEARCH_VECTOR_COLUMN, PG_SEARCH_VECTOR_INDEX
 
 
 def _vector(text_sql: str) -> str:
     return (
         "to_tsvector('simple'::regconfig, regexp_replace("
-        f"left({text_sql}, {WORD_INDEX_CHARS}), '{PUNCTUATION}', ' ', 'g'))"
+        f"left({text_sql}, {PG_WORD_INDEX_CHARS}), '{PG_WORD_PUNCTUATION}', ' ', 'g'))"
     )
 
 
 # v1 to v10: content only (layout L1).
 L1_TEXT = "COALESCE(content, '')"
 V1 = (
-    "ALTER TABLE messages ADD COLUMN IF NOT EXISTS search_vector tsvector "
+    f"ALTER TABLE messages ADD COLUMN IF NOT EXISTS {_COLUMN} tsvector "
     f"GENERATED ALWAYS AS ({_vector(L1_TEXT)}) STORED",
-    "CREATE INDEX IF NOT EXISTS idx_messages_search_vector ON messages USING gin (search_vector)",
+    f"CREATE INDEX IF NOT EXISTS {_INDEX} ON messages USING gin ({_COLUMN})",
 )
 
 # v11 on: content, tool name and tool calls (layouts L3 and v23).
@@ -42,42 +51,42 @@ L3_TEXT = (
     "COALESCE(content, '') || ' ' || COALESCE(tool_name, '') || ' ' || COALESCE(tool_calls, '')"
 )
 V11 = (
-    "DROP INDEX IF EXISTS idx_messages_search_vector",
-    "ALTER TABLE messages DROP COLUMN IF EXISTS search_vector",
-    "ALTER TABLE messages ADD COLUMN search_vector tsvector "
+    f"DROP INDEX IF EXISTS {_INDEX}",
+    f"ALTER TABLE messages DROP COLUMN IF EXISTS {_COLUMN}",
+    f"ALTER TABLE messages ADD COLUMN {_COLUMN} tsvector "
     f"GENERATED ALWAYS AS ({_vector(L3_TEXT)}) STORED",
-    "CREATE INDEX IF NOT EXISTS idx_messages_search_vector ON messages USING gin (search_vector)",
+    f"CREATE INDEX IF NOT EXISTS {_INDEX} ON messages USING gin ({_COLUMN})",
 )
 V11_DOWN = (
-    "DROP INDEX IF EXISTS idx_messages_search_vector",
-    "ALTER TABLE messages DROP COLUMN IF EXISTS search_vector",
+    f"DROP INDEX IF EXISTS {_INDEX}",
+    f"ALTER TABLE messages DROP COLUMN IF EXISTS {_COLUMN}",
     *V1,
 )
 
 # v10 to v22: a trigram index over content of every row.
 V10_TRIGRAM = (
     "CREATE EXTENSION IF NOT EXISTS pg_trgm",
-    "CREATE INDEX IF NOT EXISTS idx_messages_content_trgm ON messages "
+    f"CREATE INDEX IF NOT EXISTS {PG_CONTENT_TRGM_INDEX} ON messages "
     "USING gin (content gin_trgm_ops)",
 )
-V10_TRIGRAM_DOWN = ("DROP INDEX IF EXISTS idx_messages_content_trgm",)
+V10_TRIGRAM_DOWN = (f"DROP INDEX IF EXISTS {PG_CONTENT_TRGM_INDEX}",)
 
 # v23: the trigram index covers the three columns of non-tool rows only (tool output was
 # about 90 % of message bytes and rarely what people search for by substring).
 V23_TRIGRAM = (
-    "DROP INDEX IF EXISTS idx_messages_content_trgm",
-    f"CREATE INDEX IF NOT EXISTS idx_messages_trgm ON messages USING gin (({L3_TEXT}) "
+    f"DROP INDEX IF EXISTS {PG_CONTENT_TRGM_INDEX}",
+    f"CREATE INDEX IF NOT EXISTS {PG_TRGM_INDEX} ON messages USING gin (({L3_TEXT}) "
     "gin_trgm_ops) WHERE role <> 'tool'",
 )
-V23_TRIGRAM_DOWN = ("DROP INDEX IF EXISTS idx_messages_trgm", *V10_TRIGRAM[1:])
+V23_TRIGRAM_DOWN = (f"DROP INDEX IF EXISTS {PG_TRGM_INDEX}", *V10_TRIGRAM[1:])
 
 # json_valid/json_extract have no total PostgreSQL equivalent before 16 (a cast of
 # malformed text raises), so model_config is read through this function, which answers
 # NULL for anything that is not a JSON object, as the SQLite expressions answer NULL.
-JSON_OBJECT_FUNCTION = """CREATE OR REPLACE FUNCTION hermes_json_object(doc text)
+JSON_OBJECT_FUNCTION = f"""CREATE OR REPLACE FUNCTION {PG_JSON_OBJECT_FUNCTION}(doc text)
 RETURNS jsonb LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 BEGIN
-    IF doc IS NULL OR left(ltrim(doc), 1) <> '{' THEN
+    IF doc IS NULL OR left(ltrim(doc), 1) <> '{{' THEN
         RETURN NULL;
     END IF;
     RETURN doc::jsonb;
@@ -85,8 +94,4 @@ EXCEPTION WHEN others THEN
     RETURN NULL;
 END
 $$"""
-JSON_OBJECT_FUNCTION_DOWN = "DROP FUNCTION IF EXISTS hermes_json_object(text)"
-
-#: Columns and indexes PostgreSQL has beyond the models (kept out of drift checks).
-EXTRA_COLUMNS = {("messages", "search_vector")}
-EXTRA_INDEXES = {"idx_messages_search_vector", "idx_messages_content_trgm", "idx_messages_trgm"}
+JSON_OBJECT_FUNCTION_DOWN = f"DROP FUNCTION IF EXISTS {PG_JSON_OBJECT_FUNCTION}(text)"

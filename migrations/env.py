@@ -12,6 +12,7 @@ URL: `-x url=...`, else HERMES_STORE_URL, else $HERMES_HOME/state.db.
 from __future__ import annotations
 
 from alembic import context
+from sqlalchemy import Connection
 
 from hermes_store import migrate
 from hermes_store.engine import make_engine, write_connection
@@ -31,7 +32,7 @@ def _command() -> str:
     return ""
 
 
-def _run(connection) -> None:  # type: ignore[no-untyped-def]
+def _run(connection: Connection) -> None:
     command = _command()
     context.configure(
         connection=connection,
@@ -45,7 +46,8 @@ def _run(connection) -> None:  # type: ignore[no-untyped-def]
         compare_server_default=True,
         process_revision_directives=migrate.process_revision_directives,
     )
-    with migrate.migration_run(connection, context, config, adopt=command == "upgrade"):
+    run = context.get_context()
+    with migrate.migration_run(connection, run, config, adopt=command == "upgrade"):
         context.run_migrations()
 
 

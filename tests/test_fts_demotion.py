@@ -185,6 +185,7 @@ def test_pending_fts_writes_of_the_same_transaction_stay_with_the_old_index(lega
     tables, which take over the old shadow tables' names."""
     from alembic.migration import MigrationContext
     from alembic.operations import Operations
+
     from hermes_store._migrations import _fts_layouts as fts
     from hermes_store._migrations import _ops
 

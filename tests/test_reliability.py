@@ -909,16 +909,16 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     # checked against the four literal checkpoint modes just before the f-string
     ("hermes_store/store.py", "checkpoint", "mode"): "validated against a fixed set",
     # model table names (metadata.tables) handed over by drop_reflection_gaps
-    ("hermes_store/migrate.py", "_sqlite_fk_ondelete", "table"): "model table names",
+    ("hermes_store/dialects.py", "_fk_ondelete", "table"): "model table names",
     # table names read from sqlite_master or the adoption rules' frozen names
-    ("hermes_store/adoption.py", "columns", "table"): "sqlite_master / frozen names",
+    ("hermes_store/dialects.py", "column_flags", "table"): "sqlite_master / frozen names",
     # schema snapshot: every name comes from sqlite_master rows
     ("hermes_store/schema_snapshot.py", "_table", "name"): "read from sqlite_master",
     ("hermes_store/schema_snapshot.py", "_index", "name"): "read from sqlite_master",
     ("hermes_store/schema_snapshot.py", "_index", "table"): "read from sqlite_master",
     # migration building blocks: the revisions pass frozen literal table/column names
     # and column declarations (see migrations/versions/*)
-    ("migrations/_ops.py", "columns", "table"): "frozen names from the revisions",
+    ("migrations/_dialects.py", "columns", "table"): "frozen names from the revisions",
     ("migrations/_ops.py", "add_column", "table"): "frozen names from the revisions",
     ("migrations/_ops.py", "add_column", "name"): "frozen names from the revisions",
     ("migrations/_ops.py", "add_column", "decl"): "frozen declarations from the revisions",

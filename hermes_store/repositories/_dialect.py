@@ -16,6 +16,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
+from ..contract import PG_SEARCH_VECTOR_COLUMN
 from ..search.common import row_dicts
 
 
@@ -31,7 +32,7 @@ def upsert_insert(session: Connection, entity: Any) -> sqlite.Insert | postgresq
 
 #: Columns a `SELECT *` returns on PostgreSQL that are not data: the generated search
 #: vector (migrations/_pg_search.py). Callers drop them from whole-row reads.
-SEARCH_COLUMNS = frozenset({"search_vector"})
+SEARCH_COLUMNS = frozenset({PG_SEARCH_VECTOR_COLUMN})
 
 
 def data_columns(row: Any) -> dict[str, Any]:

@@ -6,16 +6,21 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, text
 
-HIGH_WATER = "fts_rebuild_high_water"
-PROGRESS = "fts_rebuild_progress"
-TRIGGERS = (
-    "messages_fts_insert",
-    "messages_fts_delete",
-    "messages_fts_update",
-    "messages_fts_trigram_insert",
-    "messages_fts_trigram_delete",
-    "messages_fts_trigram_update",
+from ..contract import (
+    FTS_BASE_TRIGGERS,
+    FTS_CJK_TABLE,
+    FTS_TABLE,
+    FTS_TRASH_PREFIX,
+    FTS_TRIGGERS,
+    FTS_TRIGRAM_TABLE,
+    FTS_TRIGRAM_VIEW,
+    META_FTS_HIGH_WATER,
+    META_FTS_PROGRESS,
+    META_FTS_STORAGE_VERSION,
 )
+
+HIGH_WATER = META_FTS_HIGH_WATER
+PROGRESS = META_FTS_PROGRESS
 
 
 def _sql(conn: Connection, name: str) -> str | None:
@@ -47,6 +52,15 @@ class FTSState:
         return self.high_water is not None
 
     @property
+    def optimizable(self) -> bool:
+        """True when `optimize-storage` has work: a legacy layout to convert, a backfill
+        to finish or demoted tables to tear down (never on PostgreSQL, whose generated
+        column is kept current by construction)."""
+        if self.layout == "tsvector":
+            return False
+        return self.layout != "v23" or self.backfill_pending or bool(self.trash_tables)
+
+    @property
     def percent(self) -> int:
         if not self.high_water:
             return 100
@@ -72,26 +86,41 @@ def _int(value: str | None) -> int | None:
         return None
 
 
+def _options(sql: str) -> str:
+    return "".join(sql.split())
+
+
 def classify(conn: Connection) -> str:
-    base = _sql(conn, "messages_fts")
-    trigram = _sql(conn, "messages_fts_trigram")
+    """The layout of a SQLite file's FTS objects, by spec/schema.md 6.2: "v23" only
+    when the whole v23 layout is there, a legacy layout by its release's marks, "hybrid"
+    for any mixture no release wrote as such. Revisions 0011 and 0023 decide with the
+    frozen copy in migrations/_fts_layouts.py (`layout`); tests/test_fts_layout_detector.py
+    keeps the two in agreement."""
+    base = _sql(conn, FTS_TABLE)
     if base is None:
         return "none"
-    view = _sql(conn, "messages_fts_trigram_src")
+    trigram = _sql(conn, FTS_TRIGRAM_TABLE)
+    options = _options(base)
+    external = "content=messages" in options or "content='messages'" in options
     if "tool_name" in base:
-        if trigram and "messages_fts_trigram_src" in trigram and view:
+        through_view = trigram is not None and FTS_TRIGRAM_VIEW in trigram
+        if external and through_view and _sql(conn, FTS_TRIGRAM_VIEW) is not None:
             return "v23"
         return "hybrid"
-    compact = base.replace(" ", "")
-    external = "content=messages" in compact or "content='messages'" in compact
     if external:
         if trigram is None:
             return "L1"
-        if "content=" in trigram.replace(" ", ""):
+        if "content=" in _options(trigram):
             return "L1+trigram"
         return "hybrid"  # the original v23 code's result on a pre-v10 file
-    delete = _sql(conn, "messages_fts_delete") or ""
-    return "L2" if "'delete'" in delete else "L3"
+    if "content=" in options:
+        return "hybrid"  # an external table over something else: no release wrote it
+    delete = _sql(conn, FTS_BASE_TRIGGERS[1]) or ""
+    if "'delete'" in delete:
+        return "L2"
+    if "DELETE FROM messages_fts" in delete:  # L3: a plain DELETE of the row
+        return "L3"
+    return "hybrid"  # inline tables whose delete trigger is gone or foreign
 
 
 def fts_state(conn: Connection) -> FTSState:
@@ -103,29 +132,22 @@ def fts_state(conn: Connection) -> FTSState:
             high_water=None,
             progress=None,
             trash_tables=(),
-            storage_version=_meta(conn, "fts_storage_version"),
+            storage_version=_meta(conn, META_FTS_STORAGE_VERSION),
             has_cjk=False,
         )
-    trigger_count = conn.execute(
-        text(
-            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'trigger' AND name IN "
-            "('messages_fts_insert', 'messages_fts_delete', 'messages_fts_update', "
-            "'messages_fts_trigram_insert', 'messages_fts_trigram_delete', "
-            "'messages_fts_trigram_update')"
-        )
-    ).scalar()
-    trash = conn.execute(
-        text(
-            "SELECT name FROM sqlite_master WHERE type = 'table' "
-            "AND name LIKE 'fts\\_v22\\_trash\\_%' ESCAPE '\\' ORDER BY name"
-        )
+    triggers = conn.execute(
+        text("SELECT name FROM sqlite_master WHERE type = 'trigger'")
     ).scalars()
+    tables = conn.execute(
+        text("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+    ).scalars()
+    trash = [str(t) for t in tables if str(t).startswith(FTS_TRASH_PREFIX)]
     return FTSState(
         layout=classify(conn),
-        triggers=int(trigger_count or 0),
+        triggers=len(set(FTS_TRIGGERS).intersection(triggers)),
         high_water=_int(_meta(conn, HIGH_WATER)),
         progress=_int(_meta(conn, PROGRESS)),
-        trash_tables=tuple(str(t) for t in trash),
-        storage_version=_meta(conn, "fts_storage_version"),
-        has_cjk=_sql(conn, "messages_fts_cjk") is not None,
+        trash_tables=tuple(trash),
+        storage_version=_meta(conn, META_FTS_STORAGE_VERSION),
+        has_cjk=_sql(conn, FTS_CJK_TABLE) is not None,
     )

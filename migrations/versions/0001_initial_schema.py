@@ -3,6 +3,7 @@ PostgreSQL: the generated tsvector column over content and its GIN index)."""
 
 from hermes_store._migrations import _fts_layouts as fts
 from hermes_store._migrations import _ops, _pg_search
+from hermes_store.contract import FTS_TABLE, FTS_TRIGRAM_TABLE
 
 revision = "0001"
 down_revision = None
@@ -56,11 +57,13 @@ def upgrade() -> None:
     _ops.run_all(INDEXES)
     if _ops.is_postgresql():
         _ops.run_all(_pg_search.V1)
-    elif not _ops.has_table("messages_fts"):
+    elif not _ops.has_table(FTS_TABLE) and not _ops.fts_rebuilt_later():
+        # When 0023 follows in this transaction it creates the v23 index itself: an L1
+        # index made here would only be demoted by 0011, leaving fts_v22_trash_* tables
+        # in a database that never held a legacy index.
         _ops.drop_triggers(fts.BASE_TRIGGERS)
         _ops.run_all(fts.L1_BASE)
-        if not _ops.fts_rebuilt_later():
-            _ops.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
+        _ops.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
     _ops.set_version(1)
 
 
@@ -73,5 +76,8 @@ def downgrade() -> None:
         return
     _ops.drop_triggers(fts.ALL_TRIGGERS)
     _ops.execute(f"DROP VIEW IF EXISTS {fts.TRIGRAM_VIEW}")
-    for table in ("messages_fts_trigram", "messages_fts", "messages", "sessions", "schema_version"):
+    for table in (FTS_TRIGRAM_TABLE, FTS_TABLE, "messages", "sessions", "schema_version"):
+        _ops.drop_table(table)
+    # what is left of a demoted legacy index is hermes-store's too; base holds nothing
+    for table in _ops.trash_tables():
         _ops.drop_table(table)

@@ -3,6 +3,7 @@ whose delete triggers work, #16751), and (11L) the handoff columns on sessions."
 
 from hermes_store._migrations import _fts_layouts as fts
 from hermes_store._migrations import _ops, _pg_search
+from hermes_store.contract import FTS_TABLE, FTS_TRIGRAM_TABLE
 
 revision = "0011"
 down_revision = "0010"
@@ -13,11 +14,8 @@ HANDOFF = (("handoff_state", "TEXT"), ("handoff_platform", "TEXT"), ("handoff_er
 
 
 def _layout_is_l3_or_newer() -> bool:
-    base = _ops.object_sql("messages_fts") or ""
-    if "tool_name" in base:  # the v23 layout: never go back to an older one
-        return True
-    delete = _ops.object_sql("messages_fts_delete") or ""
-    return "content=" not in base and "DELETE FROM messages_fts" in delete
+    # L3 already, or the v23 layout (never go back to an older one)
+    return fts.layout(_ops.object_sql) in ("L3", "v23")
 
 
 def upgrade() -> None:
@@ -31,12 +29,12 @@ def upgrade() -> None:
             # O(1) (torn down in chunks afterwards) rather than DROP a large L1 index under
             # the write lock, and leave the intermediate L3 tables out (0023 would only
             # demote them again); nothing between here and 0023 touches FTS.
-            _ops.demote_fts_tables(("messages_fts", "messages_fts_trigram"))
-            _ops.drop_table("messages_fts_trigram")
-            _ops.drop_table("messages_fts")
+            _ops.demote_fts_tables((FTS_TABLE, FTS_TRIGRAM_TABLE))
+            _ops.drop_table(FTS_TRIGRAM_TABLE)
+            _ops.drop_table(FTS_TABLE)
         else:
-            _ops.drop_table("messages_fts_trigram")
-            _ops.drop_table("messages_fts")
+            _ops.drop_table(FTS_TRIGRAM_TABLE)
+            _ops.drop_table(FTS_TABLE)
             _ops.run_all(fts.L3)
             _ops.run_all(fts.L3_BACKFILL)
     _ops.set_version(11)
@@ -49,8 +47,8 @@ def downgrade() -> None:
         _ops.lower_version(10)
         return
     _ops.drop_triggers(fts.ALL_TRIGGERS)
-    _ops.drop_table("messages_fts_trigram")
-    _ops.drop_table("messages_fts")
+    _ops.drop_table(FTS_TRIGRAM_TABLE)
+    _ops.drop_table(FTS_TABLE)
     _ops.run_all(fts.L1_BASE)
     _ops.run_all(fts.L1_TRIGRAM)
     _ops.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")

@@ -17,7 +17,17 @@ up the pending range with a LIKE scan, exactly as the original does.
 
 from hermes_store._migrations import _fts_layouts as fts
 from hermes_store._migrations import _ops, _pg_search
-
+from hermes_store.contract import (
+    FTS_CJK_TABLE,
+    FTS_CJK_TRIGGERS,
+    FTS_TABLE,
+    FTS_TRIGRAM_TABLE,
+    META_FTS_CJK_STALE,
+    META_FTS_OPTIMIZE_AVAILABLE,
+    META_FTS_STORAGE_VERSION,
+)
+from hermes_store.contract import META_FTS_HIGH_WATER as HIGH_WATER
+from hermes_store.contract import META_FTS_PROGRESS as PROGRESS
 from hermes_store.errors import MigrationError
 
 revision = "0023"
@@ -25,9 +35,6 @@ down_revision = "0022"
 branch_labels = None
 depends_on = None
 
-HIGH_WATER = "fts_rebuild_high_water"
-PROGRESS = "fts_rebuild_progress"
-CJK_TRIGGERS = ("messages_fts_cjk_insert", "messages_fts_cjk_delete", "messages_fts_cjk_update")
 
 SESSIONS = (
     ("compression_ineffective_count", "INTEGER NOT NULL DEFAULT 0"),
@@ -37,14 +44,7 @@ MESSAGES = (("display_kind", "TEXT"), ("display_metadata", "TEXT"))
 
 
 def _v23_tables_present() -> bool:
-    base = _ops.object_sql("messages_fts") or ""
-    trigram = _ops.object_sql("messages_fts_trigram") or ""
-    return (
-        "tool_name" in base
-        and "content='messages'" in base
-        and fts.TRIGRAM_VIEW in trigram
-        and _ops.has_table(fts.TRIGRAM_VIEW)
-    )
+    return fts.layout(_ops.object_sql) == "v23"
 
 
 def _start_backfill() -> None:
@@ -60,12 +60,12 @@ def _start_backfill() -> None:
 def _replace_legacy_layout() -> None:
     _ops.drop_triggers(fts.ALL_TRIGGERS)
     _ops.execute(f"DROP VIEW IF EXISTS {fts.TRIGRAM_VIEW}")
-    _ops.demote_fts_tables(("messages_fts", "messages_fts_trigram"))
-    _ops.drop_table("messages_fts_trigram")  # only a non-FTS table of that name is left
-    _ops.drop_table("messages_fts")
+    _ops.demote_fts_tables((FTS_TABLE, FTS_TRIGRAM_TABLE))
+    _ops.drop_table(FTS_TRIGRAM_TABLE)  # only a non-FTS table of that name is left
+    _ops.drop_table(FTS_TABLE)
     _ops.run_all(fts.V23)
     _start_backfill()
-    _ops.delete_meta("fts_optimize_available")
+    _ops.delete_meta(META_FTS_OPTIMIZE_AVAILABLE)
 
 
 def _repair_v23_layout() -> None:
@@ -89,26 +89,26 @@ def upgrade() -> None:
     _ops.add_columns("messages", MESSAGES)
     if _ops.is_postgresql():
         _ops.run_all(_pg_search.V23_TRIGRAM)
-        _ops.set_meta("fts_storage_version", "1")
+        _ops.set_meta(META_FTS_STORAGE_VERSION, "1")
         _ops.set_version(23)
         return
-    if _ops.has_table("messages_fts_cjk"):
+    if _ops.has_table(FTS_CJK_TABLE):
         # hermes-store does not load the cjk_unicode61 tokenizer; without it every INSERT
         # into messages would fail. Do what the original does: mark stale, then detach.
-        _ops.set_meta("fts_cjk_stale", "1")
-        _ops.drop_triggers(CJK_TRIGGERS)
+        _ops.set_meta(META_FTS_CJK_STALE, "1")
+        _ops.drop_triggers(FTS_CJK_TRIGGERS)
     if _v23_tables_present():
         _repair_v23_layout()
     else:
         _replace_legacy_layout()
     if _ops.get_meta(HIGH_WATER) is None and not _ops.trash_tables():
-        _ops.set_meta("fts_storage_version", "1")
-        _ops.delete_meta("fts_optimize_available")
+        _ops.set_meta(META_FTS_STORAGE_VERSION, "1")
+        _ops.delete_meta(META_FTS_OPTIMIZE_AVAILABLE)
     _ops.set_version(23)
 
 
 def downgrade() -> None:
-    if _ops.has_table("messages_fts_cjk"):
+    if _ops.has_table(FTS_CJK_TABLE):
         raise MigrationError(
             "downgrade below 0023 is not possible while messages_fts_cjk exists "
             "(the optional CJK index of the v23 layout)"
@@ -117,14 +117,14 @@ def downgrade() -> None:
     _ops.drop_columns("messages", {name: None for name, _ in MESSAGES})
     if _ops.is_postgresql():
         _ops.run_all(_pg_search.V23_TRIGRAM_DOWN)
-        _ops.delete_meta("fts_storage_version")
+        _ops.delete_meta(META_FTS_STORAGE_VERSION)
         _ops.lower_version(22)
         return
     _ops.drop_triggers(fts.ALL_TRIGGERS)
     _ops.execute(f"DROP VIEW IF EXISTS {fts.TRIGRAM_VIEW}")
-    _ops.drop_table("messages_fts_trigram")
-    _ops.drop_table("messages_fts")
+    _ops.drop_table(FTS_TRIGRAM_TABLE)
+    _ops.drop_table(FTS_TABLE)
     _ops.run_all(fts.L3)
     _ops.run_all(fts.L3_BACKFILL)
-    _ops.delete_meta("fts_storage_version", HIGH_WATER, PROGRESS, "fts_optimize_available")
+    _ops.delete_meta(META_FTS_STORAGE_VERSION, HIGH_WATER, PROGRESS, META_FTS_OPTIMIZE_AVAILABLE)
     _ops.lower_version(22)

@@ -1,0 +1,102 @@
+"""Names the runtime and the revisions share: frozen, immutable once shipped.
+
+DO NOT CHANGE OR REMOVE A VALUE HERE ONCE A RELEASE HAS SHIPPED IT (MLflow keeps its
+shared schema modules under the same rule, for the same reason). Every name below is
+written into databases: tables, triggers, indexes, columns and `state_meta` keys that
+files and servers carry for years, that released revisions create and look for, and that
+the original Hermes code (and older hermes-store processes on the same file) read by
+exactly these spellings. Renaming one here would make the runtime stop finding what the
+revisions made, and the frozen revisions stop recognising what earlier releases made.
+A change is a new revision that moves the database from the old name to a new one, plus
+a new constant beside the old one; this module only ever grows.
+
+The revisions import this module (never the ORM models); so do `migrate`, `adoption`,
+`copy`, `search.layout` and `repositories._dialect`.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- Alembic bookkeeping -------------------------------------------------------------------
+
+#: hermes-store's own version table (`schema_version` stays the original's).
+VERSION_TABLE: Final = "hermes_store_version"
+
+#: Keys of `alembic.config.Config.attributes` that `hermes_store.migrate` sets and the
+#: revisions read (through migrations/_ops.py): whether revision 0023 follows in the same
+#: run, and the Hermes home the database belongs to.
+FTS_REBUILT_LATER_ATTR: Final = "hermes_fts_rebuilt_later"
+HERMES_HOME_ATTR: Final = "hermes_home"
+
+#: pg_advisory_xact_lock key every upgrade on PostgreSQL takes ("hermesmg" as 64 bits).
+PG_MIGRATION_LOCK: Final = 0x6865726D65736D67
+
+# --- SQLite FTS5 objects (spec/schema.md 5 and 6) -----------------------------------------
+
+FTS_TABLE: Final = "messages_fts"
+FTS_TRIGRAM_TABLE: Final = "messages_fts_trigram"
+#: The view the v23 trigram index reads (non-tool rows only).
+FTS_TRIGRAM_VIEW: Final = "messages_fts_trigram_src"
+#: The optional third index (a tokenizer hermes-store does not load).
+FTS_CJK_TABLE: Final = "messages_fts_cjk"
+
+#: The original counts these six triggers by name.
+FTS_BASE_TRIGGERS: Final = ("messages_fts_insert", "messages_fts_delete", "messages_fts_update")
+FTS_TRIGRAM_TRIGGERS: Final = (
+    "messages_fts_trigram_insert",
+    "messages_fts_trigram_delete",
+    "messages_fts_trigram_update",
+)
+FTS_TRIGGERS: Final = FTS_BASE_TRIGGERS + FTS_TRIGRAM_TRIGGERS
+FTS_CJK_TRIGGERS: Final = (
+    "messages_fts_cjk_insert",
+    "messages_fts_cjk_delete",
+    "messages_fts_cjk_update",
+)
+
+#: The shadow tables FTS5 keeps for a virtual table `<name>` as `<name>_<suffix>`.
+FTS5_SHADOW_SUFFIXES: Final = ("data", "idx", "content", "docsize", "config")
+#: What a demoted legacy index's shadow tables are renamed to (the original's prefix).
+FTS_TRASH_PREFIX: Final = "fts_v22_trash_"
+
+# --- state_meta keys of the FTS bookkeeping (spec/schema.md 5.3) --------------------------
+
+META_FTS_HIGH_WATER: Final = "fts_rebuild_high_water"
+META_FTS_PROGRESS: Final = "fts_rebuild_progress"
+META_FTS_STORAGE_VERSION: Final = "fts_storage_version"
+META_FTS_OPTIMIZE_AVAILABLE: Final = "fts_optimize_available"
+META_FTS_CJK_STALE: Final = "fts_cjk_stale"
+#: They describe the index of one SQLite file, so a copy neither copies nor compares them.
+META_FTS_LOCAL_KEYS: Final = frozenset(
+    {
+        META_FTS_HIGH_WATER,
+        META_FTS_PROGRESS,
+        META_FTS_STORAGE_VERSION,
+        META_FTS_OPTIMIZE_AVAILABLE,
+        META_FTS_CJK_STALE,
+    }
+)
+
+# --- PostgreSQL search machinery (migrations/_pg_search.py) -------------------------------
+
+#: The generated tsvector column on messages, and its GIN index.
+PG_SEARCH_VECTOR_COLUMN: Final = "search_vector"
+PG_SEARCH_VECTOR_INDEX: Final = "idx_messages_search_vector"
+#: pg_trgm indexes: over content of every row (v10 to v22), over the v23 text of
+#: non-tool rows (v23).
+PG_CONTENT_TRGM_INDEX: Final = "idx_messages_content_trgm"
+PG_TRGM_INDEX: Final = "idx_messages_trgm"
+#: Only the first this many characters of a message are word-indexed (a tsvector is
+#: limited to 1 MB).
+PG_WORD_INDEX_CHARS: Final = 100_000
+#: Every ASCII punctuation character separates words, as FTS5's unicode61 splits them.
+PG_WORD_PUNCTUATION: Final = "[!-/:-@\\[-`{-~]+"
+#: NULL unless its text argument is a JSON object (revision 0016).
+PG_JSON_OBJECT_FUNCTION: Final = "hermes_json_object"
+
+#: What PostgreSQL has beyond the models, kept out of drift checks and whole-row reads.
+PG_SEARCH_COLUMNS: Final = frozenset({("messages", PG_SEARCH_VECTOR_COLUMN)})
+PG_SEARCH_INDEXES: Final = frozenset(
+    {PG_SEARCH_VECTOR_INDEX, PG_CONTENT_TRGM_INDEX, PG_TRGM_INDEX}
+)

@@ -1,0 +1,154 @@
+"""hermes_store/contract.py: the names shared by the runtime and the revisions, frozen.
+
+The values are pinned here as shipped (a change must be a new constant and a revision,
+never an edit); the reference database holds the SQLite names; the migrations give
+PostgreSQL the search names; and the modules that import the contract do not spell its
+values again."""
+
+from __future__ import annotations
+
+import ast
+import sqlite3
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, inspect
+from sqlalchemy.pool import NullPool
+
+from hermes_store import contract
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+SHIPPED = {
+    "VERSION_TABLE": "hermes_store_version",
+    "FTS_REBUILT_LATER_ATTR": "hermes_fts_rebuilt_later",
+    "HERMES_HOME_ATTR": "hermes_home",
+    "PG_MIGRATION_LOCK": 0x6865726D65736D67,
+    "FTS_TABLE": "messages_fts",
+    "FTS_TRIGRAM_TABLE": "messages_fts_trigram",
+    "FTS_TRIGRAM_VIEW": "messages_fts_trigram_src",
+    "FTS_CJK_TABLE": "messages_fts_cjk",
+    "FTS_BASE_TRIGGERS": ("messages_fts_insert", "messages_fts_delete", "messages_fts_update"),
+    "FTS_TRIGRAM_TRIGGERS": (
+        "messages_fts_trigram_insert",
+        "messages_fts_trigram_delete",
+        "messages_fts_trigram_update",
+    ),
+    "FTS_TRIGGERS": (
+        "messages_fts_insert",
+        "messages_fts_delete",
+        "messages_fts_update",
+        "messages_fts_trigram_insert",
+        "messages_fts_trigram_delete",
+        "messages_fts_trigram_update",
+    ),
+    "FTS_CJK_TRIGGERS": (
+        "messages_fts_cjk_insert",
+        "messages_fts_cjk_delete",
+        "messages_fts_cjk_update",
+    ),
+    "FTS5_SHADOW_SUFFIXES": ("data", "idx", "content", "docsize", "config"),
+    "FTS_TRASH_PREFIX": "fts_v22_trash_",
+    "META_FTS_HIGH_WATER": "fts_rebuild_high_water",
+    "META_FTS_PROGRESS": "fts_rebuild_progress",
+    "META_FTS_STORAGE_VERSION": "fts_storage_version",
+    "META_FTS_OPTIMIZE_AVAILABLE": "fts_optimize_available",
+    "META_FTS_CJK_STALE": "fts_cjk_stale",
+    "META_FTS_LOCAL_KEYS": frozenset(
+        {
+            "fts_rebuild_high_water",
+            "fts_rebuild_progress",
+            "fts_storage_version",
+            "fts_optimize_available",
+            "fts_cjk_stale",
+        }
+    ),
+    "PG_SEARCH_VECTOR_COLUMN": "search_vector",
+    "PG_SEARCH_VECTOR_INDEX": "idx_messages_search_vector",
+    "PG_CONTENT_TRGM_INDEX": "idx_messages_content_trgm",
+    "PG_TRGM_INDEX": "idx_messages_trgm",
+    "PG_WORD_INDEX_CHARS": 100_000,
+    "PG_WORD_PUNCTUATION": "[!-/:-@\\[-`{-~]+",
+    "PG_JSON_OBJECT_FUNCTION": "hermes_json_object",
+    "PG_SEARCH_COLUMNS": frozenset({("messages", "search_vector")}),
+    "PG_SEARCH_INDEXES": frozenset(
+        {"idx_messages_search_vector", "idx_messages_content_trgm", "idx_messages_trgm"}
+    ),
+}
+
+
+def test_shipped_values_never_change():
+    current = {name: getattr(contract, name) for name in dir(contract) if name.isupper()}
+    changed = {n: (v, current.get(n)) for n, v in SHIPPED.items() if current.get(n) != v}
+    assert not changed, (
+        f"hermes_store/contract.py is immutable once shipped; these changed: {changed}. "
+        "Restore them; a new name is a new constant plus a revision that moves to it."
+    )
+    added = sorted(set(current) - set(SHIPPED))
+    assert not added, f"pin the new constants {added} in SHIPPED here once they ship"
+
+
+def test_the_reference_database_holds_the_sqlite_names(fixtures_path):
+    con = sqlite3.connect(f"file:{fixtures_path / 'state_v23.db'}?mode=ro", uri=True)
+    try:
+        names = {r[0]: r[1] for r in con.execute("SELECT name, type FROM sqlite_master")}
+    finally:
+        con.close()
+    assert names[contract.FTS_TABLE] == names[contract.FTS_TRIGRAM_TABLE] == "table"
+    assert names[contract.FTS_TRIGRAM_VIEW] == "view"
+    assert {names[t] for t in contract.FTS_TRIGGERS} == {"trigger"}
+    for suffix in ("data", "idx", "docsize", "config"):
+        assert f"{contract.FTS_TABLE}_{suffix}" in names
+
+
+def test_postgresql_has_the_search_names(pg_fresh_db):
+    engine = create_engine(pg_fresh_db, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            insp = inspect(conn)
+            columns = {c["name"] for c in insp.get_columns("messages")}
+            indexes = {i["name"] for i in insp.get_indexes("messages")}
+            version_table = insp.has_table(contract.VERSION_TABLE)
+    finally:
+        engine.dispose()
+    assert contract.PG_SEARCH_VECTOR_COLUMN in columns
+    at_head = {contract.PG_SEARCH_VECTOR_INDEX, contract.PG_TRGM_INDEX}
+    assert at_head <= indexes
+    assert contract.PG_CONTENT_TRGM_INDEX not in indexes  # replaced by revision 0023
+    assert version_table
+
+
+# Modules that take these names from the contract (the frozen DDL in _fts_layouts.py and
+# _pg_search.py writes them inside statements, which is not a copy of the constant).
+IMPORTERS = [
+    "hermes_store/migrate.py",
+    "hermes_store/adoption.py",
+    "hermes_store/copy.py",
+    "hermes_store/schema_snapshot.py",
+    "hermes_store/search/layout.py",
+    "hermes_store/repositories/_dialect.py",
+    *sorted(
+        str(p.relative_to(REPO_ROOT))
+        for p in (REPO_ROOT / "migrations").rglob("*.py")
+    ),
+]
+DISTINCT = {
+    value
+    for name, value in SHIPPED.items()
+    if isinstance(value, str) and name not in ("FTS_TABLE", "HERMES_HOME_ATTR")
+} | {"search_vector", "hermes_store_version"}
+
+
+@pytest.mark.parametrize("relative", IMPORTERS)
+def test_importers_do_not_spell_the_values_again(relative):
+    tree = ast.parse((REPO_ROOT / relative).read_text(encoding="utf-8"))
+    # keys of a dict literal name fields of an output (a JSON report), not the objects
+    keys = {id(k) for node in ast.walk(tree) if isinstance(node, ast.Dict) for k in node.keys}
+    spelled = sorted(
+        {
+            node.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and node.value in DISTINCT and id(node) not in keys
+        }
+    )
+    assert not spelled, f"{relative} spells {spelled}: import them from hermes_store.contract"

@@ -1,0 +1,92 @@
+"""What differs between SQLite and PostgreSQL for migration, adoption and copy lives in
+one class per backend (hermes_store/dialects.py; for the revisions, the frozen
+migrations/_dialects.py), chosen by dialect name: the modules that use them ask no
+dialect question of their own."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, create_mock_engine
+from sqlalchemy.pool import NullPool
+
+from hermes_store import dialects
+from hermes_store._migrations import _dialects as frozen
+from hermes_store.errors import MigrationError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+ASKS_THE_DIALECT = re.compile(r"dialect\.name|is_postgresql\(\)")
+
+GATHERED = [
+    "hermes_store/migrate.py",
+    "hermes_store/adoption.py",
+    "hermes_store/copy.py",
+    "hermes_store/contract.py",
+    "migrations/_pg_search.py",
+    "migrations/_fts_layouts.py",
+]
+
+
+@pytest.mark.parametrize("relative", GATHERED)
+def test_users_of_the_backend_classes_ask_no_dialect_question(relative):
+    source = (REPO_ROOT / relative).read_text(encoding="utf-8")
+    found = [line.strip() for line in source.splitlines() if ASKS_THE_DIALECT.search(line)]
+    assert not found, f"{relative} asks the dialect itself: {found}"
+
+
+def test_ops_asks_its_backend_class_only():
+    """migrations/_ops.py keeps is_postgresql() for the revisions' own branches, and
+    answers it from the frozen backend class."""
+    source = (REPO_ROOT / "migrations" / "_ops.py").read_text(encoding="utf-8")
+    assert "dialect.name" not in source
+    uses = [line.strip() for line in source.splitlines() if "is_postgresql()" in line]
+    assert uses == ["def is_postgresql() -> bool:"], uses
+
+
+@pytest.mark.parametrize(
+    ("url", "runtime", "revisions"),
+    [
+        ("sqlite://", dialects.SQLiteBackend, frozen.SQLiteOps),
+        ("postgresql+psycopg://u@localhost/x", dialects.PostgreSQLBackend, frozen.PostgreSQLOps),
+    ],
+)
+def test_the_backend_is_chosen_by_dialect_name(url, runtime, revisions):
+    if url.startswith("postgresql"):
+        pytest.importorskip("psycopg")
+    engine = create_engine(url, poolclass=NullPool)  # never connected
+    try:
+        assert type(dialects.backend_for(engine)) is runtime
+    finally:
+        engine.dispose()
+    assert revisions.name == runtime.name
+
+
+def test_an_unknown_dialect_is_refused_with_a_clear_error():
+    # a mock engine has a dialect and no driver (nothing here connects)
+    engine = create_mock_engine("mysql://u@localhost/x", lambda *a, **k: None)
+    with pytest.raises(MigrationError, match="SQLite and PostgreSQL, not mysql"):
+        dialects.backend_for(engine)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("value", "column_type", "fits"),
+    [
+        ("text", "text", True),
+        (b"\x00", "text", False),
+        (7, "text", False),
+        (2**63 - 1, "bigint", True),
+        (2**63, "bigint", False),
+        (2**31, "integer", False),
+        ("7", "bigint", False),
+        (1.5, "double precision", True),
+        (3, "double precision", True),
+        ("1.5", "double precision", False),
+        (True, "bigint", True),
+    ],
+)
+def test_postgresql_says_which_values_it_cannot_hold(value, column_type, fits):
+    why = dialects.PostgreSQLBackend().unfit_value(value, column_type)
+    assert (why is None) is fits, why
+    assert dialects.SQLiteBackend().unfit_value(value, column_type) is None
