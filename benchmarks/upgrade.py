@@ -72,10 +72,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--upgrade-append-every",
-        type=float,
-        default=0.05,
-        metavar="SECONDS",
-        help="the concurrent appender's interval (default: %(default)s)",
+        default="0.05",
+        metavar="SECONDS[,SECONDS...]",
+        help="the concurrent appender's interval; several (comma-separated) give one row "
+        "each: one longer than Pacing.quiet (3 s) meets the alone regime every time "
+        "(default: %(default)s)",
     )
     group.add_argument(
         "--skip-upgrade-appender",
@@ -177,16 +178,17 @@ def _child(args: list[str]) -> dict[str, Any]:
     return result
 
 
-def _raw_rebuild_s(path: Path) -> float:
-    """The floor: the same indexing as one raw FTS5 rebuild of both v23 indexes."""
+def _raw_rebuild_s(path: Path) -> tuple[float, float]:
+    """The floor: the same indexing as one raw FTS5 rebuild of both v23 indexes. Returns
+    (wall, CPU) seconds."""
     raw = sqlite3.connect(str(path), isolation_level=None)
     try:
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         raw.execute("BEGIN IMMEDIATE")
         raw.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
         raw.execute("INSERT INTO messages_fts_trigram(messages_fts_trigram) VALUES ('rebuild')")
         raw.execute("COMMIT")
-        return time.perf_counter() - started
+        return time.perf_counter() - started, time.process_time() - cpu_started
     finally:
         raw.close()
 
@@ -217,7 +219,7 @@ def run_upgrade(
     result = _child([str(legacy), "--pacing", pacing])
     load_after = _load()
     checks = _post_checks(legacy, directory) if check else None
-    floor_s = _raw_rebuild_s(legacy)
+    floor_s, floor_cpu_s = _raw_rebuild_s(legacy)
     result.update(
         operation=f"upgrade {shape} -> 0023",
         shape=shape,
@@ -228,7 +230,13 @@ def run_upgrade(
         adoption=adoption,
         checks=checks,
         floor_rebuild_s=floor_s,
+        floor_rebuild_cpu_s=floor_cpu_s,
         ratio=result["total_s"] / floor_s if floor_s else None,
+        # what a machine with nothing else running would show: the CPU work of both
+        # plus the upgrade's pauses (wall ratios move with the load of a shared machine)
+        ratio_cpu_plus_pauses=(result["cpu_s"] + result["paused_s"]) / floor_cpu_s
+        if floor_cpu_s
+        else None,
         load_before=load_before,
         load_after=load_after,
     )
@@ -314,14 +322,18 @@ def run_all(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
             f"{row['load_after']} after"
         )
         if not args.skip_upgrade_appender:
-            row["beside_appender"] = run_beside_appender(
-                directory,
-                shape,
-                size,
-                seed=args.seed,
-                cache=args.upgrade_cache,
-                every=args.upgrade_append_every,
-            )
+            row["beside_appender"] = [
+                run_beside_appender(
+                    directory,
+                    shape,
+                    size,
+                    seed=args.seed,
+                    cache=args.upgrade_cache,
+                    every=float(every),
+                )
+                for every in str(args.upgrade_append_every).split(",")
+                if every.strip()
+            ]
         rows.append(row)
     return rows
 
@@ -339,8 +351,7 @@ def table_lines(rows: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
                 f"{r['ratio']:5.2f}x" if r.get("ratio") else "-",
             )
         )
-        beside = r.get("beside_appender")
-        if beside:
+        for beside in r.get("beside_appender") or ():
             a = beside["appender"]
             lines.append(
                 (
@@ -372,15 +383,17 @@ def print_details(rows: list[dict[str, Any]]) -> None:
             f"\n  step p50 / p99: backfill {r['backfill_step_p50_s'] * 1000:.1f} / "
             f"{r['backfill_step_p99_s'] * 1000:.1f} ms, teardown "
             f"{r['teardown_step_p50_s'] * 1000:.1f} / {r['teardown_step_p99_s'] * 1000:.1f} ms"
+            f"\n  CPU: upgrade {r['cpu_s']:.2f} s, raw rebuild {r['floor_rebuild_cpu_s']:.2f} s; "
+            f"(upgrade CPU + pauses) / rebuild CPU = {r['ratio_cpu_plus_pauses']:.2f}x"
             f"\n  load average (1 / 5 min): {r['load_before']} before, {r['load_after']} after"
         )
         if r.get("checks"):
             print("  checks: integrity_check ok, FTS integrity ok, object set = fresh database")
-        beside = r.get("beside_appender")
-        if beside:
+        for beside in r.get("beside_appender") or ():
             u, a = beside["upgrade"], beside["appender"]
             print(
-                f"upgrade {r['shape']} beside an appender: upgrade total {u['total_s']:.2f} s "
+                f"upgrade {r['shape']} beside an appender (1 append per "
+                f"{a['interval_s'] * 1000:.0f} ms): upgrade total {u['total_s']:.2f} s "
                 f"({u['pauses']} pauses {u['paused_s']:.2f} s, {u['shared_pauses']} of them "
                 f"shared; other commits seen {u['foreign_commits_seen']} times); "
                 f"longest write txn {u['longest_write_txn_s'] * 1000:.1f} ms "

@@ -110,8 +110,10 @@ def upgrade(path: str, pacing_name: str = "default") -> dict[str, Any]:
     for name in ("settle", "restore_missing_triggers", "detach_cjk_triggers"):
         setattr(maintenance, name, _timed(getattr(maintenance, name), other))
     started = time.perf_counter()
+    cpu_started = time.process_time()
     report = migrate.upgrade(path, fts_pacing=pacing)
     total = time.perf_counter() - started
+    cpu = time.process_time() - cpu_started
     peak_kb = _peak_rss_kb()
     stats = report.backfill or maintenance.BackfillStats()
     kinds = {"migration": migration, "backfill": steps, "teardown": teardown, "other": other}
@@ -123,6 +125,7 @@ def upgrade(path: str, pacing_name: str = "default") -> dict[str, Any]:
     return {
         "pacing": pacing_name,
         "total_s": total,
+        "cpu_s": cpu,
         "migration_txn_s": sum(migration),
         "backfill_steps": len(steps),
         "backfill_s": sum(steps),

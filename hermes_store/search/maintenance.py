@@ -314,13 +314,15 @@ class Pacing:
     (BUSY_POLLS_MS) and one of its polls lands in the free 20 ms four times in five; else
     the next pause (in ~120 ms), before its 1 s timeout: it never fails, and its commit
     switches the loop to `shared`.
-    shared: after every step the lock is free as long as the step held it (at least
-    50 ms), so a writer waits for at most one step plus one of its polls; the run goes at
-    about half speed until `quiet` seconds pass without another connection's commit.
+    shared: steps run back to back only while that holds the lock for at most 25 ms (the
+    small teardown steps; a backfill step is longer), then the lock is free as long as it
+    was held (at least 50 ms), so a writer waits for at most one step plus one of its
+    polls; the run goes at about half speed until `quiet` seconds pass without another
+    connection's commit.
     """
 
     alone: Regime = Regime(hold=0.100, gap=0.020)
-    shared: Regime = Regime(hold=0.0, gap=0.050, factor=1.0)
+    shared: Regime = Regime(hold=0.025, gap=0.050, factor=1.0)
     quiet: float = 3.0
 
     @classmethod
