@@ -13,16 +13,19 @@ waiting on SQLite's busy handler is invisible to the lock holder, so the loop go
 what it can see: `PRAGMA data_version` changes when another connection has committed.
 Nobody else committed lately: steps run back to back for up to `hold` seconds, then the
 lock is left free for `gap` seconds (the *alone* regime: fast, and still sure to let in a
-writer that arrives, see `BUSY_POLLS_MS`). Somebody did: a pause after every step, as
-long as the step (the *shared* regime), until `quiet` seconds pass without another commit.
+writer that arrives, by the busy handler's schedule noted above `Regime`). Somebody did:
+a pause after (about) every step, as long as the step (the *shared* regime), until
+`quiet` seconds pass without another commit.
 """
 
 from __future__ import annotations
 
 import math
+import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from contextlib import suppress
+from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
@@ -281,11 +284,12 @@ def settle(conn: Connection) -> bool:
         return True
 
 
-#: When SQLite's default busy handler (what a 1 s `timeout` installs, in the original's
-#: writers and in hermes-store's) re-tries a lock, in ms after the first attempt failed.
-#: A writer that starts waiting while a step runs re-tries at most 25 ms apart for its
-#: first 128 ms, then 50 ms, then every 100 ms until its timeout.
-BUSY_POLLS_MS = (1, 3, 8, 18, 33, 53, 78, 103, 128, 178, 228, 328)
+# What the pauses are sized by: SQLite's default busy handler (what a 1 s `timeout`
+# installs, in the original's writers and in hermes-store's) re-tries a lock 1, 3, 8, 18,
+# 33, 53, 78, 103, 128, 178, 228 ms after its first attempt failed, then every 100 ms
+# until the timeout. A writer that starts waiting while a step runs thus re-tries at most
+# 25 ms apart for its first 128 ms: a free window of 20-25 ms that opens within ~100 ms
+# of its arrival is all but sure to be seen.
 
 
 @dataclass(frozen=True)
@@ -311,9 +315,9 @@ class Pacing:
 
     alone: at most ~100 ms held, then 20 ms free. A writer arriving meanwhile is at most
     ~100 ms into its wait when the lock comes free, so it re-tries at least every 25 ms
-    (BUSY_POLLS_MS) and one of its polls lands in the free 20 ms four times in five; else
-    the next pause (in ~120 ms), before its 1 s timeout: it never fails, and its commit
-    switches the loop to `shared`.
+    (the busy handler's schedule, above) and one of its polls lands in the free 20 ms
+    four times in five; else in the next pause, ~120 ms later, long before its 1 s
+    timeout: it never fails, and its commit switches the loop to `shared`.
     shared: steps run back to back only while that holds the lock for at most 25 ms (the
     small teardown steps; a backfill step is longer), then the lock is free as long as it
     was held (at least 50 ms), so a writer waits for at most one step plus one of its
@@ -354,7 +358,6 @@ class BackfillStats:
     shared_pauses: int = 0  # pauses taken in the shared regime
     paused_s: float = 0.0
     foreign_commits: int = 0  # times another connection was seen to have committed
-    step_s: list[float] = field(default_factory=list, repr=False)
 
 
 class _Pacer:
@@ -454,7 +457,6 @@ def run_backfill(
             result = retry.run(work)
             took = time.monotonic() - started
             steps += 1
-            stats.step_s.append(took)
             if on_progress is not None:
                 on_progress(result)
             if result.phase != "done":
@@ -498,7 +500,9 @@ def run_backfill(
                     break
             retry.run(lambda: settle(conn))
         finally:
-            restore_sync()
+            # a connection broken mid-run is closed next anyway: keep the real error
+            with suppress(DBAPIError, sqlite3.Error):
+                restore_sync()
     return finished
 
 
