@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_fts_demotion import EXTRA, grow_legacy
 
 from hermes_store import migrate
 from hermes_store.engine import make_engine
@@ -22,7 +23,6 @@ from hermes_store.search.maintenance import BackfillStats, Pacing, Progress, Reg
 
 pytestmark = pytest.mark.sqlite_only
 
-EXTRA = 3000
 SESSION = "20260301_091500_a1b2c3"
 
 #: Never pauses while alone; pauses (1 ms) after every step once another connection has
@@ -38,16 +38,7 @@ OBSERVING = Pacing(
 def pending(legacy_db, db) -> tuple[Path, str]:  # type: ignore[no-untyped-def]
     """The v22 fixture plus EXTRA messages, migrated, with the backfill still to run."""
     path = legacy_db(22)
-    con = db.raw(path)
-    try:
-        con.execute("BEGIN")
-        con.executemany(
-            "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, ?, ?, ?)",
-            ((SESSION, "user", f"pacing{i} words", 2e9 + i) for i in range(EXTRA)),
-        )
-        con.execute("COMMIT")
-    finally:
-        con.close()
+    grow_legacy(path, db, 22)
     url = db.url_for(path)
     assert migrate.upgrade(url, defer_fts_backfill=True).fts.backfill_pending  # type: ignore[union-attr]
     return path, url

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_fts_demotion import EXTRA, grow_legacy
 
 from hermes_store import migrate
 
@@ -22,7 +23,6 @@ pytestmark = pytest.mark.sqlite_only
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CLI = str(Path(sys.executable).with_name("hermes-store"))
-EXTRA = 3000
 FIXTURE_MESSAGES = 64
 
 
@@ -39,17 +39,7 @@ def _cli(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
 def grown_v22(legacy_db, db) -> Path:  # type: ignore[no-untyped-def]
     """The v22 fixture plus EXTRA messages: seven 500-id backfill steps."""
     path = legacy_db(22, "state.db")
-    con = db.raw(path)
-    try:
-        session = con.execute("SELECT id FROM sessions ORDER BY id LIMIT 1").fetchone()[0]
-        con.execute("BEGIN")
-        con.executemany(
-            "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, ?, ?, ?)",
-            ((session, "user", f"grown{i} text", 2e9 + i) for i in range(EXTRA)),
-        )
-        con.execute("COMMIT")
-    finally:
-        con.close()
+    grow_legacy(path, db, 22)
     return path
 
 
