@@ -285,31 +285,3 @@ def test_killed_backfill_resumes(large_legacy, db):
     progress = migrate.finish_fts(url, min_pause=0)
     assert progress.phase == "done"
     _assert_complete(large_legacy, url)
-
-
-def test_backfill_leaves_each_index_merge_setting_as_it_found_it(large_legacy, db):
-    """The steps switch FTS5's automerge off for their own segment only: afterwards the
-    default (4) is in force, a setting made by someone else is kept, and the index is
-    sound and complete."""
-    url = _deferred(large_legacy, db)
-    con = db.raw(large_legacy)
-    try:
-        con.execute(
-            "INSERT INTO messages_fts_trigram(messages_fts_trigram, rank) VALUES ('automerge', 8)"
-        )
-    finally:
-        con.close()
-    assert migrate.finish_fts(url).phase == "done"
-    con = sqlite3.connect(str(large_legacy))
-    try:
-        word_index = con.execute(
-            "SELECT v FROM messages_fts_config WHERE k = 'automerge'"
-        ).fetchall()
-        trigram = con.execute(
-            "SELECT v FROM messages_fts_trigram_config WHERE k = 'automerge'"
-        ).fetchall()
-    finally:
-        con.close()
-    assert word_index == [(maintenance.FTS5_DEFAULT_AUTOMERGE,)]
-    assert trigram == [(8,)]
-    _assert_complete(large_legacy, url)

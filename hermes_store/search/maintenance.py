@@ -88,7 +88,6 @@ def backfill_step(conn: Connection, chunk: int = CHUNK_IDS) -> Progress:
             return Progress("done", high, high, _finish(conn, high))
         upper = min(progress + chunk, high)
         window = {"lo": progress, "hi": upper}
-        automerge = _suspend_automerge(conn)
         rows = conn.execute(
             text(
                 "INSERT INTO messages_fts(rowid, content, tool_name, tool_calls) "
@@ -105,50 +104,10 @@ def backfill_step(conn: Connection, chunk: int = CHUNK_IDS) -> Progress:
             ),
             window,
         )
-        _resume_automerge(conn, automerge)
         conn.execute(text(_UPSERT_META), {"k": PROGRESS, "v": str(upper)})
         if upper >= high:
             return Progress("done", high, high, rows + _finish(conn, high))
         return Progress("backfill", upper, high, rows)
-
-
-#: FTS5's own automerge setting when an index has none in its `_config` table.
-FTS5_DEFAULT_AUTOMERGE = 4
-
-
-def _suspend_automerge(conn: Connection) -> dict[str, int]:
-    """Switch FTS5's automerge off for the step's own segment (inside its transaction).
-
-    Each step writes one new segment per index, and with automerge on FTS5 then merges
-    groups of 4 segments, over and over: about 40% of a backfill's CPU time. Off, the
-    segments still get merged 16 at a time (FTS5's crisis merge, which this leaves on), so
-    every term is rewritten about half as often and the index stays as fast to query.
-    Returns each index's setting, which `_resume_automerge` restores before the commit:
-    no other connection ever sees it off."""
-    saved = {}
-    for table in _AUTOMERGE:
-        value = conn.execute(
-            text(f"SELECT v FROM {table}_config WHERE k = 'automerge'")  # noqa: S608 (fixed)
-        ).scalar()
-        saved[table] = FTS5_DEFAULT_AUTOMERGE if value is None else int(value)
-        conn.execute(text(_AUTOMERGE[table]), {"v": 0})
-    return saved
-
-
-def _resume_automerge(conn: Connection, saved: dict[str, int]) -> None:
-    # FTS5 writes its pending terms at a savepoint (else at COMMIT, when the setting would
-    # be back on and merge after all): flush them now, then restore the setting
-    with conn.begin_nested():
-        pass
-    for table, value in saved.items():
-        conn.execute(text(_AUTOMERGE[table]), {"v": value})
-
-
-_AUTOMERGE = {
-    "messages_fts": "INSERT INTO messages_fts(messages_fts, rank) VALUES ('automerge', :v)",
-    "messages_fts_trigram": "INSERT INTO messages_fts_trigram(messages_fts_trigram, rank) "
-    "VALUES ('automerge', :v)",
-}
 
 
 def _reset_indexes(conn: Connection) -> int:
