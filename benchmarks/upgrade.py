@@ -3,23 +3,33 @@
 For each shape (`v9`: the fixture's L1 index, so revisions 0010/0011 replace it; `v22`: the
 L3 inline pair with their `_content` copies, which 0023 replaces) a legacy file of the
 chosen size is generated (benchmarks/legacy_corpus.py; not timed), checked to be adopted
-exactly like its fixture, and upgraded by `migrate.upgrade` in a subprocess
-(benchmarks/upgrade_child.py): total time, migration-transaction time, number and total of
-backfill and teardown steps, the longest single write transaction and peak RSS.
-The floor is a raw FTS5 'rebuild' of both v23 indexes on the upgraded file (the indexing
-work the chunked backfill spreads over many transactions).
+exactly like its fixture, and upgraded by `migrate.upgrade` with its default pacing (what
+`hermes-store upgrade` does) in a subprocess (benchmarks/upgrade_child.py), twice:
 
-Targets (issue 5): peak RSS flat as the corpus grows; no write transaction longer than one
-500-id chunk costs.
+* alone: nobody else has the file open. Total time, migration-transaction time, number
+  and total of backfill and teardown steps, the pauses taken, the longest single write
+  transaction and peak RSS. The floor is a raw FTS5 'rebuild' of both v23 indexes on the
+  upgraded file (the indexing work the chunked backfill spreads over many transactions);
+  target (issue 16): total at most 3x the floor.
+* beside an appender: a second process appends a message every `--upgrade-append-every`
+  seconds the way the original v23 code writes (1 s busy timeout, 15 attempts with
+  20-150 ms sleeps), from before the upgrade starts until it ends, on a fresh copy of the
+  same file. Its append latency p50/p99 and failures; target: no failure, p99 < 250 ms.
+
+The machine's load average is printed with each row: on a shared machine the numbers
+move with it.
 
     python -m benchmarks.upgrade [--upgrade-size 1m] [--upgrade-shapes v9,v22]
                                  [--upgrade-cache DIR] [--upgrade-check] [--json PATH]
+                                 [--upgrade-pacing default|unpaced|original]
+                                 [--upgrade-append-every SECONDS] [--skip-upgrade-appender]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -30,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from . import corpus, legacy_corpus
+from .upgrade_child import PACINGS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,9 +64,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="keep generated legacy files here and reuse them (same size and seed)",
     )
     group.add_argument(
-        "--upgrade-throttle",
+        "--upgrade-pacing",
+        choices=PACINGS,
+        default="default",
+        help="how the upgrade alone shares the lock: hermes-store's default, none at all "
+        "(the work alone), or the original's max(0.2 s, 4 x step) (default: %(default)s)",
+    )
+    group.add_argument(
+        "--upgrade-append-every",
+        default="0.05",
+        metavar="SECONDS[,SECONDS...]",
+        help="the concurrent appender's interval; several (comma-separated) give one row "
+        "each: one longer than Pacing.quiet (3 s) meets the alone regime every time "
+        "(default: %(default)s)",
+    )
+    group.add_argument(
+        "--skip-upgrade-appender",
         action="store_true",
-        help="keep the backfill's between-step sleeps (4 x step time) in the total",
+        help="only the upgrade alone, not the upgrade beside an appender",
     )
     group.add_argument(
         "--upgrade-check",
@@ -133,25 +159,14 @@ def _post_checks(path: Path, directory: Path) -> dict[str, Any]:
     return result
 
 
-def run_upgrade(
-    directory: Path,
-    shape: str,
-    size: str,
-    *,
-    seed: int = 23,
-    cache: Path | None = None,
-    check: bool = False,
-    throttle: bool = False,
-) -> dict[str, Any]:
-    legacy, built = legacy_file(directory, shape, size, seed=seed, cache=cache)
-    adoption = legacy_corpus.check_adoptable(shape, legacy)
-    conn = sqlite3.connect(str(legacy))
-    n_messages = int(conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0])
-    conn.close()
-    file_mb = legacy.stat().st_size / 2**20
+def _load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"{one:.2f} / {five:.2f}"
+
+
+def _child(args: list[str]) -> dict[str, Any]:
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.upgrade_child", str(legacy)]
-        + (["--throttle"] if throttle else []),
+        [sys.executable, "-m", "benchmarks.upgrade_child", *args],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -160,16 +175,51 @@ def run_upgrade(
     if proc.returncode != 0:
         raise SystemExit(f"upgrade subprocess failed:\n{proc.stderr}")
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _raw_rebuild_s(path: Path) -> tuple[float, float]:
+    """The floor: the same indexing as one raw FTS5 rebuild of both v23 indexes. Returns
+    (wall, CPU) seconds."""
+    raw = sqlite3.connect(str(path), isolation_level=None)
+    try:
+        started, cpu_started = time.perf_counter(), time.process_time()
+        raw.execute("BEGIN IMMEDIATE")
+        raw.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
+        raw.execute("INSERT INTO messages_fts_trigram(messages_fts_trigram) VALUES ('rebuild')")
+        raw.execute("COMMIT")
+        return time.perf_counter() - started, time.process_time() - cpu_started
+    finally:
+        raw.close()
+
+
+def _remove(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+
+
+def run_upgrade(
+    directory: Path,
+    shape: str,
+    size: str,
+    *,
+    seed: int = 23,
+    cache: Path | None = None,
+    check: bool = False,
+    pacing: str = "default",
+) -> dict[str, Any]:
+    """The upgrade alone, and its floor."""
+    legacy, built = legacy_file(directory, shape, size, seed=seed, cache=cache)
+    adoption = legacy_corpus.check_adoptable(shape, legacy)
+    conn = sqlite3.connect(str(legacy))
+    n_messages = int(conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0])
+    conn.close()
+    file_mb = legacy.stat().st_size / 2**20
+    load_before = _load()
+    result = _child([str(legacy), "--pacing", pacing])
+    load_after = _load()
     checks = _post_checks(legacy, directory) if check else None
-    # floor: the same indexing as one raw FTS5 rebuild of both v23 indexes
-    raw = sqlite3.connect(str(legacy), isolation_level=None)
-    started = time.perf_counter()
-    raw.execute("BEGIN IMMEDIATE")
-    raw.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
-    raw.execute("INSERT INTO messages_fts_trigram(messages_fts_trigram) VALUES ('rebuild')")
-    raw.execute("COMMIT")
-    floor_s = time.perf_counter() - started
-    raw.close()
+    floor_s, floor_cpu_s = _raw_rebuild_s(legacy)
     result.update(
         operation=f"upgrade {shape} -> 0023",
         shape=shape,
@@ -180,10 +230,74 @@ def run_upgrade(
         adoption=adoption,
         checks=checks,
         floor_rebuild_s=floor_s,
+        floor_rebuild_cpu_s=floor_cpu_s,
+        ratio=result["total_s"] / floor_s if floor_s else None,
+        # what a machine with nothing else running would show: the CPU work of both
+        # plus the upgrade's pauses (wall ratios move with the load of a shared machine)
+        ratio_cpu_plus_pauses=(result["cpu_s"] + result["paused_s"]) / floor_cpu_s
+        if floor_cpu_s
+        else None,
+        load_before=load_before,
+        load_after=load_after,
     )
-    for suffix in ("", "-wal", "-shm"):
-        Path(str(legacy) + suffix).unlink(missing_ok=True)
+    _remove(legacy)
     return result
+
+
+def run_beside_appender(
+    directory: Path,
+    shape: str,
+    size: str,
+    *,
+    seed: int = 23,
+    cache: Path | None = None,
+    every: float = 0.05,
+) -> dict[str, Any]:
+    """The default upgrade of a fresh copy while the appender writes (see the docstring)."""
+    legacy, _ = legacy_file(directory, shape, size, seed=seed, cache=cache)
+    stop = directory / f"stop_appender_{shape}"
+    stop.unlink(missing_ok=True)
+    load_before = _load()
+    appender = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.upgrade_child",
+            "--append",
+            str(legacy),
+            str(every),
+            str(stop),
+        ],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert appender.stdout is not None
+        if appender.stdout.readline().strip() != "ready":
+            raise SystemExit(f"the appender did not start: {appender.communicate()[1]}")
+        time.sleep(1.0)  # a writer that has been running for a while, as Hermes would be
+        upgraded = _child([str(legacy), "--pacing", "default"])
+        time.sleep(1.0)
+    finally:
+        stop.touch()
+        out, err = appender.communicate(timeout=120)
+    if appender.returncode != 0:
+        raise SystemExit(f"the appender failed:\n{err}")
+    appends: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    row = {
+        "operation": f"upgrade {shape} -> 0023 beside an appender",
+        "shape": shape,
+        "size": size,
+        "upgrade": upgraded,
+        "appender": appends,
+        "load_before": load_before,
+        "load_after": _load(),
+    }
+    stop.unlink(missing_ok=True)
+    _remove(legacy)
+    return row
 
 
 def run_all(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
@@ -199,39 +313,69 @@ def run_all(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
             seed=args.seed,
             cache=args.upgrade_cache,
             check=args.upgrade_check,
-            throttle=args.upgrade_throttle,
+            pacing=args.upgrade_pacing,
         )
         print(
             f"upgrade {shape}: {row['messages']} messages, legacy file "
-            f"{row['legacy_file_mb']:.0f} MB (generated in {row['generate_s']:.1f} s, not measured)"
+            f"{row['legacy_file_mb']:.0f} MB (generated in {row['generate_s']:.1f} s, not "
+            f"measured); load average (1 / 5 min) {row['load_before']} before, "
+            f"{row['load_after']} after"
         )
+        if not args.skip_upgrade_appender:
+            row["beside_appender"] = [
+                run_beside_appender(
+                    directory,
+                    shape,
+                    size,
+                    seed=args.seed,
+                    cache=args.upgrade_cache,
+                    every=float(every),
+                )
+                for every in str(args.upgrade_append_every).split(",")
+                if every.strip()
+            ]
         rows.append(row)
     return rows
 
 
 def table_lines(rows: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
-    """One line per upgrade for the main table (floor, hermes-store, ratio)."""
-    return [
-        (
-            f"upgrade {r['shape']}->0023 ({r['messages']} msgs)",
-            f"{r['floor_rebuild_s'] * 1000:.0f} ms (raw rebuild)",
-            f"{r['total_s'] * 1000:.0f} ms total",
-            f"{r['total_s'] / r['floor_rebuild_s']:5.2f}x" if r["floor_rebuild_s"] else "-",
+    """Lines for the main table: the upgrade alone (floor, hermes-store, ratio) and the
+    upgrade beside an appender (the appender's latency and failures)."""
+    lines = []
+    for r in rows:
+        lines.append(
+            (
+                f"upgrade {r['shape']}->0023 alone ({r['messages']} msgs)",
+                f"{r['floor_rebuild_s'] * 1000:.0f} ms (raw rebuild)",
+                f"{r['total_s'] * 1000:.0f} ms total ({r['pacing']} pacing)",
+                f"{r['ratio']:5.2f}x" if r.get("ratio") else "-",
+            )
         )
-        for r in rows
-    ]
+        for beside in r.get("beside_appender") or ():
+            a = beside["appender"]
+            lines.append(
+                (
+                    f"upgrade {r['shape']}->0023 beside an appender",
+                    f"{a['appends']} appends, 1 per {a['interval_s'] * 1000:.0f} ms",
+                    f"append p50 {a['latency_p50_s'] * 1000:.1f} / p99 "
+                    f"{a['latency_p99_s'] * 1000:.1f} ms",
+                    f"{a['failures']} failed",
+                )
+            )
+    return lines
 
 
 def print_details(rows: list[dict[str, Any]]) -> None:
     for r in rows:
         print(
-            f"\nupgrade {r['shape']} ({r['messages']} msgs, {r['legacy_file_mb']:.0f} MB): "
-            f"total {r['total_s']:.2f} s = migration txn {r['migration_txn_s'] * 1000:.0f} ms "
+            f"\nupgrade {r['shape']} alone ({r['messages']} msgs, {r['legacy_file_mb']:.0f} MB, "
+            f"{r['pacing']} pacing): total {r['total_s']:.2f} s = migration txn "
+            f"{r['migration_txn_s'] * 1000:.0f} ms "
             f"+ {r['backfill_steps']} backfill steps {r['backfill_s']:.2f} s "
             f"+ {r['teardown_steps']} teardown steps {r['teardown_s']:.2f} s "
-            f"+ {r['other_txns']} small txns {r['other_s'] * 1000:.0f} ms + "
-            + ("throttle sleeps/other" if r.get("throttled") else "other (unthrottled)")
-            + f"\n  longest write txn {r['longest_write_txn_s'] * 1000:.1f} ms "
+            f"+ {r['other_txns']} small txns {r['other_s'] * 1000:.0f} ms "
+            f"+ {r['pauses']} pauses {r['paused_s']:.2f} s + other"
+            f"\n  longest write txn {r['longest_write_txn_s'] * 1000:.1f} ms "
             f"({r['longest_write_txn_kind']}; longest backfill step "
             f"{r['longest_backfill_step_s'] * 1000:.1f} ms, longest teardown step "
             f"{r['longest_teardown_step_s'] * 1000:.1f} ms); peak RSS {r['peak_rss_mb']:.0f} MB "
@@ -239,9 +383,28 @@ def print_details(rows: list[dict[str, Any]]) -> None:
             f"\n  step p50 / p99: backfill {r['backfill_step_p50_s'] * 1000:.1f} / "
             f"{r['backfill_step_p99_s'] * 1000:.1f} ms, teardown "
             f"{r['teardown_step_p50_s'] * 1000:.1f} / {r['teardown_step_p99_s'] * 1000:.1f} ms"
+            f"\n  CPU: upgrade {r['cpu_s']:.2f} s, raw rebuild {r['floor_rebuild_cpu_s']:.2f} s; "
+            f"(upgrade CPU + pauses) / rebuild CPU = {r['ratio_cpu_plus_pauses']:.2f}x"
+            f"\n  load average (1 / 5 min): {r['load_before']} before, {r['load_after']} after"
         )
         if r.get("checks"):
             print("  checks: integrity_check ok, FTS integrity ok, object set = fresh database")
+        for beside in r.get("beside_appender") or ():
+            u, a = beside["upgrade"], beside["appender"]
+            print(
+                f"upgrade {r['shape']} beside an appender (1 append per "
+                f"{a['interval_s'] * 1000:.0f} ms): upgrade total {u['total_s']:.2f} s "
+                f"({u['pauses']} pauses {u['paused_s']:.2f} s, {u['shared_pauses']} of them "
+                f"shared; other commits seen {u['foreign_commits_seen']} times); "
+                f"longest write txn {u['longest_write_txn_s'] * 1000:.1f} ms "
+                f"({u['longest_write_txn_kind']})"
+                f"\n  appender: {a['appends']} appends, {a['failures']} failed, "
+                f"{a['retried_attempts']} attempts retried; latency p50 "
+                f"{a['latency_p50_s'] * 1000:.1f} ms, p99 {a['latency_p99_s'] * 1000:.1f} ms, "
+                f"max {a['latency_max_s'] * 1000:.1f} ms, {a['over_250ms']} over 250 ms"
+                f"\n  load average (1 / 5 min): {beside['load_before']} before, "
+                f"{beside['load_after']} after"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:

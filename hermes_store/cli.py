@@ -37,7 +37,7 @@ from .repositories.maintenance import (
 from .repositories.messages import MessageRepository
 from .repositories.sessions import SessionRepository
 from .repositories.usage import UsageRepository
-from .search.maintenance import Progress
+from .search.maintenance import BackfillStats, Progress
 from .store import Store
 
 DAY = 86400.0
@@ -45,16 +45,59 @@ DAY = 86400.0
 PRUNE_STEP = 1000
 
 
+#: Without a terminal (a deploy log, where tqdm shows nothing), a progress line when a
+#: phase begins and then every this many seconds; HERMES_STORE_PROGRESS_EVERY overrides.
+PROGRESS_EVERY_S = 10.0
+PROGRESS_EVERY_ENV = "HERMES_STORE_PROGRESS_EVERY"
+
+
+def _progress_every() -> float:
+    try:
+        return max(0.0, float(os.environ.get(PROGRESS_EVERY_ENV, PROGRESS_EVERY_S)))
+    except ValueError:
+        return PROGRESS_EVERY_S
+
+
+class _ProgressLines:
+    """The backfill's progress as plain lines on stderr, for logs."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.every = _progress_every()
+        self.started = time.monotonic()
+        self.last_line = self.started
+        self.phase = ""
+
+    def __call__(self, progress: Progress) -> None:
+        if progress.total <= 0 or progress.phase == "done":
+            return
+        now = time.monotonic()
+        if progress.phase == self.phase and now - self.last_line < self.every:
+            return
+        self.phase, self.last_line = progress.phase, now
+        if progress.phase == "backfill":
+            name = self.label
+            what = f"{progress.indexed}/{progress.total} ids ({progress.percent}%)"
+        else:
+            name = "fts teardown"
+            what = f"{progress.indexed}/{progress.total} legacy FTS tables removed"
+        print(f"{name}: {what} after {now - self.started:.1f} s", file=sys.stderr, flush=True)
+
+
 @contextmanager
 def _progress_bar(label: str) -> Iterator[Callable[[Progress], None]]:
-    """A bar that appears only when the work takes more than two seconds on a terminal."""
+    """On a terminal, a bar that appears only when the work takes more than two seconds;
+    elsewhere, progress lines (`_ProgressLines`)."""
+    if not sys.stderr.isatty():
+        yield _ProgressLines(label)
+        return
     from tqdm import tqdm
 
     bar: Any = None
 
     def update(progress: Progress) -> None:
         nonlocal bar
-        if progress.total <= 0:
+        if progress.total <= 0 or progress.phase != "backfill":
             return
         if bar is None:
             bar = tqdm(total=progress.total, desc=label, unit="id", delay=2.0, disable=None)
@@ -91,26 +134,55 @@ def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True, default=_json_default))
 
 
+def _revision_span(revisions: Sequence[str]) -> str:
+    if not revisions:
+        return "0 revisions applied"
+    span = revisions[0] if len(revisions) == 1 else f"{revisions[0]}..{revisions[-1]}"
+    return f"{len(revisions)} revision{'s' if len(revisions) > 1 else ''} applied ({span})"
+
+
 def _cmd_upgrade(args: argparse.Namespace) -> int:
-    with _progress_bar("FTS backfill") as progress:
+    path = sqlite_path(resolve_url(args.url))
+    new_directory = path is not None and not path.parent.is_dir()
+    with _progress_bar("fts backfill") as progress:
         report = migrate.upgrade(
             args.url, defer_fts_backfill=args.defer_fts_backfill, on_progress=progress
         )
-    adopted = (
-        f" (adopted a Hermes database at schema_version {report.adopted_from})"
-        if report.adopted_from is not None
-        else ""
-    )
-    path = sqlite_path(resolve_url(args.url))
     if path is not None:
         # also a file already at head, which the upgrade did not write: this is the
         # command that sets a database up
         secure_file_modes(path)
-    print(f"revision {report.before or 'none'} -> {report.after}{adopted}")
+    moved = f"revision {report.before or 'none'} -> {report.after}"
+    if report.created and path is not None:
+        directory = f" (and its directory {path.parent})" if new_directory else ""
+        print(f"created a new database at {report.location}{directory}: {moved}")
+    elif report.created:
+        print(f"created the schema in the empty database {report.location}: {moved}")
+    elif report.revisions or report.adopted_from is not None:
+        adopted = (
+            f" (adopted a Hermes database at schema_version {report.adopted_from})"
+            if report.adopted_from is not None
+            else ""
+        )
+        print(f"upgraded {report.location}: {moved}{adopted}")
+    else:
+        print(f"{report.location} is at head already: {moved}")
     if report.fts is not None:
         print(f"fts: {report.fts.describe()}")
         if report.fts.backfill_pending:
-            print("finish the FTS backfill later with: hermes-store fts backfill")
+            print(
+                "finish the FTS backfill later with: hermes-store fts backfill --url "
+                f"'{report.location}'"
+            )
+    parts = [_revision_span(report.revisions)]
+    if report.backfill is not None:
+        parts.append(f"{report.backfill.rows_indexed} messages indexed")
+        if report.backfill.tables_removed:
+            parts.append(f"{report.backfill.tables_removed} legacy FTS tables removed")
+    elif args.defer_fts_backfill:
+        parts.append("FTS backfill deferred")
+    parts.append(f"{report.total_s:.1f} s")
+    print(f"summary: {', '.join(parts)}")
     return 0
 
 
@@ -194,9 +266,15 @@ def _cmd_fts(args: argparse.Namespace) -> int:
         migrate.rebuild_fts(args.url)
         print("fts: rebuilt both indexes")
         return 0
-    with _progress_bar("FTS backfill") as progress:
-        migrate.finish_fts(args.url, on_progress=progress)
+    started = time.monotonic()
+    stats = BackfillStats()
+    with _progress_bar("fts backfill") as progress:
+        migrate.finish_fts(args.url, on_progress=progress, stats=stats)
     print(f"fts: {migrate.current(args.url).fts.describe()}")  # type: ignore[union-attr]
+    print(
+        f"summary: {stats.rows_indexed} messages indexed, {stats.tables_removed} legacy FTS "
+        f"tables removed, {time.monotonic() - started:.1f} s"
+    )
     return 0
 
 

@@ -301,7 +301,7 @@ class SQLiteBackend(Backend):
         """The triggers indexed every copied row; finish anything pending, insist on a
         clean integrity check (rebuilding once if it is not), then a TRUNCATE
         checkpoint."""
-        maintenance.run_backfill(engine, min_pause=0)
+        maintenance.run_backfill(engine, pacing=maintenance.Pacing.unpaced())
 
         def errors() -> list[str]:
             with engine.connect() as conn:

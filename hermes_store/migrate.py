@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -271,6 +272,29 @@ class UpgradeReport:
     after: str | None
     adopted_from: int | None
     fts: FTSState | None
+    #: the database did not exist (or was empty) and was created
+    created: bool = False
+    #: where: the file's path, or the URL without its password
+    location: str = ""
+    #: the revisions this run applied, oldest first (an adopted file's stamp excluded)
+    revisions: tuple[str, ...] = ()
+    migration_s: float = 0.0
+    #: the FTS backfill and teardown of this run (None when it did not run)
+    backfill: maintenance.BackfillStats | None = None
+    backfill_s: float = 0.0
+    total_s: float = 0.0
+
+
+def _applied(start: str | None, end: str | None) -> tuple[str, ...]:
+    """The revisions after `start` up to `end`, oldest first."""
+    if end is None or start == end:
+        return ()
+    script = ScriptDirectory.from_config(make_config())
+    try:
+        walked = [r.revision for r in script.iterate_revisions(end, start)]
+    except Exception:  # noqa: BLE001 (a downgrade or an unknown revision: nothing applied)
+        return ()
+    return tuple(reversed([str(r) for r in walked if r is not None]))
 
 
 def upgrade(
@@ -279,10 +303,14 @@ def upgrade(
     revision: str = "head",
     defer_fts_backfill: bool = False,
     on_progress: maintenance.ProgressCallback | None = None,
-    fts_min_pause: float = 0.2,
+    fts_min_pause: float | None = None,
+    fts_pacing: maintenance.Pacing | None = None,
 ) -> UpgradeReport:
     """Create, adopt or upgrade the database at `url`, then (unless deferred) finish the
-    chunked FTS backfill. Running it twice changes nothing."""
+    chunked FTS backfill, sharing the write lock by `fts_pacing` (default
+    maintenance.DEFAULT_PACING; `fts_min_pause` asks for the original's fixed throttle
+    instead). Running it twice changes nothing."""
+    started = time.monotonic()
     resolved = resolve_url(url)
     _look_before_opening(
         resolved, backfilling=not defer_fts_backfill and revision in ("head", HEAD)
@@ -318,12 +346,24 @@ def upgrade(
         # each is retried alone while other processes keep the file busy.
         shape = OPEN_RETRY.run(inspect)
         at_head = shape.alembic_revision == HEAD and shape.stored_version == SCHEMA_VERSION
+        migration_started = time.monotonic()
         if not (at_head and revision in ("head", HEAD)):
             OPEN_RETRY.run(migrate)
+        migration_s = time.monotonic() - migration_started
         if revision in ("head", HEAD) and backend.has_fts5:
             OPEN_RETRY.run(repair_triggers)
+        backfill: maintenance.BackfillStats | None = None
+        backfill_started = time.monotonic()
         if backend.has_fts5 and not defer_fts_backfill and revision in ("head", HEAD):
-            maintenance.run_backfill(engine, on_progress=on_progress, min_pause=fts_min_pause)
+            backfill = maintenance.BackfillStats()
+            maintenance.run_backfill(
+                engine,
+                on_progress=on_progress,
+                pacing=fts_pacing,
+                min_pause=fts_min_pause,
+                stats=backfill,
+            )
+        backfill_s = time.monotonic() - backfill_started
 
         def look() -> tuple[str | None, FTSState]:
             with engine.connect() as conn:
@@ -332,11 +372,21 @@ def upgrade(
         after, state = OPEN_RETRY.run(look)
     finally:
         engine.dispose()
+    legacy = shape.kind == "legacy"
+    start = adoption.revision_id(shape.stamp_revision or 0) if legacy else shape.alembic_revision
+    path = sqlite_path(resolved)
     return UpgradeReport(
         before=shape.alembic_revision,
         after=after,
-        adopted_from=shape.stored_version if shape.kind == "legacy" else None,
+        adopted_from=shape.stored_version if legacy else None,
         fts=state,
+        created=shape.kind == "empty",
+        location=str(path) if path is not None else resolved.render_as_string(hide_password=True),
+        revisions=_applied(start, after),
+        migration_s=migration_s,
+        backfill=backfill,
+        backfill_s=backfill_s if backfill is not None else 0.0,
+        total_s=time.monotonic() - started,
     )
 
 
@@ -539,11 +589,16 @@ def finish_fts(
     url: str | URL | None = None,
     *,
     on_progress: maintenance.ProgressCallback | None = None,
-    min_pause: float = 0.2,
+    min_pause: float | None = None,
+    pacing: maintenance.Pacing | None = None,
+    stats: maintenance.BackfillStats | None = None,
 ) -> maintenance.Progress:
+    """Finish a pending chunked backfill and teardown (maintenance.run_backfill)."""
     engine = open_engine_at_head(url)
     try:
-        return maintenance.run_backfill(engine, on_progress=on_progress, min_pause=min_pause)
+        return maintenance.run_backfill(
+            engine, on_progress=on_progress, pacing=pacing, min_pause=min_pause, stats=stats
+        )
     finally:
         engine.dispose()
 

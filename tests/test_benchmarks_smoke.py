@@ -59,6 +59,11 @@ def test_quick_benchmark_reports_every_row(tmp_path: Path) -> None:
             assert upgrade[key] > 0, (shape, key)
         assert upgrade["backfill_steps"] > 0, shape
         assert upgrade["teardown_steps"] > 0, shape
+        assert upgrade["pacing"] == "default", shape
+        (beside,) = upgrade["beside_appender"]
+        assert beside["upgrade"]["after"] == "0023", shape
+        assert beside["appender"]["appends"] > 0, shape
+        assert beside["appender"]["latency_p99_s"] > 0, shape
 
     pg = data["postgres"]
     if "skipped" in pg:

@@ -26,7 +26,7 @@ EXTRA = 3000
 SUFFIXES = ("data", "idx", "content", "docsize", "config")
 
 
-def _grow(path: Path, db, version: int) -> None:  # type: ignore[no-untyped-def]
+def grow_legacy(path: Path, db, version: int) -> None:  # type: ignore[no-untyped-def]
     """EXTRA messages through the fixture's own triggers (one existing session)."""
     con = db.raw(path)
     try:
@@ -96,7 +96,7 @@ def test_migration_demotes_the_legacy_index_to_trash_in_o1(
     legacy_db, db, tmp_path: Path, version: int, expected_shadows: list[str]
 ) -> None:  # type: ignore[no-untyped-def]
     path = legacy_db(version)
-    _grow(path, db, version)
+    grow_legacy(path, db, version)
     shadows = _legacy_shadows(path)
     assert shadows == expected_shadows
     before = _rows(path, shadows)
@@ -244,7 +244,7 @@ def test_teardown_killed_mid_way_leaves_a_sound_file_and_resumes(
     legacy_db, db, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
     path = legacy_db(22)
-    _grow(path, db, 22)
+    grow_legacy(path, db, 22)
     url = db.url_for(path)
     migrate.upgrade(url, defer_fts_backfill=True)
     engine = make_engine(url)

@@ -6,12 +6,25 @@ indexed iff id <= `fts_rebuild_progress` (P) or id > H. A step claims the next r
 inside BEGIN IMMEDIATE by re-reading P, indexes ids in (P, min(P + 500, H)] and moves P,
 all in one transaction, so processes of the original (or a second hermes-store) can run
 steps too, and a killed run resumes where it stopped.
+
+Sharing the write lock (`Pacing`): every step is its own short transaction, and between
+steps the loop leaves the lock free long enough for a waiting writer to take it. A writer
+waiting on SQLite's busy handler is invisible to the lock holder, so the loop goes by
+what it can see: `PRAGMA data_version` changes when another connection has committed.
+Nobody else committed lately: steps run back to back for up to `hold` seconds, then the
+lock is left free for `gap` seconds (the *alone* regime: fast, and still sure to let in a
+writer that arrives, by the busy handler's schedule noted above `Regime`). Somebody did:
+a pause after (about) every step, as long as the step (the *shared* regime), until
+`quiet` seconds pass without another commit.
 """
 
 from __future__ import annotations
 
+import math
+import sqlite3
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, text
@@ -33,9 +46,13 @@ _UPSERT_META = (
 
 @dataclass(frozen=True)
 class Progress:
+    """Where a run is. backfill: ids indexed (P) of H; teardown: legacy tables removed of
+    those there were when it began; done: the backfill's final P and H."""
+
     phase: str  # "backfill", "teardown", "done"
     indexed: int
     total: int
+    rows: int = 0  # messages this step added to the word index
 
     @property
     def percent(self) -> int:
@@ -68,18 +85,17 @@ def backfill_step(conn: Connection, chunk: int = CHUNK_IDS) -> Progress:
             if not high:
                 return Progress("done", 0, 0)
         if progress >= high:
-            _finish(conn, high)
-            return Progress("done", high, high)
+            return Progress("done", high, high, _finish(conn, high))
         upper = min(progress + chunk, high)
         window = {"lo": progress, "hi": upper}
-        conn.execute(
+        rows = conn.execute(
             text(
                 "INSERT INTO messages_fts(rowid, content, tool_name, tool_calls) "
                 "SELECT id, content, tool_name, tool_calls FROM messages "
                 "WHERE id > :lo AND id <= :hi"
             ),
             window,
-        )
+        ).rowcount
         conn.execute(
             text(
                 "INSERT INTO messages_fts_trigram(rowid, content, tool_name, tool_calls) "
@@ -90,9 +106,8 @@ def backfill_step(conn: Connection, chunk: int = CHUNK_IDS) -> Progress:
         )
         conn.execute(text(_UPSERT_META), {"k": PROGRESS, "v": str(upper)})
         if upper >= high:
-            _finish(conn, high)
-            return Progress("done", high, high)
-        return Progress("backfill", upper, high)
+            return Progress("done", high, high, rows + _finish(conn, high))
+        return Progress("backfill", upper, high, rows)
 
 
 def _reset_indexes(conn: Connection) -> int:
@@ -160,11 +175,11 @@ def detach_cjk_triggers(conn: Connection) -> bool:
         return True
 
 
-def _finish(conn: Connection, high: int) -> None:
+def _finish(conn: Connection, high: int) -> int:
     """Index any row near H that neither the backfill nor a trigger indexed, then drop
-    the markers (inside the caller's transaction)."""
+    the markers (inside the caller's transaction). Returns how many it indexed."""
     window = {"lo": high - FINISH_WINDOW, "hi": high + FINISH_WINDOW}
-    conn.execute(
+    rows = conn.execute(
         text(
             "INSERT INTO messages_fts(rowid, content, tool_name, tool_calls) "
             "SELECT id, content, tool_name, tool_calls FROM messages "
@@ -172,7 +187,7 @@ def _finish(conn: Connection, high: int) -> None:
             "AND id NOT IN (SELECT id FROM messages_fts_docsize)"
         ),
         window,
-    )
+    ).rowcount
     conn.execute(
         text(
             "INSERT INTO messages_fts_trigram(rowid, content, tool_name, tool_calls) "
@@ -185,16 +200,23 @@ def _finish(conn: Connection, high: int) -> None:
     conn.execute(
         text("DELETE FROM state_meta WHERE key IN (:h, :p)"), {"h": HIGH_WATER, "p": PROGRESS}
     )
+    return max(0, rows)
 
 
-def teardown_step(conn: Connection, chunk: int = CHUNK_IDS) -> bool:
-    """Delete up to `chunk` rows of the first leftover `fts_v22_trash_*` table (dropping it
-    once empty). Returns False when no trash is left."""
+def teardown_step(conn: Connection, chunk: int = CHUNK_IDS) -> str:
+    """Delete up to `chunk` rows of the first leftover `fts_v22_trash_*` table, or drop it
+    once empty. Returns what it did ("deleted", "dropped"), or "" when no trash is left."""
     with conn.begin():
-        trash = fts_state(conn).trash_tables
-        if not trash:
-            return False
-        table = trash[0]
+        # the first trash table only (fts_state's dozen lookups would cost more than
+        # deleting 500 small rows; one table per step, as the original)
+        table = conn.execute(
+            text(
+                "SELECT name FROM sqlite_master WHERE type = 'table' "
+                "AND name LIKE 'fts\\_v22\\_trash\\_%' ESCAPE '\\' ORDER BY name LIMIT 1"
+            )
+        ).scalar()
+        if table is None:
+            return ""
         # Trash holds renamed FTS shadow tables; `_idx` and `_config` are WITHOUT ROWID,
         # so rows are addressed by their primary key where there is one.
         info = conn.exec_driver_sql(f'PRAGMA table_info("{table}")').mappings().all()
@@ -204,9 +226,10 @@ def teardown_step(conn: Connection, chunk: int = CHUNK_IDS) -> bool:
             f'DELETE FROM "{table}" WHERE ({key}) IN '  # noqa: S608 (names from sqlite_master)
             f'(SELECT {key} FROM "{table}" LIMIT {int(chunk)})'
         ).rowcount
-        if not deleted:
-            conn.exec_driver_sql(f'DROP TABLE "{table}"')
-        return True
+        if deleted:
+            return "deleted"
+        conn.exec_driver_sql(f'DROP TABLE "{table}"')
+        return "dropped"
 
 
 def settle(conn: Connection) -> bool:
@@ -220,50 +243,225 @@ def settle(conn: Connection) -> bool:
         return True
 
 
+# What the pauses are sized by: SQLite's default busy handler (what a 1 s `timeout`
+# installs, in the original's writers and in hermes-store's) re-tries a lock 1, 3, 8, 18,
+# 33, 53, 78, 103, 128, 178, 228 ms after its first attempt failed, then every 100 ms
+# until the timeout. A writer that starts waiting while a step runs thus re-tries at most
+# 25 ms apart for its first 128 ms: a free window of 20-25 ms that opens within ~100 ms
+# of its arrival is all but sure to be seen.
+
+
+@dataclass(frozen=True)
+class Regime:
+    """Steps run back to back while the time held since the last pause plus one more step
+    stays within `hold` seconds; then the lock is left free for max(`gap`, `factor` x the
+    time held) seconds."""
+
+    hold: float
+    gap: float
+    factor: float = 0.0
+
+    def pause(self, held: float, next_step: float) -> float | None:
+        """The pause due now, or None to run the next step at once."""
+        if held + next_step <= self.hold:
+            return None
+        return max(self.gap, self.factor * held)
+
+
+@dataclass(frozen=True)
+class Pacing:
+    """How the chunked loops share the write lock (see the module docstring).
+
+    alone: at most ~100 ms held, then 20 ms free. A writer arriving meanwhile is at most
+    ~100 ms into its wait when the lock comes free, so it re-tries at least every 25 ms
+    (the busy handler's schedule, above) and one of its polls lands in the free 20 ms
+    four times in five; else in the next pause, ~120 ms later, long before its 1 s
+    timeout: it never fails, and its commit switches the loop to `shared`.
+    shared: steps run back to back only while that holds the lock for at most 25 ms (the
+    small teardown steps; a backfill step is longer), then the lock is free as long as it
+    was held (at least 50 ms), so a writer waits for at most one step plus one of its
+    polls; the run goes at about half speed until `quiet` seconds pass without another
+    connection's commit.
+    """
+
+    alone: Regime = Regime(hold=0.100, gap=0.020)
+    shared: Regime = Regime(hold=0.025, gap=0.050, factor=1.0)
+    quiet: float = 3.0
+
+    @classmethod
+    def fixed(cls, min_pause: float, factor: float = 4.0) -> Pacing:
+        """The original's throttle: after every step sleep max(min_pause, factor x step),
+        whoever else uses the file."""
+        regime = Regime(hold=0.0, gap=min_pause, factor=factor)
+        return cls(alone=regime, shared=regime, quiet=0.0)
+
+    @classmethod
+    def unpaced(cls) -> Pacing:
+        """No pause at all: only for a file no other process can be using."""
+        regime = Regime(hold=math.inf, gap=0.0)
+        return cls(alone=regime, shared=regime, quiet=0.0)
+
+
+DEFAULT_PACING = Pacing()
+
+
+@dataclass
+class BackfillStats:
+    """What one run of the backfill loop did (filled in as it goes)."""
+
+    backfill_steps: int = 0
+    rows_indexed: int = 0
+    teardown_steps: int = 0
+    tables_removed: int = 0
+    pauses: int = 0
+    shared_pauses: int = 0  # pauses taken in the shared regime
+    paused_s: float = 0.0
+    foreign_commits: int = 0  # times another connection was seen to have committed
+
+
+class _Pacer:
+    """Decides, after each step, whether to pause and for how long."""
+
+    def __init__(self, conn: Connection, pacing: Pacing, stats: BackfillStats) -> None:
+        self._driver = conn.connection.driver_connection
+        self._pacing = pacing
+        self._stats = stats
+        self._version = self._data_version()
+        self._last_foreign = -math.inf
+        self._held = 0.0
+
+    def _data_version(self) -> int | None:
+        # on the driver, outside any transaction: through SQLAlchemy it would autobegin
+        # (BEGIN IMMEDIATE on this connection) just to read a counter
+        if self._driver is None:
+            return None
+        return int(self._driver.execute("PRAGMA data_version").fetchone()[0])
+
+    def after(self, step_s: float) -> None:
+        now = time.monotonic()
+        version = self._data_version()
+        if version != self._version:
+            self._version = version
+            self._last_foreign = now
+            self._stats.foreign_commits += 1
+        shared = now - self._last_foreign < self._pacing.quiet
+        regime = self._pacing.shared if shared else self._pacing.alone
+        self._held += step_s
+        pause = regime.pause(self._held, step_s)
+        if pause is None:
+            return
+        self._held = 0.0
+        if pause <= 0:
+            return
+        self._stats.pauses += 1
+        self._stats.shared_pauses += shared
+        self._stats.paused_s += pause
+        time.sleep(pause)
+
+
+def _wal_sync_normal(conn: Connection) -> Callable[[], None]:
+    """In WAL mode, commit this connection's steps without an fsync each (synchronous
+    NORMAL, SQLite's advice for WAL): a power cut can then undo only the last few steps,
+    which markers and index undo together, and the loop redoes. Returns the undo."""
+    driver = conn.connection.driver_connection
+    if driver is None or str(driver.execute("PRAGMA journal_mode").fetchone()[0]) != "wal":
+        return lambda: None
+    before = int(driver.execute("PRAGMA synchronous").fetchone()[0])
+    if before <= 1:
+        return lambda: None
+    driver.execute("PRAGMA synchronous=NORMAL")
+    return lambda: driver.execute(f"PRAGMA synchronous={before}")
+
+
+def _trash_count(conn: Connection) -> int:
+    with conn.begin():
+        return int(
+            conn.execute(
+                text(
+                    "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' "
+                    "AND name LIKE 'fts\\_v22\\_trash\\_%' ESCAPE '\\'"
+                )
+            ).scalar()
+            or 0
+        )
+
+
 def run_backfill(
     engine: Engine,
     *,
     on_progress: ProgressCallback | None = None,
-    min_pause: float = 0.2,
+    pacing: Pacing | None = None,
+    min_pause: float | None = None,
     pause_factor: float = 4.0,
     retry: RetryPolicy = DEFAULT_RETRY,
     max_steps: int | None = None,
+    stats: BackfillStats | None = None,
 ) -> Progress:
     """Backfill, tear down trash, settle; returns the last progress (phase "done" when
-    finished). Between steps it sleeps max(min_pause, pause_factor x step time), the
-    original's throttle, so other writers get the lock. `max_steps` stops early."""
+    finished). Between steps it shares the write lock by `pacing` (DEFAULT_PACING);
+    `min_pause` instead asks for the original's fixed throttle, max(min_pause,
+    pause_factor x step). `max_steps` stops early; `stats` is filled in as it goes."""
+    if pacing is None:
+        pacing = DEFAULT_PACING if min_pause is None else Pacing.fixed(min_pause, pause_factor)
+    stats = stats if stats is not None else BackfillStats()
     steps = 0
 
-    def step(work: Callable[[], Progress]) -> Progress:
-        nonlocal steps
-        started = time.monotonic()
-        result = retry.run(work)
-        steps += 1
-        if on_progress is not None:
-            on_progress(result)
-        if result.phase != "done":
-            time.sleep(max(min_pause, pause_factor * (time.monotonic() - started)))
-        return result
-
-    def out_of_steps() -> bool:
-        return max_steps is not None and steps >= max_steps
-
-    def teardown(conn: Connection) -> Progress:
-        return Progress("teardown", 0, 0) if teardown_step(conn) else Progress("done", 0, 0)
-
     with write_connection(engine) as conn:
-        last = Progress("backfill", 0, 0)
-        while last.phase != "done":
-            if out_of_steps():
-                return last
-            last = step(lambda: backfill_step(conn))
-        finished = last
-        while True:
-            if out_of_steps():
-                return Progress("teardown", finished.indexed, finished.total)
-            if step(lambda: teardown(conn)).phase == "done":
-                break
-        retry.run(lambda: settle(conn))
+        pacer = _Pacer(conn, pacing, stats)
+        restore_sync = _wal_sync_normal(conn)
+
+        def step(work: Callable[[], Progress]) -> Progress:
+            nonlocal steps
+            started = time.monotonic()
+            result = retry.run(work)
+            took = time.monotonic() - started
+            steps += 1
+            if on_progress is not None:
+                on_progress(result)
+            if result.phase != "done":
+                pacer.after(took)
+            return result
+
+        def out_of_steps() -> bool:
+            return max_steps is not None and steps >= max_steps
+
+        def backfill() -> Progress:
+            result = backfill_step(conn)
+            stats.backfill_steps += 1
+            stats.rows_indexed += result.rows
+            return result
+
+        try:
+            last = Progress("backfill", 0, 0)
+            while last.phase != "done":
+                if out_of_steps():
+                    return last
+                last = step(backfill)
+            finished = last
+            trash = retry.run(lambda: _trash_count(conn))
+            removed = 0
+
+            def teardown() -> Progress:
+                nonlocal removed
+                did = teardown_step(conn)
+                if not did:
+                    return Progress("done", finished.indexed, finished.total)
+                stats.teardown_steps += 1
+                if did == "dropped":
+                    removed += 1
+                    stats.tables_removed += 1
+                return Progress("teardown", removed, max(trash, removed))
+
+            while trash:
+                if out_of_steps():
+                    return Progress("teardown", removed, trash)
+                if step(teardown).phase == "done":
+                    break
+            retry.run(lambda: settle(conn))
+        finally:
+            # a connection broken mid-run is closed next anyway: keep the real error
+            with suppress(DBAPIError, sqlite3.Error):
+                restore_sync()
     return finished
 
 
