@@ -18,7 +18,7 @@ from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.search import search_messages
 from hermes_store.search.query import contains_cjk, sanitize_fts5_query
-from hermes_store.search.reading import fold, has_literals, read_query, words_of
+from hermes_store.search.reading import fold, has_literals, literals_of, read_query, words_of
 from hermes_store.store import Store
 
 #: (query, the message holding it literally, its role). Tool rows are only in the word
@@ -178,8 +178,7 @@ def test_recall_of_realistic_queries(planted: Any) -> None:
         if decoy in found and found.index(decoy) < found.index(targets[query]):
             misranked.append(query)
         target_hit = hits[found.index(targets[query])]
-        literals = [t.text for group in read_query(query) for _, t in group if t.literal]
-        if any(f">>>{literal}<<<" not in target_hit["snippet"] for literal in literals):
+        if any(f">>>{literal}<<<" not in target_hit["snippet"] for literal in literals_of(query)):
             unmarked.append((query, target_hit["snippet"]))
     assert not missed, f"{len(missed)} of {len(RECALL)} not found: {missed}"
     assert not misranked, f"a message with only the words ranked first: {misranked}"
@@ -304,6 +303,9 @@ def test_mixed_queries_and_the_literal_with_the_words(rows: Any) -> None:
     assert hits[0] == ids["docker"]
     assert ids["other"] not in hits
     assert search(store, "rm -rf NOT docker")[0]["id"] == ids["other"]
+    # a negated literal, in rows whose tool name and tool calls are NULL
+    assert [h["id"] for h in search(store, "rm -rf NOT /tmp")][:1] == [ids["docker"]]
+    assert ids["other"] not in {h["id"] for h in search(store, "rm -rf NOT /tmp")}
     assert {h["id"] for h in search(store, "-rf OR config.yaml")} >= {
         ids["docker"],
         ids["other"],

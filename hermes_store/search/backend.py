@@ -83,12 +83,15 @@ class SearchBackend:
         those that contain it by `reading.fold`), or None without a trigram index."""
         raise NotImplementedError
 
-    def aligned_ids(self, literal: str, params: dict[str, Any]) -> str:
-        """SELECT of the ids of rows holding the words of `literal` as a phrase."""
+    def aligned_ids(self, literal: str, params: dict[str, Any], *, tool_rows: bool) -> str:
+        """SELECT of the ids of rows holding the words of `literal` as a phrase; with
+        `tool_rows`, only tool rows are needed (a backend may return more)."""
         raise NotImplementedError
 
-    def contains(self, column: str, param: str) -> str:
-        """SQL true when `column`, ASCII letters folded to lower case, contains :param."""
+    def contains(self, column: str, needle: str, pattern: str) -> str:
+        """SQL true when `column` (never NULL), ASCII letters folded to lower case,
+        contains :needle (the literal folded); :pattern is its `%literal%` LIKE
+        pattern, for a backend that can narrow with it first."""
         raise NotImplementedError
 
     def literal_rows(self, sql: str, filters: Filters, params: dict[str, Any]) -> list[Hit]:

@@ -23,10 +23,11 @@ from typing import Any
 
 from .backend import Hit, SearchBackend
 from .common import Filters
+from .query import like_pattern
 from .reading import TRIGRAM_CHARS, Parsed, Term, fold, words_of
 from .snippets import terms_snippet
 
-_COLUMNS = ("m.content", "m.tool_name", "m.tool_calls")
+_COLUMNS = tuple(f"COALESCE(m.{c}, '')" for c in ("content", "tool_name", "tool_calls"))
 _SELECT = (
     "SELECT m.id, m.session_id, m.role, m.content AS body, m.tool_name, m.tool_calls AS calls,"
     " m.timestamp, s.source, s.model, s.started_at AS session_started"
@@ -52,18 +53,20 @@ class _Statement:
 
     def literal(self, literal: str) -> tuple[str, str | None]:
         """The condition for `literal` and the id set that can drive it (None: a scan)."""
-        needle = f"lit{len(self.params)}"
+        needle, pattern = f"lit{len(self.params)}", f"pat{len(self.params)}"
         self.params[needle] = fold(literal)
-        exact = " OR ".join(self.backend.contains(column, needle) for column in _COLUMNS)
+        self.params[pattern] = like_pattern(literal)
+        exact = " OR ".join(self.backend.contains(column, needle, pattern) for column in _COLUMNS)
         sources = []
         long_enough = len(literal) >= TRIGRAM_CHARS
         if long_enough:
             substring = self.backend.substring_ids(literal, self.params)
             if substring is not None:
                 sources.append(substring)
-        # tool rows are in the word index only; without them the trigram set is enough
+        # tool rows are in the word index only; the trigram set holds every other row
         if words_of(literal) and not (sources and self.filters.excludes_tool_rows):
-            sources.append(self.backend.aligned_ids(literal, self.params))
+            aligned = self.backend.aligned_ids(literal, self.params, tool_rows=bool(sources))
+            sources.append(aligned)
         if not sources:
             scope = "m.role <> 'tool' AND " if long_enough else ""
             return f"({scope}({exact}))", None

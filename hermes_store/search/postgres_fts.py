@@ -236,12 +236,13 @@ class PostgresSearch(SearchBackend):
             f"{_like_op(literal)} :{name} ESCAPE '\\'"
         )
 
-    def aligned_ids(self, literal: str, params: dict[str, Any]) -> str:
-        return self.word_ids([Term(literal, prefix=False, phrase=True)], params)
+    def aligned_ids(self, literal: str, params: dict[str, Any], *, tool_rows: bool) -> str:
+        ids = self.word_ids([Term(literal, prefix=False, phrase=True)], params)
+        return f"{ids} AND role = 'tool'" if tool_rows else ids
 
-    def contains(self, column: str, param: str) -> str:
-        # translate(), unlike lower(), folds ASCII letters only, whatever the locale
-        return (
-            f"strpos(translate(COALESCE({column}, ''), '{_UPPER}', '{_UPPER.lower()}'), "
-            f":{param}) > 0"
-        )
+    def contains(self, column: str, needle: str, pattern: str) -> str:
+        # translate(), unlike lower(), folds ASCII letters only, whatever the locale; it
+        # costs a scan of the 26 letters per character, so ILIKE (a superset: every
+        # locale folds ASCII letters) turns most rows away first
+        folded = f"translate({column}, '{_UPPER}', '{_UPPER.lower()}')"
+        return f"({column} ILIKE :{pattern} ESCAPE '\\' AND strpos({folded}, :{needle}) > 0)"

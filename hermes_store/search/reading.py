@@ -125,7 +125,8 @@ def parse_fts5(sanitized: str) -> Parsed:
 
 def _split_typed(query: str) -> list[str]:
     """Whitespace-separated tokens of the query as typed; a balanced `"…"` stays inside
-    its token (spaces included), an unbalanced `"` is a space (the sanitiser's rule)."""
+    its token (spaces included), an unbalanced `"` is a character like any other (`5"`,
+    `00":`), where the sanitiser makes it a space."""
     tokens: list[str] = []
     current: list[str] = []
     i = 0
@@ -137,7 +138,6 @@ def _split_typed(query: str) -> list[str]:
                 current.append(query[i : end + 1])
                 i = end + 1
                 continue
-            char = " "
         if char.isspace():
             if current:
                 tokens.append("".join(current))
@@ -180,3 +180,12 @@ def read_query(query: str) -> Parsed:
 
 def has_literals(parsed: Parsed) -> bool:
     return any(term.literal for group in parsed for _, term in group)
+
+
+def literals_of(query: str) -> list[str]:
+    """The literals of a query as typed (none when its operators are misplaced)."""
+    try:
+        parsed = read_query(query)
+    except QuerySyntaxError:
+        return []
+    return [term.text for group in parsed for _, term in group if term.literal]

@@ -176,15 +176,15 @@ class SqliteSearch(SearchBackend):
         table = "messages_fts_trigram"
         return f"SELECT rowid FROM {table} WHERE {table} MATCH :{name}"  # noqa: S608
 
-    def aligned_ids(self, literal: str, params: dict[str, Any]) -> str:
+    def aligned_ids(self, literal: str, params: dict[str, Any], *, tool_rows: bool) -> str:
         # FTS5 tokenizes a string with the index's own tokenizer: a phrase of its words
         name = f"a{len(params)}"
         params[name] = _fts5_string(literal)
         return f"SELECT rowid FROM messages_fts WHERE messages_fts MATCH :{name}"  # noqa: S608
 
-    def contains(self, column: str, param: str) -> str:
+    def contains(self, column: str, needle: str, pattern: str) -> str:
         # SQLite's lower() folds ASCII letters only: exactly reading.fold
-        return f"instr(lower(COALESCE({column}, '')), :{param}) > 0"
+        return f"instr(lower({column}), :{needle}) > 0"
 
     def literal_rows(self, sql: str, filters: Filters, params: dict[str, Any]) -> list[Hit]:
         try:
