@@ -9,14 +9,18 @@ spelled into SQL.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from sqlalchemy import Connection
 
-from .common import Filters, row_dicts
+from .common import Filters, like_clauses, like_snippet, row_dicts
 from .reading import Term
 
 Hit = dict[str, Any]
+Params = dict[str, Any]
+#: a snippet from a row's content
+Snippet = Callable[[Any], str]
 
 _REGISTRY: dict[str, type[SearchBackend]] = {}
 
@@ -65,7 +69,24 @@ class SearchBackend:
         id_range: tuple[int, int] | None = None,
     ) -> list[Hit]:
         """A scan: each term a case-insensitive substring of content, tool name or tool
-        calls (OR, or AND with `all_terms`), newest first."""
+        calls (OR, or AND with `all_terms`), newest first; the snippet starts 40
+        characters before the first term in content (spec/behaviour.md 6.1)."""
+        params: dict[str, Any] = {}
+        where = like_clauses(terms, params, self.like_operator, all_terms=all_terms)
+        if id_range is not None:
+            where = f"({where}) AND m.id > :lo AND m.id <= :hi"
+            params["lo"], params["hi"] = id_range
+        first = terms[0] if terms else ""
+        params.update(limit=limit, offset=offset)
+        return self.scan(where, filters, params, lambda content: like_snippet(content, first))
+
+    def like_operator(self, term: str) -> str:
+        """LIKE or a case-insensitive equivalent for `term` (ASCII letters at least)."""
+        return "LIKE"
+
+    def scan(self, where: str, filters: Filters, params: Params, snippet: Snippet) -> list[Hit]:
+        """The page (:limit, :offset) of rows matching `where`, newest first, each with
+        `snippet(content)`."""
         raise NotImplementedError
 
     def pending_range(self) -> tuple[int, int] | None:

@@ -71,6 +71,19 @@ def row_dicts(result: Any) -> list[dict[str, Any]]:
     return [dict(zip(keys, values, strict=True)) for values in result.all()]
 
 
+def oldest_first(sort: str | None) -> bool:
+    return (sort or "").strip().lower() == "oldest"
+
+
+def ranked_order(sort: str | None, rank: str) -> str:
+    """ORDER BY of a ranked route: "newest" / "oldest" (any case, trimmed) by message
+    timestamp and then `rank`, anything else by `rank` (spec/behaviour.md 6.1)."""
+    key = (sort or "").strip().lower()
+    if key in ("newest", "oldest"):
+        return f"m.timestamp {'DESC' if key == 'newest' else 'ASC'}, {rank}"
+    return rank
+
+
 def like_clauses(
     terms: list[str], params: dict[str, Any], operator: Callable[[str], str], *, all_terms: bool
 ) -> str:

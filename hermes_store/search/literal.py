@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from .backend import Hit, SearchBackend
-from .common import Filters
+from .common import Filters, oldest_first
 from .query import like_pattern
 from .reading import TRIGRAM_CHARS, Parsed, Term, fold, words_of
 from .snippets import terms_snippet
@@ -112,8 +112,7 @@ def literal_hits(
     """The first `limit` rows matching the literal reading, newest first (oldest first
     for sort="oldest"): every literal hit is as relevant as the next."""
     statement = _Statement(backend, filters)
-    oldest = (sort or "").strip().lower() == "oldest"
-    order = "m.timestamp ASC, m.id ASC" if oldest else "m.timestamp DESC, m.id DESC"
+    order = "m.timestamp ASC, m.id ASC" if oldest_first(sort) else "m.timestamp DESC, m.id DESC"
     sql = statement.sql(parsed, order)
     rows = backend.literal_rows(sql, filters, {**statement.params, "limit": limit})
     positive = [term for group in parsed for negated, term in group if not negated]

@@ -15,8 +15,8 @@ import re
 from typing import Any
 
 from . import query as q
-from .backend import Hit, SearchBackend
-from .common import CONTEXT_CHARS, Filters, decode_preview, like_clauses, like_snippet
+from .backend import Hit, Params, SearchBackend, Snippet
+from .common import CONTEXT_CHARS, Filters, decode_preview, oldest_first, ranked_order
 from .reading import Parsed, Term, parse_fts5
 from .snippets import substring_snippet, terms_snippet
 
@@ -123,12 +123,7 @@ _CONTEXT = (
 
 
 def _order(sort: str | None) -> str:
-    key = (sort or "").strip().lower()
-    if key == "newest":
-        return "m.timestamp DESC, rank DESC, m.id"
-    if key == "oldest":
-        return "m.timestamp ASC, rank DESC, m.id"
-    return "rank DESC, m.id"
+    return ranked_order(sort, "rank DESC, m.id")
 
 
 _NOT_HIT_KEYS = ("content", "rank", "context_roles", "context_contents")
@@ -198,28 +193,18 @@ class PostgresSearch(SearchBackend):
         if not groups:
             return None
         where = " OR ".join(f"({g})" for g in groups)
-        order = "m.timestamp ASC" if (sort or "").lower() == "oldest" else "m.timestamp DESC"
+        order = "m.timestamp ASC" if oldest_first(sort) else "m.timestamp DESC"
         sql = _select(filters, f"m.role <> 'tool' AND ({where})", f"{order}, m.id DESC")
         rows = self._run(sql, filters, {**params, "limit": limit, "offset": offset})
         needles = [t.strip('"') for t in q.terms(tokens)]
         return [_hit(r, substring_snippet(decode_preview(r["content"]), needles)) for r in rows]
 
-    def like_hits(
-        self,
-        terms: list[str],
-        filters: Filters,
-        limit: int,
-        offset: int,
-        *,
-        all_terms: bool = False,
-        id_range: tuple[int, int] | None = None,
-    ) -> list[Hit]:
-        params: dict[str, Any] = {}
-        where = like_clauses(terms, params, _like_op, all_terms=all_terms)
+    def like_operator(self, term: str) -> str:
+        return _like_op(term)
+
+    def scan(self, where: str, filters: Filters, params: Params, snippet: Snippet) -> list[Hit]:
         sql = _select(filters, f"({where})", "m.timestamp DESC, m.id DESC")
-        rows = self._run(sql, filters, {**params, "limit": limit, "offset": offset})
-        first = terms[0] if terms else ""
-        return [_hit(r, like_snippet(r["content"], first)) for r in rows]
+        return [_hit(r, snippet(r["content"])) for r in self._run(sql, filters, params)]
 
     # --- id sets for the literal tier -------------------------------------------------------
 

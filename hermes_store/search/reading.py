@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .query import MAX_QUERY_CHARS, OPERATORS, scrub_surrogates
+from .query import OPERATORS, clean, quote_scan
 
 #: A literal this long or longer is looked up in the trigram index (substrings of 3).
 TRIGRAM_CHARS = 3
@@ -129,22 +129,13 @@ def _split_typed(query: str) -> list[str]:
     `00":`), where the sanitiser makes it a space."""
     tokens: list[str] = []
     current: list[str] = []
-    i = 0
-    while i < len(query):
-        char = query[i]
-        if char == '"':
-            end = query.find('"', i + 1)
-            if end != -1:
-                current.append(query[i : end + 1])
-                i = end + 1
-                continue
-        if char.isspace():
+    for kind, piece in quote_scan(query):
+        if kind == "char" and piece.isspace():
             if current:
                 tokens.append("".join(current))
                 current = []
         else:
-            current.append(char)
-        i += 1
+            current.append(piece)
     if current:
         tokens.append("".join(current))
     return tokens
@@ -153,8 +144,7 @@ def _split_typed(query: str) -> list[str]:
 def read_query(query: str) -> Parsed:
     """The query as people mean it: literals for tokens holding punctuation, FTS5's
     meaning for everything else; QuerySyntaxError for misplaced operators."""
-    text = scrub_surrogates(query)[:MAX_QUERY_CHARS].replace("\x00", "")
-    tokens = _split_typed(text)
+    tokens = _split_typed(clean(query))
     # the sanitiser drops one leading and one trailing operator (any case)
     if tokens and tokens[0].upper() in OPERATORS:
         tokens = tokens[1:]

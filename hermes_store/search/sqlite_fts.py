@@ -15,8 +15,8 @@ from sqlalchemy import text
 from sqlalchemy.exc import DatabaseError, OperationalError
 
 from . import query as q
-from .backend import Hit, IndexDamaged, SearchBackend
-from .common import Filters, like_clauses, like_snippet, row_dicts
+from .backend import Hit, IndexDamaged, Params, SearchBackend, Snippet
+from .common import Filters, ranked_order, row_dicts
 from .layout import HIGH_WATER, PROGRESS
 from .reading import QuerySyntaxError, Term
 
@@ -30,12 +30,7 @@ _SQLITE_CORRUPT = 11  # the primary code; SQLITE_CORRUPT_VTAB (267) is one of it
 
 
 def _order(sort: str | None) -> str:
-    key = (sort or "").strip().lower()
-    if key == "newest":
-        return "m.timestamp DESC, rank"
-    if key == "oldest":
-        return "m.timestamp ASC, rank"
-    return "rank"
+    return ranked_order(sort, "rank")
 
 
 def _fts_damaged(exc: DatabaseError) -> bool:
@@ -115,33 +110,16 @@ class SqliteSearch(SearchBackend):
             _damaged("messages_fts_trigram", exc)
             return None
 
-    def like_hits(
-        self,
-        terms: list[str],
-        filters: Filters,
-        limit: int,
-        offset: int,
-        *,
-        all_terms: bool = False,
-        id_range: tuple[int, int] | None = None,
-    ) -> list[Hit]:
-        params: dict[str, Any] = dict(filters.params)
-        where = like_clauses(terms, params, lambda term: "LIKE", all_terms=all_terms)
-        extra = ""
-        if id_range is not None:
-            extra = " AND m.id > :lo AND m.id <= :hi"
-            params["lo"], params["hi"] = id_range
+    def scan(self, where: str, filters: Filters, params: Params, snippet: Snippet) -> list[Hit]:
         sql = (
             _SELECT.format(snippet="m.content")
             + " FROM messages AS m JOIN sessions AS s ON s.id = m.session_id"
-            f" WHERE ({where}){extra}{filters.sql}"
+            f" WHERE ({where}){filters.sql}"
             " ORDER BY m.timestamp DESC LIMIT :limit OFFSET :offset"
         )
-        params.update(limit=limit, offset=offset)
-        rows = row_dicts(self.conn.execute(filters.statement(sql), params))
-        first = terms[0] if terms else ""
+        rows = row_dicts(self.conn.execute(filters.statement(sql), {**filters.params, **params}))
         for row in rows:
-            row["snippet"] = like_snippet(row["snippet"], first)
+            row["snippet"] = snippet(row["snippet"])
         return rows
 
     def pending_range(self) -> tuple[int, int] | None:
