@@ -32,7 +32,7 @@ from . import query as q
 from .backend import Hit, IndexDamaged, SearchBackend, backend_for
 from .common import Filters, attach_context
 from .literal import literal_hits
-from .reading import QuerySyntaxError, has_literals, read_query
+from .reading import Parsed, QuerySyntaxError, has_literals, read_query
 
 log = logging.getLogger(__name__)
 slow_log = logging.getLogger("hermes_state")
@@ -99,7 +99,7 @@ class _Plan:
             hits = self.substring(limit, offset) or []
         return hits
 
-    def literal_first(self, parsed: Any, limit: int, offset: int) -> list[Hit]:
+    def literal_first(self, parsed: Parsed, limit: int, offset: int) -> list[Hit]:
         wanted = offset + limit
         try:
             first = literal_hits(self.backend, parsed, self.filters, self.sort, wanted)
@@ -110,6 +110,8 @@ class _Plan:
             first = []
         self.route = "literal"
         if len(first) >= wanted:
+            return first[offset:wanted]
+        if not self.sanitized:
             return first[offset:wanted]
         # every literal hit is known: the original's reading fills the rest of the page
         route = self.route
@@ -144,16 +146,19 @@ class _Plan:
                 seen.add(row["id"])
 
 
-def _answer(plan: _Plan, limit: int, offset: int) -> list[Hit]:
+def _answer(plan: _Plan, parsed: Parsed, limit: int, offset: int) -> list[Hit]:
     if q.contains_cjk(plan.sanitized):
         return plan.cjk(limit, offset)
-    try:
-        parsed = read_query(plan.query)
-    except QuerySyntaxError:
-        parsed = []
     if has_literals(parsed):
         return plan.literal_first(parsed, limit, offset)
     return plan.words_route(limit, offset)
+
+
+def _reading(query: str) -> Parsed:
+    try:
+        return read_query(query)
+    except QuerySyntaxError:
+        return []  # the original's reading decides (FTS5 rejects it too)
 
 
 def search_messages(
@@ -175,10 +180,13 @@ def search_messages(
     hits: list[Hit] = []
     route = "empty"
     sanitized = q.sanitize_fts5_query(query) if query and query.strip() else ""
-    if sanitized:
+    parsed = _reading(query) if query and query.strip() else []
+    # the original answers a query its sanitiser empties (`(`, `:`, `*`) with nothing;
+    # as a literal it can still be found
+    if sanitized or has_literals(parsed):
         filters = Filters(source_filter, exclude_sources, role_filter, include_inactive)
         plan = _Plan(backend_for(conn), query, sanitized, filters, sort)
-        hits = _answer(plan, limit, offset)
+        hits = _answer(plan, parsed, limit, offset)
         plan.top_up(hits, limit)
         route = plan.route
         attach_context(conn, [h for h in hits if "context" not in h])
