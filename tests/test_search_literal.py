@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -231,7 +232,7 @@ def property_store(store: Store) -> Iterator[tuple[Store, MessageRepository]]:
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(text=_message, role=st.sampled_from(["user", "assistant", "tool"]), data=st.data())
 def test_any_token_of_a_message_finds_it(
@@ -248,7 +249,7 @@ def test_any_token_of_a_message_finds_it(
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(text=_message, data=st.data())
 def test_any_punctuated_substring_of_a_message_finds_it(
@@ -348,3 +349,32 @@ def test_short_literals(rows: Any) -> None:
     assert {h["id"] for h in search(store, "95%")} == {pct}
     # shorter than a trigram: found where it starts on a word boundary only
     assert {h["id"] for h in search(store, "5%")} == set()
+
+
+@pytest.mark.sqlite_only
+def test_literals_in_a_range_a_backfill_has_not_indexed_yet(store: Store) -> None:
+    """Rows the triggers skipped (ids in (progress, high water]) are found by the
+    pending-range top-up, literals included (spec/behaviour.md 6.5)."""
+    SessionRepository(store).create_session("s", "cli")
+    messages = MessageRepository(store)
+    indexed = messages.append_message("s", "user", "edit src/main.py now")
+    store.write(
+        lambda s: s.execute(
+            sa.text(
+                "INSERT INTO state_meta (key, value) VALUES"
+                " ('fts_rebuild_high_water', :h), ('fts_rebuild_progress', :p)"
+            ),
+            {"h": str(indexed + 100), "p": str(indexed)},
+        )
+    )
+    pending = messages.append_message("s", "assistant", "and src/main.py again")
+    with store.read() as session:
+        conn = session.connection()
+        in_index = conn.execute(
+            sa.text(
+                "SELECT count(*) FROM messages_fts_trigram WHERE messages_fts_trigram MATCH"
+                " '\"src/main.py\"'"
+            )
+        ).scalar()
+    assert in_index == 1  # the triggers left the second one for the backfill
+    assert {h["id"] for h in search(store, "src/main.py")} == {indexed, pending}
