@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SessionRepository
@@ -128,3 +129,46 @@ def test_fast_searches_are_not_logged(
     with caplog.at_level(logging.INFO, logger="hermes_state"):
         assert search(store, "chat-send")
     assert _slow_lines(caplog) == []
+
+
+@pytest.mark.parametrize("query", ["src/main.py", "don't", "rm -rf docker", ".env OR $HOME"])
+def test_literal_queries_never_scan_messages(store: Store, query: str) -> None:
+    """The statements a literal search of 3+ characters sends are answered from the
+    indexes: SQLite reaches `messages` by rowid only, PostgreSQL (sequential scans
+    priced out, as on a large table) through its GIN indexes."""
+    SessionRepository(store).create_session("s", "cli")
+    messages = MessageRepository(store)
+    for n in range(30):
+        messages.append_message("s", ("user", "tool")[n % 2], f"edit src/main.py {n} don't")
+    sent: list[tuple[str, Any]] = []
+
+    def keep(conn: Any, cursor: Any, sql: str, params: Any, context: Any, many: bool) -> None:
+        if sql.lstrip().upper().startswith(("WITH", "SELECT")):
+            sent.append((sql, params))
+
+    event.listen(store.engine, "before_cursor_execute", keep)
+    try:
+        assert search(store, query) or query != "src/main.py"
+    finally:
+        event.remove(store.engine, "before_cursor_execute", keep)
+    literal = [(sql, params) for sql, params in sent if "WITH ids0" in sql]
+    assert len(literal) == 1, sent
+    sql, params = literal[0]
+    with store.engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        cursor = raw.cursor()  # type: ignore[union-attr]
+        if store.dialect == "sqlite":
+            cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+            plan = [row[3] for row in cursor.fetchall()]
+            scans = [
+                step for step in plan if step.startswith("SCAN") and "VIRTUAL TABLE" not in step
+            ]
+            # the CTEs' own materialised id lists are scanned; `messages` never is
+            assert all(step.split()[1].startswith("ids") for step in scans), plan
+            assert any("SEARCH m USING INTEGER PRIMARY KEY" in step for step in plan), plan
+        else:
+            cursor.execute("SET enable_seqscan = off")
+            cursor.execute(f"EXPLAIN {sql}", params)
+            plan = [row[0] for row in cursor.fetchall()]
+            assert not [step for step in plan if "Seq Scan on messages" in step], plan
+            assert any("idx_messages_trgm" in step for step in plan), plan
