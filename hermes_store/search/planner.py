@@ -24,8 +24,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any
 
+from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from . import query as q
@@ -162,7 +162,7 @@ def _reading(query: str) -> Parsed:
 
 
 def search_messages(
-    conn: Any,
+    conn: Connection,
     query: str,
     *,
     source_filter: list[str] | None = None,
