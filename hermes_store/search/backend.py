@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from sqlalchemy import Connection
 
-from .common import Filters, like_clauses, like_snippet, row_dicts
+from .common import Filters, attach_context, like_clauses, like_snippet, row_dicts
 from .reading import Term
 
 Hit = dict[str, Any]
@@ -99,21 +99,20 @@ class SearchBackend:
         """SELECT of the ids of rows holding every term (words, phrases, prefixes)."""
         raise NotImplementedError
 
-    def substring_ids(self, literal: str, params: dict[str, Any]) -> str | None:
-        """SELECT of the ids of non-tool rows that may contain `literal` (a superset of
-        those that contain it by `reading.fold`), or None without a trigram index."""
+    def has_trigram_index(self) -> bool:
+        return True
+
+    def literal_ids(self, literal: str, params: Params, *, trigram: bool, words: bool) -> str:
+        """SELECT of the ids of the rows whose content, tool name or tool calls contain
+        `literal` by `reading.fold`, among: with `trigram`, the non-tool rows (the trigram
+        index); with `words`, the rows holding its words as a phrase (the word index;
+        only its tool rows are needed when `trigram` is set too); with neither, every
+        row, or every non-tool row for a literal of 3 or more characters (a scan)."""
         raise NotImplementedError
 
-    def aligned_ids(self, literal: str, params: dict[str, Any], *, tool_rows: bool) -> str:
-        """SELECT of the ids of rows holding the words of `literal` as a phrase; with
-        `tool_rows`, only tool rows are needed (a backend may return more)."""
-        raise NotImplementedError
-
-    def contains(self, column: str, needle: str, pattern: str) -> str:
-        """SQL true when `column` (never NULL), ASCII letters folded to lower case,
-        contains :needle (the literal folded); :pattern is its `%literal%` LIKE
-        pattern, for a backend that can narrow with it first."""
-        raise NotImplementedError
+    def attach_context(self, hits: list[Hit]) -> None:
+        """Set `context` on hits that have none (common.attach_context)."""
+        attach_context(self.conn, hits)
 
     def literal_rows(self, sql: str, filters: Filters, params: dict[str, Any]) -> list[Hit]:
         """Run the literal tier's statement; IndexDamaged when an index is damaged."""

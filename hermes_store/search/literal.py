@@ -10,11 +10,13 @@ ASCII letters folded (`reading.fold`), and an index can vouch for the place:
   index, which covers tool rows too), so in tool output a literal is found where it
   starts and ends on word boundaries;
 - L shorter than 3 characters and made of punctuation only (`%`, `->`): a scan of every
-  row, since no index holds it.
+  row, since no index holds it (3 or more punctuation characters: non-tool rows, by the
+  trigram index).
 
-Each id set is a CTE, materialised once and used twice: the union of one id set per
-AND-group drives the statement (rowid lookups, never a scan of `messages` unless a
-group holds nothing but a short punctuation literal) and the groups' conditions decide.
+The backend gives each literal's exact id set (`SearchBackend.literal_ids`) and each
+group of words its id set, each a CTE; the query's boolean structure is set algebra
+over them (INTERSECT, EXCEPT, UNION), and only the resulting ids are looked up in
+`messages` (by rowid / primary key) to be filtered, ordered and cut to a page.
 """
 
 from __future__ import annotations
@@ -23,11 +25,9 @@ from typing import Any
 
 from .backend import Hit, SearchBackend
 from .common import Filters, oldest_first
-from .query import like_pattern
 from .reading import TRIGRAM_CHARS, Parsed, Term, fold, words_of
 from .snippets import terms_snippet
 
-_COLUMNS = tuple(f"COALESCE(m.{c}, '')" for c in ("content", "tool_name", "tool_calls"))
 _SELECT = (
     "SELECT m.id, m.session_id, m.role, m.content AS body, m.tool_name, m.tool_calls AS calls,"
     " m.timestamp, s.source, s.model, s.started_at AS session_started"
@@ -47,62 +47,38 @@ class _Statement:
         self.ctes.append(f"{name}(id) AS ({select})")
         return name
 
-    def words(self, terms: list[Term]) -> tuple[str, str]:
-        name = self.ids(self.backend.word_ids(terms, self.params))
-        return f"m.id IN (SELECT id FROM {name})", name  # noqa: S608
-
-    def literal(self, literal: str) -> tuple[str, str | None]:
-        """The condition for `literal` and the id set that can drive it (None: a scan)."""
-        needle, pattern = f"lit{len(self.params)}", f"pat{len(self.params)}"
-        self.params[needle] = fold(literal)
-        self.params[pattern] = like_pattern(literal)
-        exact = " OR ".join(self.backend.contains(column, needle, pattern) for column in _COLUMNS)
-        sources = []
-        long_enough = len(literal) >= TRIGRAM_CHARS
-        if long_enough:
-            substring = self.backend.substring_ids(literal, self.params)
-            if substring is not None:
-                sources.append(substring)
+    def literal(self, literal: str) -> str:
+        """The id set of the rows holding `literal`."""
+        trigram = len(literal) >= TRIGRAM_CHARS and self.backend.has_trigram_index()
         # tool rows are in the word index only; the trigram set holds every other row
-        if words_of(literal) and not (sources and self.filters.excludes_tool_rows):
-            aligned = self.backend.aligned_ids(literal, self.params, tool_rows=bool(sources))
-            sources.append(aligned)
-        if not sources:
-            scope = "m.role <> 'tool' AND " if long_enough else ""
-            return f"({scope}({exact}))", None
-        name = self.ids(" UNION ".join(sources))
-        return f"(m.id IN (SELECT id FROM {name}) AND ({exact}))", name  # noqa: S608
+        words = bool(words_of(literal)) and not (trigram and self.filters.excludes_tool_rows)
+        return self.ids(
+            self.backend.literal_ids(literal, self.params, trigram=trigram, words=words)
+        )
 
-    def group(self, group: list[tuple[bool, Term]]) -> tuple[str, str | None]:
-        conditions: list[str] = []
-        driver: str | None = None
+    def group(self, group: list[tuple[bool, Term]]) -> str:
+        """The ids of an AND-group: its positive id sets intersected, minus the negated
+        ones (compound SELECTs, which SQLite reads left to right and PostgreSQL with
+        INTERSECT first: the same here, positives coming first)."""
         words = [term for negated, term in group if not negated and not term.literal]
-        if words:
-            condition, driver = self.words(words)
-            conditions.append(condition)
+        positive = [self.ids(self.backend.word_ids(words, self.params))] if words else []
+        negative: list[str] = []
         for negated, term in group:
             if term.literal:
-                condition, ids = self.literal(term.text)
-                if driver is None and not negated:
-                    driver = ids
+                (negative if negated else positive).append(self.literal(term.text))
             elif negated:
-                condition, _ = self.words([term])
-            else:
-                continue
-            conditions.append(f"NOT ({condition})" if negated else condition)
-        return "(" + " AND ".join(conditions) + ")", driver
+                negative.append(self.ids(self.backend.word_ids([term], self.params)))
+        sql = " INTERSECT ".join(f"SELECT id FROM {name}" for name in positive)  # noqa: S608
+        return sql + "".join(f" EXCEPT SELECT id FROM {name}" for name in negative)  # noqa: S608
 
     def sql(self, parsed: Parsed, order: str) -> str:
-        groups = [self.group(group) for group in parsed]
-        where = " OR ".join(condition for condition, _ in groups)
-        drivers = [driver for _, driver in groups]
-        if all(drivers):
-            union = " UNION ".join(f"SELECT id FROM {d}" for d in drivers)  # noqa: S608
-            where = f"m.id IN ({union}) AND ({where})"
-        with_clause = f"WITH {', '.join(self.ctes)} " if self.ctes else ""
+        # every id set is a CTE used once: an IN over the union of the groups, so that the
+        # page is cut from the matching rows only (each a rowid / primary-key lookup)
+        groups = [f"SELECT id FROM ({self.group(g)}) AS g{n}" for n, g in enumerate(parsed)]  # noqa: S608
+        hits = self.ids(" UNION ".join(groups))
         return (
-            f"{with_clause}{_SELECT} WHERE ({where}){self.filters.sql}"
-            f" ORDER BY {order} LIMIT :limit"
+            f"WITH {', '.join(self.ctes)} {_SELECT} WHERE m.id IN (SELECT id FROM {hits})"  # noqa: S608
+            f"{self.filters.sql} ORDER BY {order} LIMIT :limit"
         )
 
 

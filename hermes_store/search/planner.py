@@ -30,7 +30,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from . import query as q
 from .backend import Hit, IndexDamaged, SearchBackend, backend_for
-from .common import Filters, attach_context
+from .common import Filters
 from .literal import literal_hits
 from .reading import Parsed, QuerySyntaxError, has_literals, read_query
 
@@ -189,7 +189,7 @@ def search_messages(
         hits = _answer(plan, parsed, limit, offset)
         plan.top_up(hits, limit)
         route = plan.route
-        attach_context(conn, [h for h in hits if "context" not in h])
+        plan.backend.attach_context([h for h in hits if "context" not in h])
     elapsed_ms = (time.perf_counter() - started) * 1000
     log.debug("search %r: route %s, %d hit(s)", query, route, len(hits))
     if elapsed_ms >= slow_threshold_ms():

@@ -12,12 +12,15 @@ expression are those of migrations/_pg_search.py, so the indexes serve these que
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any
+
+from sqlalchemy import TextClause, text
 
 from . import query as q
 from .backend import Hit, Params, SearchBackend, Snippet
 from .common import CONTEXT_CHARS, Filters, decode_preview, oldest_first, ranked_order
-from .reading import Parsed, Term, parse_fts5
+from .reading import TRIGRAM_CHARS, Parsed, Term, fold, parse_fts5
 from .snippets import substring_snippet, terms_snippet
 
 #: The expressions of migrations/_pg_search.py (frozen there; spelled again here).
@@ -28,6 +31,7 @@ TRIGRAM_TEXT = (
 )
 _PUNCT_RE = re.compile(r"[!-/:-@\[-`{-~]+")
 _UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_COLUMN_TEXTS = tuple(f"COALESCE(m.{c}, '')" for c in ("content", "tool_name", "tool_calls"))
 
 
 def caseless(term: str) -> bool:
@@ -129,14 +133,23 @@ def _order(sort: str | None) -> str:
 _NOT_HIT_KEYS = ("content", "rank", "context_roles", "context_contents")
 
 
+def _context(roles: list[Any], contents: list[Any]) -> list[dict[str, str]]:
+    return [
+        {"role": str(role), "content": decode_preview(content)[:CONTEXT_CHARS]}
+        for role, content in zip(roles, contents, strict=True)
+    ]
+
+
 def _hit(row: Any, snippet: str) -> Hit:
     hit = {k: v for k, v in row.items() if k not in _NOT_HIT_KEYS}
     hit["snippet"] = snippet
-    hit["context"] = [
-        {"role": str(role), "content": decode_preview(content)[:CONTEXT_CHARS]}
-        for role, content in zip(row["context_roles"], row["context_contents"], strict=True)
-    ]
+    hit["context"] = _context(row["context_roles"], row["context_contents"])
     return hit
+
+
+@lru_cache(maxsize=1)
+def _context_by_id(sql: str) -> TextClause:
+    return text(sql)
 
 
 class PostgresSearch(SearchBackend):
@@ -212,22 +225,59 @@ class PostgresSearch(SearchBackend):
         query_sql = _tsquery_sql([[(False, term) for term in terms]], params)
         return f"SELECT id FROM messages WHERE search_vector @@ {query_sql}"  # noqa: S608
 
-    def substring_ids(self, literal: str, params: dict[str, Any]) -> str | None:
-        # the partial index's own predicate and expression, so pg_trgm's index serves it
-        name = f"t{len(params)}"
-        params[name] = q.like_pattern(literal)
-        return (
-            f"SELECT m.id FROM messages AS m WHERE m.role <> 'tool' AND {TRIGRAM_TEXT} "  # noqa: S608
-            f"{_like_op(literal)} :{name} ESCAPE '\\'"
+    def attach_context(self, hits: list[Hit]) -> None:
+        # the lateral join the routes' own statements use, for hits found elsewhere
+        if not hits:
+            return
+        sql = f"SELECT m.id, ctx.* FROM messages AS m{_CONTEXT} WHERE m.id = ANY(:ids)"  # noqa: S608
+        rows = self.conn.execute(_context_by_id(sql), {"ids": [h["id"] for h in hits]}).all()
+        found = {hit_id: _context(roles, contents) for hit_id, roles, contents in rows}
+        for hit in hits:
+            hit["context"] = found.get(hit["id"], [])
+
+    def literal_ids(self, literal: str, params: Params, *, trigram: bool, words: bool) -> str:
+        n = len(params)
+        params[f"lit{n}"] = fold(literal)
+        params[f"pat{n}"] = q.like_pattern(literal)
+        like, refine = _contains(literal, f"lit{n}", f"pat{n}")
+        branches = []
+        if trigram:
+            # the partial index's predicate and expression: pg_trgm's index serves it
+            branches.append(f"m.role <> 'tool' AND {like}")
+        if words:
+            phrase = _term_sql(Term(literal, prefix=False, phrase=True), params)
+            tool_rows = " AND m.role = 'tool'" if trigram else ""
+            branches.append(f"m.search_vector @@ {phrase}{tool_rows} AND {like}")
+        if not branches:
+            branches.append(
+                ("m.role <> 'tool' AND " if len(literal) >= TRIGRAM_CHARS else "") + like
+            )
+        return " UNION ".join(
+            f"SELECT m.id FROM messages AS m WHERE {branch}{refine}"  # noqa: S608
+            for branch in branches
         )
 
-    def aligned_ids(self, literal: str, params: dict[str, Any], *, tool_rows: bool) -> str:
-        ids = self.word_ids([Term(literal, prefix=False, phrase=True)], params)
-        return f"{ids} AND role = 'tool'" if tool_rows else ids
 
-    def contains(self, column: str, needle: str, pattern: str) -> str:
-        # translate(), unlike lower(), folds ASCII letters only, whatever the locale; it
-        # costs a scan of the 26 letters per character, so ILIKE (a superset: every
-        # locale folds ASCII letters) turns most rows away first
-        folded = f"translate({column}, '{_UPPER}', '{_UPPER.lower()}')"
-        return f"({column} ILIKE :{pattern} ESCAPE '\\' AND strpos({folded}, :{needle}) > 0)"
+def _contains(literal: str, needle: str, pattern: str) -> tuple[str, str]:
+    """SQL for "the row's text contains :needle by `reading.fold`", in two parts: a
+    (I)LIKE over TRIGRAM_TEXT, which pg_trgm's index serves, and what refines it. The
+    three columns are searched as one (TRIGRAM_TEXT joins them with spaces, which a
+    literal without whitespace cannot span), else one by one in the refinement. A
+    caseless literal is a plain LIKE. Otherwise ILIKE (every locale folds ASCII letters:
+    a superset) decides for a row of ASCII text, and translate(), which folds ASCII
+    letters only but costs a scan of the alphabet per character, for any other row."""
+    like = f"{TRIGRAM_TEXT} {_like_op(literal)} :{pattern} ESCAPE '\\'"
+    spans_columns = any(c.isspace() for c in literal)
+    texts = list(_COLUMN_TEXTS) if spans_columns else [TRIGRAM_TEXT]
+    if caseless(literal):
+        if not spans_columns:
+            return like, ""
+        checks = [f"{t} LIKE :{pattern} ESCAPE '\\'" for t in texts]
+    else:
+        checks = [
+            (f"{t} ILIKE :{pattern} ESCAPE '\\' AND " if spans_columns else "")
+            + f"(octet_length({t}) = char_length({t})"
+            f" OR strpos(translate({t}, '{_UPPER}', '{_UPPER.lower()}'), :{needle}) > 0)"
+            for t in texts
+        ]
+    return like, " AND (" + " OR ".join(f"({c})" for c in checks) + ")"

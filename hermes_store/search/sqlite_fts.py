@@ -18,7 +18,7 @@ from . import query as q
 from .backend import Hit, IndexDamaged, Params, SearchBackend, Snippet
 from .common import Filters, ranked_order, row_dicts
 from .layout import HIGH_WATER, PROGRESS
-from .reading import QuerySyntaxError, Term
+from .reading import TRIGRAM_CHARS, QuerySyntaxError, Term, fold
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +26,7 @@ _SELECT = (
     "SELECT m.id, m.session_id, m.role, {snippet} AS snippet, m.timestamp, m.tool_name, "
     "s.source, s.model, s.started_at AS session_started"
 )
+_COLUMNS = ("content", "tool_name", "tool_calls")
 _SQLITE_CORRUPT = 11  # the primary code; SQLITE_CORRUPT_VTAB (267) is one of its extensions
 
 
@@ -146,23 +147,28 @@ class SqliteSearch(SearchBackend):
         params[name] = " AND ".join(_fts5_string(t.text) + "*" * t.prefix for t in terms)
         return f"SELECT rowid FROM messages_fts WHERE messages_fts MATCH :{name}"  # noqa: S608
 
-    def substring_ids(self, literal: str, params: dict[str, Any]) -> str | None:
-        if not self._trigram_usable():
-            return None
-        name = f"t{len(params)}"
-        params[name] = _fts5_string(literal)
-        table = "messages_fts_trigram"
-        return f"SELECT rowid FROM {table} WHERE {table} MATCH :{name}"  # noqa: S608
+    def has_trigram_index(self) -> bool:
+        return self._trigram_usable()
 
-    def aligned_ids(self, literal: str, params: dict[str, Any], *, tool_rows: bool) -> str:
-        # FTS5 tokenizes a string with the index's own tokenizer: a phrase of its words
-        name = f"a{len(params)}"
-        params[name] = _fts5_string(literal)
-        return f"SELECT rowid FROM messages_fts WHERE messages_fts MATCH :{name}"  # noqa: S608
-
-    def contains(self, column: str, needle: str, pattern: str) -> str:
+    def literal_ids(self, literal: str, params: Params, *, trigram: bool, words: bool) -> str:
+        n = len(params)
+        params[f"lit{n}"] = fold(literal)
+        params[f"fts{n}"] = _fts5_string(literal)  # a phrase of the tokenizer's own words
+        sources = []
+        if trigram:
+            table = "messages_fts_trigram"
+            sources.append(f"SELECT rowid FROM {table} WHERE {table} MATCH :fts{n}")  # noqa: S608
+        if words:
+            sources.append(f"SELECT rowid FROM messages_fts WHERE messages_fts MATCH :fts{n}")  # noqa: S608
         # SQLite's lower() folds ASCII letters only: exactly reading.fold
-        return f"instr(lower({column}), :{needle}) > 0"
+        exact = " OR ".join(
+            f"instr(lower(COALESCE(m.{column}, '')), :lit{n}) > 0" for column in _COLUMNS
+        )
+        if sources:
+            scope = f"m.id IN ({' UNION '.join(sources)}) AND "
+        else:
+            scope = "m.role <> 'tool' AND " if len(literal) >= TRIGRAM_CHARS else ""
+        return f"SELECT m.id FROM messages AS m WHERE {scope}({exact})"  # noqa: S608
 
     def literal_rows(self, sql: str, filters: Filters, params: dict[str, Any]) -> list[Hit]:
         try:
