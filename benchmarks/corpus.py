@@ -61,6 +61,9 @@ PLANTED_PREFIX_WORDS = ("migration", "migrated", "migrating", "migrator")
 PLANTED_OR = ("kafkaesque", "redisson")
 PLANTED_CJK2 = "数据"  # 2 characters: only a LIKE scan can find it
 PLANTED_CJK3 = "数据库"  # 3+: the trigram index answers
+# Literals (punctuation inside a term), planted without another draw from the generator
+# so every other row of the corpus stays what it was.
+PLANTED_LITERALS = ("don't", "99.5%", "ops@zephyr.io", "~/.config/zephyr.toml")
 
 #: name -> the query as a user would type it
 QUERIES: dict[str, str] = {
@@ -70,6 +73,16 @@ QUERIES: dict[str, str] = {
     "or": f"{PLANTED_OR[0]} OR {PLANTED_OR[1]}",
     "cjk2": PLANTED_CJK2,
     "cjk3": PLANTED_CJK3,
+    # literals: planted (rare), from the code snippets (frequent), mixed with a word,
+    # shorter than a trigram (the word-boundary route). Not here: a literal of one or two
+    # punctuation characters (`&&`), the one kind answered by a scan (README, Search)
+    "literal contraction": PLANTED_LITERALS[0],
+    "literal percent": PLANTED_LITERALS[1],
+    "literal e-mail": PLANTED_LITERALS[2],
+    "literal path": PLANTED_LITERALS[3],
+    "literal flag": "--force-with-lease",
+    "literal + word": "HEAD~3 rebase",
+    "literal short": "-i",
 }
 
 
@@ -100,6 +113,8 @@ class _Text:
             words.insert(rng.randrange(len(words) + 1), rng.choice(PLANTED_PREFIX_WORDS))
         elif roll < 0.019:
             words.insert(rng.randrange(len(words) + 1), rng.choice(PLANTED_OR))
+        elif roll < 0.027:
+            words.append(PLANTED_LITERALS[int(roll * 100_000) % len(PLANTED_LITERALS)])
         text = " ".join(words)
         return text[:1].upper() + text[1:] + "."
 

@@ -15,7 +15,21 @@ from pathlib import Path
 import pytest
 
 #: the search rows, in order (benchmarks/corpus.py QUERIES)
-SEARCHES = ("word", "phrase", "prefix", "or", "cjk2", "cjk3")
+SEARCHES = (
+    "word",
+    "phrase",
+    "prefix",
+    "or",
+    "cjk2",
+    "cjk3",
+    "literal contraction",
+    "literal percent",
+    "literal e-mail",
+    "literal path",
+    "literal flag",
+    "literal + word",
+    "literal short",
+)
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = REPO_ROOT.parent / "shared" / "fixtures" / "legacy"
 

@@ -169,9 +169,9 @@ def test_queries_over_two_kilobytes(store: Store, repos: Any) -> None:
 # --------------------------------------------------------------------------- punctuation
 
 #: Characters the sanitiser turns into spaces or accepts around a word (behaviour.md 6.2
-#: "ok" rows): `needle<c>` must find the row. The others make FTS5 syntax that the
-#: original answers with no results; the test asserts only that they never raise and
-#: never return a row that does not hold the word.
+#: "ok" rows): `needle<c>` must find the row (the original's reading, after the literal
+#: `needle<c>`, which the row does not hold). With the others FTS5's reading is a syntax
+#: error and the literal is not there: no results, never an error.
 FINDS_THE_WORD = set('"()*+:^_{}')
 
 
@@ -193,6 +193,12 @@ def test_every_ascii_punctuation_character(store: Store, repos: Any) -> None:
         assert (hit_ids(store, f"needle{c}") == {mid}) is (c in FINDS_THE_WORD), c
     assert hit_ids(store, string.punctuation) <= {mid}
     assert hit_ids(store, "foo.bar-baz_qux") == {mid}
+    # each character alone, and the whole run, is a literal the row holds (README, "How
+    # search reads a query"); the tool row holds none of them
+    for c in string.punctuation:
+        assert hit_ids(store, c) == {mid}, c
+    assert hit_ids(store, string.punctuation) == {mid}
+    assert hit_ids(store, f"needle haystack {string.punctuation[:10]}") == {mid}
 
     # punctuation in ids and titles is stored exactly
     sessions.create_session(string.punctuation, "cli")

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import Connection, TextClause, bindparam, text
 from sqlalchemy.exc import DBAPIError
+
+from .query import like_pattern
 
 JSON_PREFIX = "\x00json:"
 CONTEXT_CHARS = 200
@@ -66,6 +69,36 @@ def row_dicts(result: Any) -> list[dict[str, Any]]:
     cheaper than a RowMapping per row."""
     keys = list(result.keys())
     return [dict(zip(keys, values, strict=True)) for values in result.all()]
+
+
+def oldest_first(sort: str | None) -> bool:
+    return (sort or "").strip().lower() == "oldest"
+
+
+def ranked_order(sort: str | None, rank: str) -> str:
+    """ORDER BY of a ranked route: "newest" / "oldest" (any case, trimmed) by message
+    timestamp and then `rank`, anything else by `rank` (spec/behaviour.md 6.1)."""
+    key = (sort or "").strip().lower()
+    if key in ("newest", "oldest"):
+        return f"m.timestamp {'DESC' if key == 'newest' else 'ASC'}, {rank}"
+    return rank
+
+
+def like_clauses(
+    terms: list[str], params: dict[str, Any], operator: Callable[[str], str], *, all_terms: bool
+) -> str:
+    """One clause per term (`%term%`, wildcards escaped) over content, tool name and tool
+    calls, joined with OR (AND with `all_terms`); the patterns go into `params`."""
+    clauses = []
+    for n, term in enumerate(terms):
+        params[f"t{n}"] = like_pattern(term)
+        op = operator(term)
+        clauses.append(
+            f"(m.content {op} :t{n} ESCAPE '\\' OR m.tool_name {op} :t{n} ESCAPE '\\' "
+            f"OR m.tool_calls {op} :t{n} ESCAPE '\\')"
+        )
+    joined = (" AND " if all_terms else " OR ").join(clauses)
+    return joined or "1 = 0"
 
 
 def like_snippet(content: Any, term: str) -> str:

@@ -1,28 +1,27 @@
 """Search on PostgreSQL: the generated tsvector with its GIN index for words, pg_trgm for
-substrings and CJK, and an ILIKE scan, routed as the SQLite backend routes FTS5, trigram
-and LIKE (spec/behaviour.md 6.4).
+substrings and CJK, and an ILIKE scan, in the roles FTS5, the trigram index and LIKE
+play on SQLite (planner.py orders them).
 
 The user's query goes through the same sanitiser as on SQLite, and the FTS5 query it
-yields is then read by FTS5's own rules (barewords, "phrases", prefix `*`, AND / OR /
-NOT in capitals, implicit AND, NOT > AND > OR) and rebuilt as a tsquery from bound
-parameters; what FTS5 would reject as a syntax error answers nothing here too. The text
-normalisation (ASCII punctuation separates words) and the trigram expression are those
-of migrations/_pg_search.py, so the indexes serve these queries.
+yields is then read by FTS5's own rules (`reading.parse_fts5`) and rebuilt as a tsquery
+from bound parameters; what FTS5 would reject as a syntax error answers nothing here
+too. The text normalisation (ASCII punctuation separates words) and the trigram
+expression are those of migrations/_pg_search.py, so the indexes serve these queries.
 """
 
 from __future__ import annotations
 
-import logging
 import re
-from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import TextClause, text
 
 from . import query as q
-from .common import CONTEXT_CHARS, Filters, decode_preview, like_snippet
-
-log = logging.getLogger(__name__)
+from .backend import Hit, Params, SearchBackend, Snippet
+from .common import CONTEXT_CHARS, Filters, decode_preview, oldest_first, ranked_order
+from .reading import TRIGRAM_CHARS, Parsed, Term, fold, parse_fts5
+from .snippets import substring_snippet, terms_snippet
 
 #: The expressions of migrations/_pg_search.py (frozen there; spelled again here).
 PUNCTUATION = "[!-/:-@\\[-`{-~]+"
@@ -31,10 +30,8 @@ TRIGRAM_TEXT = (
     "|| COALESCE(m.tool_calls, ''))"
 )
 _PUNCT_RE = re.compile(r"[!-/:-@\[-`{-~]+")
-# FTS5 barewords: letters, digits, "_", the substitute character and anything non-ASCII
-_BAREWORD = re.compile(r"^[A-Za-z0-9_\x1a\u0080-\U0010ffff]+$")
-_ITEM = re.compile(r'"[^"]*"\*?|[^\s"]+')
-_STAR_SPLIT = re.compile(r"[^*]*\*|[^*]+")
+_UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_COLUMN_TEXTS = tuple(f"COALESCE(m.{c}, '')" for c in ("content", "tool_name", "tool_calls"))
 
 
 def caseless(term: str) -> bool:
@@ -49,88 +46,31 @@ def _like_op(term: str) -> str:
     return "LIKE" if caseless(term) else "ILIKE"
 
 
-class QuerySyntaxError(ValueError):
-    """The sanitised query is not valid FTS5 syntax (SQLite would raise on it too)."""
-
-
-@dataclass(frozen=True)
-class Term:
-    text: str
-    prefix: bool
-    phrase: bool
-
-
-# A parsed query: OR of AND-groups; each group a list of (negated, term).
-Parsed = list[list[tuple[bool, Term]]]
-
-
-def _tokens(sanitized: str) -> list[str]:
-    """FTS5's tokens: a `*` ends the bareword before it, so `chat*send` is `chat*` then
-    `send` (implicit AND), as FTS5's lexer reads it; phrases stay whole."""
-    tokens: list[str] = []
-    for item in _ITEM.findall(sanitized):
-        if item.startswith('"'):
-            tokens.append(item)
-        else:
-            tokens.extend(_STAR_SPLIT.findall(item))
-    return tokens
-
-
-def parse_fts5(sanitized: str) -> Parsed:
-    """Read a sanitised query as FTS5 reads it; QuerySyntaxError where FTS5 would fail."""
-    groups: Parsed = [[]]
-    pending: str | None = None  # "AND" / "NOT" waiting for its right operand
-    for item in _tokens(sanitized):
-        if item in ("AND", "OR", "NOT"):
-            if not groups[-1] or pending is not None:
-                raise QuerySyntaxError(f"operator {item} without a left operand")
-            if item == "OR":
-                groups.append([])
-            else:
-                pending = item
-            continue
-        if item.startswith('"'):
-            prefix = item.endswith("*")
-            body = item[1:-2] if prefix else item[1:-1]
-            term = Term(body, prefix, phrase=True)
-        else:
-            prefix = item.endswith("*")
-            body = item[:-1] if prefix else item
-            if not body or not _BAREWORD.match(body):
-                raise QuerySyntaxError(f"{item!r} is not an FTS5 bareword")
-            term = Term(body, prefix, phrase=False)
-        groups[-1].append((pending == "NOT", term))
-        pending = None
-    if pending is not None or not groups[-1]:
-        raise QuerySyntaxError("operator without a right operand")
-    return groups
-
-
 def _words(text: str) -> list[str]:
     return [w for w in _PUNCT_RE.sub(" ", text).split() if w]
 
 
+def _term_sql(term: Term, params: dict[str, Any]) -> str:
+    name = f"w{len(params)}"
+    if term.prefix:
+        words = _words(term.text)
+        if not words:
+            params[name] = ""
+            return "to_tsquery('simple', :" + name + ")"
+        quoted = ["'" + w.replace("\\", "\\\\").replace("'", "''") + "'" for w in words]
+        params[name] = " <-> ".join(quoted) + ":*"
+        return f"to_tsquery('simple', :{name})"
+    params[name] = term.text
+    return f"phraseto_tsquery('simple', regexp_replace(:{name}, '{PUNCTUATION}', ' ', 'g'))"
+
+
 def _tsquery_sql(parsed: Parsed, params: dict[str, Any]) -> str:
     """SQL building the tsquery from bound parameters (never from query text)."""
-
-    def term_sql(term: Term) -> str:
-        name = f"w{len(params)}"
-        if term.prefix:
-            words = _words(term.text)
-            if not words:
-                params[name] = ""
-                return "to_tsquery('simple', :" + name + ")"
-            quoted = ["'" + w.replace("\\", "\\\\").replace("'", "''") + "'" for w in words]
-            params[name] = " <-> ".join(quoted) + ":*"
-            return f"to_tsquery('simple', :{name})"
-        params[name] = term.text
-        return f"phraseto_tsquery('simple', regexp_replace(:{name}, '{PUNCTUATION}', ' ', 'g'))"
-
     alternatives = []
     for group in parsed:
         parts = []
         for negated, term in group:
-            sql = term_sql(term)
+            sql = _term_sql(term, params)
             parts.append(f"!!({sql})" if negated else f"({sql})")
         alternatives.append("(" + " && ".join(parts) + ")")
     return "(" + " || ".join(alternatives) + ")"
@@ -187,172 +127,157 @@ _CONTEXT = (
 
 
 def _order(sort: str | None) -> str:
-    key = (sort or "").strip().lower()
-    if key == "newest":
-        return "m.timestamp DESC, rank DESC, m.id"
-    if key == "oldest":
-        return "m.timestamp ASC, rank DESC, m.id"
-    return "rank DESC, m.id"
-
-
-def _highlight(content: Any, needles: list[str], *, words: bool) -> str:
-    """An FTS5-like snippet: a window of about 40 words around the first match, matches
-    between `>>>` and `<<<`, `...` where the text was cut."""
-    body = decode_preview(content)
-    if not needles:
-        return body[:240]
-    alternatives = "|".join(re.escape(n) for n in sorted(needles, key=len, reverse=True))
-    pattern = rf"(?<![^\W_])(?:{alternatives})[^\W_]*" if words else f"(?:{alternatives})"
-    found = list(re.finditer(pattern, body, flags=re.IGNORECASE))
-    if not found:
-        return body[:240]
-    start = max(0, found[0].start() - 100)
-    end = min(len(body), found[0].end() + 140)
-    if start > 0:
-        start = body.find(" ", start) + 1 or start
-    out = []
-    cursor = start
-    for match in found:
-        if match.start() < cursor or match.end() > end:
-            continue
-        out.append(body[cursor : match.start()])
-        out.append(f">>>{match.group(0)}<<<")
-        cursor = match.end()
-    out.append(body[cursor:end])
-    return ("..." if start > 0 else "") + "".join(out) + ("..." if end < len(body) else "")
-
-
-def _run(conn: Connection, sql: str, filters: Filters, params: dict[str, Any]) -> list[Any]:
-    # No savepoint: the SQLite routes need one because they catch FTS5 errors and fall
-    # back to another route in the same transaction; nothing here catches (the query is
-    # validated first and every value is bound), and a SAVEPOINT/RELEASE pair is two more
-    # round trips per search on a server.
-    return list(conn.execute(filters.statement(sql), {**filters.params, **params}).mappings())
-
-
-def _word_route(
-    conn: Connection, parsed: Parsed, filters: Filters, sort: str | None, limit: int, offset: int
-) -> list[dict[str, Any]]:
-    params: dict[str, Any] = {}
-    query_sql = _tsquery_sql(parsed, params)
-    sql = _select(
-        filters,
-        "m.search_vector @@ hq.query",
-        _order(sort),
-        rank="ts_rank_cd(m.search_vector, hq.query)",
-        source=f"(SELECT {query_sql} AS query) AS hq, ",
-    )
-    rows = _run(conn, sql, filters, {**params, "limit": limit, "offset": offset})
-    needles = [w for group in parsed for neg, t in group if not neg for w in _words(t.text)]
-    return [_hit(r, _highlight(r["content"], needles, words=True)) for r in rows]
-
-
-def _substring_route(
-    conn: Connection,
-    tokens: list[str],
-    filters: Filters,
-    sort: str | None,
-    limit: int,
-    offset: int,
-) -> list[dict[str, Any]] | None:
-    """The trigram index: every token a case-insensitive substring of the row's three
-    columns (operators as FTS5 reads them), non-tool rows only, as the v23 trigram index."""
-    if filters.wants_tool_rows:
-        return None
-    params: dict[str, Any] = {}
-    alternatives: list[list[str]] = [[]]
-    negate = False
-    for token in tokens:
-        if token in ("AND", "OR", "NOT"):
-            if token == "OR":
-                alternatives.append([])
-            negate = token == "NOT"
-            continue
-        name = f"p{len(params)}"
-        params[name] = q.like_pattern(token.strip('"'))
-        clause = f"{TRIGRAM_TEXT} {_like_op(token)} :{name} ESCAPE '\\'"
-        alternatives[-1].append(f"NOT ({clause})" if negate else clause)
-        negate = False
-    groups = [" AND ".join(g) for g in alternatives if g]
-    if not groups:
-        return None
-    where = " OR ".join(f"({g})" for g in groups)
-    order = "m.timestamp ASC" if (sort or "").lower() == "oldest" else "m.timestamp DESC"
-    sql = _select(filters, f"m.role <> 'tool' AND ({where})", f"{order}, m.id DESC")
-    rows = _run(conn, sql, filters, {**params, "limit": limit, "offset": offset})
-    needles = [t.strip('"') for t in q.terms(tokens)]
-    return [_hit(r, _highlight(r["content"], needles, words=False)) for r in rows]
-
-
-def _like_route(
-    conn: Connection, terms: list[str], filters: Filters, limit: int, offset: int
-) -> list[dict[str, Any]]:
-    params: dict[str, Any] = {}
-    clauses = []
-    for n, term in enumerate(terms):
-        params[f"t{n}"] = q.like_pattern(term)
-        op = _like_op(term)
-        clauses.append(
-            f"(m.content {op} :t{n} ESCAPE '\\' OR m.tool_name {op} :t{n} ESCAPE '\\' "
-            f"OR m.tool_calls {op} :t{n} ESCAPE '\\')"
-        )
-    where = " OR ".join(clauses) or "FALSE"
-    sql = _select(filters, f"({where})", "m.timestamp DESC, m.id DESC")
-    rows = _run(conn, sql, filters, {**params, "limit": limit, "offset": offset})
-    first = terms[0] if terms else ""
-    return [_hit(r, like_snippet(r["content"], first)) for r in rows]
+    return ranked_order(sort, "rank DESC, m.id")
 
 
 _NOT_HIT_KEYS = ("content", "rank", "context_roles", "context_contents")
 
 
-def _hit(row: Any, snippet: str) -> dict[str, Any]:
+def _context(roles: list[Any], contents: list[Any]) -> list[dict[str, str]]:
+    return [
+        {"role": str(role), "content": decode_preview(content)[:CONTEXT_CHARS]}
+        for role, content in zip(roles, contents, strict=True)
+    ]
+
+
+def _hit(row: Any, snippet: str) -> Hit:
     hit = {k: v for k, v in row.items() if k not in _NOT_HIT_KEYS}
     hit["snippet"] = snippet
-    hit["context"] = [
-        {"role": str(role), "content": decode_preview(content)[:CONTEXT_CHARS]}
-        for role, content in zip(row["context_roles"], row["context_contents"], strict=True)
-    ]
+    hit["context"] = _context(row["context_roles"], row["context_contents"])
     return hit
 
 
-def search_messages(
-    conn: Connection,
-    query: str,
-    *,
-    source_filter: list[str] | None = None,
-    exclude_sources: list[str] | None = None,
-    role_filter: list[str] | None = None,
-    limit: int = 20,
-    offset: int = 0,
-    sort: str | None = None,
-    include_inactive: bool = False,
-) -> list[dict[str, Any]]:
-    if not query or not query.strip():
-        return []
-    sanitized = q.sanitize_fts5_query(query)
-    if not sanitized:
-        return []
-    raw, tokens = q.route_tokens(sanitized)
-    words = q.terms(tokens)
-    filters = Filters(source_filter, exclude_sources, role_filter, include_inactive)
-    hits: list[dict[str, Any]] | None = None
-    route = "empty"
-    if q.contains_cjk(sanitized):
-        cjk_tokens = [t for t in words if q.contains_cjk(t)]
-        if q.cjk_count(raw) >= 3 and all(q.cjk_count(t) >= 3 for t in cjk_tokens):
-            hits, route = _substring_route(conn, tokens, filters, sort, limit, offset), "trigram"
-        if hits is None:
-            hits, route = _like_route(conn, words or [raw], filters, limit, offset), "like_scan"
+@lru_cache(maxsize=1)
+def _context_by_id(sql: str) -> TextClause:
+    return text(sql)
+
+
+class PostgresSearch(SearchBackend):
+    dialect = "postgresql"
+    word_route = "tsvector"
+
+    def _run(self, sql: str, filters: Filters, params: dict[str, Any]) -> list[Any]:
+        # No savepoint: the SQLite routes need one because they catch FTS5 errors and fall
+        # back to another route in the same transaction; nothing here catches (the query
+        # is validated first and every value is bound), and a SAVEPOINT/RELEASE pair is
+        # two more round trips per search on a server.
+        statement = filters.statement(sql)
+        return list(self.conn.execute(statement, {**filters.params, **params}).mappings())
+
+    def word_hits(
+        self, sanitized: str, filters: Filters, sort: str | None, limit: int, offset: int
+    ) -> list[Hit]:
+        parsed = parse_fts5(sanitized)
+        params: dict[str, Any] = {}
+        query_sql = _tsquery_sql(parsed, params)
+        sql = _select(
+            filters,
+            "m.search_vector @@ hq.query",
+            _order(sort),
+            rank="ts_rank_cd(m.search_vector, hq.query)",
+            source=f"(SELECT {query_sql} AS query) AS hq, ",
+        )
+        rows = self._run(sql, filters, {**params, "limit": limit, "offset": offset})
+        terms = [term for group in parsed for negated, term in group if not negated]
+        return [_hit(r, terms_snippet(decode_preview(r["content"]), terms)) for r in rows]
+
+    def substring_hits(
+        self, tokens: list[str], filters: Filters, sort: str | None, limit: int, offset: int
+    ) -> list[Hit] | None:
+        """Every token a case-insensitive substring of the row's three columns
+        (operators as FTS5 reads them), non-tool rows only, as the v23 trigram index."""
+        if filters.wants_tool_rows:
+            return None
+        params: dict[str, Any] = {}
+        alternatives: list[list[str]] = [[]]
+        negate = False
+        for token in tokens:
+            if token in q.OPERATORS:
+                if token == "OR":
+                    alternatives.append([])
+                negate = token == "NOT"
+                continue
+            name = f"p{len(params)}"
+            params[name] = q.like_pattern(token.strip('"'))
+            clause = f"{TRIGRAM_TEXT} {_like_op(token)} :{name} ESCAPE '\\'"
+            alternatives[-1].append(f"NOT ({clause})" if negate else clause)
+            negate = False
+        groups = [" AND ".join(g) for g in alternatives if g]
+        if not groups:
+            return None
+        where = " OR ".join(f"({g})" for g in groups)
+        order = "m.timestamp ASC" if oldest_first(sort) else "m.timestamp DESC"
+        sql = _select(filters, f"m.role <> 'tool' AND ({where})", f"{order}, m.id DESC")
+        rows = self._run(sql, filters, {**params, "limit": limit, "offset": offset})
+        needles = [t.strip('"') for t in q.terms(tokens)]
+        return [_hit(r, substring_snippet(decode_preview(r["content"]), needles)) for r in rows]
+
+    def like_operator(self, term: str) -> str:
+        return _like_op(term)
+
+    def scan(self, where: str, filters: Filters, params: Params, snippet: Snippet) -> list[Hit]:
+        sql = _select(filters, f"({where})", "m.timestamp DESC, m.id DESC")
+        return [_hit(r, snippet(r["content"])) for r in self._run(sql, filters, params)]
+
+    # --- id sets for the literal tier -------------------------------------------------------
+
+    def word_ids(self, terms: list[Term], params: dict[str, Any]) -> str:
+        query_sql = _tsquery_sql([[(False, term) for term in terms]], params)
+        return f"SELECT id FROM messages WHERE search_vector @@ {query_sql}"  # noqa: S608
+
+    def attach_context(self, hits: list[Hit]) -> None:
+        # the lateral join the routes' own statements use, for hits found elsewhere
+        if not hits:
+            return
+        sql = f"SELECT m.id, ctx.* FROM messages AS m{_CONTEXT} WHERE m.id = ANY(:ids)"  # noqa: S608
+        rows = self.conn.execute(_context_by_id(sql), {"ids": [h["id"] for h in hits]}).all()
+        found = {hit_id: _context(roles, contents) for hit_id, roles, contents in rows}
+        for hit in hits:
+            hit["context"] = found.get(hit["id"], [])
+
+    def literal_ids(self, literal: str, params: Params, *, trigram: bool, words: bool) -> str:
+        n = len(params)
+        params[f"lit{n}"] = fold(literal)
+        params[f"pat{n}"] = q.like_pattern(literal)
+        like, refine = _contains(literal, f"lit{n}", f"pat{n}")
+        branches = []
+        if trigram:
+            # the partial index's predicate and expression: pg_trgm's index serves it
+            branches.append(f"m.role <> 'tool' AND {like}")
+        if words:
+            phrase = _term_sql(Term(literal, prefix=False, phrase=True), params)
+            tool_rows = " AND m.role = 'tool'" if trigram else ""
+            branches.append(f"m.search_vector @@ {phrase}{tool_rows} AND {like}")
+        if not branches:
+            branches.append(
+                ("m.role <> 'tool' AND " if len(literal) >= TRIGRAM_CHARS else "") + like
+            )
+        return " UNION ".join(
+            f"SELECT m.id FROM messages AS m WHERE {branch}{refine}"  # noqa: S608
+            for branch in branches
+        )
+
+
+def _contains(literal: str, needle: str, pattern: str) -> tuple[str, str]:
+    """SQL for "the row's text contains :needle by `reading.fold`", in two parts: a
+    (I)LIKE over TRIGRAM_TEXT, which pg_trgm's index serves, and what refines it. The
+    three columns are searched as one (TRIGRAM_TEXT joins them with spaces, which a
+    literal without whitespace cannot span), else one by one in the refinement. A
+    caseless literal is a plain LIKE. Otherwise ILIKE (every locale folds ASCII letters:
+    a superset) decides for a row of ASCII text, and translate(), which folds ASCII
+    letters only but costs a scan of the alphabet per character, for any other row."""
+    like = f"{TRIGRAM_TEXT} {_like_op(literal)} :{pattern} ESCAPE '\\'"
+    spans_columns = any(c.isspace() for c in literal)
+    texts = list(_COLUMN_TEXTS) if spans_columns else [TRIGRAM_TEXT]
+    if caseless(literal):
+        if not spans_columns:
+            return like, ""
+        checks = [f"{t} LIKE :{pattern} ESCAPE '\\'" for t in texts]
     else:
-        try:
-            parsed = parse_fts5(sanitized)
-        except QuerySyntaxError as exc:
-            log.info("search query %r is not valid FTS5 syntax (%s): no results", query, exc)
-            return []
-        hits, route = _word_route(conn, parsed, filters, sort, limit, offset), "tsvector"
-        if not hits and words and all(len(t) >= 3 for t in words):
-            hits = _substring_route(conn, tokens, filters, sort, limit, offset) or []
-            route = "trigram"
-    log.debug("search %r: route %s, %d hit(s)", query, route, len(hits))
-    return hits
+        checks = [
+            (f"{t} ILIKE :{pattern} ESCAPE '\\' AND " if spans_columns else "")
+            + f"(octet_length({t}) = char_length({t})"
+            f" OR strpos(translate({t}, '{_UPPER}', '{_UPPER.lower()}'), :{needle}) > 0)"
+            for t in texts
+        ]
+    return like, " AND (" + " OR ".join(f"({c})" for c in checks) + ")"

@@ -8,6 +8,7 @@ routes treat as "no results" instead of raising.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 MAX_QUERY_CHARS = 2048
 OPERATORS = frozenset({"AND", "OR", "NOT"})
@@ -52,25 +53,39 @@ def _placeholder(n: int) -> str:
     return f"\x00{chr(0xE000 + n)}\x00"
 
 
-def sanitize_fts5_query(query: str) -> str:
-    text = scrub_surrogates(query)[:MAX_QUERY_CHARS].replace("\x00", "")
-    phrases: list[str] = []
-    out: list[str] = []
+def clean(query: str) -> str:
+    """The query as both readings see it: surrogates scrubbed, cut to 2048 characters,
+    NUL removed."""
+    return scrub_surrogates(query)[:MAX_QUERY_CHARS].replace("\x00", "")
+
+
+def quote_scan(text: str) -> Iterator[tuple[str, str]]:
+    """`text` left to right as ("phrase", a balanced `"…"`), ("stray", an unbalanced
+    `"`) and ("char", any other character)."""
     i = 0
     while i < len(text):
-        char = text[i]
-        if char == '"':
+        if text[i] == '"':
             end = text.find('"', i + 1)
             if end == -1:
-                out.append(" ")
+                yield "stray", '"'
                 i += 1
-                continue
-            out.append(_placeholder(len(phrases)))
-            phrases.append(text[i : end + 1])
-            i = end + 1
+            else:
+                yield "phrase", text[i : end + 1]
+                i = end + 1
             continue
-        out.append(char)
+        yield "char", text[i]
         i += 1
+
+
+def sanitize_fts5_query(query: str) -> str:
+    phrases: list[str] = []
+    out: list[str] = []
+    for kind, piece in quote_scan(clean(query)):
+        if kind == "phrase":
+            out.append(_placeholder(len(phrases)))
+            phrases.append(piece)
+        else:
+            out.append(" " if kind == "stray" else piece)
     text = "".join(out).translate(_SPECIALS)
     text = re.sub(r"\*+", "*", text)
     text = re.sub(r"(^|\s)\*", r"\1", text)

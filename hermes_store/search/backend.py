@@ -1,0 +1,130 @@
+"""What a search backend offers the planner, and the registry that picks one per dialect
+(as Alembic picks its `DefaultImpl` subclass by `__dialect__`).
+
+A backend knows its dialect's indexes and how to ask them; the planner (planner.py)
+decides which route runs, in which order, what falls back to what, and how pages are
+assembled. Every method takes the filters and bound parameters; no user text is ever
+spelled into SQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from sqlalchemy import Connection
+
+from .common import Filters, attach_context, like_clauses, like_snippet, row_dicts
+from .reading import Term
+
+Hit = dict[str, Any]
+Params = dict[str, Any]
+#: a snippet from a row's content
+Snippet = Callable[[Any], str]
+
+_REGISTRY: dict[str, type[SearchBackend]] = {}
+
+
+class IndexDamaged(Exception):
+    """A full-text index answered with corruption; the planner falls back to a scan."""
+
+
+class SearchBackend:
+    #: the SQLAlchemy dialect name this backend serves (None: abstract)
+    dialect: ClassVar[str | None] = None
+    #: the route name the word index's answers are logged under
+    word_route: ClassVar[str] = "fts5"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.dialect is not None:
+            _REGISTRY[cls.dialect] = cls
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    # --- the original's routes: each returns hits with their snippet ----------------------
+
+    def word_hits(
+        self, sanitized: str, filters: Filters, sort: str | None, limit: int, offset: int
+    ) -> list[Hit]:
+        """The word index over every row, ranked. QuerySyntaxError for what FTS5 rejects,
+        IndexDamaged when the index is damaged."""
+        raise NotImplementedError
+
+    def substring_hits(
+        self, tokens: list[str], filters: Filters, sort: str | None, limit: int, offset: int
+    ) -> list[Hit] | None:
+        """The trigram index (non-tool rows), or None when it cannot answer."""
+        raise NotImplementedError
+
+    def like_hits(
+        self,
+        terms: list[str],
+        filters: Filters,
+        limit: int,
+        offset: int,
+        *,
+        all_terms: bool = False,
+        id_range: tuple[int, int] | None = None,
+    ) -> list[Hit]:
+        """A scan: each term a case-insensitive substring of content, tool name or tool
+        calls (OR, or AND with `all_terms`), newest first; the snippet starts 40
+        characters before the first term in content (spec/behaviour.md 6.1)."""
+        params: dict[str, Any] = {}
+        where = like_clauses(terms, params, self.like_operator, all_terms=all_terms)
+        if id_range is not None:
+            where = f"({where}) AND m.id > :lo AND m.id <= :hi"
+            params["lo"], params["hi"] = id_range
+        first = terms[0] if terms else ""
+        params.update(limit=limit, offset=offset)
+        return self.scan(where, filters, params, lambda content: like_snippet(content, first))
+
+    def like_operator(self, term: str) -> str:
+        """LIKE or a case-insensitive equivalent for `term` (ASCII letters at least)."""
+        return "LIKE"
+
+    def scan(self, where: str, filters: Filters, params: Params, snippet: Snippet) -> list[Hit]:
+        """The page (:limit, :offset) of rows matching `where`, newest first, each with
+        `snippet(content)`."""
+        raise NotImplementedError
+
+    def pending_range(self) -> tuple[int, int] | None:
+        """The id range (P, H] a pending backfill has not indexed yet, if any."""
+        return None
+
+    # --- id sets for the literal reading (literal.py assembles them) -----------------------
+
+    def word_ids(self, terms: list[Term], params: dict[str, Any]) -> str:
+        """SELECT of the ids of rows holding every term (words, phrases, prefixes)."""
+        raise NotImplementedError
+
+    def has_trigram_index(self) -> bool:
+        return True
+
+    def literal_ids(self, literal: str, params: Params, *, trigram: bool, words: bool) -> str:
+        """SELECT of the ids of the rows whose content, tool name or tool calls contain
+        `literal` by `reading.fold`, among: with `trigram`, the non-tool rows (the trigram
+        index); with `words`, the rows holding its words as a phrase (the word index;
+        only its tool rows are needed when `trigram` is set too); with neither, every
+        row, or every non-tool row for a literal of 3 or more characters (a scan)."""
+        raise NotImplementedError
+
+    def attach_context(self, hits: list[Hit]) -> None:
+        """Set `context` on hits that have none (common.attach_context)."""
+        attach_context(self.conn, hits)
+
+    def literal_rows(self, sql: str, filters: Filters, params: dict[str, Any]) -> list[Hit]:
+        """Run the literal tier's statement; IndexDamaged when an index is damaged."""
+        return row_dicts(self.conn.execute(filters.statement(sql), {**filters.params, **params}))
+
+
+def backend_for(conn: Connection) -> SearchBackend:
+    name = conn.dialect.name
+    try:
+        cls = _REGISTRY[name]
+    except KeyError:
+        raise NotImplementedError(
+            f"no search backend for the {name} dialect (known: {', '.join(sorted(_REGISTRY))})"
+        ) from None
+    return cls(conn)

@@ -1,0 +1,109 @@
+"""The literal tier: one statement answering `reading.read_query`'s reading of a query
+on either backend, from the id sets the backend's indexes give.
+
+A literal L matches a row when the row's content, tool name or tool calls contain L,
+ASCII letters folded (`reading.fold`), and an index can vouch for the place:
+
+- L of 3 or more characters: anywhere in a non-tool row (the trigram index, which
+  covers non-tool rows only, as the v23 layout does on both backends);
+- L holding letters or digits: in any row where its words stand as a phrase (the word
+  index, which covers tool rows too), so in tool output a literal is found where it
+  starts and ends on word boundaries;
+- L shorter than 3 characters and made of punctuation only (`%`, `->`): a scan of every
+  row, since no index holds it (3 or more punctuation characters: non-tool rows, by the
+  trigram index).
+
+The backend gives each literal's exact id set (`SearchBackend.literal_ids`) and each
+group of words its id set, each a CTE; the query's boolean structure is set algebra
+over them (INTERSECT, EXCEPT, UNION), and only the resulting ids are looked up in
+`messages` (by rowid / primary key) to be filtered, ordered and cut to a page.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .backend import Hit, SearchBackend
+from .common import Filters, oldest_first
+from .reading import TRIGRAM_CHARS, Parsed, Term, fold, words_of
+from .snippets import terms_snippet
+
+_SELECT = (
+    "SELECT m.id, m.session_id, m.role, m.content AS body, m.tool_name, m.tool_calls AS calls,"
+    " m.timestamp, s.source, s.model, s.started_at AS session_started"
+    " FROM messages AS m JOIN sessions AS s ON s.id = m.session_id"
+)
+
+
+class _Statement:
+    def __init__(self, backend: SearchBackend, filters: Filters) -> None:
+        self.backend = backend
+        self.filters = filters
+        self.params: dict[str, Any] = {}
+        self.ctes: list[str] = []
+
+    def ids(self, select: str) -> str:
+        name = f"ids{len(self.ctes)}"
+        self.ctes.append(f"{name}(id) AS ({select})")
+        return name
+
+    def literal(self, literal: str) -> str:
+        """The id set of the rows holding `literal`."""
+        trigram = len(literal) >= TRIGRAM_CHARS and self.backend.has_trigram_index()
+        # tool rows are in the word index only; the trigram set holds every other row
+        words = bool(words_of(literal)) and not (trigram and self.filters.excludes_tool_rows)
+        return self.ids(
+            self.backend.literal_ids(literal, self.params, trigram=trigram, words=words)
+        )
+
+    def group(self, group: list[tuple[bool, Term]]) -> str:
+        """The ids of an AND-group: its positive id sets intersected, minus the negated
+        ones (compound SELECTs, which SQLite reads left to right and PostgreSQL with
+        INTERSECT first: the same here, positives coming first)."""
+        words = [term for negated, term in group if not negated and not term.literal]
+        positive = [self.ids(self.backend.word_ids(words, self.params))] if words else []
+        negative: list[str] = []
+        for negated, term in group:
+            if term.literal:
+                (negative if negated else positive).append(self.literal(term.text))
+            elif negated:
+                negative.append(self.ids(self.backend.word_ids([term], self.params)))
+        sql = " INTERSECT ".join(f"SELECT id FROM {name}" for name in positive)  # noqa: S608
+        return sql + "".join(f" EXCEPT SELECT id FROM {name}" for name in negative)  # noqa: S608
+
+    def sql(self, parsed: Parsed, order: str) -> str:
+        # every id set is a CTE used once: an IN over the union of the groups, so that the
+        # page is cut from the matching rows only (each a rowid / primary-key lookup)
+        groups = [f"SELECT id FROM ({self.group(g)}) AS g{n}" for n, g in enumerate(parsed)]  # noqa: S608
+        hits = self.ids(" UNION ".join(groups))
+        return (
+            f"WITH {', '.join(self.ctes)} {_SELECT} WHERE m.id IN (SELECT id FROM {hits})"  # noqa: S608
+            f"{self.filters.sql} ORDER BY {order} LIMIT :limit"
+        )
+
+
+def literal_hits(
+    backend: SearchBackend, parsed: Parsed, filters: Filters, sort: str | None, limit: int
+) -> list[Hit]:
+    """The first `limit` rows matching the literal reading, newest first (oldest first
+    for sort="oldest"): every literal hit is as relevant as the next."""
+    statement = _Statement(backend, filters)
+    order = "m.timestamp ASC, m.id ASC" if oldest_first(sort) else "m.timestamp DESC, m.id DESC"
+    sql = statement.sql(parsed, order)
+    rows = backend.literal_rows(sql, filters, {**statement.params, "limit": limit})
+    positive = [term for group in parsed for negated, term in group if not negated]
+    literals = [t.text for t in positive if t.literal]
+    words = [t for t in positive if not t.literal]
+    return [_hit(row, literals, words) for row in rows]
+
+
+def _hit(row: Hit, literals: list[str], words: list[Term]) -> Hit:
+    body = str(row["body"] or "")
+    for candidate in (row["body"], row["calls"], row["tool_name"]):
+        text = str(candidate or "")
+        if any(fold(literal) in fold(text) for literal in literals):
+            body = text
+            break
+    hit = {k: v for k, v in row.items() if k not in ("body", "calls")}
+    hit["snippet"] = terms_snippet(body, words, literals)
+    return hit

@@ -1,0 +1,203 @@
+"""The search planner: which route answers a query, in which order, what falls back to
+what, and the top-up of a pending backfill (spec/behaviour.md 6.4, 6.5), the same for
+every backend (backend.py picks the one for the connection's dialect).
+
+1. A query holding CJK: the trigram index when every CJK term has 3 or more CJK
+   characters, else (or when it cannot answer) a LIKE scan, as the original routes it.
+2. A query holding a literal (`reading.read_query`: `don't`, `src/main.py`, `rm -rf`):
+   the literal tier first (literal.py), then the original's reading of the query (3)
+   for the rest of the page, without the rows already shown. So a message holding the
+   literal ranks above one holding only its words, and whatever the original finds is
+   still found (more hits, never fewer).
+3. Any other query: the word index; a zero-hit query whose terms all have 3 or more
+   characters is retried on the trigram index (Latin text glued to CJK, #54242); a
+   damaged index falls back to a LIKE scan.
+4. While a backfill is pending, fewer than `limit` hits are topped up by a LIKE scan of
+   the id range not indexed yet.
+
+A search slower than HERMES_SEARCH_SLOW_MS (default 1000; 0 logs every search) logs one
+INFO line on logger `hermes_state`, as the original does: the route and the row count.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from . import query as q
+from .backend import Hit, IndexDamaged, SearchBackend, backend_for
+from .common import Filters
+from .literal import literal_hits
+from .reading import Parsed, QuerySyntaxError, has_literals, read_query
+
+log = logging.getLogger(__name__)
+slow_log = logging.getLogger("hermes_state")
+
+SLOW_MS_ENV = "HERMES_SEARCH_SLOW_MS"
+DEFAULT_SLOW_MS = 1000.0
+
+
+def slow_threshold_ms() -> float:
+    try:
+        return float(os.environ.get(SLOW_MS_ENV, DEFAULT_SLOW_MS))
+    except ValueError:
+        return DEFAULT_SLOW_MS
+
+
+class _Plan:
+    def __init__(
+        self,
+        backend: SearchBackend,
+        query: str,
+        sanitized: str,
+        filters: Filters,
+        sort: str | None,
+    ) -> None:
+        self.backend = backend
+        self.query = query
+        self.sanitized = sanitized
+        self.raw, self.tokens = q.route_tokens(sanitized)
+        self.words = q.terms(self.tokens)
+        self.filters = filters
+        self.sort = sort
+        self.route = "empty"
+
+    def like(self, limit: int, offset: int) -> list[Hit]:
+        self.route = "like_scan"
+        return self.backend.like_hits(self.words or [self.raw], self.filters, limit, offset)
+
+    def substring(self, limit: int, offset: int) -> list[Hit] | None:
+        hits = self.backend.substring_hits(self.tokens, self.filters, self.sort, limit, offset)
+        if hits is not None:
+            self.route = "trigram"
+        return hits
+
+    def cjk(self, limit: int, offset: int) -> list[Hit]:
+        # trigrams need three characters: shorter CJK terms can only be found by LIKE
+        cjk_terms = [t for t in self.words if q.contains_cjk(t)]
+        hits = None
+        if q.cjk_count(self.raw) >= 3 and all(q.cjk_count(t) >= 3 for t in cjk_terms):
+            hits = self.substring(limit, offset)
+        return hits if hits is not None else self.like(limit, offset)
+
+    def words_route(self, limit: int, offset: int) -> list[Hit]:
+        try:
+            hits = self.backend.word_hits(self.sanitized, self.filters, self.sort, limit, offset)
+        except QuerySyntaxError as exc:
+            # v23 answers such queries (`don't`, `a,b`) with nothing; logged, never raised
+            log.info("search query %r is not valid FTS5 syntax (%s): no results", self.query, exc)
+            return []
+        except IndexDamaged:
+            return self.like(limit, offset)
+        self.route = self.backend.word_route
+        # a zero-hit word query gets substring semantics (Latin text glued to CJK, #54242)
+        if not hits and self.words and all(len(t) >= 3 for t in self.words):
+            hits = self.substring(limit, offset) or []
+        return hits
+
+    def literal_first(self, parsed: Parsed, limit: int, offset: int) -> list[Hit]:
+        wanted = offset + limit
+        try:
+            first = literal_hits(self.backend, parsed, self.filters, self.sort, wanted)
+        except IndexDamaged:
+            return self.like(limit, offset)
+        except OperationalError as exc:
+            log.debug("literal tier failed: %s", exc)
+            first = []
+        self.route = "literal"
+        if len(first) >= wanted:
+            return first[offset:wanted]
+        if not self.sanitized:
+            return first[offset:wanted]
+        # every literal hit is known: the original's reading fills the rest of the page
+        route = self.route
+        shown = {h["id"] for h in first}
+        rest = [h for h in self.words_route(wanted, 0) if h["id"] not in shown]
+        self.route = route if not rest else f"{route}+{self.route}"
+        return (first + rest)[offset:wanted]
+
+    def top_up(self, hits: list[Hit], limit: int) -> None:
+        pending = self.backend.pending_range()
+        if pending is None or len(hits) >= limit:
+            return
+        extra_terms = q.topup_terms(self.sanitized)
+        if not extra_terms:
+            return
+        seen = {h["id"] for h in hits}
+        try:
+            extra = self.backend.like_hits(
+                extra_terms,
+                self.filters,
+                limit - len(hits) + len(seen),
+                0,
+                all_terms=True,
+                id_range=pending,
+            )
+        except (OperationalError, DBAPIError) as exc:
+            log.debug("pending-range top-up failed: %s", exc)
+            return
+        for row in extra:
+            if row["id"] not in seen and len(hits) < limit:
+                hits.append(row)
+                seen.add(row["id"])
+
+
+def _answer(plan: _Plan, parsed: Parsed, limit: int, offset: int) -> list[Hit]:
+    if q.contains_cjk(plan.sanitized):
+        return plan.cjk(limit, offset)
+    if has_literals(parsed):
+        return plan.literal_first(parsed, limit, offset)
+    return plan.words_route(limit, offset)
+
+
+def _reading(query: str) -> Parsed:
+    try:
+        return read_query(query)
+    except QuerySyntaxError:
+        return []  # the original's reading decides (FTS5 rejects it too)
+
+
+def search_messages(
+    conn: Connection,
+    query: str,
+    *,
+    source_filter: list[str] | None = None,
+    exclude_sources: list[str] | None = None,
+    role_filter: list[str] | None = None,
+    limit: int = 20,
+    offset: int = 0,
+    sort: str | None = None,
+    include_inactive: bool = False,
+) -> list[Hit]:
+    """Search message text (spec/behaviour.md 6.1): hits with `id`, `session_id`,
+    `role`, `snippet`, `timestamp`, `tool_name`, `source`, `model`, `session_started`
+    and `context`. Never raises on user input: invalid syntax yields no results."""
+    started = time.perf_counter()
+    hits: list[Hit] = []
+    route = "empty"
+    sanitized = q.sanitize_fts5_query(query) if query and query.strip() else ""
+    parsed = _reading(query) if query and query.strip() else []
+    # the original answers a query its sanitiser empties (`(`, `:`, `*`) with nothing;
+    # as a literal it can still be found
+    if sanitized or has_literals(parsed):
+        filters = Filters(source_filter, exclude_sources, role_filter, include_inactive)
+        plan = _Plan(backend_for(conn), query, sanitized, filters, sort)
+        hits = _answer(plan, parsed, limit, offset)
+        plan.top_up(hits, limit)
+        route = plan.route
+        plan.backend.attach_context([h for h in hits if "context" not in h])
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    log.debug("search %r: route %s, %d hit(s)", query, route, len(hits))
+    if elapsed_ms >= slow_threshold_ms():
+        slow_log.info(
+            "slow session search: path=%s rows=%d elapsed_ms=%.1f query_chars=%d",
+            route,
+            len(hits),
+            elapsed_ms,
+            len(query or ""),
+        )
+    return hits
