@@ -17,14 +17,17 @@ from typing import Any
 
 from sqlalchemy import TextClause, text
 
+from ..contract import PG_WORD_PUNCTUATION
 from . import query as q
 from .backend import Hit, Params, SearchBackend, Snippet
 from .common import CONTEXT_CHARS, Filters, decode_preview, oldest_first, ranked_order
 from .reading import TRIGRAM_CHARS, Parsed, Term, fold, parse_fts5
 from .snippets import substring_snippet, terms_snippet
 
-#: The expressions of migrations/_pg_search.py (frozen there; spelled again here).
-PUNCTUATION = "[!-/:-@\\[-`{-~]+"
+#: The punctuation the generated search vector splits words at (the shared contract).
+PUNCTUATION = PG_WORD_PUNCTUATION
+#: The expression the pg_trgm index of revision 0023 covers (migrations/_pg_search.py):
+#: a query must spell it the same way for the planner to use the index.
 TRIGRAM_TEXT = (
     "(COALESCE(m.content, '') || ' ' || COALESCE(m.tool_name, '') || ' ' "
     "|| COALESCE(m.tool_calls, ''))"
