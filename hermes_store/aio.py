@@ -247,6 +247,7 @@ class AsyncUsage(_AsyncRepository[UsageRepository]):
     record_auxiliary_usage = awaitable(UsageRepository.record_auxiliary_usage)
     usage_by_model = awaitable(UsageRepository.usage_by_model)
     usage_by_day = awaitable(UsageRepository.usage_by_day)
+    usage_by_model_and_day = awaitable(UsageRepository.usage_by_model_and_day)
     message_activity_by_day = awaitable(UsageRepository.message_activity_by_day)
 
 

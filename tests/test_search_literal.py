@@ -133,7 +133,7 @@ def _distractor(query: str) -> str | None:
 
 def search(store: Store, query: str, **options: Any) -> list[dict[str, Any]]:
     with store.read() as session:
-        return search_messages(session.connection(), query, **options)
+        return search_messages(session, query, **options)
 
 
 def _planted(store: Store) -> tuple[dict[str, int], dict[str, int]]:
@@ -369,7 +369,7 @@ def test_literals_in_a_range_a_backfill_has_not_indexed_yet(store: Store) -> Non
     )
     pending = messages.append_message("s", "assistant", "and src/main.py again")
     with store.read() as session:
-        conn = session.connection()
+        conn = session
         in_index = conn.execute(
             sa.text(
                 "SELECT count(*) FROM messages_fts_trigram WHERE messages_fts_trigram MATCH"

@@ -23,7 +23,7 @@ from hermes_store.store import Store
 
 def search(store: Store, query: str, **options: Any) -> list[dict[str, Any]]:
     with store.read() as session:
-        return search_messages(session.connection(), query, **options)
+        return search_messages(session, query, **options)
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def texts(store: Store) -> dict[str, int]:
 
 def test_backend_is_chosen_by_dialect_name(store: Store) -> None:
     with store.read() as session:
-        backend = backend_for(session.connection())
+        backend = backend_for(session)
     expected = {"sqlite": SqliteSearch, "postgresql": PostgresSearch}[store.dialect]
     assert type(backend) is expected
     assert issubclass(expected, SearchBackend) and expected.dialect == store.dialect
