@@ -18,6 +18,7 @@ from sqlalchemy.exc import IntegrityError
 
 from hermes_store import migrate
 from hermes_store.repositories.maintenance import MaintenanceRepository
+from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.store import Store
 
 DAY = 86400.0
@@ -560,6 +561,35 @@ def test_delete_session_removes_delegates_and_orphans_other_children(
     assert count(con, "messages") == 1  # only the branch's
     assert count(con, "session_model_usage") == 0  # ON DELETE CASCADE
     fts_consistent(con)
+
+
+def test_delete_session_and_delete_targets_share_one_delegate_rule(
+    store: Store, con: sqlite3.Connection
+) -> None:
+    """What `get_session_delete_targets` shows a user is exactly what `delete_session`
+    with those ids deletes: a row carries the marker when its `_delegate_from` is present
+    and not null (an empty string counts, as it hides the row from listings); malformed
+    or non-object model_config never carries one, and never breaks the delete."""
+    add_session(con, "root")
+    add_session(con, "d1", parent_session_id="root", model_config=_delegate("root"))
+    add_session(con, "d-empty", parent_session_id="root", model_config='{"_delegate_from": ""}')
+    add_session(con, "d-named", model_config=_delegate("d1"))  # names a delegate, no link
+    add_session(con, "d-deep", parent_session_id="d-named", model_config='{"_delegate_from": 7}')
+    add_session(con, "d-null", parent_session_id="root", model_config='{"_delegate_from": null}')
+    add_session(con, "broken", parent_session_id="root", model_config="{_delegate_from")
+    add_session(con, "listish", parent_session_id="root", model_config='["_delegate_from"]')
+    add_session(con, "loop-a", model_config=_delegate("root"))
+    add_session(con, "loop-b", parent_session_id="loop-a", model_config=_delegate("loop-a"))
+    con.execute("UPDATE sessions SET parent_session_id = 'loop-b' WHERE id = 'loop-a'")
+    delegates = {"d1", "d-empty", "d-named", "d-deep", "loop-a", "loop-b"}
+
+    targets = SessionRepository(store).get_session_delete_targets("root")
+    assert targets == ["root", *sorted(delegates)]
+    repo = MaintenanceRepository(store)
+    assert repo.delete_session("root", expected_delete_ids=targets) is True
+    assert ids(con) == {"d-null", "broken", "listish"}
+    for sid in ("d-null", "broken", "listish"):
+        assert row(con, sid)["parent_session_id"] is None
 
 
 def test_delete_session_expected_ids_must_match(

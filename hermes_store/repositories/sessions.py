@@ -49,6 +49,7 @@ from .lineage import (
     compression_tip,
     delegate_descendants,
     descendant_ids,
+    is_recoverable,
     json_object,
     last_active,
     live_continuation,
@@ -76,8 +77,6 @@ M = MESSAGES.c
 Row = dict[str, Any]
 
 BROWSER_LOCK_KEY = "browser_model_lock"
-#: End reasons an automatic close leaves behind; a session reset may overwrite them.
-RECOVERABLE_END_REASONS = ("agent_close", "ws_orphan_reap")
 #: prune_empty_ghost_sessions / finalize_orphaned_compression_sessions age thresholds.
 GHOST_AGE = 24 * 3600.0
 ORPHANED_COMPRESSION_AGE = 7 * 86400.0
@@ -180,7 +179,7 @@ def _promote_to_reset(conn: Connection, session_id: str, reason: str) -> bool:
         update(SESSIONS)
         .where(
             S.id == session_id,
-            or_(S.ended_at.is_(None), S.end_reason.in_(RECOVERABLE_END_REASONS)),
+            is_recoverable(SESSIONS),
         )
         .values(ended_at=now(), end_reason=reason)
     )
