@@ -10,14 +10,13 @@ import logging
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import (
     BindParameter,
     ColumnElement,
     Connection,
     Select,
-    Table,
     Text,
     bindparam,
     delete,
@@ -31,12 +30,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import DBAPIError
 
-from ..models import AsyncDelegation, CompressionLock, GatewayRouting, Message
-from ..models import Session as SessionRow
+from ..models import AsyncDelegation, CompressionLock, GatewayRouting
 from ..store import Store
 from ._dialect import data_columns, data_rows, lock_session, upsert_insert
 from ._encoding import now, scrub
-from ._sql import chunks, rowcount
+from ._sql import all_columns, chunks, rowcount
+from ._tables import DELEGATIONS, SESSIONS, M, S
 from .lineage import is_recoverable, last_active
 
 log = logging.getLogger(__name__)
@@ -187,16 +186,6 @@ class CompressionLockRepository:
 
 # --------------------------------------------------------------------------- gateway
 
-SESSIONS = cast(Table, SessionRow.__table__)
-MESSAGES = cast(Table, Message.__table__)
-S = SESSIONS.c
-M = MESSAGES.c
-
-
-def _full_sessions() -> Select[Any]:
-    # SELECT *: columns this code does not know (added by a newer Hermes) come back too.
-    return select(literal_column("*")).select_from(SESSIONS)
-
 
 def _gateway_sessions() -> Select[Any]:
     """The newest-started session of every session key, with `last_active` (and the
@@ -239,7 +228,7 @@ def _resumable_peer(*conditions: ColumnElement[bool]) -> Select[Any]:
     """The newest session matching `conditions` that a gateway may resume: open, or
     closed only by an automatic close, and with a transcript worth resuming."""
     return (
-        _full_sessions()
+        all_columns(SESSIONS)
         .where(*conditions, is_recoverable(SESSIONS), exists().where(M.session_id == S.id))
         .order_by(S.started_at.desc(), S.id.desc())
         .limit(1)
@@ -259,7 +248,7 @@ _PEER_BY_TUPLE = _resumable_peer(
     _blank(S.thread_id) == bindparam("thread_id"),
 )
 _PENDING_HANDOFFS = (
-    _full_sessions().where(S.handoff_state == "pending").order_by(S.started_at, S.id)
+    all_columns(SESSIONS).where(S.handoff_state == "pending").order_by(S.started_at, S.id)
 )
 
 
@@ -534,8 +523,7 @@ class AsyncDelegationRepository:
     def get(self, delegation_id: str) -> dict[str, Any] | None:
         """The full row of one delegation, None if unknown."""
         stmt: Select[Any] = (
-            select(literal_column("*"))
-            .select_from(AsyncDelegation)
+            all_columns(DELEGATIONS)
             .where(AsyncDelegation.delegation_id == delegation_id)
         )
         with self.store.read() as s:
@@ -551,7 +539,7 @@ class AsyncDelegationRepository:
     ) -> list[dict[str, Any]]:
         """Full rows (including columns added lazily by newer writers), oldest dispatch
         first; `states` is one state, several, or None for all."""
-        stmt: Select[Any] = select(literal_column("*")).select_from(AsyncDelegation)
+        stmt: Select[Any] = all_columns(DELEGATIONS)
         params: dict[str, Any] = {}
         if states is not None:
             wanted = [states] if isinstance(states, str) else list(states)

@@ -11,13 +11,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import (
     BindParameter,
     ColumnElement,
     Connection,
-    Table,
     bindparam,
     delete,
     exists,
@@ -26,17 +25,12 @@ from sqlalchemy import (
     update,
 )
 
-from ..models import Message
-from ..models import Session as SessionModel
 from ._sql import alias, chunks, rowcount
+from ._tables import MESSAGES, SESSIONS, M, S
 from .lineage import with_delegates
 
 log = logging.getLogger(__name__)
 
-SESSIONS = cast(Table, SessionModel.__table__)
-MESSAGES = cast(Table, Message.__table__)
-S = SESSIONS.c
-M = MESSAGES.c
 
 
 def delete_ids(conn: Connection, ids: Sequence[str]) -> int:

@@ -7,33 +7,26 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Protocol, TypeGuard, cast
+from typing import Any, Protocol, TypeGuard
 
 from sqlalchemy import (
     Connection,
     Select,
-    Table,
     and_,
     bindparam,
     insert,
-    literal_column,
     or_,
     select,
     update,
 )
 
-from ..models import Message
-from ..models import Session as SessionModel
 from ._dialect import data_columns
 from ._encoding import flag, now, scrub
+from ._sql import all_columns
+from ._tables import MESSAGES, SESSIONS, M, S
 from .deletion import existing_ids
 from .lineage import compression_lineage
 from .message_codec import decode_message, encode_bulk
-
-SESSIONS = cast(Table, SessionModel.__table__)
-MESSAGES = cast(Table, Message.__table__)
-S = SESSIONS.c
-M = MESSAGES.c
 
 IMPORT_MAX_SESSIONS = 500
 IMPORT_MAX_MESSAGES_PER_SESSION = 10_000
@@ -101,7 +94,7 @@ def _is_int(value: object) -> TypeGuard[int]:
 def export_session(conn: Connection, session_id: str) -> dict[str, Any] | None:
     """The full session row plus its active messages, decoded; None if unknown."""
     row = (
-        conn.execute(select(literal_column("*")).select_from(SESSIONS).where(S.id == session_id))
+        conn.execute(all_columns(SESSIONS).where(S.id == session_id))
         .mappings()
         .first()
     )
@@ -109,8 +102,7 @@ def export_session(conn: Connection, session_id: str) -> dict[str, Any] | None:
         return None
     out = data_columns(row)
     active: Select[Any] = (
-        select(literal_column("*"))
-        .select_from(MESSAGES)
+        all_columns(MESSAGES)
         .where(M.session_id == session_id, M.active == 1)
         .order_by(M.id)
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import (
     TEXT,
@@ -31,17 +31,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.selectable import NamedFromClause
 
-from ..models import Message
-from ..models import Session as SessionModel
 from ..prepared import Prepared
 from ._dialect import json_member
 from ._encoding import flag
 from ._sql import alias, chunks, rowcount
-
-SESSIONS = cast(Table, SessionModel.__table__)
-MESSAGES = cast(Table, Message.__table__)
-S = SESSIONS.c
-M = MESSAGES.c
+from ._tables import MESSAGES, SESSIONS, M, S
 
 COMPRESSION = "compression"
 BRANCHED = "branched"
@@ -50,6 +44,18 @@ DELEGATE_MARKER = "_delegate_from"
 #: End reasons an automatic close leaves behind (the agent, the websocket reaper): such a
 #: session may still be resumed by its gateway peer, or reset.
 RECOVERABLE_END_REASONS = ("agent_close", "ws_orphan_reap")
+#: What a child takes from its parent where it has no value of its own: the workspace,
+#: and across a compression (the same conversation) the gateway origin too.
+INHERITED_FROM_PARENT = ("cwd", "git_repo_root", "git_branch", "profile_name")
+INHERITED_ACROSS_COMPRESSION = (
+    "user_id",
+    "session_key",
+    "chat_id",
+    "chat_type",
+    "thread_id",
+    "display_name",
+    "origin_json",
+)
 MAX_LINEAGE_HOPS = 100
 MAX_RESUME_HOPS = 32
 

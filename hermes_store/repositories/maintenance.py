@@ -21,8 +21,8 @@ from sqlalchemy import ColumnElement, func, select
 from ..store import Store
 from ._encoding import now
 from ._sql import IN_CHUNK
+from ._tables import SESSIONS
 from .deletion import (
-    SESSIONS,
     delete_chunk_where,
     delete_if_empty,
     delete_with_delegates,

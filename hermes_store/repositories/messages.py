@@ -23,13 +23,11 @@ from sqlalchemy import (
     CursorResult,
     Integer,
     Select,
-    Table,
     and_,
     bindparam,
     delete,
     func,
     insert,
-    literal_column,
     or_,
     select,
     update,
@@ -41,16 +39,20 @@ from ..errors import (
     InvalidInput,
     SessionNotFound,
 )
-from ..models import CompressionLock, Message
-from ..models import Session as SessionModel
 from ..prepared import Prepared
 from ..store import Store
 from ._dialect import data_columns, data_dicts, lock_session
 from ._encoding import decode_content, encode_display_metadata, now, scrub
 from ._preview import shape_message_preview
-from ._sql import chunks, rowcount
+from ._sql import all_columns, chunks, rowcount
+from ._tables import MESSAGES, SESSIONS, L, M, S
 from .conversation import conversation, repair_message_alternation, strip_memory_context
-from .lineage import COMPRESSION, ancestor_ids
+from .lineage import (
+    COMPRESSION,
+    INHERITED_ACROSS_COMPRESSION,
+    INHERITED_FROM_PARENT,
+    ancestor_ids,
+)
 from .message_codec import (
     INSERT_COLUMNS,
     EncodedMessages,
@@ -66,26 +68,6 @@ from .message_codec import (
 )
 
 log = logging.getLogger(__name__)
-
-MESSAGES = cast(Table, Message.__table__)
-SESSIONS = cast(Table, SessionModel.__table__)
-LOCKS = cast(Table, CompressionLock.__table__)
-M = MESSAGES.c
-S = SESSIONS.c
-L = LOCKS.c
-
-#: What a compression child takes over from its parent when it is published.
-INHERITED_BY_CHILD = (
-    "user_id",
-    "session_key",
-    "chat_id",
-    "chat_type",
-    "thread_id",
-    "display_name",
-    "origin_json",
-    "git_branch",
-    "git_repo_root",
-)
 
 
 # --------------------------------------------------------------------------- statements
@@ -106,8 +88,7 @@ def _conversation_page(include_inactive: bool, limited: bool, skipped: bool) -> 
 
 
 def _full_rows() -> Select[Any]:
-    # SELECT *: columns this code does not know (added by a newer Hermes) come back too.
-    return select(literal_column("*")).select_from(MESSAGES)
+    return all_columns(MESSAGES)
 
 
 def _non_empty_content() -> Any:
@@ -394,7 +375,8 @@ def _publish_child(
     require_lease: bool,
 ) -> None:
     """Insert the child with its rows and end the parent, checked under the parent's lock.
-    `child` holds the child's own columns; a None cwd or profile is the parent's."""
+    `child` holds the child's own columns; where it leaves an inherited one None, the
+    parent's value is taken."""
     # Same row lock as appends: the lease and the parent read below hold until commit.
     lock_session(conn, parent_session_id)
     at = now()
@@ -409,11 +391,9 @@ def _publish_child(
         raise RuntimeError(f"Compression parent already ended: {parent_session_id}")
     if not encoded.rows:
         raise RuntimeError("Compression child handoff must not be empty")
-    values = {key: parent[key] for key in INHERITED_BY_CHILD}
-    values.update(child)
-    for key in ("cwd", "profile_name"):
-        if values[key] is None:
-            values[key] = parent[key]
+    inherited = (*INHERITED_FROM_PARENT, *INHERITED_ACROSS_COMPRESSION)
+    values = {key: parent[key] for key in inherited}
+    values.update({k: v for k, v in child.items() if v is not None or k not in values})
     conn.execute(
         insert(SESSIONS).values(
             parent_session_id=parent_session_id,

@@ -4,20 +4,18 @@ other Hermes modules own). Unknown keys are preserved; the table is never cleare
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Connection, Table, bindparam, delete, select
+from sqlalchemy import Connection, bindparam, delete, select
 
-from ..models import StateMeta
 from ..prepared import Prepared
 from ..store import Store
 from ._dialect import PreparedUpsert
 from ._encoding import scrub
+from ._tables import META, K
 
 MetaValue = str | int | float | None
 
-META = cast(Table, StateMeta.__table__)
-K = META.c
 
 # Meta keys are read and written by every maintenance throttle and search top-up, so the
 # three statements are prepared once per dialect.

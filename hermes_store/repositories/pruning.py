@@ -9,13 +9,12 @@ made the same change.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
     Connection,
     Select,
-    Table,
     bindparam,
     func,
     or_,
@@ -23,13 +22,10 @@ from sqlalchemy import (
     update,
 )
 
-from ..models import Session as SessionModel
 from ._encoding import now
 from ._sql import chunks, path_prefix_values, path_under, rowcount
+from ._tables import SESSIONS, S
 from .lineage import COMPRESSION, last_active, lineage_members
-
-SESSIONS = cast(Table, SessionModel.__table__)
-S = SESSIONS.c
 
 DAY = 86400.0
 

@@ -16,12 +16,11 @@ import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
     Connection,
-    Table,
     and_,
     bindparam,
     exists,
@@ -34,16 +33,17 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import SQLAlchemyError
 
-from ..models import Message
-from ..models import Session as SessionModel
 from ..prepared import Prepared
 from ..store import Store
 from ._encoding import decode_content, flag, now, scrub
 from ._preview import SKILL_INVOCATION_PREFIX
-from ._sql import alias, escape_like, path_prefix_values, path_under, rowcount
+from ._sql import alias, all_columns, escape_like, path_prefix_values, path_under, rowcount
+from ._tables import MESSAGES, SESSIONS, M, S
 from .deletion import delete_ids, remove_session_files
 from .lineage import (
     COMPRESSION,
+    INHERITED_ACROSS_COMPRESSION,
+    INHERITED_FROM_PARENT,
     ancestor_ids,
     compression_lineage,
     compression_tip,
@@ -69,10 +69,6 @@ from .listing import (
 
 log = logging.getLogger(__name__)
 
-SESSIONS = cast(Table, SessionModel.__table__)
-MESSAGES = cast(Table, Message.__table__)
-S = SESSIONS.c
-M = MESSAGES.c
 
 Row = dict[str, Any]
 
@@ -98,16 +94,6 @@ CREATE_KWARGS = frozenset(
         "git_repo_root",
     }
 )
-INHERITED_FROM_PARENT = ("cwd", "git_repo_root", "git_branch", "profile_name")
-INHERITED_ACROSS_COMPRESSION = (
-    "user_id",
-    "session_key",
-    "chat_id",
-    "chat_type",
-    "thread_id",
-    "display_name",
-    "origin_json",
-)
 
 _UPSERT = text(
     "INSERT INTO sessions (id, source, user_id, model, model_config, system_prompt, "
@@ -130,7 +116,7 @@ _UPSERT = text(
     "git_repo_root = COALESCE(sessions.git_repo_root, excluded.git_repo_root)"
 )
 _FULL_ROW = Prepared(
-    select(literal_column("*")).select_from(SESSIONS).where(S.id == bindparam("id"))
+    all_columns(SESSIONS).where(S.id == bindparam("id"))
 )
 
 

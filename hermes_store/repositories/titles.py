@@ -8,21 +8,18 @@ ancestor, because both segments are one conversation to the user.
 from __future__ import annotations
 
 import re
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Connection, Table, bindparam, literal_column, or_, select, update
+from sqlalchemy import Connection, bindparam, or_, select, update
 
 from ..errors import InvalidTitle, TitleInUse
-from ..models import Session as SessionModel
 from ..prepared import Prepared
 from ..store import Store
 from ._dialect import lock_key
 from ._encoding import scrub
-from ._sql import escape_like
+from ._sql import all_columns, escape_like
+from ._tables import SESSIONS, S
 from .lineage import compression_ancestors
-
-SESSIONS = cast(Table, SessionModel.__table__)
-S = SESSIONS.c
 
 MAX_TITLE_LENGTH = 100
 
@@ -59,7 +56,7 @@ def _numbered_pattern(base: str) -> str:
 # are prepared once per dialect.
 _TITLE_OF = Prepared(select(S.title).where(S.id == bindparam("id")))
 _BY_TITLE = Prepared(
-    select(literal_column("*")).select_from(SESSIONS).where(S.title == bindparam("title"))
+    all_columns(SESSIONS).where(S.title == bindparam("title"))
 )
 _HOLDER = Prepared(
     select(S.id).where(S.title == bindparam("title"), S.id != bindparam("id")).limit(1)

@@ -11,13 +11,12 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import (
     BindParameter,
     ColumnElement,
     Connection,
-    Table,
     bindparam,
     func,
     select,
@@ -30,13 +29,10 @@ from ..prepared import Prepared
 from ..store import Store
 from ._dialect import PreparedUpsert
 from ._encoding import now, scrub
+from ._tables import SESSIONS, USAGE, S, U
 
 log = logging.getLogger(__name__)
 
-SESSIONS = cast(Table, SessionRow.__table__)
-USAGE = cast(Table, SessionModelUsage.__table__)
-S = SESSIONS.c
-U = USAGE.c
 
 #: The key of a usage row: one per session x model x route x task.
 _USAGE_KEY_NAMES = (
