@@ -17,6 +17,7 @@ from sqlalchemy import event
 from sqlalchemy.exc import IntegrityError
 
 from hermes_store import migrate
+from hermes_store.repositories._sql import IN_CHUNK
 from hermes_store.repositories.maintenance import MaintenanceRepository
 from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.store import Store
@@ -916,6 +917,25 @@ def test_prune_in_small_chunks(store: Store, con: sqlite3.Connection) -> None:
         add_session(con, f"s{i}", started_at=OLD, ended_at=OLD)
     repo = MaintenanceRepository(store, chunk_size=2)
     assert repo.prune_sessions() == 5
+    assert count(con, "sessions") == 0
+
+
+def test_prune_writes_at_most_in_chunk_sessions_per_transaction(
+    store: Store, con: sqlite3.Connection
+) -> None:
+    """One chunk size for every IN-list and chunked write (`_sql.IN_CHUNK`); a larger
+    `chunk_size` is capped to it, so a prune never holds the write lock for more."""
+    con.executemany(
+        "INSERT INTO sessions (id, source, started_at, ended_at) VALUES (?, 'cli', ?, ?)",
+        [(f"s{i:04d}", OLD, OLD) for i in range(IN_CHUNK + 3)],
+    )
+    commits: list[int] = []
+    event.listen(store.engine, "commit", lambda conn: commits.append(1))
+    repo = MaintenanceRepository(store, chunk_size=10 * IN_CHUNK)
+    assert repo.chunk_size == IN_CHUNK
+    assert repo.prune_sessions() == IN_CHUNK + 3
+    # a full chunk, the rest, and the empty chunk that ends the series
+    assert len(commits) == 3
     assert count(con, "sessions") == 0
 
 

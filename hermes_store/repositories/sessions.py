@@ -537,6 +537,7 @@ class SessionRepository:
         return self._get_counter(session_id, "compression_fallback_streak")
 
     def set_compression_fallback_streak(self, session_id: str, value: int) -> None:
+        """Set the fallback streak (negative values count as 0)."""
         self._update(session_id, compression_fallback_streak=max(0, int(value)))
 
     def get_compression_ineffective_count(self, session_id: str) -> int:
@@ -544,6 +545,7 @@ class SessionRepository:
         return self._get_counter(session_id, "compression_ineffective_count")
 
     def set_compression_ineffective_count(self, session_id: str, value: int) -> None:
+        """Set the ineffective-compression count (negative values count as 0)."""
         self._update(session_id, compression_ineffective_count=max(0, int(value)))
 
     # ----------------------------------------------------------------- lineage

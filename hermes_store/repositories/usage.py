@@ -275,6 +275,9 @@ class UsageRepository:
         api_call_count: int = 0,
         absolute: bool = False,
     ) -> None:
+        """Add one model call's usage to the session's totals and its model x route row
+        (with `absolute`, set the totals to a snapshot instead, and write no row); a
+        missing session row is created first (spec section 10.1)."""
         if not session_id:
             return
         delta = _Delta(
