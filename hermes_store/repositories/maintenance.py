@@ -205,6 +205,7 @@ class MaintenanceRepository:
 
     def prune_sessions(
         self,
+        /,
         older_than_days: float | None = 90,
         source: str | None = None,
         sessions_dir: str | Path | None = None,
@@ -216,7 +217,7 @@ class MaintenanceRepository:
         return self._delete_where(conditions, sessions_dir)
 
     def list_prune_candidates(
-        self, older_than_days: float | None = None, source: str | None = None, **filters: Any
+        self, /, older_than_days: float | None = None, source: str | None = None, **filters: Any
     ) -> list[dict[str, Any]]:
         """What prune_sessions would delete, least recently active first."""
         conditions = prune_conditions("list_prune_candidates", older_than_days, source, filters)
@@ -224,7 +225,7 @@ class MaintenanceRepository:
             return [dict(r) for r in conn.execute(candidates_statement(conditions)).mappings()]
 
     def archive_sessions(
-        self, older_than_days: float | None = None, source: str | None = None, **filters: Any
+        self, /, older_than_days: float | None = None, source: str | None = None, **filters: Any
     ) -> int:
         """Archive what `prune_sessions` would select with the same filters, lineage-wide
         like `set_session_archived` (ancestors and descendants linked through compression
