@@ -35,8 +35,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import QueuePool
 
 from . import pg_faults
-from .contract import VERSION_TABLE
 from .config import SCHEMA_VERSION, JournalPolicy, resolve_url, sqlite_path
+from .contract import VERSION_TABLE
 from .engine import BEGIN_MODE, make_engine, take_read_lock, write_connection
 from .errors import (
     DatabaseCorrupt,

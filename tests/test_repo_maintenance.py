@@ -17,7 +17,9 @@ from sqlalchemy import event
 from sqlalchemy.exc import IntegrityError
 
 from hermes_store import migrate
+from hermes_store.repositories._sql import IN_CHUNK
 from hermes_store.repositories.maintenance import MaintenanceRepository
+from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.store import Store
 
 DAY = 86400.0
@@ -562,6 +564,35 @@ def test_delete_session_removes_delegates_and_orphans_other_children(
     fts_consistent(con)
 
 
+def test_delete_session_and_delete_targets_share_one_delegate_rule(
+    store: Store, con: sqlite3.Connection
+) -> None:
+    """What `get_session_delete_targets` shows a user is exactly what `delete_session`
+    with those ids deletes: a row carries the marker when its `_delegate_from` is present
+    and not null (an empty string counts, as it hides the row from listings); malformed
+    or non-object model_config never carries one, and never breaks the delete."""
+    add_session(con, "root")
+    add_session(con, "d1", parent_session_id="root", model_config=_delegate("root"))
+    add_session(con, "d-empty", parent_session_id="root", model_config='{"_delegate_from": ""}')
+    add_session(con, "d-named", model_config=_delegate("d1"))  # names a delegate, no link
+    add_session(con, "d-deep", parent_session_id="d-named", model_config='{"_delegate_from": 7}')
+    add_session(con, "d-null", parent_session_id="root", model_config='{"_delegate_from": null}')
+    add_session(con, "broken", parent_session_id="root", model_config="{_delegate_from")
+    add_session(con, "listish", parent_session_id="root", model_config='["_delegate_from"]')
+    add_session(con, "loop-a", model_config=_delegate("root"))
+    add_session(con, "loop-b", parent_session_id="loop-a", model_config=_delegate("loop-a"))
+    con.execute("UPDATE sessions SET parent_session_id = 'loop-b' WHERE id = 'loop-a'")
+    delegates = {"d1", "d-empty", "d-named", "d-deep", "loop-a", "loop-b"}
+
+    targets = SessionRepository(store).get_session_delete_targets("root")
+    assert targets == ["root", *sorted(delegates)]
+    repo = MaintenanceRepository(store)
+    assert repo.delete_session("root", expected_delete_ids=targets) is True
+    assert ids(con) == {"d-null", "broken", "listish"}
+    for sid in ("d-null", "broken", "listish"):
+        assert row(con, sid)["parent_session_id"] is None
+
+
 def test_delete_session_expected_ids_must_match(
     repo: MaintenanceRepository, con: sqlite3.Connection, fresh_db: str, db: Any
 ) -> None:
@@ -886,6 +917,25 @@ def test_prune_in_small_chunks(store: Store, con: sqlite3.Connection) -> None:
         add_session(con, f"s{i}", started_at=OLD, ended_at=OLD)
     repo = MaintenanceRepository(store, chunk_size=2)
     assert repo.prune_sessions() == 5
+    assert count(con, "sessions") == 0
+
+
+def test_prune_writes_at_most_in_chunk_sessions_per_transaction(
+    store: Store, con: sqlite3.Connection
+) -> None:
+    """One chunk size for every IN-list and chunked write (`_sql.IN_CHUNK`); a larger
+    `chunk_size` is capped to it, so a prune never holds the write lock for more."""
+    con.executemany(
+        "INSERT INTO sessions (id, source, started_at, ended_at) VALUES (?, 'cli', ?, ?)",
+        [(f"s{i:04d}", OLD, OLD) for i in range(IN_CHUNK + 3)],
+    )
+    commits: list[int] = []
+    event.listen(store.engine, "commit", lambda conn: commits.append(1))
+    repo = MaintenanceRepository(store, chunk_size=10 * IN_CHUNK)
+    assert repo.chunk_size == IN_CHUNK
+    assert repo.prune_sessions() == IN_CHUNK + 3
+    # a full chunk, the rest, and the empty chunk that ends the series
+    assert len(commits) == 3
     assert count(con, "sessions") == 0
 
 

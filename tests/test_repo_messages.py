@@ -23,9 +23,8 @@ from hermes_store.errors import (
     InvalidInput,
     SessionNotFound,
 )
+from hermes_store.repositories._tables import LOCKS, SESSIONS
 from hermes_store.repositories.messages import (
-    LOCKS,
-    SESSIONS,
     MessageRepository,
     repair_message_alternation,
     strip_memory_context,

@@ -8,15 +8,18 @@ read-then-write takes the session's row lock first (`lock_session`).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sqlalchemy import Connection, Integer, Text, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
 from ..contract import PG_SEARCH_VECTOR_COLUMN
+from ..prepared import Prepared
 from ..search.common import row_dicts
 
 
@@ -25,9 +28,31 @@ def upsert_insert(session: Connection, entity: Any) -> sqlite.Insert | postgresq
 
     Both dialects spell the upsert the same way (`on_conflict_do_update`, `excluded`),
     so callers stay dialect-neutral as long as they only pick the constructor here."""
-    if session.dialect.name == "postgresql":
-        return postgresql.insert(entity)
-    return sqlite.insert(entity)
+    return _insert_for(session.dialect.name)(entity)
+
+
+def _insert_for(dialect_name: str) -> Callable[[Any], sqlite.Insert | postgresql.Insert]:
+    return postgresql.insert if dialect_name == "postgresql" else sqlite.insert
+
+
+class PreparedUpsert:
+    """An upsert written once and prepared once per dialect: `build` receives the
+    dialect's INSERT constructor, as `upsert_insert` would pick it, and returns the
+    statement with every value a bound parameter."""
+
+    __slots__ = ("_build", "_by_dialect")
+
+    def __init__(self, build: Callable[[Callable[[Any], Any]], Executable]) -> None:
+        self._build = build
+        self._by_dialect: dict[str, Prepared] = {}
+
+    def run(self, conn: Connection, params: Mapping[str, Any]) -> int:
+        """Execute it in `conn`'s transaction; the number of rows it changed."""
+        name = conn.dialect.name
+        prepared = self._by_dialect.get(name)
+        if prepared is None:
+            prepared = self._by_dialect[name] = Prepared(self._build(_insert_for(name)))
+        return prepared.run(conn, params)
 
 
 #: Columns a `SELECT *` returns on PostgreSQL that are not data: the generated search

@@ -9,15 +9,13 @@ original's rule; that rule lives here once and serves every preview.
 from __future__ import annotations
 
 import re
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import TEXT, ColumnElement, Table, and_, case, func, select
+from sqlalchemy import TEXT, ColumnElement, and_, case, func, select
 
-from ..models import Message
 from ._dialect import last_chars
 from ._sql import alias
-
-MESSAGES = cast(Table, Message.__table__)
+from ._tables import MESSAGES
 
 #: Characters of a session preview, and how many SQL reads before trimming and shaping.
 SESSION_PREVIEW_CHARS = 60

@@ -7,7 +7,18 @@ from collections.abc import Iterator, Sequence
 from functools import cache
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import TEXT, ColumnElement, CursorResult, Table, func, or_
+from sqlalchemy import (
+    TEXT,
+    ColumnElement,
+    CursorResult,
+    FromClause,
+    Select,
+    Table,
+    func,
+    literal_column,
+    or_,
+    select,
+)
 from sqlalchemy.sql.selectable import NamedFromClause
 
 from ._dialect import position_of
@@ -29,6 +40,12 @@ def rowcount(result: Any) -> int:
 def chunks(values: Sequence[T], size: int = IN_CHUNK) -> Iterator[list[T]]:
     for start in range(0, len(values), size):
         yield list(values[start : start + size])
+
+
+def all_columns(table: FromClause) -> Select[Any]:
+    """`SELECT *` from `table`: columns this code does not know (added by a newer Hermes
+    or a fork) come back too, where selecting the model's columns would drop them."""
+    return select(literal_column("*")).select_from(table)
 
 
 @cache

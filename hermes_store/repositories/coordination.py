@@ -13,39 +13,37 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
+    BindParameter,
+    ColumnElement,
     Connection,
-    RowMapping,
     Select,
+    Text,
     bindparam,
     delete,
+    exists,
     func,
     insert,
     literal_column,
+    or_,
     select,
-    text,
     update,
 )
 from sqlalchemy.exc import DBAPIError
 
 from ..models import AsyncDelegation, CompressionLock, GatewayRouting
-from ..models import Session as SessionRow
 from ..store import Store
-from ._dialect import lock_session, upsert_insert
+from ._dialect import data_columns, data_rows, lock_session, upsert_insert
 from ._encoding import now, scrub
+from ._sql import all_columns, chunks, rowcount
+from ._tables import DELEGATIONS, SESSIONS, M, S
+from .lineage import is_recoverable, last_active
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LOCK_TTL = 300.0
 HANDOFF_ERROR_MAX = 500
-#: Ids per IN-list: below SQLite's historic 999-variable limit with room to spare.
-CHUNK = 900
 
 _PID = re.compile(r"(?<![A-Za-z0-9_])pid=(\d+)(?![A-Za-z0-9_])")
-
-
-def _chunks(items: Sequence[str], size: int = CHUNK) -> Iterable[Sequence[str]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 def holder_pid(holder: str) -> int | None:
@@ -73,15 +71,59 @@ def holder_is_dead(holder: str) -> bool:
     return False
 
 
-def _row_dict(row: RowMapping) -> dict[str, Any]:
-    return {str(k): v for k, v in row.items()}
-
-
-def _row_dicts(rows: Iterable[RowMapping]) -> list[dict[str, Any]]:
-    return [_row_dict(r) for r in rows]
-
-
 # --------------------------------------------------------------------------- locks
+
+
+def _acquire(
+    conn: Connection, session_id: str, holder: str, ttl_seconds: float
+) -> tuple[bool, str | None]:
+    """(whether `holder` owns the lease afterwards, the stale holder it replaced)."""
+    # The session's row lock, as appends take it: a lease is not granted while an append
+    # to the session is in flight, and an append that starts after this commits sees the
+    # lease (PostgreSQL; SQLite's BEGIN IMMEDIATE gives both).
+    lock_session(conn, session_id)
+    ts = now()
+    current = conn.execute(
+        select(CompressionLock.holder, CompressionLock.expires_at).where(
+            CompressionLock.session_id == session_id
+        )
+    ).first()
+    reclaimed = None
+    if current is not None and (current.expires_at < ts or holder_is_dead(current.holder)):
+        _drop_lease(conn, session_id, current.holder)
+        reclaimed = current.holder
+    conn.execute(
+        upsert_insert(conn, CompressionLock)
+        .values(
+            session_id=session_id,
+            holder=holder,
+            acquired_at=ts,
+            expires_at=ts + float(ttl_seconds),
+        )
+        .on_conflict_do_nothing(index_elements=[CompressionLock.session_id])
+    )
+    stored = conn.execute(
+        select(CompressionLock.holder).where(CompressionLock.session_id == session_id)
+    ).scalar_one_or_none()
+    return stored == holder, reclaimed
+
+
+def _refresh(conn: Connection, session_id: str, holder: str, ttl_seconds: float) -> bool:
+    result = conn.execute(
+        update(CompressionLock)
+        .where(CompressionLock.session_id == session_id, CompressionLock.holder == holder)
+        .values(expires_at=now() + float(ttl_seconds))
+    )
+    return rowcount(result) > 0
+
+
+def _drop_lease(conn: Connection, session_id: str, holder: str) -> None:
+    conn.execute(
+        delete(CompressionLock).where(
+            CompressionLock.session_id == session_id, CompressionLock.holder == holder
+        )
+    )
+
 
 
 class CompressionLockRepository:
@@ -99,44 +141,10 @@ class CompressionLockRepository:
         if not session_id:
             return False
 
-        def work(s: Connection) -> tuple[bool, str | None]:
-            # The session's row lock, as appends take it: a lease is not granted while an
-            # append to the session is in flight, and an append that starts after this
-            # commits sees the lease (PostgreSQL; SQLite's BEGIN IMMEDIATE gives both).
-            lock_session(s, session_id)
-            conn = s
-            ts = now()
-            current = conn.execute(
-                select(CompressionLock.holder, CompressionLock.expires_at).where(
-                    CompressionLock.session_id == session_id
-                )
-            ).first()
-            reclaimed = None
-            if current is not None and (current.expires_at < ts or holder_is_dead(current.holder)):
-                conn.execute(
-                    delete(CompressionLock).where(
-                        CompressionLock.session_id == session_id,
-                        CompressionLock.holder == current.holder,
-                    )
-                )
-                reclaimed = current.holder
-            conn.execute(
-                upsert_insert(s, CompressionLock)
-                .values(
-                    session_id=session_id,
-                    holder=holder,
-                    acquired_at=ts,
-                    expires_at=ts + float(ttl_seconds),
-                )
-                .on_conflict_do_nothing(index_elements=[CompressionLock.session_id])
-            )
-            stored = conn.execute(
-                select(CompressionLock.holder).where(CompressionLock.session_id == session_id)
-            ).scalar_one_or_none()
-            return stored == holder, reclaimed
-
         try:
-            acquired, reclaimed = self.store.write(work)
+            acquired, reclaimed = self.store.write(
+                lambda conn: _acquire(conn, session_id, holder, ttl_seconds)
+            )
         except DBAPIError as exc:
             log.warning("compression lock for %s not acquired: %s", session_id, exc)
             return False
@@ -150,16 +158,8 @@ class CompressionLockRepository:
         if not session_id or not holder:
             return False
 
-        def work(s: Connection) -> bool:
-            result = s.execute(
-                update(CompressionLock)
-                .where(CompressionLock.session_id == session_id, CompressionLock.holder == holder)
-                .values(expires_at=now() + float(ttl_seconds))
-            )
-            return result.rowcount > 0
-
         try:
-            return self.store.write(work)
+            return self.store.write(lambda conn: _refresh(conn, session_id, holder, ttl_seconds))
         except DBAPIError as exc:
             log.warning("compression lock for %s not refreshed: %s", session_id, exc)
             return False
@@ -169,14 +169,7 @@ class CompressionLockRepository:
         if not session_id:
             return
         try:
-            self.store.write(
-                lambda s: s.execute(
-                    delete(CompressionLock).where(
-                        CompressionLock.session_id == session_id,
-                        CompressionLock.holder == holder,
-                    )
-                )
-            )
+            self.store.write(lambda conn: _drop_lease(conn, session_id, holder))
         except DBAPIError as exc:
             log.warning("compression lock for %s not released: %s", session_id, exc)
 
@@ -193,55 +186,106 @@ class CompressionLockRepository:
 
 # --------------------------------------------------------------------------- gateway
 
-_LIST_GATEWAY_SESSIONS = text(
-    """
-    SELECT * FROM (
-        SELECT s.*,
-               COALESCE(
-                   (SELECT MAX(m.timestamp) FROM messages m WHERE m.session_id = s.id),
-                   s.started_at
-               ) AS last_active,
-               ROW_NUMBER() OVER (
-                   PARTITION BY s.session_key ORDER BY s.started_at DESC, s.id DESC
-               ) AS hermes_rank
-        FROM sessions s
-        WHERE s.session_key IS NOT NULL AND s.session_key <> ''
-          AND (:platform = '' OR LOWER(s.source) = LOWER(:platform))
-    ) newest
-    WHERE hermes_rank = 1 AND (:active_only = 0 OR ended_at IS NULL)
-    ORDER BY last_active DESC, started_at DESC, id DESC
-    """
+
+def _gateway_sessions() -> Select[Any]:
+    """The newest-started session of every session key, with `last_active` (and the
+    rank used to pick it, `hermes_rank`); `:platform` '' means every platform,
+    `:active_only` 1 keeps only keys whose current session is open."""
+    rank = func.row_number().over(
+        partition_by=S.session_key, order_by=(S.started_at.desc(), S.id.desc())
+    )
+    platform: BindParameter[str] = bindparam("platform", type_=Text())
+    newest = (
+        select(
+            literal_column("sessions.*"),
+            last_active(S.id, S.started_at).label("last_active"),
+            rank.label("hermes_rank"),
+        )
+        .select_from(SESSIONS)
+        .where(
+            S.session_key.is_not(None),
+            S.session_key != "",
+            or_(platform == "", func.lower(S.source) == func.lower(platform)),
+        )
+        .subquery("newest")
+    )
+    column = literal_column
+    return (
+        select(column("*"))
+        .select_from(newest)
+        .where(
+            column("hermes_rank") == 1,
+            or_(bindparam("active_only") == 0, column("ended_at").is_(None)),
+        )
+        .order_by(column("last_active").desc(), column("started_at").desc(), column("id").desc())
+    )
+
+
+_LIST_GATEWAY_SESSIONS = _gateway_sessions()
+
+
+def _resumable_peer(*conditions: ColumnElement[bool]) -> Select[Any]:
+    """The newest session matching `conditions` that a gateway may resume: open, or
+    closed only by an automatic close, and with a transcript worth resuming."""
+    return (
+        all_columns(SESSIONS)
+        .where(*conditions, is_recoverable(SESSIONS), exists().where(M.session_id == S.id))
+        .order_by(S.started_at.desc(), S.id.desc())
+        .limit(1)
+    )
+
+
+def _blank(column: ColumnElement[Any]) -> ColumnElement[Any]:
+    return func.coalesce(column, "")
+
+
+_PEER_BY_KEY = _resumable_peer(
+    S.session_key == bindparam("session_key"), S.source == bindparam("source")
+)
+_PEER_BY_TUPLE = _resumable_peer(
+    S.source == bindparam("source"),
+    *(_blank(S[name]) == bindparam(name) for name in ("user_id", "chat_id", "chat_type")),
+    _blank(S.thread_id) == bindparam("thread_id"),
+)
+_PENDING_HANDOFFS = (
+    all_columns(SESSIONS).where(S.handoff_state == "pending").order_by(S.started_at, S.id)
 )
 
-# Rows a gateway may resume: open, or closed only by the agent/websocket reaper (not by
-# the user or a reset), and with a transcript worth resuming.
-_PEER_BY_KEY = text(
-    """
-    SELECT * FROM sessions
-    WHERE session_key = :session_key AND source = :source
-      AND (ended_at IS NULL OR end_reason IN ('agent_close', 'ws_orphan_reap'))
-      AND EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id)
-    ORDER BY started_at DESC, id DESC
-    LIMIT 1
-    """
-)
-_PEER_BY_TUPLE = text(
-    """
-    SELECT * FROM sessions
-    WHERE source = :source
-      AND COALESCE(user_id, '') = :user_id
-      AND COALESCE(chat_id, '') = :chat_id
-      AND COALESCE(chat_type, '') = :chat_type
-      AND COALESCE(thread_id, '') = :thread_id
-      AND (ended_at IS NULL OR end_reason IN ('agent_close', 'ws_orphan_reap'))
-      AND EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id)
-    ORDER BY started_at DESC, id DESC
-    LIMIT 1
-    """
-)
-_PENDING_HANDOFFS = text(
-    "SELECT * FROM sessions WHERE handoff_state = 'pending' ORDER BY started_at ASC, id ASC"
-)
+
+def _save_entry(conn: Connection, scope: str, session_key: str, entry_json: str) -> None:
+    stmt = upsert_insert(conn, GatewayRouting).values(
+        scope=scope, session_key=session_key, entry_json=entry_json, updated_at=now()
+    )
+    conn.execute(
+        stmt.on_conflict_do_update(
+            index_elements=[GatewayRouting.scope, GatewayRouting.session_key],
+            set_={"entry_json": stmt.excluded.entry_json, "updated_at": stmt.excluded.updated_at},
+        )
+    )
+
+
+def _replace_entries(conn: Connection, scope: str, rows: list[dict[str, Any]]) -> None:
+    conn.execute(delete(GatewayRouting).where(GatewayRouting.scope == scope))
+    if rows:
+        ts = now()
+        conn.execute(insert(GatewayRouting), [{**row, "updated_at": ts} for row in rows])
+
+
+def _delete_entries(conn: Connection, scope: str, keys: Sequence[str]) -> int:
+    stmt = delete(GatewayRouting).where(
+        GatewayRouting.scope == scope,
+        GatewayRouting.session_key.in_(bindparam("keys", expanding=True)),
+    )
+    return sum(rowcount(conn.execute(stmt, {"keys": chunk})) for chunk in chunks(keys))
+
+
+def _set_handoff(
+    conn: Connection, session_id: str, where: ColumnElement[bool] | None, values: dict[str, Any]
+) -> bool:
+    stmt = update(SESSIONS).where(S.id == session_id)
+    if where is not None:
+        stmt = stmt.where(where)
+    return rowcount(conn.execute(stmt.values(values))) > 0
 
 
 class GatewayRoutingRepository:
@@ -254,27 +298,11 @@ class GatewayRoutingRepository:
     # -- routing entries
 
     def save_entry(self, session_key: str, entry_json: str, *, scope: str = "") -> None:
+        """Insert or replace one routing entry; empty keys or entries are ignored."""
         if not session_key or not entry_json:
             return
-
-        def work(s: Connection) -> None:
-            stmt = upsert_insert(s, GatewayRouting).values(
-                scope=scope or "",
-                session_key=scrub(session_key),
-                entry_json=scrub(entry_json),
-                updated_at=now(),
-            )
-            s.execute(
-                stmt.on_conflict_do_update(
-                    index_elements=[GatewayRouting.scope, GatewayRouting.session_key],
-                    set_={
-                        "entry_json": stmt.excluded.entry_json,
-                        "updated_at": stmt.excluded.updated_at,
-                    },
-                )
-            )
-
-        self.store.write(work)
+        key, entry = scrub(session_key) or "", scrub(entry_json) or ""
+        self.store.write(lambda conn: _save_entry(conn, scope or "", key, entry))
 
     def replace_entries(self, entries: Mapping[str, str], *, scope: str = "") -> None:
         """The scope's whole index in one transaction; other scopes are untouched."""
@@ -284,19 +312,12 @@ class GatewayRoutingRepository:
             for k, v in entries.items()
             if k and v
         ]
-
-        def work(s: Connection) -> None:
-            conn = s
-            conn.execute(delete(GatewayRouting).where(GatewayRouting.scope == scope))
-            if rows:
-                ts = now()
-                conn.execute(insert(GatewayRouting), [{**row, "updated_at": ts} for row in rows])
-
-        self.store.write(work)
+        self.store.write(lambda conn: _replace_entries(conn, scope, rows))
 
     def load_entries(self, *, scope: str = "") -> dict[str, str]:
-        with self.store.read() as s:
-            rows = s.execute(
+        """The scope's index: session key -> entry JSON."""
+        with self.store.read() as conn:
+            rows = conn.execute(
                 select(GatewayRouting.session_key, GatewayRouting.entry_json).where(
                     GatewayRouting.scope == (scope or "")
                 )
@@ -304,19 +325,11 @@ class GatewayRoutingRepository:
         return {key: entry for key, entry in rows}
 
     def delete_entries(self, session_keys: Iterable[str], *, scope: str = "") -> int:
+        """Delete the scope's entries for these keys; how many existed."""
         keys = sorted({k for k in session_keys if isinstance(k, str) and k})
         if not keys:
             return 0
-        stmt = delete(GatewayRouting).where(
-            GatewayRouting.scope == (scope or ""),
-            GatewayRouting.session_key.in_(bindparam("keys", expanding=True)),
-        )
-
-        def work(s: Connection) -> int:
-            conn = s
-            return sum(conn.execute(stmt, {"keys": list(c)}).rowcount for c in _chunks(keys))
-
-        return self.store.write(work)
+        return self.store.write(lambda conn: _delete_entries(conn, scope or "", keys))
 
     # -- peer identity on sessions
 
@@ -350,11 +363,8 @@ class GatewayRoutingRepository:
             values["display_name"] = scrub(display_name)
         if origin_json is not None:
             values["origin_json"] = scrub(origin_json)
-        self.store.write(
-            lambda s: s.execute(
-                update(SessionRow).where(SessionRow.id == session_id).values(values)
-            )
-        )
+        statement = update(SESSIONS).where(S.id == session_id).values(values)
+        self.store.write(lambda conn: conn.execute(statement))
 
     def list_gateway_sessions(
         self, *, platform: str | None = None, active_only: bool = True
@@ -363,8 +373,8 @@ class GatewayRoutingRepository:
         `last_active`, newest activity first. `active_only` asks whether a key's current
         session is open; an older open session behind a newer ended one is not current."""
         params = {"platform": platform or "", "active_only": 1 if active_only else 0}
-        with self.store.read() as s:
-            rows = _row_dicts(s.execute(_LIST_GATEWAY_SESSIONS, params).mappings())
+        with self.store.read() as conn:
+            rows = data_rows(conn.execute(_LIST_GATEWAY_SESSIONS, params))
         for row in rows:
             row.pop("hermes_rank", None)
         return rows
@@ -383,19 +393,19 @@ class GatewayRoutingRepository:
         if not platform or not chat_id:
             return None
         stmt = (
-            select(SessionRow.id, SessionRow.user_id)
+            select(S.id, S.user_id)
             .where(
-                SessionRow.session_key.is_not(None),
-                SessionRow.ended_at.is_(None),
-                func.lower(SessionRow.source) == platform.lower(),
-                SessionRow.chat_id == chat_id,
+                S.session_key.is_not(None),
+                S.ended_at.is_(None),
+                func.lower(S.source) == platform.lower(),
+                S.chat_id == chat_id,
             )
-            .order_by(SessionRow.started_at.desc(), SessionRow.id.desc())
+            .order_by(S.started_at.desc(), S.id.desc())
         )
         if thread_id is not None:
-            stmt = stmt.where(func.coalesce(SessionRow.thread_id, "") == thread_id)
-        with self.store.read() as s:
-            rows = s.execute(stmt).all()
+            stmt = stmt.where(_blank(S.thread_id) == thread_id)
+        with self.store.read() as conn:
+            rows = conn.execute(stmt).all()
         if not rows:
             return None
         if user_id is not None:
@@ -420,46 +430,36 @@ class GatewayRoutingRepository:
         id and type) by the whole peer tuple, NULLs compared as ''."""
         if not session_key:
             return None
-        with self.store.read() as s:
+        with self.store.read() as conn:
             row = (
-                s.execute(_PEER_BY_KEY, {"session_key": session_key, "source": source})
+                conn.execute(_PEER_BY_KEY, {"session_key": session_key, "source": source})
                 .mappings()
                 .first()
             )
             if row is None and chat_id and chat_type:
-                row = (
-                    s.execute(
-                        _PEER_BY_TUPLE,
-                        {
-                            "source": source,
-                            "user_id": user_id or "",
-                            "chat_id": chat_id,
-                            "chat_type": chat_type,
-                            "thread_id": thread_id or "",
-                        },
-                    )
-                    .mappings()
-                    .first()
-                )
-        return _row_dict(row) if row is not None else None
+                peer = {
+                    "source": source,
+                    "user_id": user_id or "",
+                    "chat_id": chat_id,
+                    "chat_type": chat_type,
+                    "thread_id": thread_id or "",
+                }
+                row = conn.execute(_PEER_BY_TUPLE, peer).mappings().first()
+        return data_columns(row) if row is not None else None
 
     # -- handoffs
 
-    def _set_handoff(self, session_id: str, where: Any, values: dict[str, Any]) -> bool:
-        def work(s: Connection) -> bool:
-            stmt = update(SessionRow).where(SessionRow.id == session_id)
-            if where is not None:
-                stmt = stmt.where(where)
-            return s.execute(stmt.values(values)).rowcount > 0
-
-        return self.store.write(work)
+    def _set_handoff(
+        self, session_id: str, where: ColumnElement[bool] | None, values: dict[str, Any]
+    ) -> bool:
+        return self.store.write(lambda conn: _set_handoff(conn, session_id, where, values))
 
     def request_handoff(self, session_id: str, platform: str) -> bool:
         """Queue a handoff unless one is already pending or running."""
-        state = SessionRow.handoff_state
+        state = S.handoff_state
         return self._set_handoff(
             session_id,
-            state.is_(None) | state.in_(("completed", "failed")),
+            or_(state.is_(None), state.in_(("completed", "failed"))),
             {
                 "handoff_state": "pending",
                 "handoff_platform": scrub(platform),
@@ -470,25 +470,27 @@ class GatewayRoutingRepository:
     def claim_handoff(self, session_id: str) -> bool:
         """pending -> running; False if someone else claimed it first."""
         return self._set_handoff(
-            session_id, SessionRow.handoff_state == "pending", {"handoff_state": "running"}
+            session_id, S.handoff_state == "pending", {"handoff_state": "running"}
         )
 
     def complete_handoff(self, session_id: str) -> None:
+        """Mark the handoff completed (whatever state it was in) and clear its error."""
         self._set_handoff(session_id, None, {"handoff_state": "completed", "handoff_error": None})
 
     def fail_handoff(self, session_id: str, error: str | None) -> None:
+        """Mark the handoff failed with `error`, cut to HANDOFF_ERROR_MAX characters."""
         message = None if error is None else scrub(str(error)[:HANDOFF_ERROR_MAX])
         self._set_handoff(session_id, None, {"handoff_state": "failed", "handoff_error": message})
 
     def get_handoff_state(self, session_id: str) -> dict[str, Any] | None:
+        """`{state, platform, error}` of the session's handoff; None for an unknown id or
+        when the columns cannot be read."""
         try:
-            with self.store.read() as s:
-                row = s.execute(
-                    select(
-                        SessionRow.handoff_state,
-                        SessionRow.handoff_platform,
-                        SessionRow.handoff_error,
-                    ).where(SessionRow.id == session_id)
+            with self.store.read() as conn:
+                row = conn.execute(
+                    select(S.handoff_state, S.handoff_platform, S.handoff_error).where(
+                        S.id == session_id
+                    )
                 ).first()
         except DBAPIError as exc:
             log.warning("handoff state of %s unreadable: %s", session_id, exc)
@@ -498,9 +500,11 @@ class GatewayRoutingRepository:
         return {"state": row[0], "platform": row[1], "error": row[2]}
 
     def list_pending_handoffs(self) -> list[dict[str, Any]]:
+        """Full rows of the sessions waiting for a handoff, oldest first; [] when
+        unreadable."""
         try:
-            with self.store.read() as s:
-                return _row_dicts(s.execute(_PENDING_HANDOFFS).mappings())
+            with self.store.read() as conn:
+                return data_rows(conn.execute(_PENDING_HANDOFFS))
         except DBAPIError as exc:
             log.warning("pending handoffs unreadable: %s", exc)
             return []
@@ -517,14 +521,14 @@ class AsyncDelegationRepository:
         self.store = store
 
     def get(self, delegation_id: str) -> dict[str, Any] | None:
+        """The full row of one delegation, None if unknown."""
         stmt: Select[Any] = (
-            select(literal_column("*"))
-            .select_from(AsyncDelegation)
+            all_columns(DELEGATIONS)
             .where(AsyncDelegation.delegation_id == delegation_id)
         )
         with self.store.read() as s:
             row = s.execute(stmt).mappings().first()
-        return _row_dict(row) if row is not None else None
+        return data_columns(row) if row is not None else None
 
     def list_by_state(
         self,
@@ -535,7 +539,7 @@ class AsyncDelegationRepository:
     ) -> list[dict[str, Any]]:
         """Full rows (including columns added lazily by newer writers), oldest dispatch
         first; `states` is one state, several, or None for all."""
-        stmt: Select[Any] = select(literal_column("*")).select_from(AsyncDelegation)
+        stmt: Select[Any] = all_columns(DELEGATIONS)
         params: dict[str, Any] = {}
         if states is not None:
             wanted = [states] if isinstance(states, str) else list(states)
@@ -549,9 +553,10 @@ class AsyncDelegationRepository:
         if limit is not None:
             stmt = stmt.limit(max(0, int(limit)))
         with self.store.read() as s:
-            return _row_dicts(s.execute(stmt, params).mappings())
+            return data_rows(s.execute(stmt, params))
 
     def count_by_state(self) -> dict[str, int]:
+        """How many delegations are in each state."""
         with self.store.read() as s:
             rows = s.execute(
                 select(AsyncDelegation.state, func.count()).group_by(AsyncDelegation.state)

@@ -1,25 +1,36 @@
-"""Deleting sessions: the rows (children orphaned first, messages, then the sessions) and
-the transcript files a deleted session leaves in the sessions directory."""
+"""Deleting sessions: the rows (children orphaned first, messages, then the sessions),
+the delegate runs that go with a deleted session, and the transcript files a deleted
+session leaves in the sessions directory (spec/behaviour.md section 9).
+
+Every id list that reaches SQL is chunked (`_sql.IN_CHUNK`), so no batch size can hit
+SQLite's variable limit (upstream #87928).
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import BindParameter, Connection, Table, bindparam, delete, update
+from sqlalchemy import (
+    BindParameter,
+    ColumnElement,
+    Connection,
+    bindparam,
+    delete,
+    exists,
+    or_,
+    select,
+    update,
+)
 
-from ..models import Message
-from ..models import Session as SessionModel
-from ._sql import chunks
+from ._sql import alias, chunks, rowcount
+from ._tables import MESSAGES, SESSIONS, M, S
+from .lineage import with_delegates
 
 log = logging.getLogger(__name__)
 
-SESSIONS = cast(Table, SessionModel.__table__)
-MESSAGES = cast(Table, Message.__table__)
-S = SESSIONS.c
-M = MESSAGES.c
 
 
 def delete_ids(conn: Connection, ids: Sequence[str]) -> int:
@@ -37,13 +48,69 @@ def delete_ids(conn: Connection, ids: Sequence[str]) -> int:
     drop_messages = delete(MESSAGES).where(M.session_id.in_(ids_param))
     drop_sessions = delete(SESSIONS).where(S.id.in_(ids_param))
     for chunk in chunks(ids):
-        conn.execute(unlink, {"ids": list(chunk)})
+        conn.execute(unlink, {"ids": chunk})
     for chunk in chunks(ids):
-        conn.execute(drop_messages, {"ids": list(chunk)})
+        conn.execute(drop_messages, {"ids": chunk})
     deleted = 0
     for chunk in chunks(ids):
-        deleted += conn.execute(drop_sessions, {"ids": list(chunk)}).rowcount
+        deleted += rowcount(conn.execute(drop_sessions, {"ids": chunk}))
     return deleted
+
+
+def existing_ids(conn: Connection, ids: Sequence[str]) -> set[str]:
+    """Which of `ids` name a session."""
+    stmt = select(S.id).where(S.id.in_(bindparam("ids", expanding=True)))
+    found: set[str] = set()
+    for chunk in chunks(ids):
+        found.update(conn.execute(stmt, {"ids": chunk}).scalars())
+    return found
+
+
+def delete_with_delegates(
+    conn: Connection, ids: Sequence[str], expected: set[str] | None = None
+) -> tuple[int, set[str]]:
+    """Delete the existing sessions among `ids` with their delegate runs; (how many of
+    `ids` existed, every id deleted). With `expected`, nothing is deleted unless exactly
+    that set would go (what a UI showed the user): then (0, empty set)."""
+    found = existing_ids(conn, ids)
+    if not found:
+        return 0, set()
+    targets = with_delegates(conn, found)
+    if expected is not None and targets != expected:
+        return 0, set()
+    delete_ids(conn, sorted(targets))
+    return len(found), targets
+
+
+def delete_if_empty(conn: Connection, session_id: str) -> bool:
+    """Delete the session only if it is untitled (NULL or ''), has no message rows
+    (inactive ones count) and no child sessions."""
+    child = alias(SESSIONS, "empty_child")
+    stmt = delete(SESSIONS).where(
+        S.id == session_id,
+        or_(S.title.is_(None), S.title == ""),
+        ~exists().where(M.session_id == session_id),
+        ~exists().where(child.c.parent_session_id == session_id),
+    )
+    return rowcount(conn.execute(stmt)) > 0
+
+
+def delete_chunk_where(
+    conn: Connection,
+    conditions: Sequence[ColumnElement[bool]],
+    after_id: str | None,
+    limit: int,
+) -> list[str]:
+    """Delete up to `limit` sessions matching `conditions` with ids above `after_id`
+    (children orphaned, not cascaded); the deleted ids in order. A keyset, so a series of
+    chunks never rescans rows an earlier chunk passed."""
+    stmt = select(S.id).where(*conditions)
+    if after_id is not None:
+        stmt = stmt.where(S.id > after_id)
+    ids = [str(i) for i in conn.execute(stmt.order_by(S.id).limit(limit)).scalars()]
+    if ids:
+        delete_ids(conn, ids)
+    return ids
 
 
 def _safe_file_id(sid: str) -> bool:

@@ -11,7 +11,8 @@ processes and a cycle in it must not hang a listing.
 from __future__ import annotations
 
 import json
-from typing import Any, cast
+from collections.abc import Iterable
+from typing import Any
 
 from sqlalchemy import (
     TEXT,
@@ -30,22 +31,31 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.selectable import NamedFromClause
 
-from ..models import Message
-from ..models import Session as SessionModel
 from ..prepared import Prepared
 from ._dialect import json_member
 from ._encoding import flag
 from ._sql import alias, chunks, rowcount
-
-SESSIONS = cast(Table, SessionModel.__table__)
-MESSAGES = cast(Table, Message.__table__)
-S = SESSIONS.c
-M = MESSAGES.c
+from ._tables import MESSAGES, SESSIONS, M, S
 
 COMPRESSION = "compression"
 BRANCHED = "branched"
 BRANCH_MARKER = "_branched_from"
 DELEGATE_MARKER = "_delegate_from"
+#: End reasons an automatic close leaves behind (the agent, the websocket reaper): such a
+#: session may still be resumed by its gateway peer, or reset.
+RECOVERABLE_END_REASONS = ("agent_close", "ws_orphan_reap")
+#: What a child takes from its parent where it has no value of its own: the workspace,
+#: and across a compression (the same conversation) the gateway origin too.
+INHERITED_FROM_PARENT = ("cwd", "git_repo_root", "git_branch", "profile_name")
+INHERITED_ACROSS_COMPRESSION = (
+    "user_id",
+    "session_key",
+    "chat_id",
+    "chat_type",
+    "thread_id",
+    "display_name",
+    "origin_json",
+)
 MAX_LINEAGE_HOPS = 100
 MAX_RESUME_HOPS = 32
 
@@ -87,6 +97,11 @@ def is_continuation(a: NamedFromClause) -> ColumnElement[bool]:
         marker(a.c.model_config, DELEGATE_MARKER).is_(None),
         func.coalesce(a.c.source, "") != "tool",
     )
+
+
+def is_recoverable(a: NamedFromClause | Table) -> ColumnElement[bool]:
+    """Open, or closed only by an automatic close."""
+    return or_(a.c.ended_at.is_(None), a.c.end_reason.in_(RECOVERABLE_END_REASONS))
 
 
 def last_active(
@@ -266,29 +281,46 @@ def descendant_ids(conn: Connection, session_id: str) -> list[str]:
     return found
 
 
-def delegate_descendants(conn: Connection, session_id: str) -> set[str]:
-    """Rows whose `_delegate_from` names a collected id, or delegate-marked children of
-    one, walked to a fixed point (behaviour.md section 9)."""
-    collected = {session_id}
-    frontier = [session_id]
-    a = SESSIONS.alias("d")
-    delegate_of = marker(a.c.model_config, DELEGATE_MARKER)
-    while frontier:
-        new: set[str] = set()
-        for chunk in chunks(frontier):
-            rows = conn.execute(
-                select(a.c.id).where(
-                    or_(
-                        delegate_of.in_(chunk),
-                        and_(a.c.parent_session_id.in_(chunk), delegate_of.is_not(None)),
-                    )
-                )
-            ).scalars()
-            new.update(r for r in rows if r not in collected)
-        collected |= new
-        frontier = sorted(new)
-    collected.discard(session_id)
+def _delegate_rows(conn: Connection) -> list[tuple[str, str | None, str]]:
+    """(id, parent, `_delegate_from` as text) of every row carrying the marker: the
+    same `marker` test listings use, so a malformed model_config carries none."""
+    delegate_of = marker(S.model_config, DELEGATE_MARKER)
+    rows = conn.execute(
+        select(S.id, S.parent_session_id, delegate_of).where(
+            # a cheap substring test first, so the JSON is parsed only where it can match
+            S.model_config.contains(DELEGATE_MARKER, autoescape=True),
+            delegate_of.is_not(None),
+        )
+    ).all()
+    return [(str(sid), parent, str(of)) for sid, parent, of in rows]
+
+
+def with_delegates(conn: Connection, roots: Iterable[str]) -> set[str]:
+    """`roots` plus their delegate descendants (behaviour.md section 9): rows whose
+    `_delegate_from` names a collected id, and children of a collected id that carry any
+    `_delegate_from`, walked to a fixed point. One read of the marked rows, however deep
+    the tree: a walk level by level would parse every model_config once per level."""
+    collected = set(roots)
+    pending = _delegate_rows(conn)
+    grew = True
+    while grew:
+        grew = False
+        rest = []
+        for sid, parent, delegate_of in pending:
+            if sid in collected:
+                continue
+            if delegate_of in collected or parent in collected:
+                collected.add(sid)
+                grew = True
+            else:
+                rest.append((sid, parent, delegate_of))
+        pending = rest
     return collected
+
+
+def delegate_descendants(conn: Connection, session_id: str) -> set[str]:
+    """The delegate descendants of one session (itself excluded)."""
+    return with_delegates(conn, [session_id]) - {session_id}
 
 
 def live_continuation(conn: Connection, parent_session_id: str) -> str | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import (
     TEXT,
@@ -21,7 +21,6 @@ from sqlalchemy import (
     Connection,
     Integer,
     Select,
-    Table,
     bindparam,
     case,
     func,
@@ -31,13 +30,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.selectable import NamedFromClause
 
-from ..models import Session as SessionModel
 from ..prepared import Prepared
 from ._preview import first_user_excerpt, shape_session_preview
 from ._sql import alias, contains_caseless, path_prefix_values, path_under
+from ._tables import SESSIONS
 from .lineage import COMPRESSION, compression_tip, is_continuation, is_listable, last_active
-
-SESSIONS = cast(Table, SessionModel.__table__)
 
 Row = dict[str, Any]
 

@@ -1,20 +1,20 @@
-"""Messages: the transcript of a session, its counters and its conversation format
-(spec/behaviour.md sections 3, 4.1 and the publication half of 12).
+"""Messages: the transcript of a session and its counters (spec/behaviour.md sections 3,
+4.1 and the publication half of 12).
 
 Every method that touches more than one row runs in one `Store.write` unit of work, so a
 failure or a retry leaves nothing half done; the counters `sessions.message_count` and
 `sessions.tool_call_count` are maintained here, in the same transaction as the rows they
 count (the schema has no triggers for them). Transcripts are ordered by `messages.id`,
 never by `timestamp`, which is wall-clock time and not monotonic.
+
+Row encoding lives in `message_codec.py`, the conversation format in `conversation.py`;
+each unit of work is a module-level function taking the transaction's connection first.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any, cast
 
@@ -23,13 +23,11 @@ from sqlalchemy import (
     CursorResult,
     Integer,
     Select,
-    Table,
     and_,
     bindparam,
     delete,
     func,
     insert,
-    literal_column,
     or_,
     select,
     update,
@@ -41,253 +39,38 @@ from ..errors import (
     InvalidInput,
     SessionNotFound,
 )
-from ..models import CompressionLock, Message
-from ..models import Session as SessionModel
 from ..prepared import Prepared
 from ..store import Store
 from ._dialect import data_columns, data_dicts, lock_session
-from ._encoding import (
-    decode_content,
-    decode_display_metadata,
-    decode_json,
-    encode_content,
-    encode_display_metadata,
-    encode_json_if_truthy,
-    encode_tool_calls,
-    flag,
-    now,
-    scrub,
+from ._encoding import decode_content, encode_display_metadata, now, scrub
+from ._preview import shape_message_preview
+from ._sql import all_columns, chunks, rowcount
+from ._tables import MESSAGES, SESSIONS, L, M, S
+from .conversation import conversation, repair_message_alternation, strip_memory_context
+from .lineage import (
+    COMPRESSION,
+    INHERITED_ACROSS_COMPRESSION,
+    INHERITED_FROM_PARENT,
+    ancestor_ids,
 )
-from ._preview import describe_skill_invocation
+from .message_codec import (
+    INSERT_COLUMNS,
+    EncodedMessages,
+    RowLike,
+    content_value,
+    decode_fields,
+    decode_message,
+    encode_bulk,
+    encode_row,
+    epoch_seconds,
+    field_json,
+    field_text,
+)
 
 log = logging.getLogger(__name__)
 
-MESSAGES = cast(Table, Message.__table__)
-SESSIONS = cast(Table, SessionModel.__table__)
-LOCKS = cast(Table, CompressionLock.__table__)
-M = MESSAGES.c
-S = SESSIONS.c
-L = LOCKS.c
 
-#: A result row as a mapping (SQLAlchemy's RowMapping is keyed by names and columns).
-RowLike = Mapping[Any, Any]
-
-#: The smallest step of the bulk routine's running clock (one microsecond).
-CLOCK_STEP = 1e-6
-#: How far `include_ancestors` walks up `parent_session_id` before giving up.
-MAX_LINEAGE_HOPS = 100
-#: Fields the bulk routine keeps only on assistant rows.
-ASSISTANT_ONLY = (
-    "reasoning",
-    "reasoning_content",
-    "reasoning_details",
-    "codex_reasoning_items",
-    "codex_message_items",
-)
-REVIEW_PROMPT_PREFIXES = (
-    "Review the conversation above and update the skill library",
-    "Review the conversation above and consider saving to memory",
-)
-PREVIEW_CHARS = 80
-
-_MEMORY_BLOCK = re.compile(r"<memory-context>.*?</memory-context>", re.I | re.S)
-_MEMORY_NOTE = re.compile(
-    r"\[System note: The following is recalled memory context\b[^\]]*\]", re.I | re.S
-)
-_MEMORY_FENCE = re.compile(r"</?memory-context>", re.I)
-
-# Text values SQLite can bind as they are; anything else is refused with InvalidInput
-# before it reaches the driver, whose own error would not say which field was wrong.
-_BINDABLE_SCALARS = (str, int, float, type(None))
-_CONTENT_TYPES = (str, bytes, int, float, list, dict, type(None))
-
-
-# --------------------------------------------------------------------------- encoding
-
-
-def _field_text(name: str, value: Any) -> Any:
-    if isinstance(value, str):
-        return scrub(value)
-    if isinstance(value, _BINDABLE_SCALARS):
-        return value
-    raise InvalidInput(f"message field {name!r} must be text, got {type(value).__name__}")
-
-
-def _field_json(name: str, value: Any) -> str | None:
-    try:
-        return encode_json_if_truthy(value)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"message field {name!r} is not JSON-serialisable: {exc}") from exc
-
-
-def _content(value: Any) -> Any:
-    if isinstance(value, bytearray | memoryview):
-        value = bytes(value)
-    if not isinstance(value, _CONTENT_TYPES):
-        raise InvalidInput(
-            f"message content of type {type(value).__name__} cannot be stored; "
-            "pass str, list, dict, bytes, int, float or None"
-        )
-    try:
-        return encode_content(value)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"structured message content is not JSON-serialisable: {exc}") from exc
-
-
-def _tool_calls(value: Any) -> tuple[str | None, int]:
-    try:
-        return encode_tool_calls(value)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"tool_calls is not JSON-serialisable: {exc}") from exc
-
-
-def _timestamp(value: Any) -> float | None:
-    """Epoch seconds from a datetime-like object or a number; None when unusable.
-
-    Booleans and numeric strings count as unusable (the original accepts "a number"), and
-    so do NaN and infinities: SQLite would turn NaN into NULL and fail the NOT NULL."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        if isinstance(value, int | float):
-            ts = float(value)
-        elif callable(getattr(value, "timestamp", None)):
-            ts = float(value.timestamp())
-        else:
-            return None
-    except (TypeError, ValueError, OverflowError, OSError):
-        return None
-    return ts if math.isfinite(ts) else None
-
-
-def _row(
-    session_id: str,
-    *,
-    role: Any,
-    content: Any,
-    tool_name: Any,
-    tool_calls: Any,
-    tool_call_id: Any,
-    token_count: Any,
-    finish_reason: Any,
-    reasoning: Any,
-    reasoning_content: Any,
-    reasoning_details: Any,
-    codex_reasoning_items: Any,
-    codex_message_items: Any,
-    platform_message_id: Any,
-    observed: Any,
-    effect_disposition: Any,
-    timestamp: float,
-    api_content: Any,
-    display_kind: Any,
-    display_metadata: Any,
-) -> tuple[dict[str, Any], int]:
-    """One `messages` row in the stored encodings, and what it adds to tool_call_count."""
-    stored_calls, n_calls = _tool_calls(tool_calls)
-    values = {
-        "session_id": session_id,
-        "role": _field_text("role", role),
-        "content": _content(content),
-        "tool_call_id": _field_text("tool_call_id", tool_call_id),
-        "tool_calls": stored_calls,
-        "tool_name": _field_text("tool_name", tool_name),
-        "effect_disposition": _field_text("effect_disposition", effect_disposition),
-        "timestamp": timestamp,
-        "token_count": token_count,
-        "finish_reason": _field_text("finish_reason", finish_reason),
-        "reasoning": _field_text("reasoning", reasoning),
-        "reasoning_content": _field_text("reasoning_content", reasoning_content),
-        "reasoning_details": _field_json("reasoning_details", reasoning_details),
-        "codex_reasoning_items": _field_json("codex_reasoning_items", codex_reasoning_items),
-        "codex_message_items": _field_json("codex_message_items", codex_message_items),
-        "platform_message_id": _field_text("platform_message_id", platform_message_id),
-        "observed": flag(observed),
-        # Written explicitly: older reconciled files have `active` without its DEFAULT 1.
-        "active": 1,
-        "compacted": 0,
-        "api_content": _field_text("api_content", api_content),
-        "display_kind": _field_text("display_kind", display_kind),
-        "display_metadata": encode_display_metadata(display_metadata),
-    }
-    return values, n_calls
-
-
-@dataclass
-class _Encoded:
-    rows: list[dict[str, Any]]
-    tool_calls: int
-
-
-def encode_bulk(session_id: str, messages: Iterable[Mapping[str, Any]]) -> _Encoded:
-    """The bulk routine shared by replace, compaction, publication and batch appends."""
-    clock = now()
-    rows: list[dict[str, Any]] = []
-    total_calls = 0
-    for index, message in enumerate(messages):
-        if not isinstance(message, Mapping):
-            raise InvalidInput(f"message {index} is a {type(message).__name__}, not a dict")
-        role = message.get("role") or "unknown"
-        is_assistant = role == "assistant"
-        explicit = _timestamp(message.get("timestamp"))
-        ts = clock if explicit is None else explicit
-        platform_id = message.get("platform_message_id")
-        if platform_id is None:
-            platform_id = message.get("message_id")
-        kept = {k: (message.get(k) if is_assistant else None) for k in ASSISTANT_ONLY}
-        values, n_calls = _row(
-            session_id,
-            role=role,
-            content=message.get("content"),
-            tool_name=message.get("tool_name"),
-            tool_calls=message.get("tool_calls"),
-            tool_call_id=message.get("tool_call_id"),
-            token_count=message.get("token_count"),
-            finish_reason=message.get("finish_reason"),
-            platform_message_id=platform_id,
-            observed=message.get("observed"),
-            effect_disposition=message.get("effect_disposition"),
-            timestamp=ts,
-            api_content=message.get("api_content"),
-            display_kind=message.get("display_kind"),
-            display_metadata=message.get("display_metadata"),
-            **kept,
-        )
-        rows.append(values)
-        total_calls += n_calls
-        # Rows without their own time still sort after the previous row by timestamp.
-        clock = max(clock + CLOCK_STEP, ts + CLOCK_STEP)
-    return _Encoded(rows, total_calls)
-
-
-# --------------------------------------------------------------------------- decoding
-
-
-def _parse_tool_calls(stored: Any) -> Any:
-    return None if stored is None else decode_json(stored, [])
-
-
-def decode_message(row: RowLike) -> dict[str, Any]:
-    """A full row as a dict with content, tool_calls and display_metadata decoded."""
-    return _decode_fields(data_columns(row))
-
-
-def _decode_fields(out: dict[str, Any]) -> dict[str, Any]:
-    if "content" in out:
-        out["content"] = decode_content(out["content"])
-    if "tool_calls" in out:
-        out["tool_calls"] = _parse_tool_calls(out["tool_calls"])
-    if "display_metadata" in out:
-        out["display_metadata"] = decode_display_metadata(out["display_metadata"])
-    return out
-
-
-def strip_memory_context(text: str) -> str:
-    """Remove recalled-memory fences, their system note and stray fence tags."""
-    text = _MEMORY_BLOCK.sub("", text)
-    text = _MEMORY_NOTE.sub("", text)
-    text = _MEMORY_FENCE.sub("", text)
-    return text.strip()
+# --------------------------------------------------------------------------- statements
 
 
 @cache
@@ -305,137 +88,11 @@ def _conversation_page(include_inactive: bool, limited: bool, skipped: bool) -> 
 
 
 def _full_rows() -> Select[Any]:
-    # SELECT *: columns this code does not know (added by a newer Hermes) come back too.
-    return select(literal_column("*")).select_from(MESSAGES)
+    return all_columns(MESSAGES)
 
 
 def _non_empty_content() -> Any:
     return and_(M.content.is_not(None), M.content != "")
-
-
-def _preview(content: Any) -> str:
-    if isinstance(content, dict):
-        content = [content]
-    if isinstance(content, list):
-        texts = [
-            part["text"]
-            for part in content
-            if isinstance(part, dict) and isinstance(part.get("text"), str) and part["text"]
-        ]
-        text = " ".join(texts) if texts else "[multimodal content]"
-    elif content is None:
-        text = ""
-    elif isinstance(content, bytes):
-        text = content.decode("utf-8", "replace")
-    else:
-        text = str(content)
-        text = describe_skill_invocation(text) or text
-    text = " ".join(text.split())
-    if len(text) > PREVIEW_CHARS:
-        text = text[: PREVIEW_CHARS - 3] + "..."
-    return text
-
-
-def _to_conversation(row: RowLike) -> dict[str, Any]:
-    role = row["role"]
-    content = decode_content(row["content"])
-    if role in ("user", "assistant") and isinstance(content, str):
-        content = strip_memory_context(content)
-    msg: dict[str, Any] = {"role": role, "content": content}
-    if row["api_content"]:
-        msg["api_content"] = row["api_content"]
-    if row["display_kind"]:
-        msg["display_kind"] = row["display_kind"]
-    metadata = decode_display_metadata(row["display_metadata"])
-    if metadata is not None:
-        msg["display_metadata"] = metadata
-    if row["timestamp"]:
-        msg["timestamp"] = float(row["timestamp"])
-    for key in ("tool_call_id", "tool_name", "effect_disposition"):
-        if row[key]:
-            msg[key] = row[key]
-    if row["tool_calls"] is not None:
-        msg["tool_calls"] = _parse_tool_calls(row["tool_calls"])
-    if row["platform_message_id"]:
-        msg["message_id"] = row["platform_message_id"]
-    if row["observed"]:
-        msg["observed"] = True
-    if role == "assistant":
-        for key in ("finish_reason", "reasoning"):
-            if row[key]:
-                msg[key] = row[key]
-        if row["reasoning_content"] is not None:
-            msg["reasoning_content"] = row["reasoning_content"]
-        for key in ("reasoning_details", "codex_reasoning_items", "codex_message_items"):
-            if row[key] is not None:
-                msg[key] = decode_json(row[key])
-    return msg
-
-
-def _drop_replayed_prompts(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Compression re-sends the pending user prompt in the child; show it once."""
-    out: list[dict[str, Any]] = []
-    seen_prompts: list[Any] = []  # contents may be lists, so no set
-    for msg in messages:
-        role = msg["role"]
-        if role == "user":
-            if msg["content"] in seen_prompts:
-                continue
-            seen_prompts.append(msg["content"])
-        elif role == "tool" or (role == "assistant" and (msg["content"] or msg.get("tool_calls"))):
-            seen_prompts = []
-        out.append(msg)
-    return out
-
-
-def _is_review_prompt(msg: Mapping[str, Any]) -> bool:
-    content = msg["content"]
-    return (
-        msg["role"] in ("user", "system")
-        and isinstance(content, str)
-        and content.lstrip().startswith(REVIEW_PROMPT_PREFIXES)
-    )
-
-
-def _drop_review_prompts(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    skip_reply = False
-    for msg in messages:
-        if _is_review_prompt(msg):
-            skip_reply = True
-            continue
-        if skip_reply and msg["role"] == "assistant":
-            skip_reply = False
-            continue
-        skip_reply = False
-        out.append(msg)
-    return out
-
-
-def repair_message_alternation(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A deliberately small stand-in for the agent's sequence repair: consecutive user
-    messages with text content are merged into one (texts joined by a blank line), since
-    providers reject two user turns in a row. Nothing else is changed; the input list and
-    its dicts are not modified."""
-    out: list[dict[str, Any]] = []
-    for msg in messages:
-        prev = out[-1] if out else None
-        if (
-            prev is not None
-            and prev["role"] == "user"
-            and msg["role"] == "user"
-            and isinstance(prev["content"], str)
-            and isinstance(msg["content"], str)
-        ):
-            merged = dict(prev)
-            merged["content"] = "\n\n".join(p for p in (prev["content"], msg["content"]) if p)
-            out[-1] = merged
-            continue
-        out.append(msg)
-    return out
-
-
-# --------------------------------------------------------------------------- checks
 
 
 # The statements every append runs, compiled once per dialect: building and executing
@@ -447,17 +104,9 @@ _LEASE_HOLDER = Prepared(
 _SESSION_STATE = Prepared(
     select(S.ended_at, S.end_reason).where(S.id == bindparam("session_id"))
 )
-#: Every column `_row` writes, in one order, so an insert of n rows is one statement.
-_INSERT_COLUMNS = (
-    "session_id", "role", "content", "tool_call_id", "tool_calls", "tool_name",
-    "effect_disposition", "timestamp", "token_count", "finish_reason", "reasoning",
-    "reasoning_content", "reasoning_details", "codex_reasoning_items", "codex_message_items",
-    "platform_message_id", "observed", "active", "compacted", "api_content", "display_kind",
-    "display_metadata",
-)  # fmt: skip
 _INSERT_ONE = Prepared(
     insert(MESSAGES)
-    .values({name: bindparam(name) for name in _INSERT_COLUMNS})
+    .values({name: bindparam(name) for name in INSERT_COLUMNS})
     .returning(M.id)
 )
 _ADD_COUNTS = Prepared(
@@ -472,13 +121,16 @@ _ADD_COUNTS = Prepared(
 #: Multi-row inserts by row count, kept for the batch sizes a process actually uses.
 _INSERT_MANY: dict[int, Prepared] = {}
 _INSERT_MANY_SIZES = 64
+#: Rows per multi-row INSERT: 22 parameters a row stays under SQLite's default limit
+#: of 32,766 bound parameters.
+_INSERT_CHUNK = 500
 
 
 def _insert_many(count: int) -> Prepared:
     found = _INSERT_MANY.get(count)
     if found is None:
         rows: list[dict[str, Any]] = [
-            {name: bindparam(f"{name}_{i}") for name in _INSERT_COLUMNS} for i in range(count)
+            {name: bindparam(f"{name}_{i}") for name in INSERT_COLUMNS} for i in range(count)
         ]
         found = Prepared(insert(MESSAGES).values(rows).returning(M.id))
         if len(_INSERT_MANY) < _INSERT_MANY_SIZES:
@@ -486,86 +138,351 @@ def _insert_many(count: int) -> Prepared:
     return found
 
 
-def _live_lock_holder(session: Connection, session_id: str, at: float) -> str | None:
-    holder = _LEASE_HOLDER.scalar(session, {"session_id": session_id, "at": at})
-    return None if holder is None else str(holder)
+# --------------------------------------------------------------------------- checks
 
 
-def _check_append_allowed(
-    session: Connection, session_id: str, holder: str | None, at: float
-) -> None:
+def _check_append_allowed(conn: Connection, session_id: str, holder: str | None, at: float) -> None:
     """Another holder's live lease, then a compression-closed session, then a missing one."""
-    current = _live_lock_holder(session, session_id, at)
-    if current is not None and current != holder:
+    current = _LEASE_HOLDER.scalar(conn, {"session_id": session_id, "at": at})
+    if current is not None and str(current) != holder:
         raise CompressionSessionBusyError(
             f"Session '{session_id}' is being compressed by another writer",
             session_id,
         )
-    state = _SESSION_STATE.first(session, {"session_id": session_id})
+    state = _SESSION_STATE.first(conn, {"session_id": session_id})
     if state is None:
         raise SessionNotFound(session_id)
     _check_not_compression_closed(session_id, state[0], state[1])
 
 
 def _check_not_compression_closed(session_id: str, ended_at: Any, end_reason: Any) -> None:
-    if ended_at is not None and end_reason == "compression":
+    if ended_at is not None and end_reason == COMPRESSION:
         raise CompressionSessionClosedError(session_id)
-
-
-def _session_state(session: Connection, session_id: str) -> Any:
-    return session.execute(
-        select(S.ended_at, S.end_reason).where(S.id == session_id)
-    ).one_or_none()
-
-
-#: Rows per multi-row INSERT: 22 parameters a row stays under SQLite's default limit
-#: of 32,766 bound parameters.
-_INSERT_CHUNK = 500
-
-
-def _insert_rows(session: Connection, rows: list[dict[str, Any]]) -> list[int]:
-    """Insert rows in multi-row statements; ids in the order of `rows`."""
-    if not session.dialect.insert_returning:
-        return [_insert_without_returning(session, row) for row in rows]
-    ids: list[int] = []
-    for start in range(0, len(rows), _INSERT_CHUNK):
-        chunk = rows[start : start + _INSERT_CHUNK]
-        params = {
-            f"{name}_{i}": row[name] for i, row in enumerate(chunk) for name in _INSERT_COLUMNS
-        }
-        # RETURNING order is unspecified, but AUTOINCREMENT ids grow in VALUES order
-        # inside one statement under the write lock, so sorting restores the input order.
-        ids += sorted(int(r[0]) for r in _insert_many(len(chunk)).rows(session, params))
-    return ids
-
-
-def _insert_without_returning(session: Connection, row: dict[str, Any]) -> int:
-    """SQLite before 3.35 has no RETURNING: one statement per row, keys from lastrowid."""
-    one = cast(CursorResult[Any], session.execute(insert(MESSAGES).values(row)))
-    key = one.inserted_primary_key
-    assert key is not None
-    return int(key[0])
-
-
-def _add_counts(session: Connection, session_id: str, messages: int, tool_calls: int) -> None:
-    params = {"session_id": session_id, "add_messages": messages, "add_tool_calls": tool_calls}
-    _ADD_COUNTS.run(session, params)
-
-
-def _set_counts(session: Connection, session_id: str, messages: int, tool_calls: int) -> None:
-    session.execute(
-        update(SESSIONS)
-        .where(S.id == session_id)
-        .values(message_count=messages, tool_call_count=tool_calls)
-    )
 
 
 def _is_empty(value: Any) -> bool:
     return value is None or (isinstance(value, str | bytes | list | dict) and len(value) == 0)
 
 
-def _rowcount(result: Any) -> int:
-    return int(cast(CursorResult[Any], result).rowcount)
+# --------------------------------------------------------------------------- row writes
+
+
+def _insert_rows(conn: Connection, rows: list[dict[str, Any]]) -> list[int]:
+    """Insert rows in multi-row statements; ids in the order of `rows`."""
+    if not conn.dialect.insert_returning:
+        return [_insert_without_returning(conn, row) for row in rows]
+    ids: list[int] = []
+    for chunk in chunks(rows, _INSERT_CHUNK):
+        params = {
+            f"{name}_{i}": row[name] for i, row in enumerate(chunk) for name in INSERT_COLUMNS
+        }
+        # RETURNING order is unspecified, but AUTOINCREMENT ids grow in VALUES order
+        # inside one statement under the write lock, so sorting restores the input order.
+        ids += sorted(int(r[0]) for r in _insert_many(len(chunk)).rows(conn, params))
+    return ids
+
+
+def _insert_without_returning(conn: Connection, row: dict[str, Any]) -> int:
+    """SQLite before 3.35 has no RETURNING: one statement per row, keys from lastrowid."""
+    one = cast(CursorResult[Any], conn.execute(insert(MESSAGES).values(row)))
+    key = one.inserted_primary_key
+    assert key is not None
+    return int(key[0])
+
+
+def _add_counts(conn: Connection, session_id: str, messages: int, tool_calls: int) -> None:
+    params = {"session_id": session_id, "add_messages": messages, "add_tool_calls": tool_calls}
+    _ADD_COUNTS.run(conn, params)
+
+
+def _set_counts(conn: Connection, session_id: str, messages: int, tool_calls: int) -> None:
+    conn.execute(
+        update(SESSIONS)
+        .where(S.id == session_id)
+        .values(message_count=messages, tool_call_count=tool_calls)
+    )
+
+
+# --------------------------------------------------------------------------- units of work
+
+
+def _append_one(
+    conn: Connection,
+    session_id: str,
+    holder: str | None,
+    explicit_ts: float | None,
+    fields: Mapping[str, Any],
+) -> int:
+    lock_session(conn, session_id)  # the checks below must hold until commit
+    at = now()
+    _check_append_allowed(conn, session_id, holder, at)
+    values, n_calls = encode_row(
+        session_id, timestamp=at if explicit_ts is None else explicit_ts, **fields
+    )
+    if conn.dialect.insert_returning:
+        message_id = int(_INSERT_ONE.scalar(conn, values))
+    else:
+        message_id = _insert_without_returning(conn, values)
+    _add_counts(conn, session_id, 1, n_calls)
+    return message_id
+
+
+def _append_many(
+    conn: Connection, session_id: str, holder: str | None, encoded: EncodedMessages
+) -> list[int]:
+    lock_session(conn, session_id)
+    _check_append_allowed(conn, session_id, holder, now())
+    ids = _insert_rows(conn, encoded.rows)
+    if ids:
+        _add_counts(conn, session_id, len(ids), encoded.tool_calls)
+    return ids
+
+
+def _replace(
+    conn: Connection, session_id: str, encoded: EncodedMessages, active_only: bool
+) -> None:
+    state = _SESSION_STATE.first(conn, {"session_id": session_id})
+    if state is not None:
+        _check_not_compression_closed(session_id, state[0], state[1])
+    elif encoded.rows:
+        raise SessionNotFound(session_id)
+    doomed = delete(MESSAGES).where(M.session_id == session_id)
+    if active_only:
+        doomed = doomed.where(M.active == 1)
+    conn.execute(doomed)
+    _insert_rows(conn, encoded.rows)
+    _set_counts(conn, session_id, len(encoded.rows), encoded.tool_calls)
+
+
+def _archive_and_compact(conn: Connection, session_id: str, encoded: EncodedMessages) -> int:
+    if _SESSION_STATE.first(conn, {"session_id": session_id}) is None:
+        if encoded.rows:
+            raise SessionNotFound(session_id)
+        return 0
+    conn.execute(
+        update(MESSAGES)
+        .where(M.session_id == session_id, M.active == 1)
+        .values(active=0, compacted=1)
+    )
+    _insert_rows(conn, encoded.rows)
+    _set_counts(conn, session_id, len(encoded.rows), encoded.tool_calls)
+    return len(encoded.rows)
+
+
+def _newest_active(session_id: str, role: str) -> Select[Any]:
+    """The newest active row of `role` in the session (its id and content)."""
+    return (
+        select(M.id, M.content)
+        .where(M.session_id == session_id, M.active == 1, M.role == role)
+        .order_by(M.id.desc())
+        .limit(1)
+    )
+
+
+def _tag_latest_match(
+    conn: Connection,
+    session_id: str,
+    role: str,
+    stored_content: Any,
+    values: Mapping[str, Any],
+) -> bool:
+    target = conn.execute(
+        _newest_active(session_id, role).where(M.content == stored_content)
+    ).first()
+    if target is None:
+        return False
+    conn.execute(update(MESSAGES).where(M.id == target.id).values(values))
+    return True
+
+
+def _set_latest_api_content(
+    conn: Connection, session_id: str, stored_content: Any, stored_api: Any
+) -> int:
+    latest = conn.execute(_newest_active(session_id, "user")).first()
+    if latest is None or latest.content != stored_content:
+        return 0
+    conn.execute(update(MESSAGES).where(M.id == latest.id).values(api_content=stored_api))
+    return 1
+
+
+def _rewind(conn: Connection, session_id: str, target_message_id: int) -> dict[str, Any]:
+    target = (
+        conn.execute(_full_rows().where(M.id == target_message_id, M.session_id == session_id))
+        .mappings()
+        .one_or_none()
+    )
+    if target is None:
+        raise ValueError(f"message {target_message_id} not found in session {session_id}")
+    if target["role"] != "user":
+        raise ValueError(
+            "rewind target must be a 'user' message "
+            f"(got role='{target['role']}', id={target_message_id})"
+        )
+    rewound = _set_active(conn, session_id, target_message_id, active=False)
+    conn.execute(
+        update(SESSIONS)
+        .where(S.id == session_id)
+        .values(rewind_count=func.coalesce(S.rewind_count, 0) + 1)
+    )
+    head = conn.execute(
+        select(func.max(M.id)).where(M.session_id == session_id, M.active == 1)
+    ).scalar_one_or_none()
+    row = data_columns(target)
+    row["content"] = decode_content(row["content"])
+    return {
+        "rewound_count": rewound,
+        "target_message": row,
+        "new_head_id": None if head is None else int(head),
+    }
+
+
+def _set_active(conn: Connection, session_id: str, since_message_id: int, active: bool) -> int:
+    """Flip the rows with id >= `since_message_id` that are not yet `active`; how many."""
+    result = conn.execute(
+        update(MESSAGES)
+        .where(
+            M.session_id == session_id,
+            M.active == (0 if active else 1),
+            M.id >= since_message_id,
+        )
+        .values(active=1 if active else 0)
+    )
+    return rowcount(result)
+
+
+def _clear(conn: Connection, session_id: str) -> None:
+    conn.execute(delete(MESSAGES).where(M.session_id == session_id))
+    _set_counts(conn, session_id, 0, 0)
+
+
+def _check_lease(conn: Connection, parent_session_id: str, holder: str | None, at: float) -> None:
+    lease = conn.execute(
+        select(L.holder, L.expires_at).where(L.session_id == parent_session_id)
+    ).one_or_none()
+    if lease is None or lease.holder != holder or lease.expires_at < at:
+        raise CompressionSessionBusyError(
+            f"Compression lease lost before publication: {parent_session_id}",
+            parent_session_id,
+        )
+
+
+def _publish_child(
+    conn: Connection,
+    parent_session_id: str,
+    child: Mapping[str, Any],
+    encoded: EncodedMessages,
+    holder: str | None,
+    require_lease: bool,
+) -> None:
+    """Insert the child with its rows and end the parent, checked under the parent's lock.
+    `child` holds the child's own columns; where it leaves an inherited one None, the
+    parent's value is taken."""
+    # Same row lock as appends: the lease and the parent read below hold until commit.
+    lock_session(conn, parent_session_id)
+    at = now()
+    if require_lease:
+        _check_lease(conn, parent_session_id, holder, at)
+    parent = (
+        conn.execute(select(SESSIONS).where(S.id == parent_session_id)).mappings().one_or_none()
+    )
+    if parent is None:
+        raise RuntimeError(f"Compression parent not found: {parent_session_id}")
+    if parent["ended_at"] is not None:
+        raise RuntimeError(f"Compression parent already ended: {parent_session_id}")
+    if not encoded.rows:
+        raise RuntimeError("Compression child handoff must not be empty")
+    inherited = (*INHERITED_FROM_PARENT, *INHERITED_ACROSS_COMPRESSION)
+    values = {key: parent[key] for key in inherited}
+    values.update({k: v for k, v in child.items() if v is not None or k not in values})
+    conn.execute(
+        insert(SESSIONS).values(
+            parent_session_id=parent_session_id,
+            started_at=at,
+            message_count=len(encoded.rows),
+            tool_call_count=encoded.tool_calls,
+            **values,
+        )
+    )
+    _insert_rows(conn, encoded.rows)
+    ended = conn.execute(
+        update(SESSIONS)
+        .where(S.id == parent_session_id, S.ended_at.is_(None))
+        .values(ended_at=at, end_reason=COMPRESSION)
+    )
+    if rowcount(ended) != 1:
+        raise RuntimeError(f"Compression parent changed during publication: {parent_session_id}")
+
+
+# --------------------------------------------------------------------------- reads
+
+
+def _window(
+    conn: Connection, session_id: str, around_message_id: int, window: int
+) -> tuple[list[RowLike], RowLike, list[RowLike]] | None:
+    """(rows before, the anchor, rows after), each side at most `window` rows by id."""
+    anchor = (
+        conn.execute(_full_rows().where(M.id == around_message_id, M.session_id == session_id))
+        .mappings()
+        .one_or_none()
+    )
+    if anchor is None:
+        return None
+    window = max(0, int(window))
+    in_session = _full_rows().where(M.session_id == session_id)
+    before = (
+        conn.execute(
+            in_session.where(M.id < around_message_id).order_by(M.id.desc()).limit(window)
+        )
+        .mappings()
+        .all()
+    )
+    after = (
+        conn.execute(in_session.where(M.id > around_message_id).order_by(M.id).limit(window))
+        .mappings()
+        .all()
+    )
+    return list(reversed(before)), anchor, list(after)
+
+
+def _bookends(
+    conn: Connection,
+    session_id: str,
+    low: int,
+    high: int,
+    bookend: int,
+    keep_roles: Sequence[str] | None,
+) -> tuple[list[RowLike], list[RowLike]]:
+    """The first `bookend` rows before id `low` and the last ones after `high`, both in id
+    order; only rows with content and (with `keep_roles`) of those roles."""
+    base = _full_rows().where(M.session_id == session_id, _non_empty_content())
+    if keep_roles is not None:
+        base = base.where(M.role.in_(list(keep_roles)))
+    start = conn.execute(base.where(M.id < low).order_by(M.id).limit(bookend)).mappings().all()
+    end = (
+        conn.execute(base.where(M.id > high).order_by(M.id.desc()).limit(bookend))
+        .mappings()
+        .all()
+    )
+    return list(start), list(reversed(end))
+
+
+def _lineage_rows(
+    conn: Connection, session_id: str, include_ancestors: bool, include_inactive: bool
+) -> tuple[list[str], list[RowLike]]:
+    """(root-to-tip chain, its rows in chain order then id order) in one query."""
+    chain = [session_id]
+    if include_ancestors:
+        chain = [*reversed(ancestor_ids(conn, session_id)), session_id]
+    query = _full_rows().where(M.session_id.in_(chain))
+    if not include_inactive:
+        query = query.where(M.active == 1)
+    rows = conn.execute(query.order_by(M.id)).mappings().all()
+    position = {sid: i for i, sid in enumerate(chain)}
+    return chain, sorted(rows, key=lambda r: (position[r["session_id"]], r["id"]))
+
+
+def _exists(conn: Connection, query: Select[Any]) -> bool:
+    return conn.execute(query.limit(1)).first() is not None
 
 
 # --------------------------------------------------------------------------- repository
@@ -608,42 +525,31 @@ class MessageRepository:
         for an unknown id, InvalidInput for values that cannot be stored."""
         if role is None:
             raise InvalidInput("a message needs a role")
-        explicit_ts = _timestamp(timestamp)
-
-        def work(session: Connection) -> int:
-            lock_session(session, session_id)  # the checks below must hold until commit
-            at = now()
-            _check_append_allowed(session, session_id, compression_lock_holder, at)
-            values, n_calls = _row(
-                session_id,
-                role=role,
-                content=content,
-                tool_name=tool_name,
-                tool_calls=tool_calls,
-                tool_call_id=tool_call_id,
-                token_count=token_count,
-                finish_reason=finish_reason,
-                reasoning=reasoning,
-                reasoning_content=reasoning_content,
-                reasoning_details=reasoning_details,
-                codex_reasoning_items=codex_reasoning_items,
-                codex_message_items=codex_message_items,
-                platform_message_id=platform_message_id,
-                observed=observed,
-                effect_disposition=effect_disposition,
-                timestamp=at if explicit_ts is None else explicit_ts,
-                api_content=api_content,
-                display_kind=display_kind,
-                display_metadata=display_metadata,
-            )
-            if session.dialect.insert_returning:
-                message_id = int(_INSERT_ONE.scalar(session, values))
-            else:
-                message_id = _insert_without_returning(session, values)
-            _add_counts(session, session_id, 1, n_calls)
-            return message_id
-
-        return self.store.write(work)
+        explicit_ts = epoch_seconds(timestamp)
+        fields = {
+            "role": role,
+            "content": content,
+            "tool_name": tool_name,
+            "tool_calls": tool_calls,
+            "tool_call_id": tool_call_id,
+            "token_count": token_count,
+            "finish_reason": finish_reason,
+            "reasoning": reasoning,
+            "reasoning_content": reasoning_content,
+            "reasoning_details": reasoning_details,
+            "codex_reasoning_items": codex_reasoning_items,
+            "codex_message_items": codex_message_items,
+            "platform_message_id": platform_message_id,
+            "observed": observed,
+            "effect_disposition": effect_disposition,
+            "api_content": api_content,
+            "display_kind": display_kind,
+            "display_metadata": display_metadata,
+        }
+        holder = compression_lock_holder
+        return self.store.write(
+            lambda conn: _append_one(conn, session_id, holder, explicit_ts, fields)
+        )
 
     def append_messages(
         self,
@@ -655,16 +561,8 @@ class MessageRepository:
         """Append many messages (dicts, bulk encoding) in one transaction; returns their
         ids in order. Same checks as `append_message`; an empty list writes nothing."""
         encoded = encode_bulk(session_id, messages)
-
-        def work(session: Connection) -> list[int]:
-            lock_session(session, session_id)
-            _check_append_allowed(session, session_id, compression_lock_holder, now())
-            ids = _insert_rows(session, encoded.rows)
-            if ids:
-                _add_counts(session, session_id, len(ids), encoded.tool_calls)
-            return ids
-
-        return self.store.write(work)
+        holder = compression_lock_holder
+        return self.store.write(lambda conn: _append_many(conn, session_id, holder, encoded))
 
     def replace_messages(
         self,
@@ -675,21 +573,7 @@ class MessageRepository:
         """Delete the session's messages (only active ones with `active_only`), insert
         `messages` as the new active transcript and set the counters to what was inserted."""
         encoded = encode_bulk(session_id, messages)
-
-        def work(session: Connection) -> None:
-            state = _session_state(session, session_id)
-            if state is not None:
-                _check_not_compression_closed(session_id, state.ended_at, state.end_reason)
-            elif encoded.rows:
-                raise SessionNotFound(session_id)
-            doomed = delete(MESSAGES).where(M.session_id == session_id)
-            if active_only:
-                doomed = doomed.where(M.active == 1)
-            session.execute(doomed)
-            _insert_rows(session, encoded.rows)
-            _set_counts(session, session_id, len(encoded.rows), encoded.tool_calls)
-
-        self.store.write(work)
+        self.store.write(lambda conn: _replace(conn, session_id, encoded, active_only))
 
     def archive_and_compact(
         self, session_id: str, compacted_messages: Sequence[Mapping[str, Any]]
@@ -697,22 +581,7 @@ class MessageRepository:
         """Archive the active rows (active=0, compacted=1; still searchable), insert the
         compacted transcript, set the counters to it; returns how many rows were inserted."""
         encoded = encode_bulk(session_id, compacted_messages)
-
-        def work(session: Connection) -> int:
-            if _session_state(session, session_id) is None:
-                if encoded.rows:
-                    raise SessionNotFound(session_id)
-                return 0
-            session.execute(
-                update(MESSAGES)
-                .where(M.session_id == session_id, M.active == 1)
-                .values(active=0, compacted=1)
-            )
-            _insert_rows(session, encoded.rows)
-            _set_counts(session, session_id, len(encoded.rows), encoded.tool_calls)
-            return len(encoded.rows)
-
-        return self.store.write(work)
+        return self.store.write(lambda conn: _archive_and_compact(conn, session_id, encoded))
 
     def set_latest_matching_message_display_kind(
         self,
@@ -726,129 +595,41 @@ class MessageRepository:
         """Tag the newest active row with this role and content; False if none matched."""
         if not session_id or not role or not display_kind or _is_empty(content):
             return False
-        stored_content = _content(content)
-        kind = _field_text("display_kind", display_kind)
-        metadata = encode_display_metadata(display_metadata)
-
-        def work(session: Connection) -> bool:
-            target = session.execute(
-                select(M.id)
-                .where(
-                    M.session_id == session_id,
-                    M.active == 1,
-                    M.role == role,
-                    M.content == stored_content,
-                )
-                .order_by(M.id.desc())
-                .limit(1)
-            ).scalar_one_or_none()
-            if target is None:
-                return False
-            session.execute(
-                update(MESSAGES)
-                .where(M.id == target)
-                .values(display_kind=kind, display_metadata=metadata)
-            )
-            return True
-
-        return self.store.write(work)
+        stored_content = content_value(content)
+        values = {
+            "display_kind": field_text("display_kind", display_kind),
+            "display_metadata": encode_display_metadata(display_metadata),
+        }
+        return self.store.write(
+            lambda conn: _tag_latest_match(conn, session_id, role, stored_content, values)
+        )
 
     def set_latest_user_api_content(self, session_id: str, content: Any, api_content: Any) -> int:
         """Set `api_content` on the newest active user row if its content is `content`."""
         if not session_id:
             return 0
-        stored_content = _content(content)
-        stored_api = _field_text("api_content", api_content)
-
-        def work(session: Connection) -> int:
-            latest = session.execute(
-                select(M.id, M.content)
-                .where(M.session_id == session_id, M.active == 1, M.role == "user")
-                .order_by(M.id.desc())
-                .limit(1)
-            ).one_or_none()
-            if latest is None or latest.content != stored_content:
-                return 0
-            session.execute(
-                update(MESSAGES).where(M.id == latest.id).values(api_content=stored_api)
-            )
-            return 1
-
-        return self.store.write(work)
+        stored_content = content_value(content)
+        stored_api = field_text("api_content", api_content)
+        return self.store.write(
+            lambda conn: _set_latest_api_content(conn, session_id, stored_content, stored_api)
+        )
 
     def rewind_to_message(self, session_id: str, target_message_id: int) -> dict[str, Any]:
         """Hide the target user message and everything after it (rows stay on disk).
 
         Raises ValueError if the target is not in the session or is not a user message.
         The counters are left as they are, as the original does at v23."""
-
-        def work(session: Connection) -> dict[str, Any]:
-            target = (
-                session.execute(
-                    _full_rows().where(M.id == target_message_id, M.session_id == session_id)
-                )
-                .mappings()
-                .one_or_none()
-            )
-            if target is None:
-                raise ValueError(f"message {target_message_id} not found in session {session_id}")
-            if target["role"] != "user":
-                raise ValueError(
-                    "rewind target must be a 'user' message "
-                    f"(got role='{target['role']}', id={target_message_id})"
-                )
-            rewound = session.execute(
-                update(MESSAGES)
-                .where(
-                    M.session_id == session_id,
-                    M.active == 1,
-                    M.id >= target_message_id,
-                )
-                .values(active=0)
-            )
-            session.execute(
-                update(SESSIONS)
-                .where(S.id == session_id)
-                .values(rewind_count=func.coalesce(S.rewind_count, 0) + 1)
-            )
-            head = session.execute(
-                select(func.max(M.id)).where(M.session_id == session_id, M.active == 1)
-            ).scalar_one_or_none()
-            row = data_columns(target)
-            row["content"] = decode_content(row["content"])
-            return {
-                "rewound_count": _rowcount(rewound),
-                "target_message": row,
-                "new_head_id": None if head is None else int(head),
-            }
-
-        return self.store.write(work)
+        return self.store.write(lambda conn: _rewind(conn, session_id, target_message_id))
 
     def restore_rewound(self, session_id: str, since_message_id: int) -> int:
         """Make inactive rows with id >= `since_message_id` active again; returns how many."""
-
-        def work(session: Connection) -> int:
-            result = session.execute(
-                update(MESSAGES)
-                .where(
-                    M.session_id == session_id,
-                    M.active == 0,
-                    M.id >= since_message_id,
-                )
-                .values(active=1)
-            )
-            return _rowcount(result)
-
-        return self.store.write(work)
+        return self.store.write(
+            lambda conn: _set_active(conn, session_id, since_message_id, active=True)
+        )
 
     def clear_messages(self, session_id: str) -> None:
         """Delete every message of the session and zero its counters."""
-
-        def work(session: Connection) -> None:
-            session.execute(delete(MESSAGES).where(M.session_id == session_id))
-            _set_counts(session, session_id, 0, 0)
-
-        self.store.write(work)
+        self.store.write(lambda conn: _clear(conn, session_id))
 
     def publish_compression_child(
         self,
@@ -871,81 +652,20 @@ class MessageRepository:
         if isinstance(model_config, str):
             stored_config: str | None = model_config or None
         else:
-            stored_config = _field_json("model_config", model_config)
-
-        def work(session: Connection) -> None:
-            # Same row lock as appends: the lease and the parent read below hold until commit.
-            lock_session(session, parent_session_id)
-            at = now()
-            if require_compression_lease:
-                lease = session.execute(
-                    select(L.holder, L.expires_at).where(L.session_id == parent_session_id)
-                ).one_or_none()
-                if lease is None or lease.holder != compression_lock_holder:
-                    raise CompressionSessionBusyError(
-                        f"Compression lease lost before publication: {parent_session_id}",
-                        parent_session_id,
-                    )
-                if lease.expires_at < at:
-                    raise CompressionSessionBusyError(
-                        f"Compression lease lost before publication: {parent_session_id}",
-                        parent_session_id,
-                    )
-            parent = (
-                session.execute(select(SESSIONS).where(S.id == parent_session_id))
-                .mappings()
-                .one_or_none()
-            )
-            if parent is None:
-                raise RuntimeError(f"Compression parent not found: {parent_session_id}")
-            if parent["ended_at"] is not None:
-                raise RuntimeError(f"Compression parent already ended: {parent_session_id}")
-            if not encoded.rows:
-                raise RuntimeError("Compression child handoff must not be empty")
-            inherited = {
-                key: parent[key]
-                for key in (
-                    "user_id",
-                    "session_key",
-                    "chat_id",
-                    "chat_type",
-                    "thread_id",
-                    "display_name",
-                    "origin_json",
-                    "git_branch",
-                    "git_repo_root",
-                )
-            }
-            session.execute(
-                insert(SESSIONS).values(
-                    id=child_session_id,
-                    source=source,
-                    model=model,
-                    model_config=stored_config,
-                    system_prompt=scrub(system_prompt),
-                    parent_session_id=parent_session_id,
-                    started_at=at,
-                    cwd=cwd if cwd is not None else parent["cwd"],
-                    profile_name=profile_name
-                    if profile_name is not None
-                    else parent["profile_name"],
-                    message_count=len(encoded.rows),
-                    tool_call_count=encoded.tool_calls,
-                    **inherited,
-                )
-            )
-            _insert_rows(session, encoded.rows)
-            ended = session.execute(
-                update(SESSIONS)
-                .where(S.id == parent_session_id, S.ended_at.is_(None))
-                .values(ended_at=at, end_reason="compression")
-            )
-            if _rowcount(ended) != 1:
-                raise RuntimeError(
-                    f"Compression parent changed during publication: {parent_session_id}"
-                )
-
-        self.store.write(work)
+            stored_config = field_json("model_config", model_config)
+        child = {
+            "id": child_session_id,
+            "source": source,
+            "model": model,
+            "model_config": stored_config,
+            "system_prompt": scrub(system_prompt),
+            "cwd": cwd,
+            "profile_name": profile_name,
+        }
+        holder, required = compression_lock_holder, require_compression_lease
+        self.store.write(
+            lambda conn: _publish_child(conn, parent_session_id, child, encoded, holder, required)
+        )
 
     # ----------------------------------------------------------------- readers
 
@@ -963,49 +683,14 @@ class MessageRepository:
         params = {"session_id": session_id, "limit": limit, "offset": offset}
         with self.store.read() as conn:
             rows = data_dicts(page.dicts(conn, params))
-        return [_decode_fields(r) for r in rows]
-
-    def _window(
-        self, session: Connection, session_id: str, around_message_id: int, window: int
-    ) -> tuple[list[RowLike], RowLike, list[RowLike]] | None:
-        anchor = (
-            session.execute(
-                _full_rows().where(M.id == around_message_id, M.session_id == session_id)
-            )
-            .mappings()
-            .one_or_none()
-        )
-        if anchor is None:
-            return None
-        window = max(0, int(window))
-        before = (
-            session.execute(
-                _full_rows()
-                .where(M.session_id == session_id, M.id < around_message_id)
-                .order_by(M.id.desc())
-                .limit(window)
-            )
-            .mappings()
-            .all()
-        )
-        after = (
-            session.execute(
-                _full_rows()
-                .where(M.session_id == session_id, M.id > around_message_id)
-                .order_by(M.id)
-                .limit(window)
-            )
-            .mappings()
-            .all()
-        )
-        return list(reversed(before)), anchor, list(after)
+        return [decode_fields(r) for r in rows]
 
     def get_messages_around(
         self, session_id: str, around_message_id: int, window: int = 5
     ) -> dict[str, Any]:
         """Up to `window` rows either side of the anchor (inactive included), by id."""
-        with self.store.read() as session:
-            found = self._window(session, session_id, around_message_id, window)
+        with self.store.read() as conn:
+            found = _window(conn, session_id, around_message_id, window)
         if found is None:
             return {"window": [], "messages_before": 0, "messages_after": 0}
         before, anchor, after = found
@@ -1026,46 +711,30 @@ class MessageRepository:
         """The window around the anchor plus the session's first and last `bookend` rows
         outside it. `messages_before`/`messages_after` count the rows actually returned
         after the role filter."""
-        empty: dict[str, Any] = {
-            "window": [],
-            "messages_before": 0,
-            "messages_after": 0,
-            "bookend_start": [],
-            "bookend_end": [],
-        }
         bookend = max(0, int(bookend))
-
-        def kept(row: RowLike) -> bool:
-            return keep_roles is None or row["role"] in keep_roles
-
-        with self.store.read() as session:
-            found = self._window(session, session_id, around_message_id, window)
+        with self.store.read() as conn:
+            found = _window(conn, session_id, around_message_id, window)
             if found is None:
-                return empty
+                return {
+                    "window": [],
+                    "messages_before": 0,
+                    "messages_after": 0,
+                    "bookend_start": [],
+                    "bookend_end": [],
+                }
             before, anchor, after = found
             low = before[0]["id"] if before else anchor["id"]
             high = after[-1]["id"] if after else anchor["id"]
-            base = _full_rows().where(M.session_id == session_id, _non_empty_content())
-            if keep_roles is not None:
-                base = base.where(M.role.in_(list(keep_roles)))
-            start = (
-                session.execute(base.where(M.id < low).order_by(M.id).limit(bookend))
-                .mappings()
-                .all()
-            )
-            end = (
-                session.execute(base.where(M.id > high).order_by(M.id.desc()).limit(bookend))
-                .mappings()
-                .all()
-            )
-        before = [r for r in before if kept(r)]
-        after = [r for r in after if kept(r)]
+            start, end = _bookends(conn, session_id, low, high, bookend, keep_roles)
+        if keep_roles is not None:
+            before = [r for r in before if r["role"] in keep_roles]
+            after = [r for r in after if r["role"] in keep_roles]
         return {
             "window": [decode_message(r) for r in (*before, anchor, *after)],
             "messages_before": len(before),
             "messages_after": len(after),
             "bookend_start": [decode_message(r) for r in start],
-            "bookend_end": [decode_message(r) for r in reversed(end)],
+            "bookend_end": [decode_message(r) for r in end],
         }
 
     def list_recent_user_messages(
@@ -1080,74 +749,38 @@ class MessageRepository:
         if not include_inactive:
             query = query.where(M.active == 1)
         query = query.order_by(M.id.desc()).limit(max(0, int(limit)))
-        with self.store.read() as session:
-            rows = session.execute(query).all()
+        with self.store.read() as conn:
+            rows = conn.execute(query).all()
         return [
-            {"id": r.id, "timestamp": r.timestamp, "preview": _preview(decode_content(r.content))}
+            {
+                "id": r.id,
+                "timestamp": r.timestamp,
+                "preview": shape_message_preview(decode_content(r.content)),
+            }
             for r in rows
         ]
 
     def has_archived_messages(self, session_id: str) -> bool:
         """Whether any row of the session is inactive (rewound or compaction-archived)."""
-        query = select(M.id).where(M.session_id == session_id, M.active == 0).limit(1)
-        with self.store.read() as session:
-            return session.execute(query).first() is not None
+        query = select(M.id).where(M.session_id == session_id, M.active == 0)
+        with self.store.read() as conn:
+            return _exists(conn, query)
 
     def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:
-        query = (
-            select(M.id)
-            .where(M.session_id == session_id, M.platform_message_id == platform_message_id)
-            .limit(1)
+        """Whether a row of the session carries this platform (chat service) message id."""
+        query = select(M.id).where(
+            M.session_id == session_id, M.platform_message_id == platform_message_id
         )
-        with self.store.read() as session:
-            return session.execute(query).first() is not None
+        with self.store.read() as conn:
+            return _exists(conn, query)
 
     def message_count(self, session_id: str | None = None) -> int:
         """Rows on disk (inactive included), for one session or the whole database."""
         query = select(func.count()).select_from(MESSAGES)
         if session_id is not None:
             query = query.where(M.session_id == session_id)
-        with self.store.read() as session:
-            return int(session.execute(query).scalar_one())
-
-    def _lineage(self, session: Connection, session_id: str) -> list[str]:
-        """Root-to-tip ids following parent_session_id; bounded and cycle-safe."""
-        chain = [session_id]
-        current = session_id
-        for _ in range(MAX_LINEAGE_HOPS):
-            parent = session.execute(
-                select(S.parent_session_id).where(S.id == current)
-            ).scalar_one_or_none()
-            if not parent or parent in chain:
-                break
-            chain.append(parent)
-            current = parent
-        chain.reverse()
-        return chain
-
-    def _lineage_rows(
-        self, session: Connection, session_id: str, include_ancestors: bool, include_inactive: bool
-    ) -> tuple[list[str], list[RowLike]]:
-        """(root-to-tip chain, its rows in chain order then id order) in one query."""
-        chain = self._lineage(session, session_id) if include_ancestors else [session_id]
-        query = _full_rows().where(M.session_id.in_(chain))
-        if not include_inactive:
-            query = query.where(M.active == 1)
-        rows = session.execute(query.order_by(M.id)).mappings().all()
-        position = {sid: i for i, sid in enumerate(chain)}
-        return chain, sorted(rows, key=lambda r: (position[r["session_id"]], r["id"]))
-
-    @staticmethod
-    def _conversation(
-        rows: Iterable[RowLike], dedupe_replays: bool, repair_alternation: bool
-    ) -> list[dict[str, Any]]:
-        messages = [_to_conversation(r) for r in rows]
-        if dedupe_replays:
-            messages = _drop_replayed_prompts(messages)
-        messages = _drop_review_prompts(messages)
-        if repair_alternation:
-            messages = repair_message_alternation(messages)
-        return messages
+        with self.store.read() as conn:
+            return int(conn.execute(query).scalar_one())
 
     def get_messages_as_conversation(
         self,
@@ -1161,9 +794,9 @@ class MessageRepository:
         With `include_ancestors` the rows of the whole lineage come root first (each
         session's rows in id order) and prompts replayed across a compression boundary
         appear once. `repair_alternation` runs `repair_message_alternation()`."""
-        with self.store.read() as session:
-            _, rows = self._lineage_rows(session, session_id, include_ancestors, include_inactive)
-        return self._conversation(rows, include_ancestors, repair_alternation)
+        with self.store.read() as conn:
+            _, rows = _lineage_rows(conn, session_id, include_ancestors, include_inactive)
+        return conversation(rows, include_ancestors, repair_alternation)
 
     def get_resume_conversations(
         self, session_id: str
@@ -1174,24 +807,24 @@ class MessageRepository:
         replayed prompts shown once. Equal to `get_messages_as_conversation(id,
         repair_alternation=True)` and `get_messages_as_conversation(id,
         include_ancestors=True)`, without a second read in between."""
-        with self.store.read() as session:
-            _, rows = self._lineage_rows(session, session_id, True, False)
+        with self.store.read() as conn:
+            _, rows = _lineage_rows(conn, session_id, True, False)
         own = [r for r in rows if r["session_id"] == session_id]
         return (
-            self._conversation(own, dedupe_replays=False, repair_alternation=True),
-            self._conversation(rows, dedupe_replays=True, repair_alternation=False),
+            conversation(own, dedupe_replays=False, repair_alternation=True),
+            conversation(rows, dedupe_replays=True, repair_alternation=False),
         )
 
     def get_ancestor_display_prefix(self, session_id: str) -> list[dict[str, Any]]:
         """The display rows of the session's ancestors only, root first, with replayed
         prompts de-duplicated among them (what a UI shows above the live session's own
         transcript); [] when the session has no parent (spec section 4.2)."""
-        with self.store.read() as session:
-            chain, rows = self._lineage_rows(session, session_id, True, False)
+        with self.store.read() as conn:
+            chain, rows = _lineage_rows(conn, session_id, True, False)
         if len(chain) < 2:
             return []
         ancestors = [r for r in rows if r["session_id"] != session_id]
-        return self._conversation(ancestors, dedupe_replays=True, repair_alternation=False)
+        return conversation(ancestors, dedupe_replays=True, repair_alternation=False)
 
 
 __all__ = [

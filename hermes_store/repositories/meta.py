@@ -3,19 +3,50 @@ other Hermes modules own). Unknown keys are preserved; the table is never cleare
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, delete, select
+from collections.abc import Callable
+from typing import Any
 
-from ..models import StateMeta
+from sqlalchemy import Connection, bindparam, delete, select
+
+from ..prepared import Prepared
 from ..store import Store
-from ._dialect import upsert_insert
+from ._dialect import PreparedUpsert
 from ._encoding import scrub
+from ._tables import META, K
 
 MetaValue = str | int | float | None
+
+
+# Meta keys are read and written by every maintenance throttle and search top-up, so the
+# three statements are prepared once per dialect.
+_GET = Prepared(select(K.value).where(K.key == bindparam("key")))
+_DELETE = Prepared(delete(META).where(K.key == bindparam("key")))
+
+
+def _set_statement(insert: Callable[[Any], Any]) -> Any:
+    stmt = insert(META).values(key=bindparam("key"), value=bindparam("value"))
+    return stmt.on_conflict_do_update(index_elements=[K.key], set_={"value": stmt.excluded.value})
+
+
+_SET = PreparedUpsert(_set_statement)
 
 
 def _text(value: MetaValue) -> str | None:
     # Every value is stored as text, as the original does (a float epoch becomes '1.5').
     return None if value is None else scrub(str(value))
+
+
+def _get(conn: Connection, key: str) -> str | None:
+    value = _GET.scalar(conn, {"key": key})
+    return None if value is None else str(value)
+
+
+def _set(conn: Connection, key: str, value: MetaValue) -> None:
+    _SET.run(conn, {"key": key, "value": _text(value)})
+
+
+def _delete(conn: Connection, key: str) -> bool:
+    return _DELETE.run(conn, {"key": key}) > 0
 
 
 class MetaRepository:
@@ -25,47 +56,34 @@ class MetaRepository:
     def get_meta(self, key: str, *, session: Connection | None = None) -> str | None:
         """The value, or None when the key is missing. With `session`, read inside that
         unit of work (so it sees the caller's own uncommitted writes)."""
-        stmt = select(StateMeta.value).where(StateMeta.key == key)
         if session is not None:
-            return session.execute(stmt).scalar_one_or_none()
-        with self.store.read() as s:
-            return s.execute(stmt).scalar_one_or_none()
+            return _get(session, key)
+        with self.store.read() as conn:
+            return _get(conn, key)
 
     def set_meta(self, key: str, value: MetaValue, *, session: Connection | None = None) -> None:
         """Upsert; with `session` the statement joins the caller's transaction (the
         original's `cursor=` argument), otherwise it is its own write."""
-
-        def work(s: Connection) -> None:
-            stmt = upsert_insert(s, StateMeta).values(key=key, value=_text(value))
-            s.execute(
-                stmt.on_conflict_do_update(
-                    index_elements=[StateMeta.key], set_={"value": stmt.excluded.value}
-                )
-            )
-
         if session is not None:
-            work(session)
+            _set(session, key, value)
         else:
-            self.store.write(work)
+            self.store.write(lambda conn: _set(conn, key, value))
 
     def delete_meta(self, key: str, *, session: Connection | None = None) -> bool:
         """True if the key existed."""
-
-        def work(s: Connection) -> bool:
-            result = s.execute(delete(StateMeta).where(StateMeta.key == key))
-            return result.rowcount > 0
-
-        return work(session) if session is not None else self.store.write(work)
+        if session is not None:
+            return _delete(session, key)
+        return self.store.write(lambda conn: _delete(conn, key))
 
     def list_meta_prefix(self, prefix: str) -> dict[str, str | None]:
         """Every key starting with `prefix` (taken literally: `%` and `_` are not
         wildcards), ordered by key."""
         stmt = (
-            select(StateMeta.key, StateMeta.value)
-            .where(StateMeta.key.startswith(prefix, autoescape=True))
-            .order_by(StateMeta.key)
+            select(K.key, K.value)
+            .where(K.key.startswith(prefix, autoescape=True))
+            .order_by(K.key)
         )
-        with self.store.read() as s:
-            rows = s.execute(stmt).all()
+        with self.store.read() as conn:
+            rows = conn.execute(stmt).all()
         # SQLite's LIKE ignores ASCII case; keys are case-sensitive.
         return {k: v for k, v in rows if k.startswith(prefix)}

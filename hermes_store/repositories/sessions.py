@@ -16,12 +16,11 @@ import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
     Connection,
-    Table,
     and_,
     bindparam,
     exists,
@@ -34,21 +33,23 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import SQLAlchemyError
 
-from ..models import Message
-from ..models import Session as SessionModel
 from ..prepared import Prepared
 from ..store import Store
 from ._encoding import decode_content, flag, now, scrub
 from ._preview import SKILL_INVOCATION_PREFIX
-from ._sql import alias, escape_like, path_prefix_values, path_under, rowcount
+from ._sql import alias, all_columns, escape_like, path_prefix_values, path_under, rowcount
+from ._tables import MESSAGES, SESSIONS, M, S
 from .deletion import delete_ids, remove_session_files
 from .lineage import (
     COMPRESSION,
+    INHERITED_ACROSS_COMPRESSION,
+    INHERITED_FROM_PARENT,
     ancestor_ids,
     compression_lineage,
     compression_tip,
     delegate_descendants,
     descendant_ids,
+    is_recoverable,
     json_object,
     last_active,
     live_continuation,
@@ -68,16 +69,10 @@ from .listing import (
 
 log = logging.getLogger(__name__)
 
-SESSIONS = cast(Table, SessionModel.__table__)
-MESSAGES = cast(Table, Message.__table__)
-S = SESSIONS.c
-M = MESSAGES.c
 
 Row = dict[str, Any]
 
 BROWSER_LOCK_KEY = "browser_model_lock"
-#: End reasons an automatic close leaves behind; a session reset may overwrite them.
-RECOVERABLE_END_REASONS = ("agent_close", "ws_orphan_reap")
 #: prune_empty_ghost_sessions / finalize_orphaned_compression_sessions age thresholds.
 GHOST_AGE = 24 * 3600.0
 ORPHANED_COMPRESSION_AGE = 7 * 86400.0
@@ -98,16 +93,6 @@ CREATE_KWARGS = frozenset(
         "profile_name",
         "git_repo_root",
     }
-)
-INHERITED_FROM_PARENT = ("cwd", "git_repo_root", "git_branch", "profile_name")
-INHERITED_ACROSS_COMPRESSION = (
-    "user_id",
-    "session_key",
-    "chat_id",
-    "chat_type",
-    "thread_id",
-    "display_name",
-    "origin_json",
 )
 
 _UPSERT = text(
@@ -131,7 +116,7 @@ _UPSERT = text(
     "git_repo_root = COALESCE(sessions.git_repo_root, excluded.git_repo_root)"
 )
 _FULL_ROW = Prepared(
-    select(literal_column("*")).select_from(SESSIONS).where(S.id == bindparam("id"))
+    all_columns(SESSIONS).where(S.id == bindparam("id"))
 )
 
 
@@ -180,7 +165,7 @@ def _promote_to_reset(conn: Connection, session_id: str, reason: str) -> bool:
         update(SESSIONS)
         .where(
             S.id == session_id,
-            or_(S.ended_at.is_(None), S.end_reason.in_(RECOVERABLE_END_REASONS)),
+            is_recoverable(SESSIONS),
         )
         .values(ended_at=now(), end_reason=reason)
     )
@@ -552,6 +537,7 @@ class SessionRepository:
         return self._get_counter(session_id, "compression_fallback_streak")
 
     def set_compression_fallback_streak(self, session_id: str, value: int) -> None:
+        """Set the fallback streak (negative values count as 0)."""
         self._update(session_id, compression_fallback_streak=max(0, int(value)))
 
     def get_compression_ineffective_count(self, session_id: str) -> int:
@@ -559,6 +545,7 @@ class SessionRepository:
         return self._get_counter(session_id, "compression_ineffective_count")
 
     def set_compression_ineffective_count(self, session_id: str, value: int) -> None:
+        """Set the ineffective-compression count (negative values count as 0)."""
         self._update(session_id, compression_ineffective_count=max(0, int(value)))
 
     # ----------------------------------------------------------------- lineage

@@ -8,20 +8,18 @@ ancestor, because both segments are one conversation to the user.
 from __future__ import annotations
 
 import re
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Connection, CursorResult, Table, literal_column, select, update
+from sqlalchemy import Connection, bindparam, or_, select, update
 
 from ..errors import InvalidTitle, TitleInUse
-from ..models import Session as SessionModel
+from ..prepared import Prepared
 from ..store import Store
 from ._dialect import lock_key
 from ._encoding import scrub
-from ._sql import escape_like
+from ._sql import all_columns, escape_like
+from ._tables import SESSIONS, S
 from .lineage import compression_ancestors
-
-SESSIONS = cast(Table, SessionModel.__table__)
-S = SESSIONS.c
 
 MAX_TITLE_LENGTH = 100
 
@@ -54,23 +52,62 @@ def _numbered_pattern(base: str) -> str:
     return escape_like(base) + " #%"
 
 
-def _rowcount(result: Any) -> int:
-    return int(cast(CursorResult[Any], result).rowcount)
+# Titles are read and set on every turn of a titled conversation, so these statements
+# are prepared once per dialect.
+_TITLE_OF = Prepared(select(S.title).where(S.id == bindparam("id")))
+_BY_TITLE = Prepared(
+    all_columns(SESSIONS).where(S.title == bindparam("title"))
+)
+_HOLDER = Prepared(
+    select(S.id).where(S.title == bindparam("title"), S.id != bindparam("id")).limit(1)
+)
+_SET_TITLE = Prepared(
+    update(SESSIONS).where(S.id == bindparam("id")).values(title=bindparam("new_title"))
+)
+_SET_IF_UNTITLED = Prepared(
+    update(SESSIONS)
+    .where(S.id == bindparam("id"), S.title.is_(None))
+    .values(title=bindparam("new_title"))
+)
+_NUMBERED_NEWEST = Prepared(
+    select(S.id)
+    .where(S.title.like(bindparam("pattern"), escape="\\"))
+    .order_by(S.started_at.desc(), S.id.desc())
+    .limit(1)
+)
+_EXACT = Prepared(select(S.id).where(S.title == bindparam("title")).limit(1))
+_LINEAGE_TITLES = Prepared(
+    select(S.title).where(
+        or_(S.title == bindparam("title"), S.title.like(bindparam("pattern"), escape="\\"))
+    )
+)
 
 
-def _claim_title(session: Connection, session_id: str, title: str) -> None:
+def _claim_title(conn: Connection, session_id: str, title: str) -> None:
     """Free `title` for `session_id`: a compression ancestor hands it over, anyone else
     keeps it and the caller gets TitleInUse. On PostgreSQL two writers claiming one title
     are serialised by a lock on the title (SQLite: the write lock already is)."""
-    lock_key(session, "title:" + title)
-    holder = session.execute(
-        select(S.id).where(S.title == title, S.id != session_id).limit(1)
-    ).scalar_one_or_none()
+    lock_key(conn, "title:" + title)
+    holder = _HOLDER.scalar(conn, {"title": title, "id": session_id})
     if holder is None:
         return
-    if holder not in compression_ancestors(session, session_id):
+    if holder not in compression_ancestors(conn, session_id):
         raise TitleInUse(title, holder)
-    session.execute(update(SESSIONS).where(S.id == holder).values(title=None))
+    _SET_TITLE.run(conn, {"id": holder, "new_title": None})
+
+
+def _set_title(conn: Connection, session_id: str, title: str | None) -> bool:
+    if title is not None:
+        _claim_title(conn, session_id, title)
+    return _SET_TITLE.run(conn, {"id": session_id, "new_title": title}) > 0
+
+
+def _set_title_if_untitled(conn: Connection, session_id: str, title: str) -> bool:
+    row = _TITLE_OF.first(conn, {"id": session_id})
+    if row is None or row[0] is not None:
+        return False
+    _claim_title(conn, session_id, title)
+    return _SET_IF_UNTITLED.run(conn, {"id": session_id, "new_title": title}) > 0
 
 
 class TitleRepository:
@@ -81,14 +118,7 @@ class TitleRepository:
         """True if the row was updated; False for an unknown id. An empty title clears
         it. The conflict check runs first, so a taken title raises even for an unknown id."""
         clean = sanitize_title(title)
-
-        def work(session: Connection) -> bool:
-            if clean is not None:
-                _claim_title(session, session_id, clean)
-            statement = update(SESSIONS).where(S.id == session_id).values(title=clean)
-            return _rowcount(session.execute(statement)) > 0
-
-        return self.store.write(work)
+        return self.store.write(lambda conn: _set_title(conn, session_id, clean))
 
     def set_auto_title_if_empty(self, session_id: str, title: Any) -> bool:
         """Like set_session_title, but never replaces a title (a user's rename made while
@@ -96,68 +126,42 @@ class TitleRepository:
         clean = sanitize_title(title)
         if clean is None:
             return False
-
-        def work(session: Connection) -> bool:
-            row = session.execute(select(S.title).where(S.id == session_id)).first()
-            if row is None or row.title is not None:
-                return False
-            _claim_title(session, session_id, clean)
-            statement = (
-                update(SESSIONS).where(S.id == session_id, S.title.is_(None)).values(title=clean)
-            )
-            return _rowcount(session.execute(statement)) > 0
-
-        return self.store.write(work)
+        return self.store.write(lambda conn: _set_title_if_untitled(conn, session_id, clean))
 
     def get_session_title(self, session_id: str) -> str | None:
-        with self.store.read() as session:
-            return session.execute(select(S.title).where(S.id == session_id)).scalar_one_or_none()
+        """The session's title; None when it has none or is unknown."""
+        with self.store.read() as conn:
+            title = _TITLE_OF.scalar(conn, {"id": session_id})
+        return None if title is None else str(title)
 
     def get_session_by_title(self, title: str) -> dict[str, Any] | None:
+        """The full row of the session with exactly this title, None if there is none."""
         if not title:
             return None
-        with self.store.read() as session:
-            row = (
-                session.execute(
-                    select(literal_column("*")).select_from(SESSIONS).where(S.title == title)
-                )
-                .mappings()
-                .first()
-            )
-        return dict(row) if row is not None else None
+        with self.store.read() as conn:
+            rows = _BY_TITLE.dicts(conn, {"title": title})
+        return rows[0] if rows else None
 
     def resolve_session_by_title(self, title: str) -> str | None:
         """The newest `<title> #N` session if any exists (the live end of a numbered
         lineage, even over an exact match), else the exact match."""
         if not title:
             return None
-        with self.store.read() as session:
-            numbered = session.execute(
-                select(S.id)
-                .where(S.title.like(_numbered_pattern(title), escape="\\"))
-                .order_by(S.started_at.desc(), S.id.desc())
-                .limit(1)
-            ).scalar_one_or_none()
+        with self.store.read() as conn:
+            numbered = _NUMBERED_NEWEST.scalar(conn, {"pattern": _numbered_pattern(title)})
             if numbered is not None:
                 return str(numbered)
-            exact = session.execute(select(S.id).where(S.title == title).limit(1)).first()
-            return None if exact is None else str(exact.id)
+            exact = _EXACT.first(conn, {"title": title})
+            return None if exact is None else str(exact[0])
 
     def get_next_title_in_lineage(self, base_title: str) -> str:
         """`<base> #<n+1>` after the highest number in use; the unnumbered original
         counts as #1. The base itself when nothing carries it yet."""
         match = _NUMBERED.match(base_title)
         base = match.group("base") if match else base_title
-        with self.store.read() as session:
-            titles = (
-                session.execute(
-                    select(S.title).where(
-                        (S.title == base) | S.title.like(_numbered_pattern(base), escape="\\")
-                    )
-                )
-                .scalars()
-                .all()
-            )
+        params = {"title": base, "pattern": _numbered_pattern(base)}
+        with self.store.read() as conn:
+            titles = [str(row[0]) for row in _LINEAGE_TITLES.rows(conn, params)]
         if not titles:
             return base
         highest = 1

@@ -8,27 +8,41 @@ compression, titles, ...) that never touch the session totals.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import cache
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, func, select, update
+from sqlalchemy import (
+    BindParameter,
+    ColumnElement,
+    Connection,
+    bindparam,
+    func,
+    select,
+    update,
+)
 
 from ..models import Message, SessionModelUsage
 from ..models import Session as SessionRow
+from ..prepared import Prepared
 from ..store import Store
-from ._dialect import upsert_insert
+from ._dialect import PreparedUpsert
 from ._encoding import now, scrub
+from ._tables import SESSIONS, USAGE, S, U
 
 log = logging.getLogger(__name__)
 
-_USAGE_KEY = (
-    SessionModelUsage.session_id,
-    SessionModelUsage.model,
-    SessionModelUsage.billing_provider,
-    SessionModelUsage.billing_base_url,
-    SessionModelUsage.billing_mode,
-    SessionModelUsage.task,
+
+#: The key of a usage row: one per session x model x route x task.
+_USAGE_KEY_NAMES = (
+    "session_id",
+    "model",
+    "billing_provider",
+    "billing_base_url",
+    "billing_mode",
+    "task",
 )
 _TOKEN_FIELDS = (
     "input_tokens",
@@ -38,19 +52,15 @@ _TOKEN_FIELDS = (
     "reasoning_tokens",
 )
 _COUNTER_FIELDS = (*_TOKEN_FIELDS, "api_call_count")
-
-
-def _ensure_session(session: Connection, session_id: str, model: str | None) -> None:
-    """The create/ensure upsert reduced to what accounting knows: a missing row is created
-    with source 'unknown'; an existing row only has a NULL model filled in."""
-    stmt = upsert_insert(session, SessionRow).values(
-        id=session_id, source="unknown", model=scrub(model), started_at=now()
-    )
-    stmt = stmt.on_conflict_do_update(
-        index_elements=[SessionRow.id],
-        set_={"model": func.coalesce(SessionRow.model, stmt.excluded.model)},
-    )
-    session.execute(stmt)
+_USAGE_VALUE_NAMES = (
+    *_COUNTER_FIELDS,
+    "estimated_cost_usd",
+    "actual_cost_usd",
+    "cost_status",
+    "cost_source",
+    "first_seen",
+    "last_seen",
+)
 
 
 def _int(value: Any) -> int:
@@ -83,6 +93,163 @@ class _Delta:
         return any(self.counters.values()) or bool(self.estimated_cost_usd)
 
 
+#: Route columns of a session and of a usage row.
+_ROUTE_FIELDS = ("billing_provider", "billing_base_url", "billing_mode")
+#: Cost bookkeeping a call may set on the session (only when given).
+_COST_META_FIELDS = ("cost_status", "cost_source", "pricing_version")
+
+# Token accounting runs on every model call, so its statements are prepared once (per
+# dialect for the upserts) instead of being built and compiled per call.
+
+def _ensure_statement(insert: Callable[[Any], Any]) -> Any:
+    stmt = insert(SESSIONS).values(
+        id=bindparam("id"),
+        source="unknown",
+        model=bindparam("model"),
+        started_at=bindparam("started_at"),
+    )
+    model = func.coalesce(S.model, stmt.excluded.model)
+    return stmt.on_conflict_do_update(index_elements=[S.id], set_={"model": model})
+
+
+_ENSURE_SESSION = PreparedUpsert(_ensure_statement)
+_STORED_ROUTE = Prepared(
+    select(S.api_call_count, S.model, S.billing_provider).where(S.id == bindparam("id"))
+)
+_CURRENT_ROUTE = Prepared(
+    select(S.model, *(S[f] for f in _ROUTE_FIELDS)).where(S.id == bindparam("id"))
+)
+
+
+def _upsert_usage_statement(insert: Callable[[Any], Any]) -> Any:
+    stmt = insert(USAGE).values(
+        {name: bindparam(name) for name in (*_USAGE_KEY_NAMES, *_USAGE_VALUE_NAMES)}
+    )
+    excluded = stmt.excluded
+    set_: dict[str, Any] = {
+        name: U[name] + excluded[name]
+        for name in (*_COUNTER_FIELDS, "estimated_cost_usd", "actual_cost_usd")
+    }
+    set_["cost_status"] = func.coalesce(excluded.cost_status, U.cost_status)
+    set_["cost_source"] = func.coalesce(excluded.cost_source, U.cost_source)
+    set_["last_seen"] = excluded.last_seen  # first_seen keeps the insert's value
+    return stmt.on_conflict_do_update(index_elements=[U[n] for n in _USAGE_KEY_NAMES], set_=set_)
+
+
+_UPSERT_USAGE = PreparedUpsert(_upsert_usage_statement)
+
+
+def _ensure_session(conn: Connection, session_id: str, model: str | None) -> None:
+    """The create/ensure upsert reduced to what accounting knows: a missing row is created
+    with source 'unknown'; an existing row only has a NULL model filled in."""
+    _ENSURE_SESSION.run(conn, {"id": session_id, "model": model, "started_at": now()})
+
+
+@dataclass(frozen=True)
+class _TotalsShape:
+    """What one accounting call changes on the session row, as far as the statement's
+    text depends on it (the values themselves are bound)."""
+
+    first_route: bool  # the call sets model and route outright
+    filled: tuple[str, ...]  # route columns filled in where NULL
+    absolute: bool  # counters are a snapshot, not a delta
+    actual_cost: bool
+    cost_meta: tuple[str, ...]
+
+
+@cache
+def _totals_update(shape: _TotalsShape) -> Prepared:
+    values: dict[Any, Any] = {}
+    if shape.first_route:
+        for name in ("model", *_ROUTE_FIELDS):
+            values[S[name]] = bindparam(f"set_{name}")
+    for name in shape.filled:
+        values[S[name]] = func.coalesce(S[name], bindparam(f"set_{name}"))
+    costs = ["estimated_cost_usd", *(["actual_cost_usd"] if shape.actual_cost else [])]
+    for name in (*_COUNTER_FIELDS, *costs):
+        amount: BindParameter[Any] = bindparam(f"add_{name}")
+        zero = 0 if name in _COUNTER_FIELDS else 0.0
+        values[S[name]] = amount if shape.absolute else func.coalesce(S[name], zero) + amount
+    for name in shape.cost_meta:
+        values[S[name]] = bindparam(f"set_{name}")
+    return Prepared(update(SESSIONS).where(S.id == bindparam("id")).values(values))
+
+
+def _account(
+    conn: Connection,
+    session_id: str,
+    delta: _Delta,
+    model: str | None,
+    route: Mapping[str, str | None],
+    cost_meta: Mapping[str, str | None],
+    absolute: bool,
+) -> None:
+    """Add (or, `absolute`, set) one call's usage on the session's totals and, for a
+    delta, on its model x route row."""
+    stored = _STORED_ROUTE.first(conn, {"id": session_id})
+    if stored is None:  # deleted between the two units of work
+        _ensure_session(conn, session_id, model)
+        stored = _STORED_ROUTE.first(conn, {"id": session_id})
+        assert stored is not None
+    stored_calls, stored_model, stored_provider = stored
+    # The first call that actually costs something decides the session's route: rows
+    # created by ensure_session or a route-less create_session carry a placeholder
+    # model/provider that must not win over the real one.
+    first_route = (
+        not stored_calls
+        and delta.has_usage
+        and bool(model)
+        and bool(route["billing_provider"])
+        and (model != stored_model or route["billing_provider"] != stored_provider)
+    )
+    given = {"model": model, **route, **cost_meta}
+    filled: tuple[str, ...] = ()
+    if not first_route and delta.has_usage:
+        filled = tuple(n for n in ("model", *_ROUTE_FIELDS) if given[n] is not None)
+    est, act = delta.estimated_cost_usd, delta.actual_cost_usd
+    shape = _TotalsShape(
+        first_route=first_route,
+        filled=filled,
+        absolute=absolute,
+        actual_cost=act is not None,
+        cost_meta=tuple(n for n in _COST_META_FIELDS if given[n] is not None),
+    )
+    params: dict[str, Any] = {"id": session_id, "add_estimated_cost_usd": est or 0.0}
+    params.update({f"set_{name}": value for name, value in given.items()})
+    params.update({f"add_{name}": amount for name, amount in delta.counters.items()})
+    if act is not None:
+        params["add_actual_cost_usd"] = act
+    _totals_update(shape).run(conn, params)
+
+    if absolute or not delta.has_row_usage:
+        return  # absolute snapshots would double count if split per model
+    current = _CURRENT_ROUTE.first(conn, {"id": session_id})
+    assert current is not None
+    current_model, *current_route = current
+    _upsert_usage(
+        conn,
+        session_id=session_id,
+        model=model or current_model or "unknown",
+        route=[
+            given[name] or stored or ""
+            for name, stored in zip(_ROUTE_FIELDS, current_route, strict=True)
+        ],
+        task="",
+        counters=delta.counters,
+        estimated_cost_usd=est or 0.0,
+        actual_cost_usd=act or 0.0,
+        cost_status=cost_meta["cost_status"],
+        cost_source=cost_meta["cost_source"],
+    )
+
+
+def _record_auxiliary(
+    conn: Connection, session_id: str, usage: Mapping[str, Any], counters: dict[str, int]
+) -> None:
+    _ensure_session(conn, session_id, None)
+    _upsert_usage(conn, session_id=session_id, counters=counters, **usage)
+
+
 class UsageRepository:
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -109,6 +276,9 @@ class UsageRepository:
         api_call_count: int = 0,
         absolute: bool = False,
     ) -> None:
+        """Add one model call's usage to the session's totals and its model x route row
+        (with `absolute`, set the totals to a snapshot instead, and write no row); a
+        missing session row is created first (spec section 10.1)."""
         if not session_id:
             return
         delta = _Delta(
@@ -129,100 +299,17 @@ class UsageRepository:
             "billing_base_url": scrub(billing_base_url),
             "billing_mode": scrub(billing_mode),
         }
-        costs_meta = {
+        cost_meta = {
             "cost_status": scrub(cost_status),
             "cost_source": scrub(cost_source),
             "pricing_version": scrub(pricing_version),
         }
-
         # Its own unit of work, so the row exists even when the accounting below (or an
         # earlier create_session) fails.
-        self.store.write(lambda s: _ensure_session(s, session_id, model))
-
-        def work(s: Connection) -> None:
-            conn = s
-            stored = conn.execute(
-                select(
-                    SessionRow.api_call_count, SessionRow.model, SessionRow.billing_provider
-                ).where(SessionRow.id == session_id)
-            ).first()
-            if stored is None:  # deleted between the two units of work
-                _ensure_session(s, session_id, model)
-                stored = conn.execute(
-                    select(
-                        SessionRow.api_call_count, SessionRow.model, SessionRow.billing_provider
-                    ).where(SessionRow.id == session_id)
-                ).one()
-
-            values: dict[Any, Any] = {}
-            # The first call that actually costs something decides the session's route:
-            # rows created by ensure_session or a route-less create_session carry a
-            # placeholder model/provider that must not win over the real one.
-            first_route = (
-                not stored.api_call_count
-                and delta.has_usage
-                and bool(model)
-                and bool(route["billing_provider"])
-                and (model != stored.model or route["billing_provider"] != stored.billing_provider)
-            )
-            if first_route:
-                values[SessionRow.model] = model
-                for name, value in route.items():
-                    values[getattr(SessionRow, name)] = value
-            elif delta.has_usage:
-                for name, value in (("model", model), *route.items()):
-                    if value is not None:
-                        column = getattr(SessionRow, name)
-                        values[column] = func.coalesce(column, value)
-
-            for name, amount in delta.counters.items():
-                column = getattr(SessionRow, name)
-                values[column] = amount if absolute else func.coalesce(column, 0) + amount
-            est, act = delta.estimated_cost_usd, delta.actual_cost_usd
-            if absolute:
-                values[SessionRow.estimated_cost_usd] = est or 0.0
-                if act is not None:
-                    values[SessionRow.actual_cost_usd] = act
-            else:
-                values[SessionRow.estimated_cost_usd] = func.coalesce(
-                    SessionRow.estimated_cost_usd, 0.0
-                ) + (est or 0.0)
-                if act is not None:
-                    values[SessionRow.actual_cost_usd] = (
-                        func.coalesce(SessionRow.actual_cost_usd, 0.0) + act
-                    )
-            for name, value in costs_meta.items():
-                if value is not None:
-                    values[getattr(SessionRow, name)] = value
-
-            conn.execute(update(SessionRow).where(SessionRow.id == session_id).values(values))
-
-            if absolute or not delta.has_row_usage:
-                return  # absolute snapshots would double count if split per model
-            current = conn.execute(
-                select(
-                    SessionRow.model,
-                    SessionRow.billing_provider,
-                    SessionRow.billing_base_url,
-                    SessionRow.billing_mode,
-                ).where(SessionRow.id == session_id)
-            ).one()
-            _upsert_usage(
-                s,
-                session_id=session_id,
-                model=model or current.model or "unknown",
-                billing_provider=route["billing_provider"] or current.billing_provider or "",
-                billing_base_url=route["billing_base_url"] or current.billing_base_url or "",
-                billing_mode=route["billing_mode"] or current.billing_mode or "",
-                task="",
-                counters=delta.counters,
-                estimated_cost_usd=est or 0.0,
-                actual_cost_usd=act or 0.0,
-                cost_status=costs_meta["cost_status"],
-                cost_source=costs_meta["cost_source"],
-            )
-
-        self.store.write(work)
+        self.store.write(lambda conn: _ensure_session(conn, session_id, model))
+        self.store.write(
+            lambda conn: _account(conn, session_id, delta, model, route, cost_meta, absolute)
+        )
 
     def record_auxiliary_usage(
         self,
@@ -252,24 +339,16 @@ class UsageRepository:
             "api_call_count": 1,
         }
 
-        def work(s: Connection) -> None:
-            _ensure_session(s, session_id, None)
-            _upsert_usage(
-                s,
-                session_id=session_id,
-                model=scrub(model) or "unknown",
-                billing_provider=scrub(billing_provider) or "",
-                billing_base_url=scrub(billing_base_url) or "",
-                billing_mode="",
-                task=scrub(task) or "",
-                counters=counters,
-                estimated_cost_usd=_cost(estimated_cost_usd) or 0.0,
-                actual_cost_usd=0.0,
-                cost_status=None,
-                cost_source=None,
-            )
-
-        self.store.write(work)
+        usage = {
+            "model": scrub(model) or "unknown",
+            "route": (scrub(billing_provider) or "", scrub(billing_base_url) or "", ""),
+            "task": scrub(task) or "",
+            "estimated_cost_usd": _cost(estimated_cost_usd) or 0.0,
+            "actual_cost_usd": 0.0,
+            "cost_status": None,
+            "cost_source": None,
+        }
+        self.store.write(lambda conn: _record_auxiliary(conn, session_id, usage, counters))
 
     # ------------------------------------------------------------------ statistics
 
@@ -380,45 +459,34 @@ class UsageRepository:
 
 
 def _upsert_usage(
-    session: Connection,
+    conn: Connection,
     *,
     session_id: str,
     model: str,
-    billing_provider: str,
-    billing_base_url: str,
-    billing_mode: str,
+    route: Sequence[str],
     task: str,
-    counters: dict[str, int],
+    counters: Mapping[str, int],
     estimated_cost_usd: float,
     actual_cost_usd: float,
     cost_status: str | None,
     cost_source: str | None,
 ) -> None:
+    """Add to the usage row of (session, model, route, task), created at first use."""
     ts = now()
-    stmt = upsert_insert(session, SessionModelUsage).values(
-        session_id=session_id,
-        model=model,
-        billing_provider=billing_provider,
-        billing_base_url=billing_base_url,
-        billing_mode=billing_mode,
-        task=task,
-        estimated_cost_usd=estimated_cost_usd,
-        actual_cost_usd=actual_cost_usd,
-        cost_status=cost_status,
-        cost_source=cost_source,
-        first_seen=ts,
-        last_seen=ts,
+    params: dict[str, Any] = {
+        "session_id": session_id,
+        "model": model,
+        **dict(zip(_ROUTE_FIELDS, route, strict=True)),
+        "task": task,
+        "estimated_cost_usd": estimated_cost_usd,
+        "actual_cost_usd": actual_cost_usd,
+        "cost_status": cost_status,
+        "cost_source": cost_source,
+        "first_seen": ts,
+        "last_seen": ts,
         **counters,
-    )
-    excluded = stmt.excluded
-    set_: dict[str, Any] = {
-        name: getattr(SessionModelUsage, name) + getattr(excluded, name)
-        for name in (*_COUNTER_FIELDS, "estimated_cost_usd", "actual_cost_usd")
     }
-    set_["cost_status"] = func.coalesce(excluded.cost_status, SessionModelUsage.cost_status)
-    set_["cost_source"] = func.coalesce(excluded.cost_source, SessionModelUsage.cost_source)
-    set_["last_seen"] = excluded.last_seen  # first_seen keeps the insert's value
-    session.execute(stmt.on_conflict_do_update(index_elements=_USAGE_KEY, set_=set_))
+    _UPSERT_USAGE.run(conn, params)
 
 
 def _day_expr(dialect: str, epoch: ColumnElement[float]) -> ColumnElement[str]:

@@ -1,0 +1,150 @@
+"""The agent's conversation format: stored rows turned into the message dicts a model is
+sent and a user is shown (spec/behaviour.md 4.1 and 4.2).
+
+Only presentation lives here: recalled-memory fences are stripped, a prompt replayed
+across a compression boundary is shown once, the background review turns are hidden,
+and consecutive user turns can be merged. Nothing here reads or writes the database.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ._encoding import decode_content, decode_display_metadata, decode_json
+from .message_codec import RowLike, decode_tool_calls
+
+REVIEW_PROMPT_PREFIXES = (
+    "Review the conversation above and update the skill library",
+    "Review the conversation above and consider saving to memory",
+)
+
+_MEMORY_BLOCK = re.compile(r"<memory-context>.*?</memory-context>", re.I | re.S)
+_MEMORY_NOTE = re.compile(
+    r"\[System note: The following is recalled memory context\b[^\]]*\]", re.I | re.S
+)
+_MEMORY_FENCE = re.compile(r"</?memory-context>", re.I)
+
+
+def strip_memory_context(text: str) -> str:
+    """Remove recalled-memory fences, their system note and stray fence tags."""
+    text = _MEMORY_BLOCK.sub("", text)
+    text = _MEMORY_NOTE.sub("", text)
+    text = _MEMORY_FENCE.sub("", text)
+    return text.strip()
+
+
+def conversation_message(row: RowLike) -> dict[str, Any]:
+    """One stored row in the agent's format: only the keys the row actually fills."""
+    role = row["role"]
+    content = decode_content(row["content"])
+    if role in ("user", "assistant") and isinstance(content, str):
+        content = strip_memory_context(content)
+    msg: dict[str, Any] = {"role": role, "content": content}
+    if row["api_content"]:
+        msg["api_content"] = row["api_content"]
+    if row["display_kind"]:
+        msg["display_kind"] = row["display_kind"]
+    metadata = decode_display_metadata(row["display_metadata"])
+    if metadata is not None:
+        msg["display_metadata"] = metadata
+    if row["timestamp"]:
+        msg["timestamp"] = float(row["timestamp"])
+    for key in ("tool_call_id", "tool_name", "effect_disposition"):
+        if row[key]:
+            msg[key] = row[key]
+    if row["tool_calls"] is not None:
+        msg["tool_calls"] = decode_tool_calls(row["tool_calls"])
+    if row["platform_message_id"]:
+        msg["message_id"] = row["platform_message_id"]
+    if row["observed"]:
+        msg["observed"] = True
+    if role == "assistant":
+        for key in ("finish_reason", "reasoning"):
+            if row[key]:
+                msg[key] = row[key]
+        if row["reasoning_content"] is not None:
+            msg["reasoning_content"] = row["reasoning_content"]
+        for key in ("reasoning_details", "codex_reasoning_items", "codex_message_items"):
+            if row[key] is not None:
+                msg[key] = decode_json(row[key])
+    return msg
+
+
+def drop_replayed_prompts(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Compression re-sends the pending user prompt in the child; show it once."""
+    out: list[dict[str, Any]] = []
+    seen_prompts: list[Any] = []  # contents may be lists, so no set
+    for msg in messages:
+        role = msg["role"]
+        if role == "user":
+            if msg["content"] in seen_prompts:
+                continue
+            seen_prompts.append(msg["content"])
+        elif role == "tool" or (role == "assistant" and (msg["content"] or msg.get("tool_calls"))):
+            seen_prompts = []
+        out.append(msg)
+    return out
+
+
+def is_review_prompt(msg: Mapping[str, Any]) -> bool:
+    """A background skill/memory review turn, which the user never typed."""
+    content = msg["content"]
+    return (
+        msg["role"] in ("user", "system")
+        and isinstance(content, str)
+        and content.lstrip().startswith(REVIEW_PROMPT_PREFIXES)
+    )
+
+
+def drop_review_prompts(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Review prompts and the assistant reply that answers each of them."""
+    out: list[dict[str, Any]] = []
+    skip_reply = False
+    for msg in messages:
+        if is_review_prompt(msg):
+            skip_reply = True
+            continue
+        if skip_reply and msg["role"] == "assistant":
+            skip_reply = False
+            continue
+        skip_reply = False
+        out.append(msg)
+    return out
+
+
+def repair_message_alternation(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A deliberately small stand-in for the agent's sequence repair: consecutive user
+    messages with text content are merged into one (texts joined by a blank line), since
+    providers reject two user turns in a row. Nothing else is changed; the input list and
+    its dicts are not modified."""
+    out: list[dict[str, Any]] = []
+    for msg in messages:
+        prev = out[-1] if out else None
+        if (
+            prev is not None
+            and prev["role"] == "user"
+            and msg["role"] == "user"
+            and isinstance(prev["content"], str)
+            and isinstance(msg["content"], str)
+        ):
+            merged = dict(prev)
+            merged["content"] = "\n\n".join(p for p in (prev["content"], msg["content"]) if p)
+            out[-1] = merged
+            continue
+        out.append(msg)
+    return out
+
+
+def conversation(
+    rows: Iterable[RowLike], dedupe_replays: bool, repair_alternation: bool
+) -> list[dict[str, Any]]:
+    """Rows in transcript order as the conversation the agent and its UIs use."""
+    messages = [conversation_message(r) for r in rows]
+    if dedupe_replays:
+        messages = drop_replayed_prompts(messages)
+    messages = drop_review_prompts(messages)
+    if repair_alternation:
+        messages = repair_message_alternation(messages)
+    return messages

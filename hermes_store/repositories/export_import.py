@@ -1,0 +1,448 @@
+"""Moving sessions between databases as JSON: exports (one session, a compression
+lineage, every session page by page), JSON Lines streams, and a validated all-or-nothing
+import (spec/behaviour.md section 8).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Protocol, TypeGuard
+
+from sqlalchemy import (
+    Connection,
+    Select,
+    and_,
+    bindparam,
+    insert,
+    or_,
+    select,
+    update,
+)
+
+from ._dialect import data_columns
+from ._encoding import flag, now, scrub
+from ._sql import all_columns
+from ._tables import MESSAGES, SESSIONS, M, S
+from .deletion import existing_ids
+from .lineage import compression_lineage
+from .message_codec import decode_message, encode_bulk
+
+IMPORT_MAX_SESSIONS = 500
+IMPORT_MAX_MESSAGES_PER_SESSION = 10_000
+IMPORT_MAX_MESSAGES_TOTAL = 50_000
+IMPORT_MAX_SESSION_BYTES = 5 * 1024 * 1024
+IMPORT_MAX_TOTAL_BYTES = 25 * 1024 * 1024
+
+_SESSION_TEXT_FIELDS = (
+    "source",
+    "user_id",
+    "model",
+    "system_prompt",
+    "parent_session_id",
+    "cwd",
+    "git_branch",
+    "git_repo_root",
+    "billing_provider",
+    "billing_base_url",
+    "billing_mode",
+    "cost_status",
+    "cost_source",
+    "pricing_version",
+    "title",
+    "end_reason",
+)
+_SESSION_INT_FIELDS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "api_call_count",
+)
+_SESSION_REAL_FIELDS = ("started_at", "ended_at", "estimated_cost_usd", "actual_cost_usd")
+_MESSAGE_TEXT_FIELDS = (
+    "tool_call_id",
+    "tool_name",
+    "finish_reason",
+    "reasoning",
+    "reasoning_content",
+    "effect_disposition",
+    "api_content",
+    "display_kind",
+)
+# Platform ids are often numeric (Telegram); they are stored as text either way.
+_MESSAGE_ID_FIELDS = ("platform_message_id", "message_id")
+_REASONING_JSON_FIELDS = ("reasoning_details", "codex_reasoning_items", "codex_message_items")
+
+
+class SupportsWriteStr(Protocol):
+    def write(self, s: str, /) -> object: ...
+
+
+def _is_number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# --------------------------------------------------------------------------- export
+
+
+def export_session(conn: Connection, session_id: str) -> dict[str, Any] | None:
+    """The full session row plus its active messages, decoded; None if unknown."""
+    row = (
+        conn.execute(all_columns(SESSIONS).where(S.id == session_id))
+        .mappings()
+        .first()
+    )
+    if row is None:
+        return None
+    out = data_columns(row)
+    active: Select[Any] = (
+        all_columns(MESSAGES)
+        .where(M.session_id == session_id, M.active == 1)
+        .order_by(M.id)
+    )
+    out["messages"] = [decode_message(r) for r in conn.execute(active).mappings()]
+    return out
+
+
+def export_lineage(conn: Connection, session_id: str) -> dict[str, Any] | None:
+    """A compression lineage as one logical session: the last segment's fields, plus
+    `segments` (one `export_session` dict per segment, root first),
+    `lineage_session_ids`, `messages` (all segments' active messages concatenated) and
+    `message_count` (their total). None for unknown ids."""
+    segments = [
+        found
+        for sid in compression_lineage(conn, session_id)
+        if (found := export_session(conn, sid)) is not None
+    ]
+    if not segments:
+        return None
+    merged = dict(segments[-1])
+    merged["segments"] = segments
+    merged["lineage_session_ids"] = [seg["id"] for seg in segments]
+    merged["messages"] = [m for seg in segments for m in seg["messages"]]
+    merged["message_count"] = len(merged["messages"])
+    return merged
+
+
+def export_page(
+    conn: Connection, source: str | None, after: tuple[float, str] | None, limit: int
+) -> list[tuple[float, str]]:
+    """(started_at, id) of the next `limit` sessions after `after`, newest start first: a
+    keyset page, so each page is its own short read."""
+    stmt = select(S.started_at, S.id)
+    if source is not None:
+        stmt = stmt.where(S.source == source)
+    if after is not None:
+        stmt = stmt.where(
+            or_(S.started_at < after[0], and_(S.started_at == after[0], S.id < after[1]))
+        )
+    stmt = stmt.order_by(S.started_at.desc(), S.id.desc()).limit(limit)
+    return [(float(r[0]), str(r[1])) for r in conn.execute(stmt).all()]
+
+
+def write_jsonl(fp: SupportsWriteStr, sessions: Iterable[Mapping[str, Any]]) -> int:
+    """One JSON object per line; returns how many were written. Bytes content (a legacy
+    oddity) is written as text, decoded as UTF-8 with replacement."""
+    count = 0
+    for session in sessions:
+        fp.write(json.dumps(session, ensure_ascii=False, default=_json_default) + "\n")
+        count += 1
+    return count
+
+
+def read_jsonl(fp: Iterable[str]) -> Iterator[dict[str, Any]]:
+    """The objects of a JSONL stream; blank lines are skipped, anything else that is not
+    a JSON object raises ValueError naming the line."""
+    for number, line in enumerate(fp, start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError as exc:
+            raise ValueError(f"line {number}: invalid JSON ({exc})") from None
+        if not isinstance(value, dict):
+            raise ValueError(f"line {number}: expected a JSON object")
+        yield value
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", "replace")
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# --------------------------------------------------------------------------- import
+
+
+def _decoded_reasoning(message: Mapping[str, Any]) -> dict[str, Any]:
+    """Reasoning columns arrive decoded or as the JSON text an export holds; parse text
+    first so the bulk routine does not encode it a second time (unparsable text is kept
+    as the string it is)."""
+    out = dict(message)
+    for field in _REASONING_JSON_FIELDS:
+        value = out.get(field)
+        if isinstance(value, str):
+            try:
+                out[field] = json.loads(value) if value.strip() else None
+            except ValueError:
+                pass
+    return out
+
+
+def _model_config_error(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return "model_config must be valid JSON"
+        return None if isinstance(parsed, dict) else "model_config must be a JSON object"
+    if not isinstance(value, dict):
+        return "model_config must be a JSON object"
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return "model_config must be JSON serializable"
+    return None
+
+
+def _encode_model_config(value: Any) -> str | None:
+    if isinstance(value, str):
+        return scrub(value) or None
+    return json.dumps(value) if value else None
+
+
+def _message_error(index: int, msg: Mapping[str, Any]) -> str | None:
+    where = f"messages[{index}]"
+    role = msg.get("role")
+    if not isinstance(role, str) or not role.strip():
+        return f"{where}.role must be a non-empty string"
+    for field in _MESSAGE_TEXT_FIELDS:
+        value = msg.get(field)
+        if value is not None and not isinstance(value, str):
+            return f"{where}.{field} must be a string"
+    for field in _MESSAGE_ID_FIELDS:
+        value = msg.get(field)
+        if value is not None and not isinstance(value, str) and not _is_int(value):
+            return f"{where}.{field} must be a string"
+    token_count = msg.get("token_count")
+    if token_count is not None and not _is_int(token_count):
+        return f"{where}.token_count must be an integer"
+    timestamp = msg.get("timestamp")
+    if timestamp is not None and not _is_number(timestamp):
+        return f"{where}.timestamp must be a number"
+    return None
+
+
+class _ImportTotals:
+    def __init__(self) -> None:
+        self.bytes = 0
+        self.messages = 0
+
+
+def _entry_error(
+    entry: Any, seen: set[str], totals: _ImportTotals
+) -> tuple[str, str | None] | None:
+    """(error, session id if known) for the first problem of one entry, else None."""
+    if not isinstance(entry, dict):
+        return "session must be an object", None
+    sid = entry.get("id")
+    if not isinstance(sid, str) or not sid.strip():
+        return "session id is required", None
+    if sid in seen:
+        return "duplicate session id", sid
+    seen.add(sid)
+    messages = entry.get("messages", [])
+    if messages is None:
+        messages = []
+    if not isinstance(messages, list):
+        return "messages must be a list", sid
+    if len(messages) > IMPORT_MAX_MESSAGES_PER_SESSION:
+        return "messages exceeds the per-session import limit", sid
+    if not all(isinstance(m, dict) for m in messages):
+        return "messages must contain only objects", sid
+    # Before the whole-entry check, so a bad model_config gets its own message.
+    config_error = _model_config_error(entry.get("model_config"))
+    if config_error:
+        return config_error, sid
+    try:
+        size = len(
+            json.dumps(entry, ensure_ascii=False, separators=(",", ":")).encode(
+                "utf-8", "surrogatepass"
+            )
+        )
+    except (TypeError, ValueError):
+        return "session must be JSON serializable", sid
+    if size > IMPORT_MAX_SESSION_BYTES:
+        return "session exceeds the import size limit", sid
+    totals.bytes += size
+    if totals.bytes > IMPORT_MAX_TOTAL_BYTES:
+        return "import exceeds the total size limit", sid
+    totals.messages += len(messages)
+    if totals.messages > IMPORT_MAX_MESSAGES_TOTAL:
+        return "messages exceeds the total import limit", sid
+    for field in _SESSION_TEXT_FIELDS:
+        value = entry.get(field)
+        if value is not None and not isinstance(value, str):
+            return f"{field} must be a string", sid
+    for field in _SESSION_INT_FIELDS:
+        value = entry.get(field)
+        if value is not None and not _is_int(value):
+            return f"{field} must be an integer", sid
+    for field in _SESSION_REAL_FIELDS:
+        value = entry.get(field)
+        if value is not None and not _is_number(value):
+            return f"{field} must be a number", sid
+    for index, msg in enumerate(messages):
+        error = _message_error(index, msg)
+        if error:
+            return error, sid
+    return None
+
+
+def _session_insert_row(
+    entry: Mapping[str, Any], ts: float, message_count: int, tool_call_count: int
+) -> dict[str, Any]:
+    """What an import takes from an entry: identity, model, prompt, accounting, workspace,
+    billing, title, ending and the archived flag. Routing, handoff, rewind, pinning,
+    profile and compression state belong to the machine that wrote them."""
+
+    def text(field: str) -> str | None:
+        return scrub(entry.get(field))
+
+    def real(field: str) -> float | None:
+        value = entry.get(field)
+        return float(value) if _is_number(value) else None
+
+    started = entry.get("started_at")
+    return {
+        "id": entry["id"],
+        "source": text("source") or "import",
+        "user_id": text("user_id"),
+        "model": text("model"),
+        "model_config": _encode_model_config(entry.get("model_config")),
+        "system_prompt": text("system_prompt"),
+        "parent_session_id": None,  # linked after every row exists
+        "started_at": float(started) if _is_number(started) else ts,
+        "ended_at": real("ended_at"),
+        "end_reason": text("end_reason"),
+        "message_count": message_count,
+        "tool_call_count": tool_call_count,
+        **{f: int(entry.get(f) or 0) for f in _SESSION_INT_FIELDS},  # validated ints
+        "estimated_cost_usd": real("estimated_cost_usd"),
+        "actual_cost_usd": real("actual_cost_usd"),
+        "cost_status": text("cost_status"),
+        "cost_source": text("cost_source"),
+        "pricing_version": text("pricing_version"),
+        "cwd": text("cwd"),
+        "git_branch": text("git_branch"),
+        "git_repo_root": text("git_repo_root"),
+        "billing_provider": text("billing_provider"),
+        "billing_base_url": text("billing_base_url"),
+        "billing_mode": text("billing_mode"),
+        "title": text("title") or None,
+        "archived": flag(entry.get("archived")),
+    }
+
+
+def _creates_cycle(child: str, parent: str, parents: Mapping[str, str]) -> bool:
+    """Whether linking `child` to `parent` closes a loop through `child`, following the
+    payload's parent links that still stand (the original's rule: the first member of a
+    loop met in payload order is the one detached)."""
+    node: str | None = parent
+    seen: set[str] = set()
+    while node is not None and node not in seen:
+        if node == child:
+            return True
+        seen.add(node)
+        node = parents.get(node)
+    return False
+
+
+def import_errors(sessions: Any) -> list[dict[str, Any]]:
+    """Every problem of an import payload, one `{index, error[, session_id]}` per bad
+    entry; ValueError when `sessions` is not a list or has too many entries."""
+    if not isinstance(sessions, list):
+        raise ValueError("sessions must be a list")
+    if len(sessions) > IMPORT_MAX_SESSIONS:
+        raise ValueError(f"sessions must contain at most {IMPORT_MAX_SESSIONS} entries")
+    errors: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    totals = _ImportTotals()
+    for index, entry in enumerate(sessions):
+        problem = _entry_error(entry, seen, totals)
+        if problem is not None:
+            error: dict[str, Any] = {"index": index, "error": problem[0]}
+            if problem[1] is not None:
+                error["session_id"] = problem[1]
+            errors.append(error)
+    return errors
+
+
+def _parent_links(
+    fresh: list[dict[str, Any]], parents_in_db: set[str]
+) -> tuple[dict[str, str], int]:
+    """(child -> parent links that survive, how many children were detached)."""
+    fresh_ids = {e["id"] for e in fresh}
+    links: dict[str, str] = {}
+    declared = {e["id"]: p for e in fresh if (p := e.get("parent_session_id"))}
+    detached = 0
+    for e in fresh:
+        parent = e.get("parent_session_id")
+        if not parent:
+            continue
+        if parent in parents_in_db or (
+            parent in fresh_ids and not _creates_cycle(e["id"], parent, declared)
+        ):
+            links[e["id"]] = parent
+        else:
+            detached += 1
+            del declared[e["id"]]
+    return links, detached
+
+
+def import_entries(conn: Connection, entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Import validated entries (see `import_errors`) in the caller's transaction:
+    existing ids are skipped, parents linked once every row exists."""
+    existing = existing_ids(conn, [e["id"] for e in entries])
+    fresh = [e for e in entries if e["id"] not in existing]
+    fresh_ids = {e["id"] for e in fresh}
+    wanted = sorted(
+        {p for e in fresh if (p := e.get("parent_session_id")) and p not in fresh_ids}
+    )
+    links, detached = _parent_links(fresh, existing_ids(conn, wanted))
+
+    ts = now()
+    session_rows = []
+    message_rows: list[dict[str, Any]] = []
+    for e in fresh:
+        encoded = encode_bulk(e["id"], [_decoded_reasoning(m) for m in e.get("messages") or []])
+        session_rows.append(_session_insert_row(e, ts, len(encoded.rows), encoded.tool_calls))
+        message_rows.extend(encoded.rows)
+    if session_rows:
+        conn.execute(insert(SESSIONS), session_rows)
+    if message_rows:
+        conn.execute(insert(MESSAGES), message_rows)
+    if links:
+        conn.execute(
+            update(SESSIONS)
+            .where(S.id == bindparam("child"))
+            .values(parent_session_id=bindparam("parent")),
+            [{"child": c, "parent": p} for c, p in links.items()],
+        )
+    return {
+        "ok": True,
+        "imported": len(fresh),
+        "skipped": len(entries) - len(fresh),
+        "detached": detached,
+        "imported_ids": [e["id"] for e in fresh],
+        "skipped_ids": [e["id"] for e in entries if e["id"] in existing],
+        "errors": [],
+    }

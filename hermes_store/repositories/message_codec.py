@@ -1,0 +1,243 @@
+"""How a message becomes a `messages` row and a row becomes a message again
+(spec/behaviour.md 3.1, spec/schema.md section 8).
+
+Every writer encodes through here, so a value that cannot be stored is refused with
+InvalidInput naming the field before anything reaches the driver (whose own error would
+not say which field was wrong), and every reader decodes content, tool calls and display
+metadata the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InvalidInput
+from ._dialect import data_columns
+from ._encoding import (
+    decode_content,
+    decode_display_metadata,
+    decode_json,
+    encode_content,
+    encode_display_metadata,
+    encode_json_if_truthy,
+    encode_tool_calls,
+    flag,
+    now,
+    scrub,
+)
+
+#: A result row as a mapping (SQLAlchemy's RowMapping is keyed by names and columns).
+RowLike = Mapping[Any, Any]
+
+#: The smallest step of the bulk routine's running clock (one microsecond).
+CLOCK_STEP = 1e-6
+#: Fields the bulk routine keeps only on assistant rows.
+ASSISTANT_ONLY = (
+    "reasoning",
+    "reasoning_content",
+    "reasoning_details",
+    "codex_reasoning_items",
+    "codex_message_items",
+)
+#: Every column `encode_row` writes, in one order, so an insert of n rows is one statement.
+INSERT_COLUMNS = (
+    "session_id", "role", "content", "tool_call_id", "tool_calls", "tool_name",
+    "effect_disposition", "timestamp", "token_count", "finish_reason", "reasoning",
+    "reasoning_content", "reasoning_details", "codex_reasoning_items", "codex_message_items",
+    "platform_message_id", "observed", "active", "compacted", "api_content", "display_kind",
+    "display_metadata",
+)  # fmt: skip
+
+_BINDABLE_SCALARS = (str, int, float, type(None))
+_CONTENT_TYPES = (str, bytes, int, float, list, dict, type(None))
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+def field_text(name: str, value: Any) -> Any:
+    """A text field as stored (surrogates scrubbed); InvalidInput for a non-scalar."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, _BINDABLE_SCALARS):
+        return value
+    raise InvalidInput(f"message field {name!r} must be text, got {type(value).__name__}")
+
+
+def field_json(name: str, value: Any) -> str | None:
+    """A JSON field as stored (NULL when falsy); InvalidInput when not serialisable."""
+    try:
+        return encode_json_if_truthy(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"message field {name!r} is not JSON-serialisable: {exc}") from exc
+
+
+def content_value(value: Any) -> Any:
+    """Message content as stored: text as is, structured content behind the JSON prefix."""
+    if isinstance(value, bytearray | memoryview):
+        value = bytes(value)
+    if not isinstance(value, _CONTENT_TYPES):
+        raise InvalidInput(
+            f"message content of type {type(value).__name__} cannot be stored; "
+            "pass str, list, dict, bytes, int, float or None"
+        )
+    try:
+        return encode_content(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"structured message content is not JSON-serialisable: {exc}") from exc
+
+
+def _tool_calls(value: Any) -> tuple[str | None, int]:
+    try:
+        return encode_tool_calls(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"tool_calls is not JSON-serialisable: {exc}") from exc
+
+
+def epoch_seconds(value: Any) -> float | None:
+    """Epoch seconds from a datetime-like object or a number; None when unusable.
+
+    Booleans and numeric strings count as unusable (the original accepts "a number"), and
+    so do NaN and infinities: SQLite would turn NaN into NULL and fail the NOT NULL."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        if isinstance(value, int | float):
+            ts = float(value)
+        elif callable(getattr(value, "timestamp", None)):
+            ts = float(value.timestamp())
+        else:
+            return None
+    except (TypeError, ValueError, OverflowError, OSError):
+        return None
+    return ts if math.isfinite(ts) else None
+
+
+def encode_row(
+    session_id: str,
+    *,
+    role: Any,
+    content: Any,
+    tool_name: Any,
+    tool_calls: Any,
+    tool_call_id: Any,
+    token_count: Any,
+    finish_reason: Any,
+    reasoning: Any,
+    reasoning_content: Any,
+    reasoning_details: Any,
+    codex_reasoning_items: Any,
+    codex_message_items: Any,
+    platform_message_id: Any,
+    observed: Any,
+    effect_disposition: Any,
+    timestamp: float,
+    api_content: Any,
+    display_kind: Any,
+    display_metadata: Any,
+) -> tuple[dict[str, Any], int]:
+    """One `messages` row in the stored encodings, and what it adds to tool_call_count."""
+    stored_calls, n_calls = _tool_calls(tool_calls)
+    values = {
+        "session_id": session_id,
+        "role": field_text("role", role),
+        "content": content_value(content),
+        "tool_call_id": field_text("tool_call_id", tool_call_id),
+        "tool_calls": stored_calls,
+        "tool_name": field_text("tool_name", tool_name),
+        "effect_disposition": field_text("effect_disposition", effect_disposition),
+        "timestamp": timestamp,
+        "token_count": token_count,
+        "finish_reason": field_text("finish_reason", finish_reason),
+        "reasoning": field_text("reasoning", reasoning),
+        "reasoning_content": field_text("reasoning_content", reasoning_content),
+        "reasoning_details": field_json("reasoning_details", reasoning_details),
+        "codex_reasoning_items": field_json("codex_reasoning_items", codex_reasoning_items),
+        "codex_message_items": field_json("codex_message_items", codex_message_items),
+        "platform_message_id": field_text("platform_message_id", platform_message_id),
+        "observed": flag(observed),
+        # Written explicitly: older reconciled files have `active` without its DEFAULT 1.
+        "active": 1,
+        "compacted": 0,
+        "api_content": field_text("api_content", api_content),
+        "display_kind": field_text("display_kind", display_kind),
+        "display_metadata": encode_display_metadata(display_metadata),
+    }
+    return values, n_calls
+
+
+@dataclass
+class EncodedMessages:
+    """Rows ready to insert, and the tool calls they add to the session's counter."""
+
+    rows: list[dict[str, Any]]
+    tool_calls: int
+
+
+def encode_bulk(session_id: str, messages: Iterable[Mapping[str, Any]]) -> EncodedMessages:
+    """The bulk routine shared by replace, compaction, publication, batch appends and
+    imports."""
+    clock = now()
+    rows: list[dict[str, Any]] = []
+    total_calls = 0
+    for index, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise InvalidInput(f"message {index} is a {type(message).__name__}, not a dict")
+        role = message.get("role") or "unknown"
+        is_assistant = role == "assistant"
+        explicit = epoch_seconds(message.get("timestamp"))
+        ts = clock if explicit is None else explicit
+        platform_id = message.get("platform_message_id")
+        if platform_id is None:
+            platform_id = message.get("message_id")
+        kept = {k: (message.get(k) if is_assistant else None) for k in ASSISTANT_ONLY}
+        values, n_calls = encode_row(
+            session_id,
+            role=role,
+            content=message.get("content"),
+            tool_name=message.get("tool_name"),
+            tool_calls=message.get("tool_calls"),
+            tool_call_id=message.get("tool_call_id"),
+            token_count=message.get("token_count"),
+            finish_reason=message.get("finish_reason"),
+            platform_message_id=platform_id,
+            observed=message.get("observed"),
+            effect_disposition=message.get("effect_disposition"),
+            timestamp=ts,
+            api_content=message.get("api_content"),
+            display_kind=message.get("display_kind"),
+            display_metadata=message.get("display_metadata"),
+            **kept,
+        )
+        rows.append(values)
+        total_calls += n_calls
+        # Rows without their own time still sort after the previous row by timestamp.
+        clock = max(clock + CLOCK_STEP, ts + CLOCK_STEP)
+    return EncodedMessages(rows, total_calls)
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+def decode_tool_calls(stored: Any) -> Any:
+    """Stored tool calls parsed; NULL stays None, unreadable JSON becomes []."""
+    return None if stored is None else decode_json(stored, [])
+
+
+def decode_message(row: RowLike) -> dict[str, Any]:
+    """A full row as a dict with content, tool_calls and display_metadata decoded."""
+    return decode_fields(data_columns(row))
+
+
+def decode_fields(out: dict[str, Any]) -> dict[str, Any]:
+    """Decode, in place, the encoded fields a row dict carries."""
+    if "content" in out:
+        out["content"] = decode_content(out["content"])
+    if "tool_calls" in out:
+        out["tool_calls"] = decode_tool_calls(out["tool_calls"])
+    if "display_metadata" in out:
+        out["display_metadata"] = decode_display_metadata(out["display_metadata"])
+    return out
