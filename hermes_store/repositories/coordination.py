@@ -125,7 +125,6 @@ def _drop_lease(conn: Connection, session_id: str, holder: str) -> None:
     )
 
 
-
 class CompressionLockRepository:
     """Per-session compression leases. A lease is a row with an expiry, not an OS lock:
     a crashed holder blocks others only until its expiry, or until its pid is gone."""
@@ -175,13 +174,14 @@ class CompressionLockRepository:
 
     def get_holder(self, session_id: str) -> str | None:
         """The holder of a live (unexpired) lease."""
-        with self.store.read() as s:
-            return s.execute(
+        return self.store.read(
+            lambda s: s.execute(
                 select(CompressionLock.holder).where(
                     CompressionLock.session_id == session_id,
                     CompressionLock.expires_at >= now(),
                 )
             ).scalar_one_or_none()
+        )
 
 
 # --------------------------------------------------------------------------- gateway
@@ -252,6 +252,17 @@ _PENDING_HANDOFFS = (
 )
 
 
+def _latest_for_peer(
+    conn: Connection, session_key: str, source: str, peer: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """By routing key first, then (given a peer tuple) by the whole peer tuple."""
+    row = conn.execute(_PEER_BY_KEY, {"session_key": session_key, "source": source})
+    found = row.mappings().first()
+    if found is None and peer is not None:
+        found = conn.execute(_PEER_BY_TUPLE, peer).mappings().first()
+    return data_columns(found) if found is not None else None
+
+
 def _save_entry(conn: Connection, scope: str, session_key: str, entry_json: str) -> None:
     stmt = upsert_insert(conn, GatewayRouting).values(
         scope=scope, session_key=session_key, entry_json=entry_json, updated_at=now()
@@ -316,12 +327,13 @@ class GatewayRoutingRepository:
 
     def load_entries(self, *, scope: str = "") -> dict[str, str]:
         """The scope's index: session key -> entry JSON."""
-        with self.store.read() as conn:
-            rows = conn.execute(
+        rows = self.store.read(
+            lambda conn: conn.execute(
                 select(GatewayRouting.session_key, GatewayRouting.entry_json).where(
                     GatewayRouting.scope == (scope or "")
                 )
             ).all()
+        )
         return {key: entry for key, entry in rows}
 
     def delete_entries(self, session_keys: Iterable[str], *, scope: str = "") -> int:
@@ -373,8 +385,7 @@ class GatewayRoutingRepository:
         `last_active`, newest activity first. `active_only` asks whether a key's current
         session is open; an older open session behind a newer ended one is not current."""
         params = {"platform": platform or "", "active_only": 1 if active_only else 0}
-        with self.store.read() as conn:
-            rows = data_rows(conn.execute(_LIST_GATEWAY_SESSIONS, params))
+        rows = self.store.read(lambda conn: data_rows(conn.execute(_LIST_GATEWAY_SESSIONS, params)))
         for row in rows:
             row.pop("hermes_rank", None)
         return rows
@@ -404,8 +415,7 @@ class GatewayRoutingRepository:
         )
         if thread_id is not None:
             stmt = stmt.where(_blank(S.thread_id) == thread_id)
-        with self.store.read() as conn:
-            rows = conn.execute(stmt).all()
+        rows = self.store.read(lambda conn: conn.execute(stmt).all())
         if not rows:
             return None
         if user_id is not None:
@@ -430,22 +440,16 @@ class GatewayRoutingRepository:
         id and type) by the whole peer tuple, NULLs compared as ''."""
         if not session_key:
             return None
-        with self.store.read() as conn:
-            row = (
-                conn.execute(_PEER_BY_KEY, {"session_key": session_key, "source": source})
-                .mappings()
-                .first()
-            )
-            if row is None and chat_id and chat_type:
-                peer = {
-                    "source": source,
-                    "user_id": user_id or "",
-                    "chat_id": chat_id,
-                    "chat_type": chat_type,
-                    "thread_id": thread_id or "",
-                }
-                row = conn.execute(_PEER_BY_TUPLE, peer).mappings().first()
-        return data_columns(row) if row is not None else None
+        peer = None
+        if chat_id and chat_type:
+            peer = {
+                "source": source,
+                "user_id": user_id or "",
+                "chat_id": chat_id,
+                "chat_type": chat_type,
+                "thread_id": thread_id or "",
+            }
+        return self.store.read(lambda conn: _latest_for_peer(conn, session_key, source, peer))
 
     # -- handoffs
 
@@ -486,12 +490,13 @@ class GatewayRoutingRepository:
         """`{state, platform, error}` of the session's handoff; None for an unknown id or
         when the columns cannot be read."""
         try:
-            with self.store.read() as conn:
-                row = conn.execute(
+            row = self.store.read(
+                lambda conn: conn.execute(
                     select(S.handoff_state, S.handoff_platform, S.handoff_error).where(
                         S.id == session_id
                     )
                 ).first()
+            )
         except DBAPIError as exc:
             log.warning("handoff state of %s unreadable: %s", session_id, exc)
             return None
@@ -503,8 +508,7 @@ class GatewayRoutingRepository:
         """Full rows of the sessions waiting for a handoff, oldest first; [] when
         unreadable."""
         try:
-            with self.store.read() as conn:
-                return data_rows(conn.execute(_PENDING_HANDOFFS))
+            return self.store.read(lambda conn: data_rows(conn.execute(_PENDING_HANDOFFS)))
         except DBAPIError as exc:
             log.warning("pending handoffs unreadable: %s", exc)
             return []
@@ -522,12 +526,10 @@ class AsyncDelegationRepository:
 
     def get(self, delegation_id: str) -> dict[str, Any] | None:
         """The full row of one delegation, None if unknown."""
-        stmt: Select[Any] = (
-            all_columns(DELEGATIONS)
-            .where(AsyncDelegation.delegation_id == delegation_id)
+        stmt: Select[Any] = all_columns(DELEGATIONS).where(
+            AsyncDelegation.delegation_id == delegation_id
         )
-        with self.store.read() as s:
-            row = s.execute(stmt).mappings().first()
+        row = self.store.read(lambda s: s.execute(stmt).mappings().first())
         return data_columns(row) if row is not None else None
 
     def list_by_state(
@@ -552,13 +554,13 @@ class AsyncDelegationRepository:
         stmt = stmt.order_by(AsyncDelegation.dispatched_at, AsyncDelegation.delegation_id)
         if limit is not None:
             stmt = stmt.limit(max(0, int(limit)))
-        with self.store.read() as s:
-            return data_rows(s.execute(stmt, params))
+        return self.store.read(lambda s: data_rows(s.execute(stmt, params)))
 
     def count_by_state(self) -> dict[str, int]:
         """How many delegations are in each state."""
-        with self.store.read() as s:
-            rows = s.execute(
+        rows = self.store.read(
+            lambda s: s.execute(
                 select(AsyncDelegation.state, func.count()).group_by(AsyncDelegation.state)
             ).all()
+        )
         return {state: int(n) for state, n in rows}

@@ -32,7 +32,6 @@ from .lineage import with_delegates
 log = logging.getLogger(__name__)
 
 
-
 def delete_ids(conn: Connection, ids: Sequence[str]) -> int:
     """Delete sessions with their messages, orphaning every child first.
 
@@ -41,9 +40,7 @@ def delete_ids(conn: Connection, ids: Sequence[str]) -> int:
     messages, delete sessions (usage rows follow by ON DELETE CASCADE)."""
     ids_param: BindParameter[Any] = bindparam("ids", expanding=True)
     unlink = (
-        update(SESSIONS)
-        .where(S.parent_session_id.in_(ids_param))
-        .values(parent_session_id=None)
+        update(SESSIONS).where(S.parent_session_id.in_(ids_param)).values(parent_session_id=None)
     )
     drop_messages = delete(MESSAGES).where(M.session_id.in_(ids_param))
     drop_sessions = delete(SESSIONS).where(S.id.in_(ids_param))

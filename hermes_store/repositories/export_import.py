@@ -93,18 +93,12 @@ def _is_int(value: object) -> TypeGuard[int]:
 
 def export_session(conn: Connection, session_id: str) -> dict[str, Any] | None:
     """The full session row plus its active messages, decoded; None if unknown."""
-    row = (
-        conn.execute(all_columns(SESSIONS).where(S.id == session_id))
-        .mappings()
-        .first()
-    )
+    row = conn.execute(all_columns(SESSIONS).where(S.id == session_id)).mappings().first()
     if row is None:
         return None
     out = data_columns(row)
     active: Select[Any] = (
-        all_columns(MESSAGES)
-        .where(M.session_id == session_id, M.active == 1)
-        .order_by(M.id)
+        all_columns(MESSAGES).where(M.session_id == session_id, M.active == 1).order_by(M.id)
     )
     out["messages"] = [decode_message(r) for r in conn.execute(active).mappings()]
     return out
@@ -414,9 +408,7 @@ def import_entries(conn: Connection, entries: list[dict[str, Any]]) -> dict[str,
     existing = existing_ids(conn, [e["id"] for e in entries])
     fresh = [e for e in entries if e["id"] not in existing]
     fresh_ids = {e["id"] for e in fresh}
-    wanted = sorted(
-        {p for e in fresh if (p := e.get("parent_session_id")) and p not in fresh_ids}
-    )
+    wanted = sorted({p for e in fresh if (p := e.get("parent_session_id")) and p not in fresh_ids})
     links, detached = _parent_links(fresh, existing_ids(conn, wanted))
 
     ts = now()

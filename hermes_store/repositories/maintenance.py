@@ -77,8 +77,7 @@ class MaintenanceRepository:
 
     def export_session(self, session_id: str) -> dict[str, Any] | None:
         """The full session row plus its active messages, decoded; None if unknown."""
-        with self.store.read() as conn:
-            return export_session(conn, session_id)
+        return self.store.read(lambda conn: export_session(conn, session_id))
 
     def export_session_lineage(self, session_id: str) -> dict[str, Any] | None:
         """A compression lineage exported as one logical session (spec section 8): the
@@ -86,8 +85,7 @@ class MaintenanceRepository:
         root first), `lineage_session_ids`, `messages` (all segments' active messages
         concatenated) and `message_count` (their total). None for unknown ids. Read in
         one transaction, so the segments are consistent with each other."""
-        with self.store.read() as conn:
-            return export_lineage(conn, session_id)
+        return self.store.read(lambda conn: export_lineage(conn, session_id))
 
     def export_all(self, source: str | None = None) -> Iterator[dict[str, Any]]:
         """Every session (newest start first), one export at a time.
@@ -96,8 +94,9 @@ class MaintenanceRepository:
         caller consumes a session, so a slow consumer never blocks a DELETE-mode writer."""
         after: tuple[float, str] | None = None
         while True:
-            with self.store.read() as conn:
-                page = export_page(conn, source, after, self.export_page)
+            page = self.store.read(
+                partial(export_page, source=source, after=after, limit=self.export_page)
+            )
             if not page:
                 return
             for _, sid in page:
@@ -221,8 +220,11 @@ class MaintenanceRepository:
     ) -> list[dict[str, Any]]:
         """What prune_sessions would delete, least recently active first."""
         conditions = prune_conditions("list_prune_candidates", older_than_days, source, filters)
-        with self.store.read() as conn:
-            return [dict(r) for r in conn.execute(candidates_statement(conditions)).mappings()]
+        return self.store.read(
+            lambda conn: [
+                dict(r) for r in conn.execute(candidates_statement(conditions)).mappings()
+            ]
+        )
 
     def archive_sessions(
         self, /, older_than_days: float | None = None, source: str | None = None, **filters: Any
@@ -241,8 +243,7 @@ class MaintenanceRepository:
     def count_empty_sessions(self) -> int:
         """Ended, unarchived sessions whose message count is 0."""
         stmt = select(func.count()).select_from(SESSIONS).where(*empty_conditions())
-        with self.store.read() as conn:
-            return int(conn.execute(stmt).scalar_one())
+        return self.store.read(lambda conn: int(conn.execute(stmt).scalar_one()))
 
     def delete_empty_sessions(self, sessions_dir: str | Path | None = None) -> int:
         """Delete what count_empty_sessions counts; children are orphaned."""

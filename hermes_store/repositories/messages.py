@@ -101,13 +101,9 @@ def _non_empty_content() -> Any:
 _LEASE_HOLDER = Prepared(
     select(L.holder).where(L.session_id == bindparam("session_id"), L.expires_at > bindparam("at"))
 )
-_SESSION_STATE = Prepared(
-    select(S.ended_at, S.end_reason).where(S.id == bindparam("session_id"))
-)
+_SESSION_STATE = Prepared(select(S.ended_at, S.end_reason).where(S.id == bindparam("session_id")))
 _INSERT_ONE = Prepared(
-    insert(MESSAGES)
-    .values({name: bindparam(name) for name in INSERT_COLUMNS})
-    .returning(M.id)
+    insert(MESSAGES).values({name: bindparam(name) for name in INSERT_COLUMNS}).returning(M.id)
 )
 _ADD_COUNTS = Prepared(
     update(SESSIONS)
@@ -430,9 +426,7 @@ def _window(
     window = max(0, int(window))
     in_session = _full_rows().where(M.session_id == session_id)
     before = (
-        conn.execute(
-            in_session.where(M.id < around_message_id).order_by(M.id.desc()).limit(window)
-        )
+        conn.execute(in_session.where(M.id < around_message_id).order_by(M.id.desc()).limit(window))
         .mappings()
         .all()
     )
@@ -459,11 +453,29 @@ def _bookends(
         base = base.where(M.role.in_(list(keep_roles)))
     start = conn.execute(base.where(M.id < low).order_by(M.id).limit(bookend)).mappings().all()
     end = (
-        conn.execute(base.where(M.id > high).order_by(M.id.desc()).limit(bookend))
-        .mappings()
-        .all()
+        conn.execute(base.where(M.id > high).order_by(M.id.desc()).limit(bookend)).mappings().all()
     )
     return list(start), list(reversed(end))
+
+
+def _anchored_rows(
+    conn: Connection,
+    session_id: str,
+    around_message_id: int,
+    window: int,
+    bookend: int,
+    keep_roles: Sequence[str] | None,
+) -> tuple[list[RowLike], RowLike, list[RowLike], list[RowLike], list[RowLike]] | None:
+    """(before, anchor, after, first bookends, last bookends) of `get_anchored_view`, or
+    None when the anchor is not a message of the session."""
+    found = _window(conn, session_id, around_message_id, window)
+    if found is None:
+        return None
+    before, anchor, after = found
+    low = before[0]["id"] if before else anchor["id"]
+    high = after[-1]["id"] if after else anchor["id"]
+    start, end = _bookends(conn, session_id, low, high, bookend, keep_roles)
+    return before, anchor, after, start, end
 
 
 def _lineage_rows(
@@ -681,16 +693,14 @@ class MessageRepository:
         skipped = bool(offset and offset > 0)
         page = _conversation_page(include_inactive, limited, skipped)
         params = {"session_id": session_id, "limit": limit, "offset": offset}
-        with self.store.read() as conn:
-            rows = data_dicts(page.dicts(conn, params))
+        rows = self.store.read(lambda conn: data_dicts(page.dicts(conn, params)))
         return [decode_fields(r) for r in rows]
 
     def get_messages_around(
         self, session_id: str, around_message_id: int, window: int = 5
     ) -> dict[str, Any]:
         """Up to `window` rows either side of the anchor (inactive included), by id."""
-        with self.store.read() as conn:
-            found = _window(conn, session_id, around_message_id, window)
+        found = self.store.read(lambda conn: _window(conn, session_id, around_message_id, window))
         if found is None:
             return {"window": [], "messages_before": 0, "messages_after": 0}
         before, anchor, after = found
@@ -712,20 +722,20 @@ class MessageRepository:
         outside it. `messages_before`/`messages_after` count the rows actually returned
         after the role filter."""
         bookend = max(0, int(bookend))
-        with self.store.read() as conn:
-            found = _window(conn, session_id, around_message_id, window)
-            if found is None:
-                return {
-                    "window": [],
-                    "messages_before": 0,
-                    "messages_after": 0,
-                    "bookend_start": [],
-                    "bookend_end": [],
-                }
-            before, anchor, after = found
-            low = before[0]["id"] if before else anchor["id"]
-            high = after[-1]["id"] if after else anchor["id"]
-            start, end = _bookends(conn, session_id, low, high, bookend, keep_roles)
+        found = self.store.read(
+            lambda conn: _anchored_rows(
+                conn, session_id, around_message_id, window, bookend, keep_roles
+            )
+        )
+        if found is None:
+            return {
+                "window": [],
+                "messages_before": 0,
+                "messages_after": 0,
+                "bookend_start": [],
+                "bookend_end": [],
+            }
+        before, anchor, after, start, end = found
         if keep_roles is not None:
             before = [r for r in before if r["role"] in keep_roles]
             after = [r for r in after if r["role"] in keep_roles]
@@ -749,8 +759,7 @@ class MessageRepository:
         if not include_inactive:
             query = query.where(M.active == 1)
         query = query.order_by(M.id.desc()).limit(max(0, int(limit)))
-        with self.store.read() as conn:
-            rows = conn.execute(query).all()
+        rows = self.store.read(lambda conn: conn.execute(query).all())
         return [
             {
                 "id": r.id,
@@ -763,24 +772,21 @@ class MessageRepository:
     def has_archived_messages(self, session_id: str) -> bool:
         """Whether any row of the session is inactive (rewound or compaction-archived)."""
         query = select(M.id).where(M.session_id == session_id, M.active == 0)
-        with self.store.read() as conn:
-            return _exists(conn, query)
+        return self.store.read(lambda conn: _exists(conn, query))
 
     def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:
         """Whether a row of the session carries this platform (chat service) message id."""
         query = select(M.id).where(
             M.session_id == session_id, M.platform_message_id == platform_message_id
         )
-        with self.store.read() as conn:
-            return _exists(conn, query)
+        return self.store.read(lambda conn: _exists(conn, query))
 
     def message_count(self, session_id: str | None = None) -> int:
         """Rows on disk (inactive included), for one session or the whole database."""
         query = select(func.count()).select_from(MESSAGES)
         if session_id is not None:
             query = query.where(M.session_id == session_id)
-        with self.store.read() as conn:
-            return int(conn.execute(query).scalar_one())
+        return self.store.read(lambda conn: int(conn.execute(query).scalar_one()))
 
     def get_messages_as_conversation(
         self,
@@ -794,8 +800,9 @@ class MessageRepository:
         With `include_ancestors` the rows of the whole lineage come root first (each
         session's rows in id order) and prompts replayed across a compression boundary
         appear once. `repair_alternation` runs `repair_message_alternation()`."""
-        with self.store.read() as conn:
-            _, rows = _lineage_rows(conn, session_id, include_ancestors, include_inactive)
+        _, rows = self.store.read(
+            lambda conn: _lineage_rows(conn, session_id, include_ancestors, include_inactive)
+        )
         return conversation(rows, include_ancestors, repair_alternation)
 
     def get_resume_conversations(
@@ -807,8 +814,7 @@ class MessageRepository:
         replayed prompts shown once. Equal to `get_messages_as_conversation(id,
         repair_alternation=True)` and `get_messages_as_conversation(id,
         include_ancestors=True)`, without a second read in between."""
-        with self.store.read() as conn:
-            _, rows = _lineage_rows(conn, session_id, True, False)
+        _, rows = self.store.read(lambda conn: _lineage_rows(conn, session_id, True, False))
         own = [r for r in rows if r["session_id"] == session_id]
         return (
             conversation(own, dedupe_replays=False, repair_alternation=True),
@@ -819,8 +825,7 @@ class MessageRepository:
         """The display rows of the session's ancestors only, root first, with replayed
         prompts de-duplicated among them (what a UI shows above the live session's own
         transcript); [] when the session has no parent (spec section 4.2)."""
-        with self.store.read() as conn:
-            chain, rows = _lineage_rows(conn, session_id, True, False)
+        chain, rows = self.store.read(lambda conn: _lineage_rows(conn, session_id, True, False))
         if len(chain) < 2:
             return []
         ancestors = [r for r in rows if r["session_id"] != session_id]

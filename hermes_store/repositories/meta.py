@@ -58,8 +58,7 @@ class MetaRepository:
         unit of work (so it sees the caller's own uncommitted writes)."""
         if session is not None:
             return _get(session, key)
-        with self.store.read() as conn:
-            return _get(conn, key)
+        return self.store.read(lambda conn: _get(conn, key))
 
     def set_meta(self, key: str, value: MetaValue, *, session: Connection | None = None) -> None:
         """Upsert; with `session` the statement joins the caller's transaction (the
@@ -79,11 +78,8 @@ class MetaRepository:
         """Every key starting with `prefix` (taken literally: `%` and `_` are not
         wildcards), ordered by key."""
         stmt = (
-            select(K.key, K.value)
-            .where(K.key.startswith(prefix, autoescape=True))
-            .order_by(K.key)
+            select(K.key, K.value).where(K.key.startswith(prefix, autoescape=True)).order_by(K.key)
         )
-        with self.store.read() as conn:
-            rows = conn.execute(stmt).all()
+        rows = self.store.read(lambda conn: conn.execute(stmt).all())
         # SQLite's LIKE ignores ASCII case; keys are case-sensitive.
         return {k: v for k, v in rows if k.startswith(prefix)}

@@ -31,8 +31,8 @@ class SearchRepository:
         has `id, session_id, role, snippet` (the match marked `>>>`/`<<<`), `timestamp,
         tool_name, source, model, session_started` and `context` (the neighbouring
         messages). Never raises on user input: a query that cannot be read finds nothing."""
-        with self.store.read() as conn:
-            return search_messages(
+        return self.store.read(
+            lambda conn: search_messages(
                 conn,
                 query,
                 source_filter=source_filter,
@@ -43,3 +43,4 @@ class SearchRepository:
                 sort=sort,
                 include_inactive=include_inactive,
             )
+        )

@@ -115,9 +115,7 @@ _UPSERT = text(
     "profile_name = COALESCE(sessions.profile_name, excluded.profile_name), "
     "git_repo_root = COALESCE(sessions.git_repo_root, excluded.git_repo_root)"
 )
-_FULL_ROW = Prepared(
-    all_columns(SESSIONS).where(S.id == bindparam("id"))
-)
+_FULL_ROW = Prepared(all_columns(SESSIONS).where(S.id == bindparam("id")))
 
 
 def _text(value: Any) -> Any:
@@ -253,6 +251,17 @@ def _unique_prefix_match(conn: Connection, prefix: str) -> str | None:
     return matches[0] if len(matches) == 1 else None
 
 
+def _live_continuation_row(conn: Connection, parent_session_id: str) -> Row | None:
+    child = live_continuation(conn, parent_session_id)
+    return None if child is None else full_row(conn, child)
+
+
+def _delete_targets(conn: Connection, session_id: str) -> list[str]:
+    if not session_exists(conn, session_id):
+        return []
+    return [session_id, *sorted(delegate_descendants(conn, session_id))]
+
+
 # --------------------------------------------------------------------------- repository
 
 
@@ -356,15 +365,13 @@ class SessionRepository:
     def get_session(self, session_id: str) -> Row | None:
         """The whole row, or None for an unknown id."""
         self._flush()
-        with self.store.read() as conn:
-            return full_row(conn, session_id)
+        return self.store.read(lambda conn: full_row(conn, session_id))
 
     def resolve_session_id(self, id_or_prefix: str) -> str | None:
         """An exact id, else the id that uniquely starts with the prefix."""
         if not id_or_prefix:
             return None
-        with self.store.read() as conn:
-            return _unique_prefix_match(conn, id_or_prefix)
+        return self.store.read(lambda conn: _unique_prefix_match(conn, id_or_prefix))
 
     # ----------------------------------------------------------------- settings
 
@@ -490,12 +497,13 @@ class SessionRepository:
 
     def get_compression_failure_cooldown(self, session_id: str) -> dict[str, Any] | None:
         """`{cooldown_until, remaining_seconds, error}` while a cooldown runs, else None."""
-        with self.store.read() as conn:
-            row = conn.execute(
+        row = self.store.read(
+            lambda conn: conn.execute(
                 select(S.compression_failure_cooldown_until, S.compression_failure_error).where(
                     S.id == session_id
                 )
             ).first()
+        )
         if row is None or row.compression_failure_cooldown_until is None:
             return None
         try:
@@ -523,8 +531,11 @@ class SessionRepository:
             log.warning("could not clear compression cooldown for %s: %s", session_id, exc)
 
     def _get_counter(self, session_id: str, column: str) -> int:
-        with self.store.read() as conn:
-            value = conn.execute(select(S[column]).where(S.id == session_id)).scalar_one_or_none()
+        value = self.store.read(
+            lambda conn: conn.execute(
+                select(S[column]).where(S.id == session_id)
+            ).scalar_one_or_none()
+        )
         if value is None:
             return 0
         try:
@@ -552,37 +563,28 @@ class SessionRepository:
 
     def get_compression_tip(self, session_id: str) -> str:
         """The live end of the session's compression chain (the id itself if none)."""
-        with self.store.read() as conn:
-            return compression_tip(conn, session_id)
+        return self.store.read(lambda conn: compression_tip(conn, session_id))
 
     def get_compression_lineage(self, session_id: str) -> list[str]:
         """The compression chain the session belongs to, root first ([] if unknown)."""
-        with self.store.read() as conn:
-            return compression_lineage(conn, session_id)
+        return self.store.read(lambda conn: compression_lineage(conn, session_id))
 
     def find_live_compression_child(self, parent_session_id: str) -> Row | None:
         """The unique open continuation of a compressed session; None when there is
         none or when several compete (the caller must not guess)."""
-        with self.store.read() as conn:
-            child = live_continuation(conn, parent_session_id)
-            return None if child is None else full_row(conn, child)
+        return self.store.read(lambda conn: _live_continuation_row(conn, parent_session_id))
 
     def get_session_delete_targets(self, session_id: str) -> list[str]:
         """What deleting the session removes: itself, then its delegate runs."""
-        with self.store.read() as conn:
-            if not session_exists(conn, session_id):
-                return []
-            return [session_id, *sorted(delegate_descendants(conn, session_id))]
+        return self.store.read(lambda conn: _delete_targets(conn, session_id))
 
     def ancestors(self, session_id: str) -> list[str]:
         """Every ancestor through `parent_session_id`, nearest first."""
-        with self.store.read() as conn:
-            return ancestor_ids(conn, session_id)
+        return self.store.read(lambda conn: ancestor_ids(conn, session_id))
 
     def descendants(self, session_id: str) -> list[str]:
         """Every descendant through `parent_session_id`, level by level."""
-        with self.store.read() as conn:
-            return descendant_ids(conn, session_id)
+        return self.store.read(lambda conn: descendant_ids(conn, session_id))
 
     def get_conversation_root(self, session_id: str) -> str:
         """The farthest ancestor (the id itself for a root or an unknown id)."""
@@ -595,8 +597,7 @@ class SessionRepository:
         would resume into an empty transcript)."""
         if not session_id:
             return session_id
-        with self.store.read() as conn:
-            return resume_target(conn, session_id)
+        return self.store.read(lambda conn: resume_target(conn, session_id))
 
     # ----------------------------------------------------------------- listing
 
@@ -635,8 +636,8 @@ class SessionRepository:
             archived_only=archived_only,
             listable_only=not include_children,
         )
-        with self.store.read() as conn:
-            return list_page(
+        return self.store.read(
+            lambda conn: list_page(
                 conn,
                 filters,
                 limit=limit,
@@ -648,12 +649,14 @@ class SessionRepository:
                 include_pinned=include_pinned,
                 project_tips=project_compression_tips,
             )
+        )
 
     def get_session_rich_row(self, session_id: str, compact_rows: bool = False) -> Row | None:
         """One listing row (not projected onto its tip), or None."""
         self._flush()
-        with self.store.read() as conn:
-            rows = rich_rows(conn, rich_row_by_id(compact_rows), {"id": session_id})
+        rows = self.store.read(
+            lambda conn: rich_rows(conn, rich_row_by_id(compact_rows), {"id": session_id})
+        )
         return rows[0] if rows else None
 
     def search_sessions_by_id(
@@ -719,8 +722,7 @@ class SessionRepository:
         query = query.offset(offset or 0)
         if limit is not None:
             query = query.limit(limit)
-        with self.store.read() as conn:
-            return [dict(row) for row in conn.execute(query).mappings()]
+        return self.store.read(lambda conn: [dict(row) for row in conn.execute(query).mappings()])
 
     def session_count(
         self,
@@ -744,10 +746,11 @@ class SessionRepository:
             archived_only=archived_only,
             listable_only=exclude_children,
         )
-        with self.store.read() as conn:
-            return int(
+        return self.store.read(
+            lambda conn: int(
                 conn.execute(count_statement(filters.shape()), filters.params()).scalar_one()
             )
+        )
 
     def session_count_by_source(
         self,
@@ -763,8 +766,11 @@ class SessionRepository:
             listable_only=exclude_children,
         )
         statement = source_counts_statement(filters.shape())
-        with self.store.read() as conn:
-            return {str(r.source_key): int(r.n) for r in conn.execute(statement, filters.params())}
+        return self.store.read(
+            lambda conn: {
+                str(r.source_key): int(r.n) for r in conn.execute(statement, filters.params())
+            }
+        )
 
     def list_cron_job_runs(self, job_id: str, limit: int = 20, offset: int = 0) -> list[Row]:
         """Runs of one cron job, newest first: an index range over the id prefix, so the
@@ -779,8 +785,7 @@ class SessionRepository:
             .limit(limit)
             .offset(offset or 0)
         )
-        with self.store.read() as conn:
-            return rich_rows(conn, Prepared(query), {})
+        return self.store.read(lambda conn: rich_rows(conn, Prepared(query), {}))
 
     def distinct_session_cwds(self, include_archived: bool = False) -> list[dict[str, Any]]:
         """Each working directory with its number of sessions and last activity."""
@@ -794,8 +799,8 @@ class SessionRepository:
             .group_by(S.cwd)
             .order_by(S.cwd)
         )
-        with self.store.read() as conn:
-            return [
+        return self.store.read(
+            lambda conn: [
                 {
                     "cwd": r.cwd,
                     "sessions": int(r.sessions or 0),
@@ -803,6 +808,7 @@ class SessionRepository:
                 }
                 for r in conn.execute(query)
             ]
+        )
 
     def list_skill_scaffolded_sessions(self, limit: int = 200) -> list[Row]:
         """Titled sessions whose first user message (by timestamp, then id; NULL content
@@ -828,11 +834,12 @@ class SessionRepository:
             .order_by(S.started_at.desc(), S.id.desc())
             .limit(max(0, int(limit)))
         )
-        with self.store.read() as conn:
-            return [
+        return self.store.read(
+            lambda conn: [
                 {"id": r.id, "title": r.title, "content": decode_content(r.content)}
                 for r in conn.execute(query)
             ]
+        )
 
     def get_first_assistant_text(self, session_id: str) -> str:
         """The text of the session's first assistant message with content (by timestamp,
@@ -844,8 +851,7 @@ class SessionRepository:
             .order_by(M.timestamp, M.id)
             .limit(1)
         )
-        with self.store.read() as conn:
-            stored = conn.execute(query).scalar_one_or_none()
+        stored = self.store.read(lambda conn: conn.execute(query).scalar_one_or_none())
         decoded = decode_content(stored)
         return decoded if isinstance(decoded, str) else ""
 

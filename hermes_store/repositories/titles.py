@@ -55,9 +55,7 @@ def _numbered_pattern(base: str) -> str:
 # Titles are read and set on every turn of a titled conversation, so these statements
 # are prepared once per dialect.
 _TITLE_OF = Prepared(select(S.title).where(S.id == bindparam("id")))
-_BY_TITLE = Prepared(
-    all_columns(SESSIONS).where(S.title == bindparam("title"))
-)
+_BY_TITLE = Prepared(all_columns(SESSIONS).where(S.title == bindparam("title")))
 _HOLDER = Prepared(
     select(S.id).where(S.title == bindparam("title"), S.id != bindparam("id")).limit(1)
 )
@@ -81,6 +79,15 @@ _LINEAGE_TITLES = Prepared(
         or_(S.title == bindparam("title"), S.title.like(bindparam("pattern"), escape="\\"))
     )
 )
+
+
+def _newest_in_lineage(conn: Connection, title: str) -> str | None:
+    """The session holding the highest `<title> #<n>`, else the one holding `title`."""
+    numbered = _NUMBERED_NEWEST.scalar(conn, {"pattern": _numbered_pattern(title)})
+    if numbered is not None:
+        return str(numbered)
+    exact = _EXACT.first(conn, {"title": title})
+    return None if exact is None else str(exact[0])
 
 
 def _claim_title(conn: Connection, session_id: str, title: str) -> None:
@@ -130,16 +137,14 @@ class TitleRepository:
 
     def get_session_title(self, session_id: str) -> str | None:
         """The session's title; None when it has none or is unknown."""
-        with self.store.read() as conn:
-            title = _TITLE_OF.scalar(conn, {"id": session_id})
+        title = self.store.read(lambda conn: _TITLE_OF.scalar(conn, {"id": session_id}))
         return None if title is None else str(title)
 
     def get_session_by_title(self, title: str) -> dict[str, Any] | None:
         """The full row of the session with exactly this title, None if there is none."""
         if not title:
             return None
-        with self.store.read() as conn:
-            rows = _BY_TITLE.dicts(conn, {"title": title})
+        rows = self.store.read(lambda conn: _BY_TITLE.dicts(conn, {"title": title}))
         return rows[0] if rows else None
 
     def resolve_session_by_title(self, title: str) -> str | None:
@@ -147,12 +152,7 @@ class TitleRepository:
         lineage, even over an exact match), else the exact match."""
         if not title:
             return None
-        with self.store.read() as conn:
-            numbered = _NUMBERED_NEWEST.scalar(conn, {"pattern": _numbered_pattern(title)})
-            if numbered is not None:
-                return str(numbered)
-            exact = _EXACT.first(conn, {"title": title})
-            return None if exact is None else str(exact[0])
+        return self.store.read(lambda conn: _newest_in_lineage(conn, title))
 
     def get_next_title_in_lineage(self, base_title: str) -> str:
         """`<base> #<n+1>` after the highest number in use; the unnumbered original
@@ -160,8 +160,9 @@ class TitleRepository:
         match = _NUMBERED.match(base_title)
         base = match.group("base") if match else base_title
         params = {"title": base, "pattern": _numbered_pattern(base)}
-        with self.store.read() as conn:
-            titles = [str(row[0]) for row in _LINEAGE_TITLES.rows(conn, params)]
+        titles = self.store.read(
+            lambda conn: [str(row[0]) for row in _LINEAGE_TITLES.rows(conn, params)]
+        )
         if not titles:
             return base
         highest = 1

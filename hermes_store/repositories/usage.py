@@ -101,6 +101,7 @@ _COST_META_FIELDS = ("cost_status", "cost_source", "pricing_version")
 # Token accounting runs on every model call, so its statements are prepared once (per
 # dialect for the upserts) instead of being built and compiled per call.
 
+
 def _ensure_statement(insert: Callable[[Any], Any]) -> Any:
     stmt = insert(SESSIONS).values(
         id=bindparam("id"),
@@ -376,8 +377,7 @@ class UsageRepository:
             stmt = stmt.where(u.session_id == session_id)
         if task is not None:
             stmt = stmt.where(u.task == task)
-        with self.store.read() as s:
-            return [_numbers(dict(r)) for r in s.execute(stmt).mappings()]
+        return self.store.read(lambda s: [_numbers(dict(r)) for r in s.execute(stmt).mappings()])
 
     def usage_by_day(
         self,
@@ -415,8 +415,7 @@ class UsageRepository:
             stmt = stmt.where(SessionRow.started_at < until)
         if source is not None:
             stmt = stmt.where(SessionRow.source == source)
-        with self.store.read() as s:
-            return [_numbers(dict(r)) for r in s.execute(stmt).mappings()]
+        return self.store.read(lambda s: [_numbers(dict(r)) for r in s.execute(stmt).mappings()])
 
     def usage_by_model_and_day(self, *, utc_offset_seconds: float = 0.0) -> list[dict[str, Any]]:
         """usage_by_model split by the day each session started (the day usage_by_day
@@ -439,8 +438,7 @@ class UsageRepository:
             .group_by(day, u.model)
             .order_by(day, cost.desc(), u.model)
         )
-        with self.store.read() as s:
-            return [_numbers(dict(r)) for r in s.execute(stmt).mappings()]
+        return self.store.read(lambda s: [_numbers(dict(r)) for r in s.execute(stmt).mappings()])
 
     def message_activity_by_day(self, *, utc_offset_seconds: float = 0.0) -> list[dict[str, Any]]:
         """Messages per day by message timestamp (activity, not session start)."""
@@ -454,8 +452,7 @@ class UsageRepository:
             .group_by(day)
             .order_by(day)
         )
-        with self.store.read() as s:
-            return [dict(r) for r in s.execute(stmt).mappings()]
+        return self.store.read(lambda s: [dict(r) for r in s.execute(stmt).mappings()])
 
 
 def _upsert_usage(
