@@ -930,7 +930,7 @@ def test_list_recent_user_messages(store, repo):
     assert previews[b] == "look here"
     assert previews[c] == "[multimodal content]"
     assert previews[d] == "y" * 77 + "..."
-    assert previews[e] == "/deploy ship it"
+    assert previews[e] == "/deploy — ship it"
     assert previews[f] == "z" * 80
     assert all(isinstance(r["timestamp"], float) for r in recent)
     assert [r["id"] for r in repo.list_recent_user_messages("s1", limit=2)] == [f, e]

@@ -803,12 +803,13 @@ def test_preview_describes_a_skill_invocation(repo: SessionRepository) -> None:
     body = "skill body " * 200
     content = (
         '[IMPORTANT: The user has invoked the "work" skill, indicating they want you to '
-        f"follow its instructions.]\n\n{body}\n\nThe user has provided the following "
+        "follow its instructions. The full skill content is loaded below.]\n\n"
+        f"{body}\n\nThe user has provided the following "
         "instruction alongside the skill invocation: fix the title leak"
     )
     make(repo, "s", 1.0)
     msg(repo.store, "s", content, 1.0)
-    assert repo.get_session_rich_row("s")["preview"] == "/work fix the title leak"  # type: ignore[index]
+    assert repo.get_session_rich_row("s")["preview"] == "/work — fix the title leak"  # type: ignore[index]
 
 
 def test_listing_visibility_of_children(repo: SessionRepository) -> None:

@@ -55,6 +55,7 @@ from ._encoding import (
     now,
     scrub,
 )
+from .sessions import describe_skill_invocation
 
 log = logging.getLogger(__name__)
 
@@ -84,10 +85,6 @@ REVIEW_PROMPT_PREFIXES = (
     "Review the conversation above and update the skill library",
     "Review the conversation above and consider saving to memory",
 )
-SKILL_INVOCATION_PREFIX = '[IMPORTANT: The user has invoked the "'
-SKILL_INSTRUCTION_MARKER = (
-    "The user has provided the following instruction alongside the skill invocation:"
-)
 PREVIEW_CHARS = 80
 
 _MEMORY_BLOCK = re.compile(r"<memory-context>.*?</memory-context>", re.I | re.S)
@@ -95,7 +92,6 @@ _MEMORY_NOTE = re.compile(
     r"\[System note: The following is recalled memory context\b[^\]]*\]", re.I | re.S
 )
 _MEMORY_FENCE = re.compile(r"</?memory-context>", re.I)
-_RUNTIME_NOTE = re.compile(r"\n\s*\[Runtime note:.*\Z", re.S)
 
 # Text values SQLite can bind as they are; anything else is refused with InvalidInput
 # before it reaches the driver, whose own error would not say which field was wrong.
@@ -316,24 +312,11 @@ def _preview(content: Any) -> str:
         text = content.decode("utf-8", "replace")
     else:
         text = str(content)
-    if text.startswith(SKILL_INVOCATION_PREFIX):
-        text = _describe_skill_invocation(text)
+        text = describe_skill_invocation(text) or text
     text = " ".join(text.split())
     if len(text) > PREVIEW_CHARS:
         text = text[: PREVIEW_CHARS - 3] + "..."
     return text
-
-
-def _describe_skill_invocation(text: str) -> str:
-    """What the user typed: `/<skill> <instruction>`, not the loaded skill body."""
-    rest = text[len(SKILL_INVOCATION_PREFIX) :]
-    name = rest.split('"', 1)[0]
-    instruction = ""
-    marker = text.rfind(SKILL_INSTRUCTION_MARKER)
-    if marker >= 0:
-        instruction = text[marker + len(SKILL_INSTRUCTION_MARKER) :]
-        instruction = _RUNTIME_NOTE.sub("", instruction).strip()
-    return f"/{name} {instruction}".strip()
 
 
 def _to_conversation(row: RowLike) -> dict[str, Any]:

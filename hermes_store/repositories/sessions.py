@@ -123,13 +123,23 @@ PREVIEW_MAX_CHARS = 60
 #: A /skill turn embeds the whole skill body; the typed instruction sits at the end, so
 #: such a preview reads up to this many characters from each end.
 SKILL_WINDOW = 400
-SKILL_INVOCATION_PREFIX = '[IMPORTANT: The user has invoked the "'
+SKILL_INVOCATION_PREFIX = "[IMPORTANT: The user has invoked the "
+#: The skill's name is the first quoted span of the invocation header (a bundle's names
+#: already carry their slashes: "/clean /work").
+_SKILL_NAME = re.compile(re.escape(SKILL_INVOCATION_PREFIX) + r'"([^"]*)"')
+#: A single skill: the typed instruction follows the body (which may quote the marker,
+#: hence the last one), up to the runtime note.
+SINGLE_SKILL_MARKER = "The full skill content is loaded below.]"
 SKILL_INSTRUCTION_MARKER = (
-    "The user has provided the following instruction alongside the skill invocation:"
+    "The user has provided the following instruction alongside the skill invocation: "
 )
+RUNTIME_NOTE_MARKER = "\n\n[Runtime note:"
+#: A bundle: the typed instruction comes first (the first marker), before the skills.
+BUNDLE_MARKER = " skill bundle,"
+BUNDLE_INSTRUCTION_MARKER = "\nUser instruction: "
+BUNDLE_FIRST_SKILL_MARKER = "\n\n[Loaded as part of the "
 #: Joins the head and tail excerpts of a long /skill turn; never part of a preview.
 EXCERPT_JOINT = "\x1e"
-_RUNTIME_NOTE = re.compile(r"\s*\[Runtime note:.*\Z", re.S)
 
 #: Separators `search_query` ignores in its second pass, so `an94` finds `AN-94`. Kept
 #: short: each one is a nested replace() in SQL, and SQLite's parser depth is limited.
@@ -234,16 +244,35 @@ def _preview_raw(a: NamedFromClause) -> ColumnElement[Any]:
     return func.coalesce(first, "")
 
 
-def _describe_skill_invocation(text_: str) -> str:
-    """What the user typed, `/<skill> <instruction>`, instead of the loaded skill body."""
-    name = text_[len(SKILL_INVOCATION_PREFIX) :].split('"', 1)[0].strip()
-    instruction = ""
-    marker = text_.rfind(SKILL_INSTRUCTION_MARKER)
-    if marker >= 0:
-        instruction = text_[marker + len(SKILL_INSTRUCTION_MARKER) :]
-        instruction = _RUNTIME_NOTE.sub("", instruction.split(EXCERPT_JOINT)[0])
-        instruction = " ".join(instruction.split())
-    return f"/{name} {instruction}".strip() if name else instruction
+def _typed_instruction(text_: str) -> str:
+    if BUNDLE_MARKER in text_:
+        marker, stop, at = BUNDLE_INSTRUCTION_MARKER, BUNDLE_FIRST_SKILL_MARKER, text_.find
+    elif SINGLE_SKILL_MARKER in text_:
+        marker, stop, at = SKILL_INSTRUCTION_MARKER, RUNTIME_NOTE_MARKER, text_.rfind
+    else:
+        return ""
+    start = at(marker)
+    if start < 0:
+        return ""
+    rest = text_[start + len(marker) :]
+    end = rest.find(stop)
+    return (rest if end < 0 else rest[:end]).strip()
+
+
+def describe_skill_invocation(text_: str, separator: str = " — ") -> str | None:
+    """A `/skill` turn as the user typed it, the original's rule: `/work — fix the title
+    leak`, `/work` when nothing was typed after it, the bare instruction when the header
+    names no skill; None for a turn that is not a skill invocation (or says nothing)."""
+    if not text_.startswith(SKILL_INVOCATION_PREFIX):
+        return None
+    match = _SKILL_NAME.match(text_)
+    name = match.group(1).strip() if match else ""
+    label = name if name.startswith("/") else f"/{name}"
+    # an excerpt's joint can fall inside the instruction: keep the side the marker is on
+    instruction = " ".join(_typed_instruction(text_).split(EXCERPT_JOINT)[0].split())
+    if instruction:
+        return f"{label}{separator}{instruction}" if name else instruction
+    return label if name else None
 
 
 def _shape_preview(raw: Any) -> str:
@@ -253,10 +282,8 @@ def _shape_preview(raw: Any) -> str:
     if text_.startswith("\x00"):  # structured content, should a driver keep the NUL
         return ""
     text_ = text_.strip()
-    if text_.startswith(SKILL_INVOCATION_PREFIX):
-        text_ = _describe_skill_invocation(text_)
-    else:
-        text_ = text_.split(EXCERPT_JOINT)[0]
+    described = describe_skill_invocation(text_)
+    text_ = described if described is not None else text_.split(EXCERPT_JOINT)[0]
     if len(text_) > PREVIEW_MAX_CHARS:
         return text_[:PREVIEW_MAX_CHARS] + "..."
     return text_
