@@ -479,15 +479,18 @@ def _session_insert_row(
     }
 
 
-def _creates_cycle(child: str, parent: str, links: Mapping[str, str]) -> bool:
+def _creates_cycle(child: str, parent: str, parents: Mapping[str, str]) -> bool:
+    """Whether linking `child` to `parent` closes a loop through `child`, following the
+    payload's parent links that still stand (the original's rule: the first member of a
+    loop met in payload order is the one detached)."""
     node: str | None = parent
-    for _ in range(len(links) + 1):  # links is acyclic, so this bound is never reached
+    seen: set[str] = set()
+    while node is not None and node not in seen:
         if node == child:
             return True
-        if node is None or node not in links:
-            return False
-        node = links[node]
-    return True
+        seen.add(node)
+        node = parents.get(node)
+    return False
 
 
 # --------------------------------------------------------------------------- repository
@@ -638,17 +641,19 @@ class MaintenanceRepository:
             parents_in_db = _existing_ids(conn, wanted)
 
             links: dict[str, str] = {}
+            declared = {e["id"]: p for e in fresh if (p := e.get("parent_session_id"))}
             detached = 0
             for e in fresh:
                 parent = e.get("parent_session_id")
                 if not parent:
                     continue
                 if parent in parents_in_db or (
-                    parent in fresh_ids and not _creates_cycle(e["id"], parent, links)
+                    parent in fresh_ids and not _creates_cycle(e["id"], parent, declared)
                 ):
                     links[e["id"]] = parent
                 else:
                     detached += 1
+                    del declared[e["id"]]
 
             ts = now()
             session_rows = []
