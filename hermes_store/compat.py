@@ -375,6 +375,7 @@ _FORWARDED: list[tuple[str, type, dict[str, str]]] = [
             "session_count",
             "session_count_by_source",
             "get_session_rich_row",
+            "search_sessions_by_id",
             "list_cron_job_runs",
             "distinct_session_cwds",
             "prune_empty_ghost_sessions",

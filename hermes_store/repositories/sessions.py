@@ -1169,6 +1169,41 @@ class SessionRepository:
             rows = _rich_rows(session, _rich_select(s, compact_rows).where(s.c.id == session_id))
         return rows[0] if rows else None
 
+    def search_sessions_by_id(
+        self,
+        query: str,
+        limit: int = 20,
+        include_archived: bool = True,
+        source: str | None = None,
+        sources: Sequence[str] | None = None,
+        exclude_sources: Sequence[str] | None = None,
+    ) -> list[Row]:
+        """Listing rows whose id (or an id of their forward compression chain) holds
+        `query`, case-insensitively: exact ids first, then prefixes, then the rest, each
+        group in last-activity order (spec section 6.6)."""
+        needle = (query or "").strip().lower()
+        if not needle or limit <= 0:
+            return []
+        rows = self.list_sessions_rich(
+            source=source,
+            sources=sources,
+            exclude_sources=exclude_sources,
+            limit=limit * 4,
+            order_by_last_active=True,
+            include_archived=include_archived,
+            id_query=query.strip(),
+        )
+
+        def rank(row: Row) -> int:
+            ids = [str(row[k]).lower() for k in ("id", "_lineage_root_id") if row.get(k)]
+            if needle in ids:
+                return 0
+            if any(i.startswith(needle) for i in ids):
+                return 1
+            return 2 if any(needle in i for i in ids) else 3
+
+        return sorted(rows, key=rank)[:limit]
+
     def search_sessions(
         self,
         source: str | None = None,
