@@ -7,8 +7,10 @@ in (`/topic`): nothing here creates them implicitly except the explicit opt-in p
 Every reader returns an empty result (None, False, []) while the tables are missing.
 
 The DDL is raw text, exactly as the original writes it, because these tables are owned
-by the Telegram module and are excluded from the ORM metadata and from Alembic. The
-migration is SQLite-only (it needs `PRAGMA foreign_keys` and `PRAGMA foreign_key_list`).
+by the Telegram module and are excluded from the ORM metadata and from Alembic. On SQLite
+the migration also rebuilds a v1 bindings table (it needs `PRAGMA foreign_keys` and
+`PRAGMA foreign_key_list`); on PostgreSQL, which the original never wrote, the tables
+are simply created with that dialect's types.
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ import logging
 import sqlite3
 from typing import Any, cast
 
-from sqlalchemy import inspect, text
+from sqlalchemy import Connection, inspect, text
 from sqlalchemy.orm import Session
 
 from ..errors import MigrationError, SessionNotFound
 from ..store import Store
 from ._encoding import now, scrub
+from .sessions import SessionRepository
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +69,43 @@ INDEX_DDL = (
     "ON telegram_dm_topic_bindings(user_id, chat_id)",
 )
 
+#: The same tables on PostgreSQL: 8-byte integers and floats (its REAL has 4 bytes and
+#: would lose epoch seconds), as the migrations use there; no v1 shape ever existed.
+POSTGRESQL_DDL = (
+    """CREATE TABLE IF NOT EXISTS telegram_dm_topic_mode (
+    chat_id TEXT PRIMARY KEY,
+    user_id TEXT NOT NULL,
+    enabled BIGINT NOT NULL DEFAULT 1,
+    activated_at DOUBLE PRECISION NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL,
+    has_topics_enabled BIGINT,
+    allows_users_to_create_topics BIGINT,
+    capability_checked_at DOUBLE PRECISION,
+    intro_message_id TEXT,
+    pinned_message_id TEXT
+)""",
+    """CREATE TABLE IF NOT EXISTS telegram_dm_topic_bindings (
+    chat_id TEXT NOT NULL,
+    thread_id TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    session_key TEXT NOT NULL,
+    session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    managed_mode TEXT NOT NULL DEFAULT 'auto',
+    linked_at DOUBLE PRECISION NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (chat_id, thread_id)
+)""",
+    *INDEX_DDL,
+)
+#: Serialises concurrent opt-ins on PostgreSQL (two CREATE TABLE IF NOT EXISTS racing can
+#: both pass the check and one then fails on the catalog's unique index).
+_PG_MIGRATION_LOCK = "SELECT pg_advisory_xact_lock(hashtext('hermes_store.telegram_topics'))"
+
+_SET_SCHEMA_VERSION = text(
+    "INSERT INTO state_meta (key, value) VALUES (:k, :v) "
+    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+)
+
 _BINDING_FIELDS = (
     "chat_id, thread_id, user_id, session_key, session_id, managed_mode, linked_at, updated_at"
 )
@@ -80,8 +120,8 @@ def _id(value: object) -> str:
     return cast(str, scrub(str(value)))
 
 
-def _has(s: Session, *tables: str) -> bool:
-    insp = inspect(s.connection())
+def _has(s: Session | Connection, *tables: str) -> bool:
+    insp = inspect(s if isinstance(s, Connection) else s.connection())
     return all(insp.has_table(t) for t in tables)
 
 
@@ -98,6 +138,13 @@ def _needs_cascade_rebuild(con: sqlite3.Connection) -> bool:
         row[2] == "sessions" and row[3] == "session_id" and str(row[6]).upper() == "CASCADE"
         for row in rows
     )
+
+
+def _create_on_postgresql(s: Any) -> None:
+    s.execute(text(_PG_MIGRATION_LOCK))
+    for ddl in POSTGRESQL_DDL:
+        s.execute(text(ddl))
+    s.execute(_SET_SCHEMA_VERSION, {"k": SCHEMA_VERSION_KEY, "v": SCHEMA_VERSION})
 
 
 class TelegramTopicRepository:
@@ -124,8 +171,9 @@ class TelegramTopicRepository:
         raise MigrationError (nothing is changed). Lock contention is retried as a unit
         by the store's RetryPolicy.
         """
-        if self.store.dialect != "sqlite":
-            raise MigrationError("the Telegram topic migration is implemented for SQLite only")
+        if self.store.dialect == "postgresql":
+            self.store.write(_create_on_postgresql)
+            return False
         return self.store.retry.run(self._migrate_once)
 
     def _migrate_once(self) -> bool:
@@ -228,7 +276,7 @@ class TelegramTopicRepository:
             s.execute(
                 text(
                     """
-                    INSERT INTO telegram_dm_topic_mode (
+                    INSERT INTO telegram_dm_topic_mode AS m (
                         chat_id, user_id, enabled, activated_at, updated_at,
                         has_topics_enabled, allows_users_to_create_topics,
                         capability_checked_at, intro_message_id, pinned_message_id
@@ -239,15 +287,15 @@ class TelegramTopicRepository:
                         enabled = 1,
                         updated_at = excluded.updated_at,
                         has_topics_enabled =
-                            COALESCE(excluded.has_topics_enabled, has_topics_enabled),
+                            COALESCE(excluded.has_topics_enabled, m.has_topics_enabled),
                         allows_users_to_create_topics = COALESCE(
                             excluded.allows_users_to_create_topics,
-                            allows_users_to_create_topics),
+                            m.allows_users_to_create_topics),
                         capability_checked_at =
-                            COALESCE(excluded.capability_checked_at, capability_checked_at),
-                        intro_message_id = COALESCE(excluded.intro_message_id, intro_message_id),
+                            COALESCE(excluded.capability_checked_at, m.capability_checked_at),
+                        intro_message_id = COALESCE(excluded.intro_message_id, m.intro_message_id),
                         pinned_message_id =
-                            COALESCE(excluded.pinned_message_id, pinned_message_id)
+                            COALESCE(excluded.pinned_message_id, m.pinned_message_id)
                     """
                 ),
                 params,
@@ -275,14 +323,14 @@ class TelegramTopicRepository:
         def work(s: Session) -> bool:
             found = False
             if _has(s, MODE_TABLE):
-                result = s.connection().execute(
+                result = s.execute(
                     text(
                         "UPDATE telegram_dm_topic_mode SET enabled = 0, updated_at = :ts "
                         "WHERE chat_id = :c"
                     ),
                     {"ts": now(), "c": chat},
                 )
-                found = result.rowcount > 0
+                found = cast(Any, result).rowcount > 0
             if clear_bindings and _has(s, BINDINGS_TABLE):
                 s.execute(
                     text("DELETE FROM telegram_dm_topic_bindings WHERE chat_id = :c"), {"c": chat}
@@ -345,20 +393,32 @@ class TelegramTopicRepository:
         return self.get_telegram_topic_binding_by_session(session_id) is not None
 
     def delete_telegram_topic_binding(self, chat_id: str | int, thread_id: str | int) -> bool:
-        """Remove one topic's binding (the session itself is kept). True iff a row was
-        deleted; False, without creating anything, when the table is missing."""
+        """Remove one topic's binding (the session itself is kept); removing the chat's
+        last binding turns topic mode off for the chat, as the original does. True iff a
+        row was deleted; False, without creating anything, when the table is missing."""
         params = {"c": _id(chat_id), "t": _id(thread_id)}
 
         def work(s: Session) -> bool:
             if not _has(s, BINDINGS_TABLE):
                 return False
-            result = s.connection().execute(
+            result = s.execute(
                 text(
                     "DELETE FROM telegram_dm_topic_bindings WHERE chat_id = :c AND thread_id = :t"
                 ),
                 params,
             )
-            return result.rowcount > 0
+            if not cast(Any, result).rowcount:
+                return False
+            if _has(s, MODE_TABLE):
+                s.execute(
+                    text(
+                        "UPDATE telegram_dm_topic_mode SET enabled = 0, updated_at = :ts "
+                        "WHERE chat_id = :c AND enabled != 0 AND NOT EXISTS ("
+                        "SELECT 1 FROM telegram_dm_topic_bindings b WHERE b.chat_id = :c)"
+                    ),
+                    {"c": params["c"], "ts": now()},
+                )
+            return True
 
         return self.store.write(work)
 
@@ -411,14 +471,14 @@ class TelegramTopicRepository:
             s.execute(
                 text(
                     f"""
-                    INSERT INTO telegram_dm_topic_bindings ({_BINDING_FIELDS})
+                    INSERT INTO telegram_dm_topic_bindings AS b ({_BINDING_FIELDS})
                     VALUES (:chat_id, :thread_id, :user_id, :session_key, :session_id,
                             :managed_mode, :ts, :ts)
                     ON CONFLICT(chat_id, thread_id) DO UPDATE SET
                         user_id = excluded.user_id,
                         session_key = excluded.session_key,
-                        linked_at = CASE WHEN session_id = excluded.session_id
-                                         THEN linked_at ELSE excluded.linked_at END,
+                        linked_at = CASE WHEN b.session_id = excluded.session_id
+                                         THEN b.linked_at ELSE excluded.linked_at END,
                         session_id = excluded.session_id,
                         managed_mode = excluded.managed_mode,
                         updated_at = excluded.updated_at
@@ -449,8 +509,8 @@ class TelegramTopicRepository:
         chat are left out (a group chat's sessions must not surface in the DM); sessions
         with no chat_id recorded are included. Full session rows plus `last_active`
         (latest message timestamp, else `started_at`), most recently active first,
-        at most `limit` rows. Read-only: without the bindings table every matching
-        session counts as unlinked."""
+        at most `limit` rows, each with the listing's `preview`. Read-only: without the
+        bindings table every matching session counts as unlinked."""
         linked_filter = (
             "AND NOT EXISTS (SELECT 1 FROM telegram_dm_topic_bindings b WHERE b.session_id = s.id)"
         )
@@ -476,7 +536,12 @@ class TelegramTopicRepository:
                 ),
                 {"u": _id(user_id), "c": _id(chat_id), "limit": max(0, int(limit))},
             ).mappings()
-            return [dict(r) for r in rows]
+            found = [dict(r) for r in rows]
+        listing = SessionRepository(self.store)
+        for row in found:
+            rich = listing.get_session_rich_row(row["id"])
+            row["preview"] = rich["preview"] if rich is not None else ""
+        return found
 
     # ------------------------------------------------------------------ helpers
 
