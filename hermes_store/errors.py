@@ -128,3 +128,18 @@ class DatabaseCorrupt(StoreError):
     def __reduce__(self) -> tuple[type, tuple[str, str, bool]]:
         # rebuilt from its parts, not the message (crossing a process boundary)
         return (type(self), (self.where, self.detail, self.fts_only))
+
+
+class SQLiteOnly(StoreError, AttributeError):
+    """An internal of the original SQLite class (`SessionDB._conn`, `_lock`,
+    `_execute_write`) asked for on another backend. An AttributeError, so that code which
+    probes for it with `getattr(db, "_conn", None)` falls back as it would on a class
+    without it."""
+
+    def __init__(self, feature: str, instead: str) -> None:
+        self.feature = feature
+        self.instead = instead
+        super().__init__(
+            f"{feature} is the original's SQLite connection internals and does not exist on "
+            f"PostgreSQL; use {instead}"
+        )

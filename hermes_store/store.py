@@ -100,6 +100,12 @@ class Store:
     def dialect(self) -> str:
         return self.engine.dialect.name
 
+    @property
+    def write_lock(self) -> threading.Lock:
+        """The lock this store's writes hold (one writer at a time in the process); work
+        that must not interleave with them, such as VACUUM, holds it too."""
+        return self._write_lock
+
     def write(self, work: Callable[[Session], T]) -> T:
         """Run `work` in one write transaction, retried as a unit on lock contention."""
 
