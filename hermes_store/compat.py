@@ -234,7 +234,8 @@ class SessionDB:
         path = sqlite_path(resolved)
         self.db_path = path
         self.read_only = read_only
-        self._raw: Any = None  # the pool's proxy of `_conn`, opened on first use
+        # `_conn` and the pool's proxy holding it, opened on first use
+        self._raw: tuple[Any, sqlite3.Connection] | None = None
         self._raw_guard = threading.Lock()
         self._closed = False
         try:
@@ -303,7 +304,7 @@ class SessionDB:
             self._closed = True
             raw, self._raw = self._raw, None
         if raw is not None:
-            raw.close()
+            raw[0].close()
         self._store.close()
         if self.db_path is not None:
             sqlite_recovery.release(self.db_path)
@@ -330,13 +331,13 @@ class SessionDB:
                 return None
             if self._raw is None:
                 raw = self._store.engine.raw_connection()
-                # never back into the pool: its row factory is the original's, not ours
-                raw.detach()
                 driver = raw.driver_connection
                 assert isinstance(driver, sqlite3.Connection)
+                # never back into the pool: its row factory is the original's, not ours
+                raw.detach()
                 driver.row_factory = sqlite3.Row
-                self._raw = raw
-            return self._raw.driver_connection  # type: ignore[no-any-return]
+                self._raw = (raw, driver)
+            return self._raw[1]
 
     @property
     def _lock(self) -> threading.Lock:
