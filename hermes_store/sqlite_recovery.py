@@ -181,6 +181,12 @@ def _fts_tables(conn: sqlite3.Connection) -> list[str]:
     return [name for name in FTS_TABLES if name in present]
 
 
+def _not_built(exc: sqlite3.OperationalError) -> bool:
+    """Tables not created yet (a new file): not a database to judge."""
+    text = str(exc).lower()
+    return "no such table" in text or "no such column" in text
+
+
 def _write_probe(conn: sqlite3.Connection) -> str | None:
     """Drive one row through the messages triggers in a transaction that is always rolled
     back: an FTS index that breaks every write shows up here while reads look healthy."""
@@ -196,9 +202,7 @@ def _write_probe(conn: sqlite3.Connection) -> str | None:
             (probe, "user", "_fts_health_probe", time.time()),
         )
     except sqlite3.OperationalError as exc:
-        text = str(exc).lower()
-        # tables not created yet: not a database to judge
-        return None if "no such table" in text or "no such column" in text else str(exc)
+        return None if _not_built(exc) else str(exc)
     finally:
         with contextlib.suppress(sqlite3.Error):
             conn.execute("ROLLBACK")
@@ -217,7 +221,12 @@ def opens_cleanly(db_path: str | os.PathLike[str]) -> str | None:
         problems = [str(r[0]) for r in rows if r and str(r[0]).lower() != "ok"]
         if problems:
             return "; ".join(problems[:3])
-        conn.execute("SELECT COUNT(*) FROM sessions").fetchone()
+        try:
+            conn.execute("SELECT COUNT(*) FROM sessions").fetchone()
+        except sqlite3.OperationalError as exc:
+            if _not_built(exc):
+                return None
+            raise
         for table in _fts_tables(conn):
             try:
                 # table names from FTS_TABLES only
