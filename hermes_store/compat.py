@@ -42,6 +42,7 @@ from .config import (
     SCHEMA_VERSION,
     JournalPolicy,
     default_db_path,
+    hermes_home,
     resolve_url,
     sqlite_path,
     sqlite_url,
@@ -89,6 +90,8 @@ __all__ = [
     "SessionDB",
     "apply_wal_with_fallback",
     "format_session_db_unavailable",
+    "fts5_cjk_so_path",
+    "load_fts5_cjk_extension",
     "get_last_init_error",
     "is_malformed_db_error",
     "is_sqlite_wal_reset_vulnerable",
@@ -103,12 +106,17 @@ P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
 
-DEFAULT_DB_PATH = default_db_path()
+#: The default database at import time; a caller may point it elsewhere (Hermes's tests
+#: do), and an untouched value follows `$HERMES_HOME` as it is when a handle opens.
+DEFAULT_DB_PATH = _IMPORT_DEFAULT_DB_PATH = default_db_path()
 MAX_TITLE_LENGTH = 100
 #: The FTS layout version a settled v23 index records in `state_meta`.
 FTS_STORAGE_VERSION = 1
+#: Where the optional CJK tokenizer would be loaded from (hermes-store never loads it).
+CJK_SO_ENV = "HERMES_FTS5_CJK_SO"
 _last_init_error: str | None = None
-_repairs_claimed: set[str] = set()
+#: Files this process already tried to repair at open (one attempt each, no loops).
+_repair_attempted_paths: set[str] = set()
 _repairs_lock = threading.Lock()
 
 #: What to use instead of the original's SQLite internals, on other backends.
@@ -122,6 +130,30 @@ _INSTEAD = {
 def get_last_init_error() -> str | None:
     """The cause of the last failed open in this process (the original's helper)."""
     return _last_init_error
+
+
+def _set_last_init_error(message: str | None) -> None:
+    """Record (or, with None, clear) the cause `get_last_init_error` reports."""
+    global _last_init_error
+    _last_init_error = message
+
+
+def _default_db_path() -> Path:
+    if DEFAULT_DB_PATH != _IMPORT_DEFAULT_DB_PATH:
+        return Path(DEFAULT_DB_PATH)
+    return default_db_path()
+
+
+def fts5_cjk_so_path() -> Path:
+    """Where the original looks for its CJK bigram tokenizer (spec/schema.md 5.4)."""
+    configured = os.environ.get(CJK_SO_ENV)
+    return Path(configured) if configured else hermes_home() / "lib" / "libfts5_cjk.so"
+
+
+def load_fts5_cjk_extension(conn: sqlite3.Connection) -> bool:
+    """Always False: hermes-store serves CJK queries from the trigram index and the LIKE
+    scan, exactly as the original does without the tokenizer, and never loads it."""
+    return False
 
 
 def format_session_db_unavailable(prefix: str = "Session database not available") -> str:
@@ -210,9 +242,9 @@ def _claim_repair(path: Path) -> bool:
     """The one repair attempt per file and process (no repair loops)."""
     key = os.path.realpath(path)
     with _repairs_lock:
-        if key in _repairs_claimed:
+        if key in _repair_attempted_paths:
             return False
-        _repairs_claimed.add(key)
+        _repair_attempted_paths.add(key)
         return True
 
 
@@ -230,7 +262,7 @@ class SessionDB:
         if url is not None:
             resolved = resolve_url(url)
         else:
-            resolved = sqlite_url(Path(db_path) if db_path is not None else default_db_path())
+            resolved = sqlite_url(Path(db_path) if db_path is not None else _default_db_path())
         path = sqlite_path(resolved)
         self.db_path = path
         self.read_only = read_only

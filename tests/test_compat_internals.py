@@ -180,3 +180,30 @@ def test_on_postgresql_the_internals_raise_one_clear_error(pg_fresh_db: str) -> 
         assert handle.get_session("s1") is not None
     finally:
         handle.close()
+
+
+def test_a_repointed_default_path_is_honoured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hermes_home: Path
+) -> None:
+    import hermes_store.compat as compat
+
+    elsewhere = tmp_path / "elsewhere" / "state.db"
+    monkeypatch.setattr(compat, "DEFAULT_DB_PATH", elsewhere)
+    handle = SessionDB()
+    try:
+        assert handle.db_path == elsewhere and elsewhere.exists()
+    finally:
+        handle.close()
+    assert not (hermes_home / "state.db").exists()
+
+
+def test_module_state_hermes_tests_reset(tmp_path: Path) -> None:
+    import hermes_store.compat as compat
+
+    compat._set_last_init_error("cause")
+    assert compat.get_last_init_error() == "cause"
+    compat._set_last_init_error(None)
+    assert compat.format_session_db_unavailable() == "Session database not available."
+    compat._repair_attempted_paths.clear()  # what Hermes's repair tests do between cases
+    assert compat.load_fts5_cjk_extension(sqlite3.connect(":memory:")) is False
+    assert compat.fts5_cjk_so_path().name == "libfts5_cjk.so"
