@@ -16,6 +16,7 @@ are simply created with that dialect's types.
 from __future__ import annotations
 
 import logging
+import re
 import sqlite3
 from typing import Any, cast
 
@@ -69,34 +70,16 @@ INDEX_DDL = (
     "ON telegram_dm_topic_bindings(user_id, chat_id)",
 )
 
-#: The same tables on PostgreSQL: 8-byte integers and floats (its REAL has 4 bytes and
-#: would lose epoch seconds), as the migrations use there; no v1 shape ever existed.
-POSTGRESQL_DDL = (
-    """CREATE TABLE IF NOT EXISTS telegram_dm_topic_mode (
-    chat_id TEXT PRIMARY KEY,
-    user_id TEXT NOT NULL,
-    enabled BIGINT NOT NULL DEFAULT 1,
-    activated_at DOUBLE PRECISION NOT NULL,
-    updated_at DOUBLE PRECISION NOT NULL,
-    has_topics_enabled BIGINT,
-    allows_users_to_create_topics BIGINT,
-    capability_checked_at DOUBLE PRECISION,
-    intro_message_id TEXT,
-    pinned_message_id TEXT
-)""",
-    """CREATE TABLE IF NOT EXISTS telegram_dm_topic_bindings (
-    chat_id TEXT NOT NULL,
-    thread_id TEXT NOT NULL,
-    user_id TEXT NOT NULL,
-    session_key TEXT NOT NULL,
-    session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
-    managed_mode TEXT NOT NULL DEFAULT 'auto',
-    linked_at DOUBLE PRECISION NOT NULL,
-    updated_at DOUBLE PRECISION NOT NULL,
-    PRIMARY KEY (chat_id, thread_id)
-)""",
-    *INDEX_DDL,
-)
+
+def _for_postgresql(ddl: str) -> str:
+    """The same table on PostgreSQL: 8-byte integers and floats (its REAL has 4 bytes and
+    would lose epoch seconds), as the migrations use there."""
+    return re.sub(r"\bINTEGER\b", "BIGINT", re.sub(r"\bREAL\b", "DOUBLE PRECISION", ddl))
+
+
+#: No v1 shape ever existed on PostgreSQL, so there is nothing to rebuild there.
+POSTGRESQL_DDL = (_for_postgresql(MODE_DDL), _for_postgresql(BINDINGS_DDL), *INDEX_DDL)
+
 #: Serialises concurrent opt-ins on PostgreSQL (two CREATE TABLE IF NOT EXISTS racing can
 #: both pass the check and one then fails on the catalog's unique index).
 _PG_MIGRATION_LOCK = "SELECT pg_advisory_xact_lock(hashtext('hermes_store.telegram_topics'))"
