@@ -226,13 +226,14 @@ def _connection(unit: Session | Connection) -> Connection:
     return unit if isinstance(unit, Connection) else unit.connection()
 
 
-def _malformed(exc: BaseException) -> bool:
-    """Whether an open failed on a malformed schema or file (the error, or its cause)."""
+def _malformed_schema(exc: BaseException) -> bool:
+    """Whether an open failed on a malformed schema (the error, or its cause). Only that
+    class is repaired at open: other damage ("database disk image is malformed", a failed
+    quick_check) fails closed and leaves the file untouched, for `hermes-store check` and
+    a restore."""
     seen: BaseException | None = exc
     while seen is not None:
-        if is_malformed_db_error(getattr(seen, "orig", None) or seen) or any(
-            marker in str(seen).lower() for marker in sqlite_recovery.MALFORMED_MARKERS
-        ):
+        if "malformed database schema" in str(getattr(seen, "orig", None) or seen).lower():
             return True
         seen = seen.__cause__
     return False
@@ -320,7 +321,7 @@ class SessionDB:
         try:
             migrate.upgrade(resolved, defer_fts_backfill=True)
         except Exception as exc:
-            if path is None or not _malformed(exc) or not _claim_repair(path):
+            if path is None or not _malformed_schema(exc) or not _claim_repair(path):
                 raise
             if not repair_state_db_schema(path)["repaired"]:
                 raise
