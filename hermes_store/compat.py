@@ -1,15 +1,24 @@
 """`SessionDB`: a drop-in for the original Hermes v23 class, built on the repositories.
 
 Translation only: every public method forwards to one repository method with the same
-parameters (the signature and docstring are the repository's), so there is one
-implementation of each behaviour. Switching Hermes over is one import:
+parameters, so there is one implementation of each behaviour. The forwarded methods are
+declared in the class body (`create_session = _forward("_sessions",
+SessionRepository.create_session)`): type checkers and IDEs see each one with its
+repository's signature, and `inspect.signature` and `help()` show it too. Switching
+Hermes over is one import:
 
     from hermes_store.compat import SessionDB
 
 Opening a writable handle adopts and upgrades the file exactly as `hermes-store upgrade`
-does; a legacy FTS index is converted and its backfill deferred (search stays correct
-meanwhile; `hermes-store fts backfill` finishes it) so that opening never blocks for
-minutes. Differences from the original are listed in docs/compat.md.
+does (after moving a zeroed file aside and, once per file and process, repairing a
+malformed schema, as the original does); a legacy FTS index is converted and its
+backfill deferred (search stays correct meanwhile; `hermes-store fts backfill` finishes
+it) so that opening never blocks for minutes.
+
+Hermes's own modules also reach inside the original: `db._conn` (a `sqlite3.Connection`),
+`db._lock` and `db._execute_write(fn)`, and the module-level helpers below. On SQLite
+they are real; on PostgreSQL they raise `SQLiteOnly`, naming what to use instead.
+Differences from the original are listed in docs/compat.md.
 """
 
 from __future__ import annotations
@@ -18,32 +27,55 @@ import asyncio
 import functools
 import os
 import sqlite3
-import time
+import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import OperationalError
 
-from . import migrate
-from .config import default_db_path, resolve_url, sqlite_path, sqlite_url
+from . import migrate, sqlite_recovery
+from .config import (
+    SCHEMA_VERSION,
+    JournalPolicy,
+    default_db_path,
+    hermes_home,
+    resolve_url,
+    sqlite_path,
+    sqlite_url,
+)
+from .engine import apply_journal_mode, check_writable
 from .engine import wal_reset_vulnerable as is_sqlite_wal_reset_vulnerable
-from .engine import write_connection
-from .errors import CompressionSessionBusyError, CompressionSessionClosedError, SessionNotFound
+from .errors import (
+    CompressionSessionBusyError,
+    CompressionSessionClosedError,
+    DatabaseCorrupt,
+    SessionNotFound,
+    SQLiteOnly,
+)
 from .repositories.coordination import (
     AsyncDelegationRepository,
     CompressionLockRepository,
     GatewayRoutingRepository,
 )
+from .repositories.housekeeping import HousekeepingRepository
 from .repositories.maintenance import MaintenanceRepository
 from .repositories.messages import MessageRepository
 from .repositories.meta import MetaRepository
+from .repositories.search import SearchRepository
 from .repositories.sessions import SessionRepository
 from .repositories.telegram import TelegramTopicRepository
 from .repositories.titles import TitleRepository, sanitize_title
 from .repositories.usage import UsageRepository
-from .search import sanitize_fts5_query, search_messages
-from .search.maintenance import backfill_step, optimize_indexes
+from .search import sanitize_fts5_query
+from .sqlite_recovery import (
+    is_malformed_db_error,
+    is_zeroed_state_db,
+    quarantine_zeroed_state_db,
+    repair_state_db_schema,
+)
+from .sqlite_recovery import opens_cleanly as _db_opens_cleanly
 from .store import Store
 
 __all__ = [
@@ -51,20 +83,76 @@ __all__ = [
     "CompressionSessionBusyError",
     "CompressionSessionClosedError",
     "DEFAULT_DB_PATH",
+    "_db_opens_cleanly",
+    "FTS_STORAGE_VERSION",
+    "SCHEMA_VERSION",
     "SessionDB",
+    "apply_wal_with_fallback",
+    "format_session_db_unavailable",
+    "fts5_cjk_so_path",
+    "load_fts5_cjk_extension",
     "get_last_init_error",
+    "is_malformed_db_error",
     "is_sqlite_wal_reset_vulnerable",
+    "is_zeroed_state_db",
+    "preflight_db_writability",
+    "quarantine_zeroed_state_db",
+    "repair_state_db_schema",
     "workspace_key",
 ]
 
-DEFAULT_DB_PATH = default_db_path()
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+
+#: The default database at import time; a caller may point it elsewhere (Hermes's tests
+#: do), and an untouched value follows `$HERMES_HOME` as it is when a handle opens.
+DEFAULT_DB_PATH = _IMPORT_DEFAULT_DB_PATH = default_db_path()
 MAX_TITLE_LENGTH = 100
+#: The FTS layout version a settled v23 index records in `state_meta`.
+FTS_STORAGE_VERSION = 1
+#: Where the optional CJK tokenizer would be loaded from (hermes-store never loads it).
+CJK_SO_ENV = "HERMES_FTS5_CJK_SO"
 _last_init_error: str | None = None
+#: Files this process already tried to repair at open (one attempt each, no loops).
+_repair_attempted_paths: set[str] = set()
+_repairs_lock = threading.Lock()
+
+#: What to use instead of the original's SQLite internals, on other backends.
+_INSTEAD = {
+    "_conn": "the public methods, or SQL through `db.store.read()` (SQLAlchemy)",
+    "_lock": "`db.store.write(fn)`, which serialises this process's writes itself",
+    "_execute_write": "`db.store.write(fn)` (one transaction, retried on contention)",
+}
 
 
 def get_last_init_error() -> str | None:
     """The cause of the last failed open in this process (the original's helper)."""
     return _last_init_error
+
+
+def _set_last_init_error(message: str | None) -> None:
+    """Record (or, with None, clear) the cause `get_last_init_error` reports."""
+    global _last_init_error
+    _last_init_error = message
+
+
+def _default_db_path() -> Path:
+    if DEFAULT_DB_PATH != _IMPORT_DEFAULT_DB_PATH:
+        return Path(DEFAULT_DB_PATH)
+    return default_db_path()
+
+
+def fts5_cjk_so_path() -> Path:
+    """Where the original looks for its CJK bigram tokenizer (spec/schema.md 5.4)."""
+    configured = os.environ.get(CJK_SO_ENV)
+    return Path(configured) if configured else hermes_home() / "lib" / "libfts5_cjk.so"
+
+
+def load_fts5_cjk_extension(conn: sqlite3.Connection) -> bool:
+    """Always False: hermes-store serves CJK queries from the trigram index and the LIKE
+    scan, exactly as the original does without the tokenizer, and never loads it."""
+    return False
 
 
 def format_session_db_unavailable(prefix: str = "Session database not available") -> str:
@@ -86,25 +174,74 @@ def workspace_key(row: dict[str, Any]) -> str | None:
     return None
 
 
-def _forward(repository: str, cls: type, name: str | None = None) -> Callable[..., Any]:
-    """A facade method that calls `self.<repository>.<name>` with the same signature."""
-
-    target = getattr(cls, name or "")
-    method_name = target.__name__
-
-    def method(self: SessionDB, *args: Any, **kwargs: Any) -> Any:
-        return getattr(getattr(self, repository), method_name)(*args, **kwargs)
-
-    functools.update_wrapper(method, target)
-    return method
+def apply_wal_with_fallback(conn: sqlite3.Connection, *, db_label: str = "state.db") -> str:
+    """WAL, or DELETE where the file system cannot do WAL; never downgrades a WAL file.
+    Returns the mode in force ("wal" or "delete")."""
+    return apply_journal_mode(conn, JournalPolicy(mode="wal"))
 
 
-def _methods(repository: str, cls: type, names: dict[str, str]) -> dict[str, Callable[..., Any]]:
-    return {facade: _forward(repository, cls, repo_name) for facade, repo_name in names.items()}
+def preflight_db_writability(
+    db_path: str | os.PathLike[str], *, db_label: str = "state.db"
+) -> None:
+    """Raise DatabaseNotWritable naming the path when the file or its directory cannot be
+    written (`:memory:` and `file:` URIs are not files and are skipped)."""
+    if str(db_path) == ":memory:" or str(db_path).startswith("file:"):
+        return
+    check_writable(Path(db_path))
 
 
-def _same(*names: str) -> dict[str, str]:
-    return {n: n for n in names}
+def _forward(
+    repository: str,
+    method: Callable[Concatenate[Any, P], R],
+    *,
+    translate: Callable[[Exception], BaseException | None] | None = None,
+) -> Callable[Concatenate[SessionDB, P], R]:
+    """A facade method calling `method` on the repository held in `self.<repository>`,
+    with its signature and docstring; `translate` turns a repository error into the one
+    the original raises (None keeps the error as it is)."""
+
+    def call(self: SessionDB, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(getattr(self, repository), *args, **kwargs)
+        except Exception as exc:
+            translated = translate(exc) if translate is not None else None
+            if translated is None:
+                raise
+            raise translated from exc
+
+    functools.update_wrapper(call, method)
+    call.__dict__["_hermes_forward"] = True
+    return call
+
+
+def _foreign_key_error(exc: Exception) -> BaseException | None:
+    # The original lets the foreign key speak for an unknown session; callers catch it.
+    if isinstance(exc, SessionNotFound):
+        return sqlite3.IntegrityError("FOREIGN KEY constraint failed")
+    return None
+
+
+def _malformed_schema(exc: BaseException) -> bool:
+    """Whether an open failed on a malformed schema (the error, or its cause). Only that
+    class is repaired at open: other damage ("database disk image is malformed", a failed
+    quick_check) fails closed and leaves the file untouched, for `hermes-store check` and
+    a restore."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if "malformed database schema" in str(getattr(seen, "orig", None) or seen).lower():
+            return True
+        seen = seen.__cause__
+    return False
+
+
+def _claim_repair(path: Path) -> bool:
+    """The one repair attempt per file and process (no repair loops)."""
+    key = os.path.realpath(path)
+    with _repairs_lock:
+        if key in _repair_attempted_paths:
+            return False
+        _repair_attempted_paths.add(key)
+        return True
 
 
 class SessionDB:
@@ -121,19 +258,26 @@ class SessionDB:
         if url is not None:
             resolved = resolve_url(url)
         else:
-            resolved = sqlite_url(Path(db_path) if db_path is not None else default_db_path())
+            resolved = sqlite_url(Path(db_path) if db_path is not None else _default_db_path())
         path = sqlite_path(resolved)
         self.db_path = path
         self.read_only = read_only
+        # `_conn` and the pool's proxy holding it, opened on first use
+        self._raw: tuple[Any, sqlite3.Connection] | None = None
+        self._raw_guard = threading.Lock()
+        self._closed = False
         try:
             if not read_only:
                 if path is not None:
                     path.parent.mkdir(parents=True, exist_ok=True)
-                migrate.upgrade(resolved, defer_fts_backfill=True)
+                    self._quarantine_if_zeroed(path)
+                self._upgrade(resolved, path)
             self._store = Store(resolved, read_only=read_only)
         except Exception as exc:
             _last_init_error = f"{type(exc).__name__}: {exc}"
             raise
+        if path is not None:
+            sqlite_recovery.hold(path)
         store = self._store
         self._usage = UsageRepository(store)
         self._sessions = SessionRepository(store)
@@ -145,16 +289,121 @@ class SessionDB:
         self._delegations = AsyncDelegationRepository(store)
         self._maintenance = MaintenanceRepository(store)
         self._telegram = TelegramTopicRepository(store)
+        self._housekeeping = HousekeepingRepository(store)
+        self._search = SearchRepository(store)
+
+    @staticmethod
+    def _quarantine_if_zeroed(path: Path) -> None:
+        """Step 3 of the original's open: a zeroed file is moved aside (keeping its bytes)
+        and a fresh database created in its place; the explanation is recorded for
+        `get_last_init_error()`."""
+        global _last_init_error
+        if not is_zeroed_state_db(path):
+            return
+        try:
+            moved = quarantine_zeroed_state_db(path)
+        except OSError as exc:
+            raise DatabaseCorrupt(
+                str(path), f"the file is zeroed (all NUL bytes) and could not be moved aside: {exc}"
+            ) from exc
+        if moved is not None:
+            _last_init_error = (
+                f"DatabaseCorrupt: {path} was zeroed (its header held only NUL bytes); it was "
+                f"moved to {moved} and a fresh database was created"
+            )
+
+    @staticmethod
+    def _upgrade(resolved: URL, path: Path | None) -> None:
+        try:
+            migrate.upgrade(resolved, defer_fts_backfill=True)
+        except Exception as exc:
+            if path is None or not _malformed_schema(exc) or not _claim_repair(path):
+                raise
+            if not repair_state_db_schema(path)["repaired"]:
+                raise
+            migrate.upgrade(resolved, defer_fts_backfill=True)
 
     # -- lifecycle -----------------------------------------------------------------------
 
     def close(self) -> None:
-        """TRUNCATE checkpoint and close every connection (idempotent)."""
+        """TRUNCATE checkpoint and close every connection, `_conn` included (idempotent)."""
+        with self._raw_guard:
+            if self._closed:
+                return
+            self._closed = True
+            raw, self._raw = self._raw, None
+        if raw is not None:
+            raw[0].close()
         self._store.close()
+        if self.db_path is not None:
+            sqlite_recovery.release(self.db_path)
 
     @property
     def store(self) -> Store:
         return self._store
+
+    # -- the original's internals ---------------------------------------------------------
+
+    def _sqlite_only(self, feature: str) -> None:
+        if self._store.dialect != "sqlite":
+            raise SQLiteOnly(f"SessionDB.{feature}", _INSTEAD[feature])
+
+    @property
+    def _conn(self) -> sqlite3.Connection | None:
+        """A `sqlite3.Connection` to the same file, set up as the original sets up its own:
+        `check_same_thread=False`, `sqlite3.Row` rows, autocommit with explicit
+        transactions (`BEGIN IMMEDIATE` ... `COMMIT`), the store's journal mode, busy
+        timeout and pragmas. Read-only for a read-only handle; None after `close()`."""
+        self._sqlite_only("_conn")
+        with self._raw_guard:
+            if self._closed:
+                return None
+            if self._raw is None:
+                raw = self._store.engine.raw_connection()
+                driver = raw.driver_connection
+                assert isinstance(driver, sqlite3.Connection)
+                # never back into the pool: its row factory is the original's, not ours
+                raw.detach()
+                driver.row_factory = sqlite3.Row
+                self._raw = (raw, driver)
+            return self._raw[1]
+
+    @property
+    def _lock(self) -> threading.Lock:
+        """The lock this process's writes through this handle hold (the store's)."""
+        self._sqlite_only("_lock")
+        return self._store.write_lock
+
+    def _execute_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `fn(self._conn)` in one BEGIN IMMEDIATE transaction under `_lock`, committed
+        on return and rolled back on any error, retried whole (so `fn` may run again) on
+        lock contention by the store's retry policy; returns what `fn` returns."""
+        self._sqlite_only("_execute_write")
+        conn = self._conn
+        if conn is None:
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+
+        def attempt() -> T:
+            with self._store.write_lock:
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    try:
+                        result = fn(conn)
+                        conn.commit()  # a no-op when `fn` committed itself
+                    except BaseException:
+                        conn.rollback()
+                        raise
+                except sqlite3.OperationalError as exc:
+                    # in SQLAlchemy's wrapper, which is what the retry policy inspects
+                    raise OperationalError(None, None, exc) from exc
+            return result
+
+        try:
+            return self._store.retry.run(attempt)
+        except OperationalError as exc:
+            if isinstance(exc.orig, sqlite3.OperationalError):
+                raise exc.orig from None
+            raise
 
     # -- helpers that are static in the original ----------------------------------------
 
@@ -163,79 +412,7 @@ class SessionDB:
 
     # -- search --------------------------------------------------------------------------
 
-    def search_messages(
-        self,
-        query: str,
-        source_filter: list[str] | None = None,
-        exclude_sources: list[str] | None = None,
-        role_filter: list[str] | None = None,
-        limit: int = 20,
-        offset: int = 0,
-        sort: str | None = None,
-        include_inactive: bool = False,
-    ) -> list[dict[str, Any]]:
-        with self._store.read() as session:
-            return search_messages(
-                session,
-                query,
-                source_filter=source_filter,
-                exclude_sources=exclude_sources,
-                role_filter=role_filter,
-                limit=limit,
-                offset=offset,
-                sort=sort,
-                include_inactive=include_inactive,
-            )
-
-    # -- FTS maintenance -------------------------------------------------------------------
-
-    def fts_rebuild_status(self) -> dict[str, Any] | None:
-        state = migrate.current(self._store.url).fts
-        if state is None or not state.high_water or state.high_water <= 0:
-            return None
-        return {
-            "pending": True,
-            "total": state.high_water,
-            "indexed": state.progress or 0,
-            "percent": state.percent,
-        }
-
-    def fts_rebuild_step(self) -> dict[str, Any] | None:
-        """One chunk (<= 500 ids) of a pending backfill; the status afterwards, or None."""
-        if not self.read_only:
-            with write_connection(self._store.engine) as conn:
-                self._store.retry.run(lambda: backfill_step(conn))
-        return self.fts_rebuild_status()
-
-    def rebuild_fts(self) -> int:
-        migrate.rebuild_fts(self._store.url)
-        return 2
-
-    def optimize_fts_storage(
-        self, progress_cb: Callable[[dict[str, Any]], None] | None = None, vacuum: bool = True
-    ) -> dict[str, Any]:
-        if self.read_only:
-            return {"ok": False, "reason": "read_only"}
-
-        def report(p: Any) -> None:
-            if progress_cb is not None:
-                progress_cb(
-                    {"phase": p.phase, "percent": p.percent, "indexed": p.indexed, "total": p.total}
-                )
-
-        migrate.finish_fts(self._store.url, on_progress=report)
-        vacuumed: bool | None = None
-        if vacuum:
-            try:
-                with self._store.engine.connect() as conn:
-                    conn.connection.driver_connection.execute("VACUUM")  # type: ignore[union-attr]
-                vacuumed = True
-            except Exception:  # noqa: BLE001 (the original reports instead of raising)
-                vacuumed = False
-            self._store.checkpoint("TRUNCATE")
-        if progress_cb is not None:
-            progress_cb({"phase": "done", "percent": 100, "indexed": 0, "total": 0})
-        return {"ok": True, "vacuumed": vacuumed}
+    search_messages = _forward("_search", SearchRepository.search_messages)
 
     # -- small helpers of the original ----------------------------------------------------
 
@@ -247,81 +424,6 @@ class SessionDB:
     def flush_token_counts(self, timeout: float = 5.0) -> bool:
         return True  # nothing is ever queued (see queue_token_counts)
 
-    def fts_optimize_available(self) -> bool:
-        if self.read_only:
-            return False
-        state = migrate.current(self._store.url).fts
-        return bool(state and state.optimizable)
-
-    def logical_size_bytes(self) -> int | None:
-        with self._store.read() as session:
-            conn = session
-            pages = conn.exec_driver_sql("PRAGMA page_count").scalar()
-            size = conn.exec_driver_sql("PRAGMA page_size").scalar()
-        return int(pages) * int(size) if pages is not None and size is not None else None
-
-    def vacuum(self) -> int:
-        """TRUNCATE checkpoint, then VACUUM (holds the write lock while it runs)."""
-        self._store.checkpoint("TRUNCATE")
-        with self._store.engine.connect() as conn:
-            conn.connection.driver_connection.execute("VACUUM")  # type: ignore[union-attr]
-        return 0
-
-    def _throttled(self, key: str, min_interval_hours: float) -> bool:
-        """True when `key` records a run less than the interval ago (a value that is not a
-        number counts as no prior run, as in the original)."""
-        try:
-            last = float(self._meta.get_meta(key) or "")
-        except ValueError:
-            return False
-        return time.time() - last < min_interval_hours * 3600
-
-    def maybe_auto_prune_and_vacuum(
-        self,
-        retention_days: float = 90,
-        min_interval_hours: float = 24,
-        vacuum: bool = True,
-        sessions_dir: str | os.PathLike[str] | None = None,
-    ) -> dict[str, Any]:
-        """Never raises: {"skipped", "pruned", "vacuumed"} (+ "error")."""
-        result: dict[str, Any] = {"skipped": False, "pruned": 0, "vacuumed": False}
-        try:
-            if self._throttled("last_auto_prune", min_interval_hours):
-                result["skipped"] = True
-                return result
-            result["pruned"] = self._maintenance.prune_sessions(
-                older_than_days=retention_days,
-                sessions_dir=None if sessions_dir is None else Path(sessions_dir),
-            )
-            if vacuum and result["pruned"]:
-                self.vacuum()
-                result["vacuumed"] = True
-            self._meta.set_meta("last_auto_prune", str(time.time()))
-        except Exception as exc:  # noqa: BLE001 (the original reports instead of raising)
-            result["error"] = f"{type(exc).__name__}: {exc}"
-        return result
-
-    def maybe_auto_archive(
-        self, idle_days: float = 3, min_interval_hours: float = 24, exclude_pinned: bool = True
-    ) -> dict[str, Any]:
-        """Never raises: {"skipped", "archived"} (+ "error")."""
-        result: dict[str, Any] = {"skipped": False, "archived": 0}
-        try:
-            if self._throttled("last_auto_archive", min_interval_hours):
-                result["skipped"] = True
-                return result
-            result["archived"] = self._maintenance.archive_stale_sessions(
-                idle_days, exclude_pinned=exclude_pinned
-            )
-            self._meta.set_meta("last_auto_archive", str(time.time()))
-        except Exception as exc:  # noqa: BLE001
-            result["error"] = f"{type(exc).__name__}: {exc}"
-        return result
-
-    def optimize_fts(self) -> int:
-        """FTS5 'optimize' on both indexes (holds the write lock while it merges)."""
-        return optimize_indexes(self._store.engine)
-
     def export_all(self, source: str | None = None) -> list[dict[str, Any]]:
         """Every session (most recent first) with its active messages, as a list like the
         original; `MaintenanceRepository.export_all` streams instead."""
@@ -330,183 +432,259 @@ class SessionDB:
     def __repr__(self) -> str:
         return f"SessionDB({str(self.db_path or self._store.url)!r})"
 
+    # -- forwarded: sessions ----------------------------------------------------------------
 
-# The forwarded methods, facade name -> repository method. Attached after the class so
-# that each one carries its repository method's signature and docstring.
-_FORWARDED: list[tuple[str, type, dict[str, str]]] = [
-    (
-        "_sessions",
-        SessionRepository,
-        _same(
-            "create_session",
-            "ensure_session",
-            "end_session",
-            "reopen_session",
-            "promote_to_session_reset",
-            "get_session",
-            "resolve_session_id",
-            "update_system_prompt",
-            "update_session_meta",
-            "update_session_model",
-            "update_session_runtime_lock",
-            "update_session_billing_route",
-            "update_session_cwd",
-            "backfill_repo_roots",
-            "set_session_archived",
-            "set_session_pinned",
-            "set_expiry_finalized",
-            "record_compression_failure_cooldown",
-            "get_compression_failure_cooldown",
-            "clear_compression_failure_cooldown",
-            "get_compression_fallback_streak",
-            "set_compression_fallback_streak",
-            "get_compression_ineffective_count",
-            "set_compression_ineffective_count",
-            "get_compression_tip",
-            "get_compression_lineage",
-            "find_live_compression_child",
-            "get_session_delete_targets",
-            "get_conversation_root",
-            "resolve_resume_session_id",
-            "list_sessions_rich",
-            "search_sessions",
-            "session_count",
-            "session_count_by_source",
-            "get_session_rich_row",
-            "search_sessions_by_id",
-            "list_cron_job_runs",
-            "distinct_session_cwds",
-            "prune_empty_ghost_sessions",
-            "finalize_orphaned_compression_sessions",
-            "list_skill_scaffolded_sessions",
-            "get_first_assistant_text",
-        ),
-    ),
-    (
-        "_titles",
-        TitleRepository,
-        _same(
-            "set_session_title",
-            "set_auto_title_if_empty",
-            "get_session_title",
-            "get_session_by_title",
-            "resolve_session_by_title",
-            "get_next_title_in_lineage",
-        ),
-    ),
-    (
-        "_messages",
-        MessageRepository,
-        _same(
-            "replace_messages",
-            "archive_and_compact",
-            "set_latest_matching_message_display_kind",
-            "set_latest_user_api_content",
-            "rewind_to_message",
-            "restore_rewound",
-            "clear_messages",
-            "get_messages",
-            "get_messages_around",
-            "get_anchored_view",
-            "list_recent_user_messages",
-            "has_archived_messages",
-            "has_platform_message_id",
-            "message_count",
-            "get_messages_as_conversation",
-            "publish_compression_child",
-            "get_resume_conversations",
-            "get_ancestor_display_prefix",
-        ),
-    ),
-    ("_usage", UsageRepository, _same("update_token_counts", "record_auxiliary_usage")),
-    ("_meta", MetaRepository, _same("get_meta", "set_meta")),
-    (
-        "_locks",
-        CompressionLockRepository,
-        {
-            "try_acquire_compression_lock": "try_acquire",
-            "refresh_compression_lock": "refresh",
-            "release_compression_lock": "release",
-            "get_compression_lock_holder": "get_holder",
-        },
-    ),
-    (
-        "_gateway",
-        GatewayRoutingRepository,
-        {
-            "save_gateway_routing_entry": "save_entry",
-            "replace_gateway_routing_entries": "replace_entries",
-            "load_gateway_routing_entries": "load_entries",
-            "delete_gateway_routing_entries": "delete_entries",
-            **_same(
-                "record_gateway_session_peer",
-                "list_gateway_sessions",
-                "find_session_by_origin",
-                "find_latest_gateway_session_for_peer",
-                "request_handoff",
-                "claim_handoff",
-                "complete_handoff",
-                "fail_handoff",
-                "get_handoff_state",
-                "list_pending_handoffs",
-            ),
-        },
-    ),
-    (
-        "_maintenance",
-        MaintenanceRepository,
-        _same(
-            "export_session",
-            "import_sessions",
-            "delete_session",
-            "delete_sessions",
-            "count_empty_sessions",
-            "delete_empty_sessions",
-            "prune_sessions",
-            "list_prune_candidates",
-            "archive_stale_sessions",
-            "export_session_lineage",
-            "delete_session_if_empty",
-            "archive_sessions",
-        ),
-    ),
-]
+    # Written out where the repository takes **kwargs (a ParamSpec cannot then prove that
+    # `self` is never passed by keyword).
+    def create_session(self, session_id: str, source: str, **kwargs: Any) -> str:
+        return self._sessions.create_session(session_id, source, **kwargs)
 
+    def ensure_session(
+        self, session_id: str, source: str = "unknown", model: str | None = None, **kwargs: Any
+    ) -> str:
+        return self._sessions.ensure_session(session_id, source, model, **kwargs)
 
-@functools.wraps(MessageRepository.append_message)
-def _append_message(self: SessionDB, *args: Any, **kwargs: Any) -> int:
-    # The original lets the foreign key speak for an unknown session; callers catch it.
-    try:
-        return self._messages.append_message(*args, **kwargs)
-    except SessionNotFound as exc:
-        raise sqlite3.IntegrityError("FOREIGN KEY constraint failed") from exc
-
-
-SessionDB.append_message = _append_message  # type: ignore[attr-defined]
-
-_FORWARDED.append(
-    (
-        "_telegram",
-        TelegramTopicRepository,
-        _same(
-            "apply_telegram_topic_migration",
-            "enable_telegram_topic_mode",
-            "disable_telegram_topic_mode",
-            "is_telegram_topic_mode_enabled",
-            "get_telegram_topic_binding",
-            "list_telegram_topic_bindings_for_chat",
-            "get_telegram_topic_binding_by_session",
-            "delete_telegram_topic_binding",
-            "bind_telegram_topic",
-            "is_telegram_session_linked_to_topic",
-            "list_unlinked_telegram_sessions_for_user",
-        ),
+    end_session = _forward("_sessions", SessionRepository.end_session)
+    reopen_session = _forward("_sessions", SessionRepository.reopen_session)
+    promote_to_session_reset = _forward("_sessions", SessionRepository.promote_to_session_reset)
+    get_session = _forward("_sessions", SessionRepository.get_session)
+    resolve_session_id = _forward("_sessions", SessionRepository.resolve_session_id)
+    update_system_prompt = _forward("_sessions", SessionRepository.update_system_prompt)
+    update_session_meta = _forward("_sessions", SessionRepository.update_session_meta)
+    update_session_model = _forward("_sessions", SessionRepository.update_session_model)
+    update_session_runtime_lock = _forward(
+        "_sessions", SessionRepository.update_session_runtime_lock
     )
-)
+    update_session_billing_route = _forward(
+        "_sessions", SessionRepository.update_session_billing_route
+    )
+    update_session_cwd = _forward("_sessions", SessionRepository.update_session_cwd)
+    backfill_repo_roots = _forward("_sessions", SessionRepository.backfill_repo_roots)
+    set_session_archived = _forward("_sessions", SessionRepository.set_session_archived)
+    set_session_pinned = _forward("_sessions", SessionRepository.set_session_pinned)
+    set_expiry_finalized = _forward("_sessions", SessionRepository.set_expiry_finalized)
+    record_compression_failure_cooldown = _forward(
+        "_sessions", SessionRepository.record_compression_failure_cooldown
+    )
+    get_compression_failure_cooldown = _forward(
+        "_sessions", SessionRepository.get_compression_failure_cooldown
+    )
+    clear_compression_failure_cooldown = _forward(
+        "_sessions", SessionRepository.clear_compression_failure_cooldown
+    )
+    get_compression_fallback_streak = _forward(
+        "_sessions", SessionRepository.get_compression_fallback_streak
+    )
+    set_compression_fallback_streak = _forward(
+        "_sessions", SessionRepository.set_compression_fallback_streak
+    )
+    get_compression_ineffective_count = _forward(
+        "_sessions", SessionRepository.get_compression_ineffective_count
+    )
+    set_compression_ineffective_count = _forward(
+        "_sessions", SessionRepository.set_compression_ineffective_count
+    )
+    get_compression_tip = _forward("_sessions", SessionRepository.get_compression_tip)
+    get_compression_lineage = _forward("_sessions", SessionRepository.get_compression_lineage)
+    find_live_compression_child = _forward(
+        "_sessions", SessionRepository.find_live_compression_child
+    )
+    get_session_delete_targets = _forward(
+        "_sessions", SessionRepository.get_session_delete_targets
+    )
+    get_conversation_root = _forward("_sessions", SessionRepository.get_conversation_root)
+    resolve_resume_session_id = _forward(
+        "_sessions", SessionRepository.resolve_resume_session_id
+    )
+    list_sessions_rich = _forward("_sessions", SessionRepository.list_sessions_rich)
+    search_sessions = _forward("_sessions", SessionRepository.search_sessions)
+    search_sessions_by_id = _forward("_sessions", SessionRepository.search_sessions_by_id)
+    session_count = _forward("_sessions", SessionRepository.session_count)
+    session_count_by_source = _forward("_sessions", SessionRepository.session_count_by_source)
+    get_session_rich_row = _forward("_sessions", SessionRepository.get_session_rich_row)
+    list_cron_job_runs = _forward("_sessions", SessionRepository.list_cron_job_runs)
+    distinct_session_cwds = _forward("_sessions", SessionRepository.distinct_session_cwds)
+    prune_empty_ghost_sessions = _forward(
+        "_sessions", SessionRepository.prune_empty_ghost_sessions
+    )
+    finalize_orphaned_compression_sessions = _forward(
+        "_sessions", SessionRepository.finalize_orphaned_compression_sessions
+    )
+    list_skill_scaffolded_sessions = _forward(
+        "_sessions", SessionRepository.list_skill_scaffolded_sessions
+    )
+    get_first_assistant_text = _forward("_sessions", SessionRepository.get_first_assistant_text)
 
-for _repository, _cls, _names in _FORWARDED:
-    for _facade_name, _method in _methods(_repository, _cls, _names).items():
-        setattr(SessionDB, _facade_name, _method)
+    # -- forwarded: titles -------------------------------------------------------------------
+
+    set_session_title = _forward("_titles", TitleRepository.set_session_title)
+    set_auto_title_if_empty = _forward("_titles", TitleRepository.set_auto_title_if_empty)
+    get_session_title = _forward("_titles", TitleRepository.get_session_title)
+    get_session_by_title = _forward("_titles", TitleRepository.get_session_by_title)
+    resolve_session_by_title = _forward("_titles", TitleRepository.resolve_session_by_title)
+    get_next_title_in_lineage = _forward("_titles", TitleRepository.get_next_title_in_lineage)
+
+    # -- forwarded: messages -----------------------------------------------------------------
+
+    append_message = _forward(
+        "_messages", MessageRepository.append_message, translate=_foreign_key_error
+    )
+    replace_messages = _forward("_messages", MessageRepository.replace_messages)
+    archive_and_compact = _forward("_messages", MessageRepository.archive_and_compact)
+    set_latest_matching_message_display_kind = _forward(
+        "_messages", MessageRepository.set_latest_matching_message_display_kind
+    )
+    set_latest_user_api_content = _forward(
+        "_messages", MessageRepository.set_latest_user_api_content
+    )
+    rewind_to_message = _forward("_messages", MessageRepository.rewind_to_message)
+    restore_rewound = _forward("_messages", MessageRepository.restore_rewound)
+    clear_messages = _forward("_messages", MessageRepository.clear_messages)
+    get_messages = _forward("_messages", MessageRepository.get_messages)
+    get_messages_around = _forward("_messages", MessageRepository.get_messages_around)
+    get_anchored_view = _forward("_messages", MessageRepository.get_anchored_view)
+    list_recent_user_messages = _forward("_messages", MessageRepository.list_recent_user_messages)
+    has_archived_messages = _forward("_messages", MessageRepository.has_archived_messages)
+    has_platform_message_id = _forward("_messages", MessageRepository.has_platform_message_id)
+    message_count = _forward("_messages", MessageRepository.message_count)
+    get_messages_as_conversation = _forward(
+        "_messages", MessageRepository.get_messages_as_conversation
+    )
+    publish_compression_child = _forward("_messages", MessageRepository.publish_compression_child)
+    get_resume_conversations = _forward("_messages", MessageRepository.get_resume_conversations)
+    get_ancestor_display_prefix = _forward(
+        "_messages", MessageRepository.get_ancestor_display_prefix
+    )
+
+    # -- forwarded: usage and meta -----------------------------------------------------------
+
+    update_token_counts = _forward("_usage", UsageRepository.update_token_counts)
+    record_auxiliary_usage = _forward("_usage", UsageRepository.record_auxiliary_usage)
+    get_meta = _forward("_meta", MetaRepository.get_meta)
+    set_meta = _forward("_meta", MetaRepository.set_meta)
+
+    # -- forwarded: compression locks, gateway routing and handoffs ---------------------------
+
+    try_acquire_compression_lock = _forward("_locks", CompressionLockRepository.try_acquire)
+    refresh_compression_lock = _forward("_locks", CompressionLockRepository.refresh)
+    release_compression_lock = _forward("_locks", CompressionLockRepository.release)
+    get_compression_lock_holder = _forward("_locks", CompressionLockRepository.get_holder)
+    save_gateway_routing_entry = _forward("_gateway", GatewayRoutingRepository.save_entry)
+    replace_gateway_routing_entries = _forward(
+        "_gateway", GatewayRoutingRepository.replace_entries
+    )
+    load_gateway_routing_entries = _forward("_gateway", GatewayRoutingRepository.load_entries)
+    delete_gateway_routing_entries = _forward("_gateway", GatewayRoutingRepository.delete_entries)
+    record_gateway_session_peer = _forward(
+        "_gateway", GatewayRoutingRepository.record_gateway_session_peer
+    )
+    list_gateway_sessions = _forward("_gateway", GatewayRoutingRepository.list_gateway_sessions)
+    find_session_by_origin = _forward("_gateway", GatewayRoutingRepository.find_session_by_origin)
+    find_latest_gateway_session_for_peer = _forward(
+        "_gateway", GatewayRoutingRepository.find_latest_gateway_session_for_peer
+    )
+    request_handoff = _forward("_gateway", GatewayRoutingRepository.request_handoff)
+    claim_handoff = _forward("_gateway", GatewayRoutingRepository.claim_handoff)
+    complete_handoff = _forward("_gateway", GatewayRoutingRepository.complete_handoff)
+    fail_handoff = _forward("_gateway", GatewayRoutingRepository.fail_handoff)
+    get_handoff_state = _forward("_gateway", GatewayRoutingRepository.get_handoff_state)
+    list_pending_handoffs = _forward("_gateway", GatewayRoutingRepository.list_pending_handoffs)
+
+    # -- forwarded: export, import, delete, prune, archive -----------------------------------
+
+    export_session = _forward("_maintenance", MaintenanceRepository.export_session)
+    export_session_lineage = _forward("_maintenance", MaintenanceRepository.export_session_lineage)
+    import_sessions = _forward("_maintenance", MaintenanceRepository.import_sessions)
+    delete_session = _forward("_maintenance", MaintenanceRepository.delete_session)
+    delete_sessions = _forward("_maintenance", MaintenanceRepository.delete_sessions)
+    delete_session_if_empty = _forward(
+        "_maintenance", MaintenanceRepository.delete_session_if_empty
+    )
+    count_empty_sessions = _forward("_maintenance", MaintenanceRepository.count_empty_sessions)
+    delete_empty_sessions = _forward("_maintenance", MaintenanceRepository.delete_empty_sessions)
+
+    def prune_sessions(
+        self,
+        older_than_days: float | None = 90,
+        source: str | None = None,
+        sessions_dir: str | Path | None = None,
+        **filters: Any,
+    ) -> int:
+        return self._maintenance.prune_sessions(older_than_days, source, sessions_dir, **filters)
+
+    def list_prune_candidates(
+        self, older_than_days: float | None = None, source: str | None = None, **filters: Any
+    ) -> list[dict[str, Any]]:
+        return self._maintenance.list_prune_candidates(older_than_days, source, **filters)
+
+    def archive_sessions(
+        self, older_than_days: float | None = None, source: str | None = None, **filters: Any
+    ) -> int:
+        return self._maintenance.archive_sessions(older_than_days, source, **filters)
+
+    archive_stale_sessions = _forward("_maintenance", MaintenanceRepository.archive_stale_sessions)
+
+    # -- forwarded: housekeeping (search index upkeep, size, VACUUM, auto-prune) ---------------
+
+    fts_rebuild_status = _forward("_housekeeping", HousekeepingRepository.fts_rebuild_status)
+    fts_rebuild_step = _forward("_housekeeping", HousekeepingRepository.fts_rebuild_step)
+    fts_cjk_rebuild_status = _forward(
+        "_housekeeping", HousekeepingRepository.fts_cjk_rebuild_status
+    )
+    fts_cjk_rebuild_step = _forward("_housekeeping", HousekeepingRepository.fts_cjk_rebuild_step)
+    fts_optimize_available = _forward(
+        "_housekeeping", HousekeepingRepository.fts_optimize_available
+    )
+    rebuild_fts = _forward("_housekeeping", HousekeepingRepository.rebuild_fts)
+    optimize_fts = _forward("_housekeeping", HousekeepingRepository.optimize_fts)
+    optimize_fts_storage = _forward("_housekeeping", HousekeepingRepository.optimize_fts_storage)
+    logical_size_bytes = _forward("_housekeeping", HousekeepingRepository.logical_size_bytes)
+    vacuum = _forward("_housekeeping", HousekeepingRepository.vacuum)
+    maybe_auto_prune_and_vacuum = _forward(
+        "_housekeeping", HousekeepingRepository.maybe_auto_prune_and_vacuum
+    )
+    maybe_auto_archive = _forward("_housekeeping", HousekeepingRepository.maybe_auto_archive)
+
+    # -- forwarded: Telegram topic mode ------------------------------------------------------
+
+    apply_telegram_topic_migration = _forward(
+        "_telegram", TelegramTopicRepository.apply_telegram_topic_migration
+    )
+    enable_telegram_topic_mode = _forward(
+        "_telegram", TelegramTopicRepository.enable_telegram_topic_mode
+    )
+    disable_telegram_topic_mode = _forward(
+        "_telegram", TelegramTopicRepository.disable_telegram_topic_mode
+    )
+    is_telegram_topic_mode_enabled = _forward(
+        "_telegram", TelegramTopicRepository.is_telegram_topic_mode_enabled
+    )
+    get_telegram_topic_binding = _forward(
+        "_telegram", TelegramTopicRepository.get_telegram_topic_binding
+    )
+    list_telegram_topic_bindings_for_chat = _forward(
+        "_telegram", TelegramTopicRepository.list_telegram_topic_bindings_for_chat
+    )
+    get_telegram_topic_binding_by_session = _forward(
+        "_telegram", TelegramTopicRepository.get_telegram_topic_binding_by_session
+    )
+    delete_telegram_topic_binding = _forward(
+        "_telegram", TelegramTopicRepository.delete_telegram_topic_binding
+    )
+    bind_telegram_topic = _forward("_telegram", TelegramTopicRepository.bind_telegram_topic)
+    is_telegram_session_linked_to_topic = _forward(
+        "_telegram", TelegramTopicRepository.is_telegram_session_linked_to_topic
+    )
+    list_unlinked_telegram_sessions_for_user = _forward(
+        "_telegram", TelegramTopicRepository.list_unlinked_telegram_sessions_for_user
+    )
+
+
+# A forwarded method is named after its facade attribute (the repository's may differ).
+for _name, _value in vars(SessionDB).items():
+    if getattr(_value, "_hermes_forward", False):
+        _value.__name__ = _name
+        _value.__qualname__ = f"SessionDB.{_name}"
 
 
 class AsyncSessionDB:

@@ -198,3 +198,18 @@ class DatabaseUnavailable(StoreError):
             type(self),
             (self.server, self.waited, self.attempts, self.cause, self.outcome_unknown),
         )
+
+
+class SQLiteOnly(StoreError, AttributeError):
+    """An internal of the original SQLite class (`SessionDB._conn`, `_lock`,
+    `_execute_write`) asked for on another backend. An AttributeError, so that code which
+    probes for it with `getattr(db, "_conn", None)` falls back as it would on a class
+    without it."""
+
+    def __init__(self, feature: str, instead: str) -> None:
+        self.feature = feature
+        self.instead = instead
+        super().__init__(
+            f"{feature} is the original's SQLite connection internals and does not exist on "
+            f"PostgreSQL; use {instead}"
+        )

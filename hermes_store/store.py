@@ -168,6 +168,12 @@ class Store:
             return None
         return pg_faults.describe_server(self.engine.url)
 
+    @property
+    def write_lock(self) -> threading.Lock:
+        """The lock this store's writes hold (one writer at a time in the process); work
+        that must not interleave with them, such as VACUUM, holds it too."""
+        return self._write_lock
+
     def write(self, work: Callable[[Connection], T]) -> T:
         """Run `work` in one write transaction, retried as a unit on lock contention."""
         self.check_open()

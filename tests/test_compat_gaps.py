@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from sqlalchemy import text
 
 from hermes_store.compat import SessionDB
 
@@ -52,3 +53,50 @@ def test_search_sessions_by_id_ranks_exact_then_prefix_then_substring(sdb: Sessi
     assert [r["id"] for r in sdb.search_sessions_by_id("tip_ch")] == ["tip_child"]
     assert sdb.search_sessions_by_id("  ") == [] and sdb.search_sessions_by_id("abc", 0) == []
     assert sdb.search_sessions_by_id("abc", exclude_sources=["cli"]) == []
+
+
+def test_vacuum_runs_outside_a_transaction_on_both_backends(sdb: SessionDB) -> None:
+    sdb.create_session("s1", "cli")
+    for i in range(50):
+        sdb.append_message("s1", "user", f"message {i} " + "x" * 2000)
+    sdb.delete_session("s1")
+    size_before = sdb.logical_size_bytes()
+    assert size_before is not None and size_before > 0
+    optimized = sdb.vacuum()
+    # SQLite optimises its two FTS5 indexes first; PostgreSQL has none to optimise
+    assert optimized == (2 if sdb.store.dialect == "sqlite" else 0)
+    size_after = sdb.logical_size_bytes()
+    assert size_after is not None and 0 < size_after
+    if sdb.store.dialect == "sqlite":
+        assert size_after < size_before  # the freed pages went back to the file system
+    sdb.create_session("s2", "cli")  # the store works on afterwards
+    assert sdb.get_session("s2") is not None
+
+
+def test_auto_prune_vacuums_on_both_backends(sdb: SessionDB) -> None:
+    sdb.create_session("old", "cli")
+    sdb.end_session("old", "done")
+    sdb.store.write(
+        lambda unit: unit.execute(
+            text("UPDATE sessions SET started_at = 1.0, ended_at = 2.0 WHERE id = 'old'")
+        )
+    )
+    result = sdb.maybe_auto_prune_and_vacuum(retention_days=30)
+    assert result == {"skipped": False, "pruned": 1, "vacuumed": True}
+    assert sdb.get_session("old") is None
+
+
+def test_fts_storage_needs_nothing_on_postgresql(sdb: SessionDB) -> None:
+    phases: list[str] = []
+    result = sdb.optimize_fts_storage(progress_cb=lambda p: phases.append(p["phase"]))
+    if sdb.store.dialect == "postgresql":
+        assert result == {"ok": True, "vacuumed": None, "reason": "nothing_to_optimize"}
+        assert sdb.fts_optimize_available() is False
+        assert sdb.optimize_fts() == 0 and sdb.rebuild_fts() == 0
+    else:
+        assert result == {"ok": True, "vacuumed": True}
+        assert "vacuum" in phases
+        assert sdb.fts_optimize_available() is False  # settled by the optimisation
+    assert phases[-1] == "done"
+    assert sdb.fts_rebuild_status() is None and sdb.fts_rebuild_step() is None
+    assert sdb.fts_cjk_rebuild_status() is None and sdb.fts_cjk_rebuild_step() is None

@@ -33,9 +33,6 @@ V1_BINDINGS = """CREATE TABLE telegram_dm_topic_bindings (
     PRIMARY KEY (chat_id, thread_id)
 )"""
 
-# Telegram topic mode (an opt-in sub-schema with a SQLite table rebuild) is SQLite-only;
-# on PostgreSQL enabling it raises MigrationError (see docs/compat.md).
-pytestmark = pytest.mark.sqlite_only
 
 
 @pytest.fixture
@@ -63,8 +60,12 @@ def add_message(con: sqlite3.Connection, sid: str, ts: float) -> None:
     )
 
 
-def tables(con: sqlite3.Connection) -> set[str]:
-    return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+def tables(con: Any) -> set[str]:
+    if con.dialect == "postgresql":
+        sql = "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
+    else:
+        sql = "SELECT name FROM sqlite_master WHERE type = 'table'"
+    return {r[0] for r in con.execute(sql)}
 
 
 def meta(con: sqlite3.Connection, key: str = "telegram_dm_topic_schema_version") -> str | None:
@@ -136,6 +137,7 @@ def test_readers_before_migration_return_empty(
 # --------------------------------------------------------------------------- migration
 
 
+@pytest.mark.sqlite_only
 def test_migration_creates_exact_ddl_indexes_and_version(
     tg: TelegramTopicRepository, con: sqlite3.Connection
 ) -> None:
@@ -183,6 +185,7 @@ def _make_v1(con: sqlite3.Connection) -> None:
     )
 
 
+@pytest.mark.sqlite_only
 def test_v1_to_v2_rebuild_keeps_rows_and_adds_cascade(
     store: Store, tg: TelegramTopicRepository, con: sqlite3.Connection
 ) -> None:
@@ -221,6 +224,7 @@ def test_v1_to_v2_rebuild_keeps_rows_and_adds_cascade(
     assert tg.apply_telegram_topic_migration() is False
 
 
+@pytest.mark.sqlite_only
 def test_v1_rebuild_with_orphan_binding_changes_nothing(
     tg: TelegramTopicRepository, con: sqlite3.Connection
 ) -> None:
@@ -400,3 +404,80 @@ def test_list_unlinked_sessions_for_user(
     limited = tg.list_unlinked_telegram_sessions_for_user(chat_id="c1", user_id="u1", limit=2)
     assert [r["id"] for r in limited] == ["busy", "nochat"]
     assert tg.list_unlinked_telegram_sessions_for_user(chat_id="c1", user_id="u1", limit=0) == []
+
+
+def test_postgresql_tables_have_wide_types_cascade_and_indexes(pg_fresh_db: str) -> None:
+    store = Store(pg_fresh_db)
+    try:
+        tg = TelegramTopicRepository(store)
+        assert tg.apply_telegram_topic_migration() is False
+        assert tg.apply_telegram_topic_migration() is False  # idempotent
+        with store.engine.connect() as conn:
+
+            def rows(sql: str) -> list[Any]:
+                return list(conn.execute(text(sql)).all())
+
+            types = {
+                (table, column): kind
+                for table, column, kind in rows(
+                    "SELECT table_name, column_name, data_type FROM information_schema.columns "
+                    "WHERE table_name IN ('telegram_dm_topic_mode', 'telegram_dm_topic_bindings')"
+                )
+            }
+            rules = rows(
+                "SELECT rc.delete_rule FROM information_schema.referential_constraints rc "
+                "JOIN information_schema.table_constraints tc "
+                "ON tc.constraint_name = rc.constraint_name "
+                "WHERE tc.table_name = 'telegram_dm_topic_bindings'"
+            )
+            indexes = rows(
+                "SELECT indexname FROM pg_indexes WHERE tablename = 'telegram_dm_topic_bindings'"
+            )
+            version = rows(
+                "SELECT value FROM state_meta WHERE key = 'telegram_dm_topic_schema_version'"
+            )
+    finally:
+        store.close()
+    assert types[("telegram_dm_topic_mode", "activated_at")] == "double precision"
+    assert types[("telegram_dm_topic_mode", "enabled")] == "bigint"
+    assert types[("telegram_dm_topic_bindings", "linked_at")] == "double precision"
+    assert [r[0] for r in rules] == ["CASCADE"]
+    assert {"idx_telegram_dm_topic_bindings_session", "idx_telegram_dm_topic_bindings_user"} <= {
+        r[0] for r in indexes
+    }
+    assert [r[0] for r in version] == ["2"]
+
+
+def test_deleting_the_last_binding_turns_topic_mode_off(
+    tg: TelegramTopicRepository, con: Any
+) -> None:
+    add_session(con, "s1")
+    add_session(con, "s2")
+    tg.enable_telegram_topic_mode(chat_id="c1", user_id="u1")
+    tg.enable_telegram_topic_mode(chat_id="c2", user_id="u1")
+    bind(tg, "s1", "t1")
+    bind(tg, "s2", "t2")
+    assert tg.delete_telegram_topic_binding("c1", "t1") is True
+    assert tg.is_telegram_topic_mode_enabled("c1") is True  # t2 is still bound
+    assert tg.delete_telegram_topic_binding("c1", "t9") is False
+    assert tg.is_telegram_topic_mode_enabled("c1") is True  # nothing was deleted
+    assert tg.delete_telegram_topic_binding("c1", "t2") is True
+    assert tg.is_telegram_topic_mode_enabled("c1") is False
+    assert tg.is_telegram_topic_mode_enabled("c2") is True  # another chat is untouched
+
+
+def test_unlinked_sessions_carry_the_listing_preview(
+    tg: TelegramTopicRepository, con: Any
+) -> None:
+    add_session(con, "talk", user_id="u1", chat_id="c1", started_at=10.0)
+    add_session(con, "quiet", user_id="u1", chat_id="c1", started_at=5.0)
+    con.execute(
+        "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, ?, ?, ?)",
+        ("talk", "user", "where did we leave the\ndeploy script? " + "x" * 80, 11.0),
+    )
+    rows = tg.list_unlinked_telegram_sessions_for_user(chat_id="c1", user_id="u1")
+    previews = {r["id"]: r["preview"] for r in rows}
+    assert previews == {
+        "talk": "where did we leave the deploy script? " + "x" * 22 + "...",
+        "quiet": "",
+    }

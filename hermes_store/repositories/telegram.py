@@ -7,21 +7,40 @@ in (`/topic`): nothing here creates them implicitly except the explicit opt-in p
 Every reader returns an empty result (None, False, []) while the tables are missing.
 
 The DDL is raw text, exactly as the original writes it, because these tables are owned
-by the Telegram module and are excluded from the ORM metadata and from Alembic. The
-migration is SQLite-only (it needs `PRAGMA foreign_keys` and `PRAGMA foreign_key_list`).
+by the Telegram module and are excluded from the ORM metadata and from Alembic. On SQLite
+the migration also rebuilds a v1 bindings table (it needs `PRAGMA foreign_keys` and
+`PRAGMA foreign_key_list`); on PostgreSQL, which the original never wrote, the tables
+are simply created with that dialect's types.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import sqlite3
+from functools import cache
 from typing import Any, cast
 
-from sqlalchemy import Connection, inspect, text
+from sqlalchemy import (
+    Connection,
+    Integer,
+    bindparam,
+    column,
+    exists,
+    func,
+    inspect,
+    or_,
+    table,
+    text,
+)
 
 from ..errors import MigrationError, SessionNotFound
+from ..prepared import Prepared
 from ..store import Store
 from ._encoding import now, scrub
+from ._sql import alias
+from ._tables import SESSIONS
+from .listing import rich_rows, rich_select
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +84,25 @@ INDEX_DDL = (
     "ON telegram_dm_topic_bindings(user_id, chat_id)",
 )
 
+
+def _for_postgresql(ddl: str) -> str:
+    """The same table on PostgreSQL: 8-byte integers and floats (its REAL has 4 bytes and
+    would lose epoch seconds), as the migrations use there."""
+    return re.sub(r"\bINTEGER\b", "BIGINT", re.sub(r"\bREAL\b", "DOUBLE PRECISION", ddl))
+
+
+#: No v1 shape ever existed on PostgreSQL, so there is nothing to rebuild there.
+POSTGRESQL_DDL = (_for_postgresql(MODE_DDL), _for_postgresql(BINDINGS_DDL), *INDEX_DDL)
+
+#: Serialises concurrent opt-ins on PostgreSQL (two CREATE TABLE IF NOT EXISTS racing can
+#: both pass the check and one then fails on the catalog's unique index).
+_PG_MIGRATION_LOCK = "SELECT pg_advisory_xact_lock(hashtext('hermes_store.telegram_topics'))"
+
+_SET_SCHEMA_VERSION = text(
+    "INSERT INTO state_meta (key, value) VALUES (:k, :v) "
+    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+)
+
 _BINDING_FIELDS = (
     "chat_id, thread_id, user_id, session_key, session_id, managed_mode, linked_at, updated_at"
 )
@@ -79,8 +117,8 @@ def _id(value: object) -> str:
     return cast(str, scrub(str(value)))
 
 
-def _has(s: Connection, *tables: str) -> bool:
-    insp = inspect(s)
+def _has(conn: Connection, *tables: str) -> bool:
+    insp = inspect(conn)
     return all(insp.has_table(t) for t in tables)
 
 
@@ -97,6 +135,185 @@ def _needs_cascade_rebuild(con: sqlite3.Connection) -> bool:
         row[2] == "sessions" and row[3] == "session_id" and str(row[6]).upper() == "CASCADE"
         for row in rows
     )
+
+
+def _create_on_postgresql(conn: Connection) -> None:
+    conn.execute(text(_PG_MIGRATION_LOCK))
+    for ddl in POSTGRESQL_DDL:
+        conn.execute(text(ddl))
+    conn.execute(_SET_SCHEMA_VERSION, {"k": SCHEMA_VERSION_KEY, "v": SCHEMA_VERSION})
+
+
+def _enable_mode(conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    conn.execute(
+        text(
+            """
+            INSERT INTO telegram_dm_topic_mode AS m (
+                chat_id, user_id, enabled, activated_at, updated_at,
+                has_topics_enabled, allows_users_to_create_topics,
+                capability_checked_at, intro_message_id, pinned_message_id
+            ) VALUES (:chat_id, :user_id, 1, :ts, :ts, :has, :allows, :checked,
+                      :intro, :pinned)
+            ON CONFLICT(chat_id) DO UPDATE SET
+                user_id = excluded.user_id,
+                enabled = 1,
+                updated_at = excluded.updated_at,
+                has_topics_enabled =
+                    COALESCE(excluded.has_topics_enabled, m.has_topics_enabled),
+                allows_users_to_create_topics = COALESCE(
+                    excluded.allows_users_to_create_topics,
+                    m.allows_users_to_create_topics),
+                capability_checked_at =
+                    COALESCE(excluded.capability_checked_at, m.capability_checked_at),
+                intro_message_id = COALESCE(excluded.intro_message_id, m.intro_message_id),
+                pinned_message_id =
+                    COALESCE(excluded.pinned_message_id, m.pinned_message_id)
+            """
+        ),
+        params,
+    )
+    row = (
+        conn.execute(
+            text("SELECT * FROM telegram_dm_topic_mode WHERE chat_id = :c"),
+            {"c": params["chat_id"]},
+        )
+        .mappings()
+        .one()
+    )
+    return dict(row)
+
+
+def _disable_mode(conn: Connection, chat: str, clear_bindings: bool) -> bool:
+    found = False
+    if _has(conn, MODE_TABLE):
+        result = conn.execute(
+            text(
+                "UPDATE telegram_dm_topic_mode SET enabled = 0, updated_at = :ts WHERE chat_id = :c"
+            ),
+            {"ts": now(), "c": chat},
+        )
+        found = cast(Any, result).rowcount > 0
+    if clear_bindings and _has(conn, BINDINGS_TABLE):
+        conn.execute(text("DELETE FROM telegram_dm_topic_bindings WHERE chat_id = :c"), {"c": chat})
+    return found
+
+
+def _delete_binding(conn: Connection, params: dict[str, str]) -> bool:
+    if not _has(conn, BINDINGS_TABLE):
+        return False
+    result = conn.execute(
+        text("DELETE FROM telegram_dm_topic_bindings WHERE chat_id = :c AND thread_id = :t"),
+        params,
+    )
+    if not cast(Any, result).rowcount:
+        return False
+    if _has(conn, MODE_TABLE):
+        conn.execute(
+            text(
+                "UPDATE telegram_dm_topic_mode SET enabled = 0, updated_at = :ts "
+                "WHERE chat_id = :c AND enabled != 0 AND NOT EXISTS ("
+                "SELECT 1 FROM telegram_dm_topic_bindings b WHERE b.chat_id = :c)"
+            ),
+            {"c": params["c"], "ts": now()},
+        )
+    return True
+
+
+def _bind_topic(conn: Connection, params: dict[str, Any], session_id: str) -> dict[str, Any]:
+    exists = conn.execute(
+        text("SELECT 1 FROM sessions WHERE id = :s"), {"s": params["session_id"]}
+    ).first()
+    if exists is None:
+        raise SessionNotFound(str(session_id))
+    current = conn.execute(
+        text("SELECT chat_id, thread_id FROM telegram_dm_topic_bindings WHERE session_id = :s"),
+        {"s": params["session_id"]},
+    ).first()
+    if current is not None and (current[0], current[1]) != (
+        params["chat_id"],
+        params["thread_id"],
+    ):
+        raise ValueError(ALREADY_LINKED)
+    conn.execute(
+        text(
+            f"""
+            INSERT INTO telegram_dm_topic_bindings AS b ({_BINDING_FIELDS})
+            VALUES (:chat_id, :thread_id, :user_id, :session_key, :session_id,
+                    :managed_mode, :ts, :ts)
+            ON CONFLICT(chat_id, thread_id) DO UPDATE SET
+                user_id = excluded.user_id,
+                session_key = excluded.session_key,
+                linked_at = CASE WHEN b.session_id = excluded.session_id
+                                 THEN b.linked_at ELSE excluded.linked_at END,
+                session_id = excluded.session_id,
+                managed_mode = excluded.managed_mode,
+                updated_at = excluded.updated_at
+            """  # noqa: S608
+        ),
+        {**params, "ts": now()},
+    )
+    row = (
+        conn.execute(
+            text("SELECT * FROM telegram_dm_topic_bindings WHERE chat_id = :c AND thread_id = :t"),
+            {"c": params["chat_id"], "t": params["thread_id"]},
+        )
+        .mappings()
+        .one()
+    )
+    return dict(row)
+
+
+def _migrated(conn: Connection) -> bool:
+    """Both tables exist and the sub-schema is at the version this code writes."""
+    if not _has(conn, MODE_TABLE, BINDINGS_TABLE):
+        return False
+    version = conn.execute(
+        text("SELECT value FROM state_meta WHERE key = :k"), {"k": SCHEMA_VERSION_KEY}
+    ).scalar_one_or_none()
+    return bool(version == SCHEMA_VERSION)
+
+
+def _bindings_of_chat(conn: Connection, chat: str) -> list[dict[str, Any]]:
+    if not _has(conn, BINDINGS_TABLE):
+        return []
+    rows = conn.execute(
+        text(
+            "SELECT * FROM telegram_dm_topic_bindings WHERE chat_id = :c "
+            "ORDER BY updated_at DESC, thread_id"
+        ),
+        {"c": chat},
+    ).mappings()
+    return [dict(r) for r in rows]
+
+
+def _one_binding(conn: Connection, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    if not _has(conn, BINDINGS_TABLE):
+        return None
+    row = conn.execute(text(sql), params).mappings().first()
+    return dict(row) if row is not None else None
+
+
+_BINDINGS = table(BINDINGS_TABLE, column("session_id"))
+
+
+@cache
+def _unlinked_statement(bindings_exist: bool) -> Prepared:
+    s = alias(SESSIONS, "s")
+    query = rich_select(s, False).where(
+        func.lower(s.c.source) == "telegram",
+        s.c.user_id == bindparam("user_id"),
+        or_(s.c.chat_id.is_(None), s.c.chat_id == "", s.c.chat_id == bindparam("chat_id")),
+    )
+    if bindings_exist:
+        query = query.where(~exists().where(_BINDINGS.c.session_id == s.c.id))
+    activity = query.selected_columns.last_active
+    order = (activity.desc(), s.c.started_at.desc(), s.c.id.desc())
+    return Prepared(query.order_by(*order).limit(bindparam("limit", type_=Integer())))
+
+
+def _unlinked_sessions(conn: Connection, params: dict[str, Any]) -> list[dict[str, Any]]:
+    statement = _unlinked_statement(_has(conn, BINDINGS_TABLE))
+    return rich_rows(conn, statement, params)
 
 
 class TelegramTopicRepository:
@@ -123,8 +340,9 @@ class TelegramTopicRepository:
         raise MigrationError (nothing is changed). Lock contention is retried as a unit
         by the store's RetryPolicy.
         """
-        if self.store.dialect != "sqlite":
-            raise MigrationError("the Telegram topic migration is implemented for SQLite only")
+        if self.store.dialect == "postgresql":
+            self.store.write(_create_on_postgresql)
+            return False
         return self.store.retry.run(self._migrate_once)
 
     def _migrate_once(self) -> bool:
@@ -181,13 +399,7 @@ class TelegramTopicRepository:
 
     def _ensure_migrated(self) -> None:
         """Run the migration unless both tables exist at sub-schema version 2."""
-        with self.store.read() as s:
-            ready = _has(s, MODE_TABLE, BINDINGS_TABLE) and (
-                s.execute(
-                    text("SELECT value FROM state_meta WHERE key = :k"), {"k": SCHEMA_VERSION_KEY}
-                ).scalar_one_or_none()
-                == SCHEMA_VERSION
-            )
+        ready = self.store.read(_migrated)
         if not ready:
             self.apply_telegram_topic_migration()
 
@@ -223,45 +435,7 @@ class TelegramTopicRepository:
             "pinned": None if pinned_message_id is None else _id(pinned_message_id),
         }
 
-        def work(s: Connection) -> dict[str, Any]:
-            s.execute(
-                text(
-                    """
-                    INSERT INTO telegram_dm_topic_mode (
-                        chat_id, user_id, enabled, activated_at, updated_at,
-                        has_topics_enabled, allows_users_to_create_topics,
-                        capability_checked_at, intro_message_id, pinned_message_id
-                    ) VALUES (:chat_id, :user_id, 1, :ts, :ts, :has, :allows, :checked,
-                              :intro, :pinned)
-                    ON CONFLICT(chat_id) DO UPDATE SET
-                        user_id = excluded.user_id,
-                        enabled = 1,
-                        updated_at = excluded.updated_at,
-                        has_topics_enabled =
-                            COALESCE(excluded.has_topics_enabled, has_topics_enabled),
-                        allows_users_to_create_topics = COALESCE(
-                            excluded.allows_users_to_create_topics,
-                            allows_users_to_create_topics),
-                        capability_checked_at =
-                            COALESCE(excluded.capability_checked_at, capability_checked_at),
-                        intro_message_id = COALESCE(excluded.intro_message_id, intro_message_id),
-                        pinned_message_id =
-                            COALESCE(excluded.pinned_message_id, pinned_message_id)
-                    """
-                ),
-                params,
-            )
-            row = (
-                s.execute(
-                    text("SELECT * FROM telegram_dm_topic_mode WHERE chat_id = :c"),
-                    {"c": params["chat_id"]},
-                )
-                .mappings()
-                .one()
-            )
-            return dict(row)
-
-        return self.store.write(work)
+        return self.store.write(lambda conn: _enable_mode(conn, params))
 
     def disable_telegram_topic_mode(
         self, *, chat_id: str | int, clear_bindings: bool = True
@@ -271,24 +445,7 @@ class TelegramTopicRepository:
         the tables: without them this is a no-op. Returns True iff a mode row existed."""
         chat = _id(chat_id)
 
-        def work(s: Connection) -> bool:
-            found = False
-            if _has(s, MODE_TABLE):
-                result = s.execute(
-                    text(
-                        "UPDATE telegram_dm_topic_mode SET enabled = 0, updated_at = :ts "
-                        "WHERE chat_id = :c"
-                    ),
-                    {"ts": now(), "c": chat},
-                )
-                found = result.rowcount > 0
-            if clear_bindings and _has(s, BINDINGS_TABLE):
-                s.execute(
-                    text("DELETE FROM telegram_dm_topic_bindings WHERE chat_id = :c"), {"c": chat}
-                )
-            return found
-
-        return self.store.write(work)
+        return self.store.write(lambda conn: _disable_mode(conn, chat, clear_bindings))
 
     def is_telegram_topic_mode_enabled(
         self, chat_id: str | int, user_id: str | int | None = None
@@ -300,11 +457,9 @@ class TelegramTopicRepository:
         if user_id is not None:
             sql += " AND user_id = :u"
             params["u"] = _id(user_id)
-        with self.store.read() as s:
-            if not _has(s, MODE_TABLE):
-                return False
-            enabled = s.execute(text(sql), params).scalar_one_or_none()
-        return bool(enabled)
+        return self.store.read(
+            lambda conn: _has(conn, MODE_TABLE) and bool(conn.execute(text(sql), params).scalar())
+        )
 
     # ------------------------------------------------------------------ bindings
 
@@ -327,39 +482,19 @@ class TelegramTopicRepository:
     def list_telegram_topic_bindings_for_chat(self, chat_id: str | int) -> list[dict[str, Any]]:
         """Every binding of one chat, most recently updated first (ties by thread_id);
         [] when the table is missing."""
-        with self.store.read() as s:
-            if not _has(s, BINDINGS_TABLE):
-                return []
-            rows = s.execute(
-                text(
-                    "SELECT * FROM telegram_dm_topic_bindings WHERE chat_id = :c "
-                    "ORDER BY updated_at DESC, thread_id"
-                ),
-                {"c": _id(chat_id)},
-            ).mappings()
-            return [dict(r) for r in rows]
+        return self.store.read(lambda conn: _bindings_of_chat(conn, _id(chat_id)))
 
     def is_telegram_session_linked_to_topic(self, session_id: str) -> bool:
         """True iff the session is bound to any topic; False when the table is missing."""
         return self.get_telegram_topic_binding_by_session(session_id) is not None
 
     def delete_telegram_topic_binding(self, chat_id: str | int, thread_id: str | int) -> bool:
-        """Remove one topic's binding (the session itself is kept). True iff a row was
-        deleted; False, without creating anything, when the table is missing."""
+        """Remove one topic's binding (the session itself is kept); removing the chat's
+        last binding turns topic mode off for the chat, as the original does. True iff a
+        row was deleted; False, without creating anything, when the table is missing."""
         params = {"c": _id(chat_id), "t": _id(thread_id)}
 
-        def work(s: Connection) -> bool:
-            if not _has(s, BINDINGS_TABLE):
-                return False
-            result = s.execute(
-                text(
-                    "DELETE FROM telegram_dm_topic_bindings WHERE chat_id = :c AND thread_id = :t"
-                ),
-                params,
-            )
-            return result.rowcount > 0
-
-        return self.store.write(work)
+        return self.store.write(lambda conn: _delete_binding(conn, params))
 
     def bind_telegram_topic(
         self,
@@ -389,56 +524,7 @@ class TelegramTopicRepository:
             "managed_mode": scrub(str(managed_mode)),
         }
 
-        def work(s: Connection) -> dict[str, Any]:
-            exists = s.execute(
-                text("SELECT 1 FROM sessions WHERE id = :s"), {"s": params["session_id"]}
-            ).first()
-            if exists is None:
-                raise SessionNotFound(str(session_id))
-            current = s.execute(
-                text(
-                    "SELECT chat_id, thread_id FROM telegram_dm_topic_bindings "
-                    "WHERE session_id = :s"
-                ),
-                {"s": params["session_id"]},
-            ).first()
-            if current is not None and (current[0], current[1]) != (
-                params["chat_id"],
-                params["thread_id"],
-            ):
-                raise ValueError(ALREADY_LINKED)
-            s.execute(
-                text(
-                    f"""
-                    INSERT INTO telegram_dm_topic_bindings ({_BINDING_FIELDS})
-                    VALUES (:chat_id, :thread_id, :user_id, :session_key, :session_id,
-                            :managed_mode, :ts, :ts)
-                    ON CONFLICT(chat_id, thread_id) DO UPDATE SET
-                        user_id = excluded.user_id,
-                        session_key = excluded.session_key,
-                        linked_at = CASE WHEN session_id = excluded.session_id
-                                         THEN linked_at ELSE excluded.linked_at END,
-                        session_id = excluded.session_id,
-                        managed_mode = excluded.managed_mode,
-                        updated_at = excluded.updated_at
-                    """  # noqa: S608
-                ),
-                {**params, "ts": now()},
-            )
-            row = (
-                s.execute(
-                    text(
-                        "SELECT * FROM telegram_dm_topic_bindings "
-                        "WHERE chat_id = :c AND thread_id = :t"
-                    ),
-                    {"c": params["chat_id"], "t": params["thread_id"]},
-                )
-                .mappings()
-                .one()
-            )
-            return dict(row)
-
-        return self.store.write(work)
+        return self.store.write(lambda conn: _bind_topic(conn, params, str(session_id)))
 
     def list_unlinked_telegram_sessions_for_user(
         self, *, chat_id: str | int, user_id: str | int, limit: int = 10
@@ -448,40 +534,12 @@ class TelegramTopicRepository:
         chat are left out (a group chat's sessions must not surface in the DM); sessions
         with no chat_id recorded are included. Full session rows plus `last_active`
         (latest message timestamp, else `started_at`), most recently active first,
-        at most `limit` rows. Read-only: without the bindings table every matching
-        session counts as unlinked."""
-        linked_filter = (
-            "AND NOT EXISTS (SELECT 1 FROM telegram_dm_topic_bindings b WHERE b.session_id = s.id)"
-        )
-        with self.store.read() as s:
-            unlinked = linked_filter if _has(s, BINDINGS_TABLE) else ""
-            rows = s.execute(
-                text(
-                    f"""
-                    SELECT s.*,
-                           COALESCE(
-                               (SELECT MAX(m.timestamp) FROM messages m
-                                WHERE m.session_id = s.id),
-                               s.started_at
-                           ) AS last_active
-                    FROM sessions s
-                    WHERE LOWER(s.source) = 'telegram'
-                      AND s.user_id = :u
-                      AND (s.chat_id IS NULL OR s.chat_id = '' OR s.chat_id = :c)
-                      {unlinked}
-                    ORDER BY last_active DESC, s.started_at DESC, s.id DESC
-                    LIMIT :limit
-                    """  # noqa: S608
-                ),
-                {"u": _id(user_id), "c": _id(chat_id), "limit": max(0, int(limit))},
-            ).mappings()
-            return [dict(r) for r in rows]
+        at most `limit` rows, each with the listing's `preview`. Read-only: without the
+        bindings table every matching session counts as unlinked."""
+        params = {"user_id": _id(user_id), "chat_id": _id(chat_id), "limit": max(0, int(limit))}
+        return self.store.read(lambda conn: _unlinked_sessions(conn, params))
 
     # ------------------------------------------------------------------ helpers
 
     def _one(self, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
-        with self.store.read() as s:
-            if not _has(s, BINDINGS_TABLE):
-                return None
-            row = s.execute(text(sql), params).mappings().first()
-        return dict(row) if row is not None else None
+        return self.store.read(lambda conn: _one_binding(conn, sql, params))
