@@ -19,7 +19,14 @@ from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.search import search_messages
 from hermes_store.search.query import contains_cjk, sanitize_fts5_query
-from hermes_store.search.reading import fold, has_literals, literals_of, read_query, words_of
+from hermes_store.search.reading import (
+    TRIGRAM_CHARS,
+    fold,
+    has_literals,
+    literals_of,
+    read_query,
+    words_of,
+)
 from hermes_store.store import Store
 
 #: (query, the message holding it literally, its role). Tool rows are only in the word
@@ -245,6 +252,10 @@ def test_any_token_of_a_message_finds_it(
     if not _findable(token):
         return
     found = {h["id"] for h in search(store, token, limit=1000)}
+    if role == "tool" and len(token) >= TRIGRAM_CHARS and not words_of(token):
+        # the documented limit (README, "How search reads a query"): no index holds
+        # punctuation of tool output, and 3+ characters of it are not scanned for
+        return
     assert mid in found, (token, text, role)
 
 
