@@ -131,6 +131,7 @@ class Store:
         )
         self._writer = self.engine.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
         self._write_lock = threading.Lock()
+        self._write_conn: Connection | None = None
         self._writes = 0
         if check_schema:
             try:
@@ -174,6 +175,24 @@ class Store:
         that must not interleave with them, such as VACUUM, holds it too."""
         return self._write_lock
 
+    def _writer_connection(self) -> Connection:
+        """The connection this store writes through, kept between writes (under the write
+        lock): the process has one writer at a time anyway, as the original has one
+        writer connection, and a pool checkout and return per write cost more than an
+        append's statements."""
+        conn = self._write_conn
+        if conn is None or conn.closed or conn.invalidated:
+            conn = self._write_conn = self._writer.connect()
+        return conn
+
+    def _discard_writer_connection(self) -> None:
+        conn, self._write_conn = self._write_conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except DBAPIError as exc:  # a connection the server already dropped
+                log.debug("closing the writer connection failed: %s", exc)
+
     def write(self, work: Callable[[Connection], T]) -> T:
         """Run `work` in one write transaction, retried as a unit on lock contention."""
         self.check_open()
@@ -183,16 +202,23 @@ class Store:
         once = pg_faults.WriteOnce(str(self._server)) if self.dialect == "postgresql" else None
 
         def attempt() -> tuple[T, int]:
-            with self._write_lock, self._writer.connect() as conn:
-                # BEGIN IMMEDIATE now, not at `work`'s first statement: the lock is held
-                # before `work` runs, and contention never surfaces inside it
-                with conn.begin():
-                    if once is not None and once.committed_earlier(conn):
-                        result = once.result
-                    else:
-                        result = work(conn)
-                        if once is not None:
-                            once.before_commit(conn, result)
+            with self._write_lock:
+                conn = self._writer_connection()
+                try:
+                    # BEGIN IMMEDIATE now, not at `work`'s first statement: the lock is
+                    # held before `work` runs, and contention never surfaces inside it
+                    with conn.begin():
+                        if once is not None and once.committed_earlier(conn):
+                            result = once.result
+                        else:
+                            result = work(conn)
+                            if once is not None:
+                                once.before_commit(conn, result)
+                except BaseException:
+                    if self.dialect != "sqlite":
+                        # the next attempt starts on a connection the pool has vetted
+                        self._discard_writer_connection()
+                    raise
                 self._writes += 1  # under the lock: concurrent writers must not lose counts
                 return result, self._writes
 
@@ -428,6 +454,8 @@ class Store:
         if self._closed:
             return
         self._closed = True
+        with self._write_lock:
+            self._discard_writer_connection()
         self.checkpoint("TRUNCATE")
         self.engine.dispose()
 
