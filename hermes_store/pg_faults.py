@@ -86,7 +86,12 @@ def is_transient(exc: BaseException) -> bool:
         return False
     sqlstate = orig.sqlstate
     if sqlstate is None:
-        # The driver's own report: the connection could not be made or broke under it.
+        # The driver's own report: the connection could not be made or broke under it,
+        # or its replies stopped making sense ("received 2 results from command
+        # 'COMMIT'": a pooler cut off from its server mid-answer). Either way the
+        # connection is done for; a fresh one, with the COMMIT check, is safe.
+        if isinstance(orig, psycopg.InternalError):
+            return True
         return isinstance(orig, psycopg.OperationalError) and not _login_refused(orig)
     return sqlstate in TRANSIENT_SQLSTATES or sqlstate.startswith(TRANSIENT_CLASSES)
 

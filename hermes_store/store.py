@@ -176,10 +176,14 @@ class Store:
         return self._write_lock
 
     def _writer_connection(self) -> Connection:
-        """The connection this store writes through, kept between writes (under the write
-        lock): the process has one writer at a time anyway, as the original has one
-        writer connection, and a pool checkout and return per write cost more than an
-        append's statements."""
+        """The connection a write goes through. On SQLite it is kept between writes
+        (under the write lock): the process has one writer at a time anyway, as the
+        original has one writer connection, and a pool checkout and return per write cost
+        more than an append's statements."""
+        if self.dialect != "sqlite":
+            # a server's connection is checked out per write: the pool pings it, and a
+            # connection a restart (or a pooler) left half-dead never starts a unit
+            return self._writer.connect()
         conn = self._write_conn
         if conn is None or conn.closed or conn.invalidated:
             conn = self._write_conn = self._writer.connect()
@@ -214,11 +218,9 @@ class Store:
                             result = work(conn)
                             if once is not None:
                                 once.before_commit(conn, result)
-                except BaseException:
+                finally:
                     if self.dialect != "sqlite":
-                        # the next attempt starts on a connection the pool has vetted
-                        self._discard_writer_connection()
-                    raise
+                        conn.close()  # back to the pool, which vets it before its next use
                 self._writes += 1  # under the lock: concurrent writers must not lose counts
                 return result, self._writes
 

@@ -73,6 +73,10 @@ def test_real_server_errors_are_classified_by_sqlstate(pg_fresh_db: str) -> None
         duplicate = _raised(lambda: conn.execute(insert))
     assert not is_transient(syntax) and not is_transient(duplicate)
     assert not is_transient(ValueError("connection refused"))
+    # the driver's own protocol error (no SQLSTATE), as behind a pooler whose server was
+    # cut mid-answer (seen in test_writers_survive_a_restart_behind_pgbouncer): the
+    # connection is unusable, and the retry checks whether its COMMIT was applied
+    assert is_transient(psycopg.InternalError("received 2 results from command 'COMMIT'"))
 
 
 def test_errors_that_are_not_transient_are_not_retried(pg_fresh_db: str) -> None:
