@@ -504,7 +504,8 @@ def test_copy_interrupted_by_an_outage_finishes_with_resume(
     import subprocess
     import sys
 
-    source = _sqlite_source(tmp_path)
+    # enough rows that the outage always lands while messages are still being copied
+    source = _sqlite_source(tmp_path, sessions=20, per_session=200)
     cluster.admin(f'DROP DATABASE "{cluster.database}" WITH (FORCE)')
     cluster.admin(f'CREATE DATABASE "{cluster.database}"')
     target = cluster.url()
@@ -529,9 +530,9 @@ def test_copy_interrupted_by_an_outage_finishes_with_resume(
     assert proc.returncode != 0, "the copy finished before the outage: nothing was tested"
     cluster.start()
     partial = copied()
-    assert 0 < partial < 600
+    assert 0 < partial < 4000
     from conftest import run_cli
 
     resumed = run_cli("copy", "--from", source, "--to", target, "--batch-size", "20", "--resume")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert copied() == 600
+    assert copied() == 4000
