@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import RawConnection
+from helpers.raw_sql import RawConnection
 
 from hermes_store import migrate
 from hermes_store.repositories.maintenance import MaintenanceRepository

@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import pg_database, sha256_file, url_for
+from helpers.databases import sha256_file, url_for
+from helpers.postgres import pg_database
 from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 

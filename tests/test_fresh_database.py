@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from helpers.processes import run_cli
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 

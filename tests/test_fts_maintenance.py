@@ -7,7 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from helpers.processes import run_cli
 from sqlalchemy import create_engine
 
 from hermes_store import migrate

@@ -459,7 +459,7 @@ def test_a_lost_commit_answer_through_pgbouncer_is_applied_once(
 
 def _sqlite_source(tmp_path: Any, sessions: int = 6, per_session: int = 100) -> str:
     """A state.db at head with sessions x per_session messages."""
-    from conftest import url_for
+    from helpers.databases import url_for
 
     url = url_for(tmp_path / "source.db")
     migrate.upgrade(url, fts_min_pause=0)
@@ -531,7 +531,7 @@ def test_copy_interrupted_by_an_outage_finishes_with_resume(
     cluster.start()
     partial = copied()
     assert 0 < partial < 4000
-    from conftest import run_cli
+    from helpers.processes import run_cli
 
     resumed = run_cli("copy", "--from", source, "--to", target, "--batch-size", "20", "--resume")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_cli
+from helpers.processes import run_cli
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.pool import NullPool
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_cli, start_hanging_writer
+from helpers.processes import run_cli, start_hanging_writer
 
 from hermes_store import migrate
 from hermes_store.engine import make_engine

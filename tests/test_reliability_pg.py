@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import start_hanging_writer
+from helpers.processes import start_hanging_writer
 
 
 def _psycopg(url: str) -> Any:

@@ -158,6 +158,27 @@ def parent_of(conn: Connection, session_id: str) -> str | None:
 # --------------------------------------------------------------------------- walks
 
 
+_CHILD = SESSIONS.alias("c")
+
+
+def _next_continuation(
+    conn: Connection, parent: str, seen: set[str], *preference: ColumnElement[Any]
+) -> str | None:
+    """The continuation of `parent` a walk goes on to, not yet seen: by `preference`,
+    then the newest start."""
+    found = conn.execute(
+        select(_CHILD.c.id)
+        .where(
+            _CHILD.c.parent_session_id == parent,
+            is_continuation(_CHILD),
+            _CHILD.c.id.not_in(list(seen)),
+        )
+        .order_by(*preference, _CHILD.c.started_at.desc(), _CHILD.c.id.desc())
+        .limit(1)
+    ).scalar_one_or_none()
+    return None if found is None else str(found)
+
+
 def compression_tip(conn: Connection, session_id: str) -> str:
     """The live end of a compression chain (behaviour.md 5.3); the input when there is
     no continuation, also for unknown ids."""
@@ -166,26 +187,12 @@ def compression_tip(conn: Connection, session_id: str) -> str:
     for _ in range(MAX_LINEAGE_HOPS):
         if end_reason(conn, current) != COMPRESSION:
             break
-        child = SESSIONS.alias("c")
         # Prefer a child that was itself compressed (the chain goes on), then a live one.
         rank = case(
-            (child.c.end_reason == COMPRESSION, 0), (child.c.ended_at.is_(None), 1), else_=2
+            (_CHILD.c.end_reason == COMPRESSION, 0), (_CHILD.c.ended_at.is_(None), 1), else_=2
         )
-        nxt = conn.execute(
-            select(child.c.id)
-            .where(
-                child.c.parent_session_id == current,
-                is_continuation(child),
-                child.c.id.not_in(list(seen)),
-            )
-            .order_by(
-                rank,
-                last_active(child.c.id, child.c.started_at).desc(),
-                child.c.started_at.desc(),
-                child.c.id.desc(),
-            )
-            .limit(1)
-        ).scalar_one_or_none()
+        activity = last_active(_CHILD.c.id, _CHILD.c.started_at).desc()
+        nxt = _next_continuation(conn, current, seen, rank, activity)
         if nxt is None:
             break
         seen.add(nxt)
@@ -353,17 +360,7 @@ def resume_target(conn: Connection, session_id: str) -> str:
     best = current if has_messages(conn, current) else None
     seen = {current}
     for _ in range(MAX_RESUME_HOPS):
-        child = SESSIONS.alias("c")
-        nxt = conn.execute(
-            select(child.c.id)
-            .where(
-                child.c.parent_session_id == current,
-                is_continuation(child),
-                child.c.id.not_in(list(seen)),
-            )
-            .order_by(child.c.started_at.desc(), child.c.id.desc())
-            .limit(1)
-        ).scalar_one_or_none()
+        nxt = _next_continuation(conn, current, seen)
         if nxt is None:
             break
         seen.add(nxt)
@@ -376,26 +373,19 @@ def resume_target(conn: Connection, session_id: str) -> str:
 # The CTE sits inside the IN (...) so the statement starts with UPDATE: Python's sqlite3
 # only reports a rowcount for statements it recognises as DML by their first keyword.
 # UNION (not UNION ALL) makes both walks stop at a cycle.
-_LINEAGE_MEMBERS = """
-  WITH RECURSIVE
-    up(id) AS (
+_WALK = """
+    {name}(id) AS (
       SELECT :sid
       UNION
-      SELECT p.id FROM up
-        JOIN sessions c ON c.id = up.id
-        JOIN sessions p ON p.id = c.parent_session_id
+      SELECT {to}.id FROM {name}
+        JOIN sessions {at} ON {at}.id = {name}.id
+        JOIN sessions {to} ON {to}.{link} = {at}.{back}
       WHERE p.end_reason = 'compression'
-    ),
-    down(id) AS (
-      SELECT :sid
-      UNION
-      SELECT c.id FROM down
-        JOIN sessions p ON p.id = down.id
-        JOIN sessions c ON c.parent_session_id = p.id
-      WHERE p.end_reason = 'compression'
-    )
-  SELECT id FROM up UNION SELECT id FROM down
-"""
+    )"""
+# up: from a child (c) to its parent (p); down: from a parent (p) to its children (c)
+_UP = _WALK.format(name="up", at="c", to="p", link="id", back="parent_session_id")
+_DOWN = _WALK.format(name="down", at="p", to="c", link="parent_session_id", back="id")
+_LINEAGE_MEMBERS = f"WITH RECURSIVE {_UP}, {_DOWN} SELECT id FROM up UNION SELECT id FROM down"  # noqa: S608
 # Both statements are assembled from this module's constants only (no input).
 _LINEAGE = (
     "UPDATE sessions SET {column} = :value WHERE id IN ("  # noqa: S608

@@ -626,16 +626,10 @@ class SessionRepository:
         `search_query` filter by id / title over the chain). Roots and branches only
         unless `include_children`; a compressed root is shown as its live tip."""
         self._flush()
-        filters = ListingFilters(
-            source=source,
-            sources=sources,
-            exclude_sources=exclude_sources,
-            cwd_prefix=cwd_prefix,
-            min_message_count=min_message_count,
-            include_archived=include_archived,
-            archived_only=archived_only,
-            listable_only=not include_children,
-        )
+        filters = ListingFilters(  # positional: the dataclass's field order
+            source, sources, exclude_sources, cwd_prefix, min_message_count,
+            include_archived, archived_only, not include_children,
+        )  # fmt: skip
         return self.store.read(
             lambda conn: list_page(
                 conn,
@@ -736,16 +730,10 @@ class SessionRepository:
         exclude_sources: Sequence[str] | None = None,
     ) -> int:
         """How many sessions the listing filters select."""
-        filters = ListingFilters(
-            source=source,
-            sources=sources,
-            exclude_sources=exclude_sources,
-            cwd_prefix=cwd_prefix,
-            min_message_count=min_message_count,
-            include_archived=include_archived,
-            archived_only=archived_only,
-            listable_only=exclude_children,
-        )
+        filters = ListingFilters(  # positional: the dataclass's field order
+            source, sources, exclude_sources, cwd_prefix, min_message_count,
+            include_archived, archived_only, exclude_children,
+        )  # fmt: skip
         return self.store.read(
             lambda conn: int(
                 conn.execute(count_statement(filters.shape()), filters.params()).scalar_one()

@@ -88,22 +88,7 @@ def backfill_step(conn: Connection, chunk: int = CHUNK_IDS) -> Progress:
             return Progress("done", high, high, _finish(conn, high))
         upper = min(progress + chunk, high)
         window = {"lo": progress, "hi": upper}
-        rows = conn.execute(
-            text(
-                "INSERT INTO messages_fts(rowid, content, tool_name, tool_calls) "
-                "SELECT id, content, tool_name, tool_calls FROM messages "
-                "WHERE id > :lo AND id <= :hi"
-            ),
-            window,
-        ).rowcount
-        conn.execute(
-            text(
-                "INSERT INTO messages_fts_trigram(rowid, content, tool_name, tool_calls) "
-                "SELECT id, content, tool_name, tool_calls FROM messages "
-                "WHERE id > :lo AND id <= :hi AND role <> 'tool'"
-            ),
-            window,
-        )
+        rows = _index_window(conn, window, only_missing=False)
         conn.execute(text(_UPSERT_META), {"k": PROGRESS, "v": str(upper)})
         if upper >= high:
             return Progress("done", high, high, rows + _finish(conn, high))
@@ -175,28 +160,40 @@ def detach_cjk_triggers(conn: Connection) -> bool:
         return True
 
 
+def _index_statement(table: str, only_missing: bool) -> str:
+    """Index the messages of an id window (`:lo` < id <= `:hi`) into `table`; the trigram
+    index takes non-tool rows only, as its triggers do. `only_missing` skips rows the
+    index already holds (indexing one twice corrupts an external-content index)."""
+    sql = (
+        f"INSERT INTO {table}(rowid, content, tool_name, tool_calls) "  # noqa: S608
+        "SELECT id, content, tool_name, tool_calls FROM messages WHERE id > :lo AND id <= :hi"
+    )
+    if table == "messages_fts_trigram":
+        sql += " AND role <> 'tool'"
+    if only_missing:
+        sql += f" AND id NOT IN (SELECT id FROM {table}_docsize)"  # noqa: S608
+    return sql
+
+
+_INDEX_WINDOW = {
+    (table, only_missing): text(_index_statement(table, only_missing))
+    for table in ("messages_fts", "messages_fts_trigram")
+    for only_missing in (False, True)
+}
+
+
+def _index_window(conn: Connection, window: dict[str, int], *, only_missing: bool) -> int:
+    """Index an id window into both indexes; how many rows the word index took."""
+    rows = conn.execute(_INDEX_WINDOW["messages_fts", only_missing], window).rowcount
+    conn.execute(_INDEX_WINDOW["messages_fts_trigram", only_missing], window)
+    return int(rows)
+
+
 def _finish(conn: Connection, high: int) -> int:
     """Index any row near H that neither the backfill nor a trigger indexed, then drop
     the markers (inside the caller's transaction). Returns how many it indexed."""
     window = {"lo": high - FINISH_WINDOW, "hi": high + FINISH_WINDOW}
-    rows = conn.execute(
-        text(
-            "INSERT INTO messages_fts(rowid, content, tool_name, tool_calls) "
-            "SELECT id, content, tool_name, tool_calls FROM messages "
-            "WHERE id > :lo AND id <= :hi "
-            "AND id NOT IN (SELECT id FROM messages_fts_docsize)"
-        ),
-        window,
-    ).rowcount
-    conn.execute(
-        text(
-            "INSERT INTO messages_fts_trigram(rowid, content, tool_name, tool_calls) "
-            "SELECT id, content, tool_name, tool_calls FROM messages "
-            "WHERE id > :lo AND id <= :hi AND role <> 'tool' "
-            "AND id NOT IN (SELECT id FROM messages_fts_trigram_docsize)"
-        ),
-        window,
-    )
+    rows = _index_window(conn, window, only_missing=True)
     conn.execute(
         text("DELETE FROM state_meta WHERE key IN (:h, :p)"), {"h": HIGH_WATER, "p": PROGRESS}
     )

@@ -1,0 +1,100 @@
+"""A PostgreSQL database of its own for each test, cloned from a template at head."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
+
+#: The server the tests use (the machine's own; trust auth). Each test gets its own
+#: database, created from template0 and dropped afterwards.
+PG_ENV = "HERMES_STORE_TEST_PG"
+PG_ADMIN_URL = os.environ.get(PG_ENV, "postgresql+psycopg://root@127.0.0.1:5432/test")
+_pg_state: dict[str, str | None] = {}
+
+
+def pg_unavailable() -> str | None:
+    """None when the test server answers, else the reason it cannot be used."""
+    if "reason" not in _pg_state:
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            _pg_state["reason"] = "psycopg is not installed (pip install -e '.[postgres]')"
+            return _pg_state["reason"]
+        engine = create_engine(PG_ADMIN_URL, poolclass=NullPool)
+        try:
+            with engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+            _pg_state["reason"] = None
+        except Exception as exc:  # noqa: BLE001 (any failure means: no server)
+            _pg_state["reason"] = f"no PostgreSQL server at {PG_ADMIN_URL}: {exc}"
+        finally:
+            engine.dispose()
+    return _pg_state["reason"]
+
+
+def require_pg() -> None:
+    """Skip without a server, except in CI, where a skipped PostgreSQL suite is a failure."""
+    reason = pg_unavailable()
+    if reason is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"CI must run the PostgreSQL tests: {reason}")
+    pytest.skip(reason)
+
+
+def _admin_execute(sql: str) -> None:
+    engine = create_engine(PG_ADMIN_URL, poolclass=NullPool, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(text(sql))
+    finally:
+        engine.dispose()
+
+
+def _pg_url(name: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+
+
+def _head_template() -> str:
+    """A database at head that per-test databases are cloned from (CREATE DATABASE ...
+    TEMPLATE copies files: far cheaper than replaying 23 revisions per test). One per
+    test process and per state of the migrations, so a changed revision is never stale."""
+    if "template" in _pg_state:
+        return str(_pg_state["template"])
+    from hermes_store import migrate
+
+    digest = hashlib.sha256()
+    for path in sorted(Path(migrate.script_location()).rglob("*.py")):
+        digest.update(path.read_bytes())
+    # per process: concurrent pytest runs (and their workers) never share a template
+    name = f"hs_tpl_{os.getpid()}_{digest.hexdigest()[:12]}"
+    _admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    _admin_execute(f'CREATE DATABASE "{name}" TEMPLATE template0 ENCODING \'UTF8\'')
+    migrate.upgrade(_pg_url(name))
+    _pg_state["template"] = name
+    return name
+
+
+@contextmanager
+def pg_database(*, at_head: bool = False) -> Iterator[str]:
+    """A new PostgreSQL database (its URL), empty or at head, dropped on exit."""
+    require_pg()
+    name = f"hs_test_{uuid.uuid4().hex[:16]}"
+    template = _head_template() if at_head else "template0"
+    _admin_execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}" ENCODING \'UTF8\'')
+    try:
+        yield _pg_url(name)
+    finally:
+        _admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
