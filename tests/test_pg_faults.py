@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 import pytest
-from pg_cluster import free_port
+from helpers.pg_cluster import free_port
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError, ProgrammingError
 

@@ -2,7 +2,7 @@
 reaching the caller while the outage is within the retry budget; past it one typed
 DatabaseUnavailable naming the server.
 
-Every test here runs against a throwaway cluster of its own (tests/pg_cluster.py), which
+Every test here runs against a throwaway cluster of its own (tests/helpers/pg_cluster.py), which
 it restarts, stops or cuts; never the shared server on 5432. Each workload test prints its
 figures (run with -s to see them): writes attempted, acknowledged, stored once, errors
 escaped, duplicates, and the longest time one call took.
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from pg_cluster import Cluster, CommitCutter, PgBouncer, throwaway_cluster
+from helpers.pg_cluster import Cluster, CommitCutter, PgBouncer, throwaway_cluster
 from sqlalchemy import text
 
 from hermes_store import migrate
