@@ -94,15 +94,16 @@ def literal_hits(
     positive = [term for group in parsed for negated, term in group if not negated]
     literals = [t.text for t in positive if t.literal]
     words = [t for t in positive if not t.literal]
-    return [_hit(row, literals, words) for row in rows]
+    folded = [fold(literal) for literal in literals]
+    return [_hit(row, literals, folded, words) for row in rows]
 
 
-def _hit(row: Hit, literals: list[str], words: list[Term]) -> Hit:
+def _hit(row: Hit, literals: list[str], folded: list[str], words: list[Term]) -> Hit:
     body = str(row["body"] or "")
     for candidate in (row["body"], row["calls"], row["tool_name"]):
-        text = str(candidate or "")
-        if any(fold(literal) in fold(text) for literal in literals):
-            body = text
+        text = fold(str(candidate or ""))
+        if any(literal in text for literal in folded):
+            body = str(candidate)
             break
     hit = {k: v for k, v in row.items() if k not in ("body", "calls")}
     hit["snippet"] = terms_snippet(body, words, literals)

@@ -121,11 +121,14 @@ class _Plan:
         return (first + rest)[offset:wanted]
 
     def top_up(self, hits: list[Hit], limit: int) -> None:
-        pending = self.backend.pending_range()
-        if pending is None or len(hits) >= limit:
+        # a full page needs no top-up: the pending range is not even read
+        if len(hits) >= limit:
             return
         extra_terms = q.topup_terms(self.sanitized)
         if not extra_terms:
+            return
+        pending = self.backend.pending_range()
+        if pending is None:
             return
         seen = {h["id"] for h in hits}
         try:
