@@ -129,6 +129,19 @@ def _json_member_pg(element: json_member, compiler: SQLCompiler, **kw: Any) -> s
     return f"(hermes_json_object({compiler.process(doc, **kw)}) ->> {compiler.process(key, **kw)})"
 
 
+def _compile_as(element: type[FunctionElement[Any]], **names: str) -> None:
+    """Compile `element(args)` to each dialect's own function of the same arguments
+    (`names` maps a dialect name to that function's name)."""
+    for dialect, name in names.items():
+
+        def render(
+            el: FunctionElement[Any], compiler: SQLCompiler, _name: str = name, **kw: Any
+        ) -> str:
+            return f"{_name}({compiler.process(el.clauses, **kw)})"
+
+        compiles(element, dialect)(render)
+
+
 class position_of(FunctionElement[int]):  # noqa: N801
     """1-based position of `needle` in `haystack`, 0 when absent (no LIKE wildcards)."""
 
@@ -136,14 +149,7 @@ class position_of(FunctionElement[int]):  # noqa: N801
     inherit_cache = True
 
 
-@compiles(position_of, "sqlite")
-def _position_sqlite(element: position_of, compiler: SQLCompiler, **kw: Any) -> str:
-    return f"instr({compiler.process(element.clauses, **kw)})"
-
-
-@compiles(position_of, "postgresql")
-def _position_pg(element: position_of, compiler: SQLCompiler, **kw: Any) -> str:
-    return f"strpos({compiler.process(element.clauses, **kw)})"
+_compile_as(position_of, sqlite="instr", postgresql="strpos")
 
 
 class last_chars(FunctionElement[str]):  # noqa: N801
@@ -159,6 +165,4 @@ def _last_sqlite(element: last_chars, compiler: SQLCompiler, **kw: Any) -> str:
     return f"substr({compiler.process(value, **kw)}, -({compiler.process(n, **kw)}))"
 
 
-@compiles(last_chars, "postgresql")
-def _last_pg(element: last_chars, compiler: SQLCompiler, **kw: Any) -> str:
-    return f"right({compiler.process(element.clauses, **kw)})"
+_compile_as(last_chars, postgresql="right")

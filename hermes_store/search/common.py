@@ -47,6 +47,8 @@ class Filters:
         self.sql = "".join(f" AND {c}" for c in clauses)
         self.params = params
         self.expanding = expanding
+        # a filter on the session's columns: a page cannot be cut from messages alone
+        self.reads_sessions = source_filter is not None or bool(exclude_sources)
         self.excludes_tool_rows = bool(role_filter) and "tool" not in (role_filter or [])
         self.wants_tool_rows = bool(role_filter) and "tool" in (role_filter or [])
 

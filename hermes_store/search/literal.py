@@ -73,12 +73,22 @@ class _Statement:
 
     def sql(self, parsed: Parsed, order: str) -> str:
         # every id set is a CTE used once: an IN over the union of the groups, so that the
-        # page is cut from the matching rows only (each a rowid / primary-key lookup)
+        # page is cut from the matching rows only (each a rowid / primary-key lookup). The
+        # page is ids and sort keys only: a frequent literal matches thousands of rows, and
+        # sorting their text and joining their sessions cost more than finding them.
         groups = [f"SELECT id FROM ({self.group(g)}) AS g{n}" for n, g in enumerate(parsed)]  # noqa: S608
         hits = self.ids(" UNION ".join(groups))
+        sessions = (
+            " JOIN sessions AS s ON s.id = m.session_id" if self.filters.reads_sessions else ""
+        )
+        page = (
+            f"SELECT m.id FROM messages AS m{sessions}"  # noqa: S608
+            f" WHERE m.id IN (SELECT id FROM {hits}){self.filters.sql}"
+            f" ORDER BY {order} LIMIT :limit"
+        )
         return (
-            f"WITH {', '.join(self.ctes)} {_SELECT} WHERE m.id IN (SELECT id FROM {hits})"  # noqa: S608
-            f"{self.filters.sql} ORDER BY {order} LIMIT :limit"
+            f"WITH {', '.join(self.ctes)} {_SELECT}"  # noqa: S608
+            f" WHERE m.id IN ({page}) ORDER BY {order}"
         )
 
 

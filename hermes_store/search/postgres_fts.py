@@ -94,7 +94,7 @@ def _select(
     key), so unless a filter reads the session, the page is cut from messages alone and
     only its rows are joined to sessions (a common word matches thousands of rows)."""
     rank_col = f", {rank} AS rank" if rank else ""
-    if "s.source" in filters.sql:
+    if filters.reads_sessions:
         page = (
             f"{_SELECT}{rank_col} FROM {source}messages AS m"
             f" JOIN sessions AS s ON s.id = m.session_id WHERE {where}{filters.sql}"
