@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from sqlalchemy import Connection
 
-from .common import Filters, attach_context, like_clauses, like_snippet, row_dicts
+from .common import Filters, attach_context, fetch_rows, like_clauses, like_snippet, row_dicts
 from .reading import Term
 
 Hit = dict[str, Any]
@@ -112,11 +112,22 @@ class SearchBackend:
 
     def attach_context(self, hits: list[Hit]) -> None:
         """Set `context` on hits that have none (common.attach_context)."""
-        attach_context(self.conn, hits)
+        attach_context(self.fetch, hits)
 
     def literal_rows(self, sql: str, filters: Filters, params: dict[str, Any]) -> list[Hit]:
         """Run the literal tier's statement; IndexDamaged when an index is damaged."""
-        return row_dicts(self.conn.execute(filters.statement(sql), {**filters.params, **params}))
+        return self.rows(sql, filters, params)
+
+    # --- running SQL -------------------------------------------------------------------------
+
+    def rows(self, sql: str, filters: Filters, params: Params) -> list[Hit]:
+        """The rows of a statement carrying `filters`, as dicts."""
+        statement = filters.statement(sql)
+        return row_dicts(self.conn.execute(statement, {**filters.params, **params}))
+
+    def fetch(self, sql: str, params: Params) -> list[Any]:
+        """The rows of a statement without filters, as tuples."""
+        return fetch_rows(self.conn, sql, params)
 
 
 def backend_for(conn: Connection) -> SearchBackend:

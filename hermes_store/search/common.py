@@ -161,15 +161,24 @@ CONTEXT_CHUNK = 300
 
 
 @lru_cache(maxsize=64)
-def _context_statement(hits: int) -> TextClause:
+def context_sql(hits: int) -> str:
     values = ", ".join(f"(:id{i}, :sid{i}, :ts{i})" for i in range(hits))
-    return text(_CONTEXT.format(values=values))
+    return _CONTEXT.format(values=values)
 
 
-def attach_context(conn: Connection, hits: list[dict[str, Any]]) -> None:
+def fetch_rows(conn: Connection, sql: str, params: dict[str, Any]) -> list[Any]:
+    """The rows of `sql` (named parameters) through SQLAlchemy, as tuples."""
+    return list(conn.execute(_statement(sql, ()), params).all())
+
+
+Fetch = Callable[[str, dict[str, Any]], list[Any]]
+
+
+def attach_context(fetch: Fetch, hits: list[dict[str, Any]]) -> None:
     """Set `context` on every hit: up to three {"role", "content"} dicts (the previous
     message of the session, the hit, the next one), content decoded and cut to 200
-    characters; `[]` for a hit whose context cannot be read."""
+    characters; `[]` for a hit whose context cannot be read. `fetch(sql, params)` runs
+    the one statement (the backend's way of running SQL)."""
     for start in range(0, len(hits), CONTEXT_CHUNK):
         chunk = hits[start : start + CONTEXT_CHUNK]
         params: dict[str, Any] = {}
@@ -179,7 +188,7 @@ def attach_context(conn: Connection, hits: list[dict[str, Any]]) -> None:
             params[f"ts{i}"] = hit["timestamp"]
         found: dict[Any, list[tuple[int, dict[str, str]]]] = {}
         try:
-            rows = conn.execute(_context_statement(len(chunk)), params).all()
+            rows = fetch(context_sql(len(chunk)), params)
         except DBAPIError:
             rows = []
         for hit_id, pos, role, content in rows:
