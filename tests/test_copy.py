@@ -318,7 +318,7 @@ def test_ctrl_c_says_how_to_resume(tmp_path: Path, hermes_home) -> None:
     generate(url_for(src_path), 40, 500)
     proc = interrupt_midway(src_path, dst_path, hermes_home, signal.SIGINT)
     _, err = proc.communicate()
-    assert proc.returncode == 130
+    assert proc.returncode == 130, err.decode()
     assert "--resume" in err.decode()
     resumed = run(
         "copy", "--from", str(src_path), "--to", str(dst_path), "--resume", home=hermes_home

@@ -220,7 +220,7 @@ def test_contexts_of_many_hits_in_one_query(pg_fresh_db: str) -> None:
     """The context the search statement computes for each hit of its page is what
     `common.attach_context` (the SQLite backend's) gives it (equal timestamps ordered by
     id; first and last messages of a session)."""
-    from hermes_store.search.common import attach_context
+    from hermes_store.search.common import attach_context, fetch_rows
 
     db = SessionDB(url=pg_fresh_db)
     try:
@@ -235,7 +235,7 @@ def test_contexts_of_many_hits_in_one_query(pg_fresh_db: str) -> None:
         try:
             with engine.connect() as conn:
                 expected = [{**hit, "context": None} for hit in hits]
-                attach_context(conn, expected)
+                attach_context(lambda sql, params: fetch_rows(conn, sql, params), expected)
             for hit, want in zip(hits, expected, strict=True):
                 assert hit["context"] == want["context"], hit
         finally:
