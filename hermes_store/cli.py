@@ -7,7 +7,6 @@ import argparse
 import codecs
 import json
 import os
-import signal
 import sys
 import tempfile
 import textwrap
@@ -1085,47 +1084,13 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- copy
 
 
-@contextmanager
-def _interrupt_noticed() -> Iterator[Callable[[], None]]:
-    """Ctrl-C raises KeyboardInterrupt as usual, and is also remembered: Python raises it
-    wherever the main thread happens to be, and raised inside a finalizer (a connection
-    or cursor collected mid-copy) it is printed and dropped; a copy on a loaded machine
-    was seen to run on to the end after Ctrl-C. The function this yields raises it again
-    at the next batch, so an interrupted copy always stops."""
-    noticed = False
-
-    def on_sigint(signum: int, frame: Any) -> None:
-        nonlocal noticed
-        noticed = True
-        raise KeyboardInterrupt
-
-    def check() -> None:
-        if noticed:
-            raise KeyboardInterrupt
-
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        yield lambda: None  # Ctrl-C is handled (or ignored) by whoever runs us
-        return
-    signal.signal(signal.SIGINT, on_sigint)
-    try:
-        yield check
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
 def _cmd_copy(args: argparse.Namespace) -> int:
-    with _interrupt_noticed() as check_interrupt:
-        return _copy(args, check_interrupt)
-
-
-def _copy(args: argparse.Namespace, check_interrupt: Callable[[], None]) -> int:
     from tqdm import tqdm
 
     bar: Any = None
 
     def progress(p: CopyProgress) -> None:
         nonlocal bar
-        check_interrupt()
         if bar is None:
             bar = tqdm(total=p.overall_total, desc="copy", unit="row", delay=2.0, disable=None)
         bar.set_postfix_str(p.table, refresh=False)
