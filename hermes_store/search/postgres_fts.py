@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import TextClause, text
 
+from ..contract import PG_SEARCH_VECTOR_COLUMN as VECTOR
 from ..contract import PG_WORD_PUNCTUATION
 from . import query as q
 from .backend import Hit, Params, SearchBackend, Snippet
@@ -175,9 +176,9 @@ class PostgresSearch(SearchBackend):
         query_sql = _tsquery_sql(parsed, params)
         sql = _select(
             filters,
-            "m.search_vector @@ hq.query",
+            f"m.{VECTOR} @@ hq.query",
             _order(sort),
-            rank="ts_rank_cd(m.search_vector, hq.query)",
+            rank=f"ts_rank_cd(m.{VECTOR}, hq.query)",
             source=f"(SELECT {query_sql} AS query) AS hq, ",
         )
         rows = self._run(sql, filters, {**params, "limit": limit, "offset": offset})
@@ -226,7 +227,7 @@ class PostgresSearch(SearchBackend):
 
     def word_ids(self, terms: list[Term], params: dict[str, Any]) -> str:
         query_sql = _tsquery_sql([[(False, term) for term in terms]], params)
-        return f"SELECT id FROM messages WHERE search_vector @@ {query_sql}"  # noqa: S608
+        return f"SELECT id FROM messages WHERE {VECTOR} @@ {query_sql}"  # noqa: S608
 
     def attach_context(self, hits: list[Hit]) -> None:
         # the lateral join the routes' own statements use, for hits found elsewhere
@@ -250,7 +251,7 @@ class PostgresSearch(SearchBackend):
         if words:
             phrase = _term_sql(Term(literal, prefix=False, phrase=True), params)
             tool_rows = " AND m.role = 'tool'" if trigram else ""
-            branches.append(f"m.search_vector @@ {phrase}{tool_rows} AND {like}")
+            branches.append(f"m.{VECTOR} @@ {phrase}{tool_rows} AND {like}")
         if not branches:
             branches.append(
                 ("m.role <> 'tool' AND " if len(literal) >= TRIGRAM_CHARS else "") + like
