@@ -12,21 +12,17 @@ about 0.1 ms per unit of work in its own bookkeeping, which is most of what a li
 an append costs in SQLite itself, and the repositories only ever send Core statements.
 ORM users bind a Session to the connection they are given (`orm.Session(bind=conn)`).
 
-Damage (SQLite): a write that fails on a damaged FTS index gets one in-place rebuild of the
-indexes per Store and is retried (the original's rule); any other damage SQLite reports
-raises DatabaseCorrupt after the rollback, and from then on the Store refuses every write
-(SQLite only notices damage on pages it reads, so a later write that happens to miss the
-damaged pages would otherwise go on adding to a broken file). Reads keep working.
+What differs per dialect (the writer connection, damage and the FTS repair on SQLite,
+an unanswered COMMIT on PostgreSQL, checkpoints) is the StoreBackend's, in
+store_backends.py; this module is written once for both.
 """
 
 from __future__ import annotations
 
 import logging
-import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from pathlib import Path
 from typing import Any, TypeVar, overload
 
 from sqlalchemy import Connection, Engine
@@ -34,24 +30,18 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import QueuePool
 
-from . import pg_faults
 from .config import SCHEMA_VERSION, JournalPolicy, resolve_url, sqlite_path
 from .contract import VERSION_TABLE
-from .engine import BEGIN_MODE, make_engine, take_read_lock, write_connection
+from .engine import BEGIN_MODE, make_engine
 from .errors import (
-    DatabaseCorrupt,
-    DatabaseNotWritable,
-    DatabaseUnavailable,
     InvalidInput,
     NotAtHead,
-    StorageFull,
     StoreClosed,
-    StoreError,
 )
-from .retry import DEFAULT_RETRY, RetryPolicy, first_line
-from .search import maintenance
-from .sqlite_damage import classify, quick_check, sqlite_error, where
+from .retry import DEFAULT_RETRY, RetryPolicy
+from .sqlite_damage import where
 from .sqlite_file import refuse_directory
+from .store_backends import store_backend_for
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +121,9 @@ class Store:
         )
         self._writer = self.engine.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
         self._write_lock = threading.Lock()
+        self._backend = store_backend_for(
+            self.engine, self.url, read_only=read_only, retry=retry, write_lock=self._write_lock
+        )
         self._write_conn: Connection | None = None
         self._writes = 0
         if check_schema:
@@ -139,8 +132,6 @@ class Store:
             except BaseException:
                 self.engine.dispose()
                 raise
-        self._fts_rebuilds = 0  # the one in-place rebuild this Store may do
-        self._damaged: DatabaseCorrupt | None = None  # structural damage seen: no more writes
 
     def _require_head(self) -> None:
         """Refuse a database the repositories cannot serve: one that is not at the
@@ -164,10 +155,7 @@ class Store:
 
     @property
     def _server(self) -> str | None:
-        """What DatabaseUnavailable names: the PostgreSQL server, never its password."""
-        if self.dialect != "postgresql":
-            return None
-        return pg_faults.describe_server(self.engine.url)
+        return self._backend.server
 
     @property
     def write_lock(self) -> threading.Lock:
@@ -176,13 +164,10 @@ class Store:
         return self._write_lock
 
     def _writer_connection(self) -> Connection:
-        """The connection a write goes through. On SQLite it is kept between writes
-        (under the write lock): the process has one writer at a time anyway, as the
-        original has one writer connection, and a pool checkout and return per write cost
-        more than an append's statements."""
-        if self.dialect != "sqlite":
-            # a server's connection is checked out per write: the pool pings it, and a
-            # connection a restart (or a pooler) left half-dead never starts a unit
+        """The connection a write goes through: kept between writes (under the write
+        lock) where the backend says so, else checked out per write, so that the pool
+        pings it and a connection a restart or a pooler left half-dead never starts one."""
+        if not self._backend.keeps_writer_connection:
             return self._writer.connect()
         conn = self._write_conn
         if conn is None or conn.closed or conn.invalidated:
@@ -203,7 +188,7 @@ class Store:
 
         # PostgreSQL: a retry after a COMMIT that got no answer first asks the server
         # whether it was applied (pg_faults), so the work is never applied twice
-        once = pg_faults.WriteOnce(str(self._server)) if self.dialect == "postgresql" else None
+        once = self._backend.write_once()
 
         def attempt() -> tuple[T, int]:
             with self._write_lock:
@@ -219,7 +204,7 @@ class Store:
                             if once is not None:
                                 once.before_commit(conn, result)
                 finally:
-                    if self.dialect != "sqlite":
+                    if not self._backend.keeps_writer_connection:
                         conn.close()  # back to the pool, which vets it before its next use
                 self._writes += 1  # under the lock: concurrent writers must not lose counts
                 return result, self._writes
@@ -228,16 +213,13 @@ class Store:
             in_doubt = None if once is None else lambda: once.in_doubt
             return self.retry.run(attempt, server=self._server, in_doubt=in_doubt)
 
-        if self._damaged is not None:
-            raise DatabaseCorrupt(
-                self._damaged.where, f"found by an earlier operation: {self._damaged.detail}"
-            )
-        rebuilds = self._fts_rebuilds
+        self._backend.refuse_writes()
+        repairs = self._backend.repairs_done()
         with self._typed_errors():
             try:
                 result, writes = run()
             except DBAPIError as exc:
-                if not self._repaired_fts_after(exc, rebuilds):
+                if not self._backend.repaired_after(exc, repairs):
                     raise
                 result, writes = run()
         if self.checkpoint_every and writes % self.checkpoint_every == 0:
@@ -251,7 +233,7 @@ class Store:
         try:
             yield
         except DBAPIError as exc:
-            typed = self._typed_error(exc)
+            typed = self._backend.typed_error(exc)
             if typed is None:
                 raise
             raise typed from exc
@@ -260,126 +242,6 @@ class Store:
             if refused is None:
                 raise
             raise refused from exc
-
-    def _damage_error(self, exc: DBAPIError) -> DatabaseCorrupt | None:
-        """The DatabaseCorrupt an error of this store stands for (remembering structural
-        damage, which stops further writes), or None if it reports no damage."""
-        if self.dialect != "sqlite":
-            return None
-        kind = classify(exc)
-        if kind is None or kind == "suspect_fts":
-            return None
-        error = DatabaseCorrupt(where(self.url), str(exc.orig), fts_only=kind == "fts")
-        if kind == "structural":
-            self._damaged = error
-        return error
-
-    def _typed_error(self, exc: DBAPIError) -> StoreError | None:
-        return self._damage_error(exc) or self._unwritable_error(exc) or self._unavailable(exc)
-
-    def _unavailable(self, exc: DBAPIError) -> DatabaseUnavailable | None:
-        """A server fault that met no retry (inside a `with store.read()` block, which
-        cannot be run again) still leaves as a typed error naming the server."""
-        if self.dialect != "postgresql" or not pg_faults.is_transient(exc):
-            return None
-        return DatabaseUnavailable(str(self._server), 0.0, 1, first_line(exc))
-
-    def _unwritable_error(self, exc: DBAPIError) -> DatabaseNotWritable | None:
-        """The typed error for SQLite failing to open or write this file (SQLite only): the
-        file or its directory became read-only, the disk is full, or a read-only open of a
-        WAL-mode file cannot create the -shm file it needs. Raised after the rollback, so
-        the failed operation wrote nothing."""
-        if self.dialect != "sqlite":
-            return None
-        orig = sqlite_error(exc)
-        code = getattr(orig, "sqlite_errorcode", None)
-        if orig is None or code is None:
-            return None
-        place = where(self.url)
-        directory = Path(place).parent
-        if code & 0xFF == sqlite3.SQLITE_CANTOPEN and self.read_only:
-            return DatabaseNotWritable(
-                f"cannot open the database {place} read-only ({orig}): a WAL-mode database "
-                f"needs its {place}-shm file, and SQLite cannot create it in {directory}. "
-                "Make the directory writable, or switch the file to DELETE mode "
-                "(`PRAGMA journal_mode=DELETE`) where it is writable"
-            )
-        if self.read_only:
-            return None
-        if code & 0xFF == sqlite3.SQLITE_FULL:
-            return StorageFull(
-                f"the disk holding the database {place} is full ({orig}); nothing was "
-                "written and the database is intact. Free some space, then retry"
-            )
-        if code & 0xFF in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN):
-            return DatabaseNotWritable(
-                f"cannot write the database {place} ({orig}); nothing was written. The file "
-                f"and its directory {directory} must be writable (SQLite creates its journal "
-                "files next to the database) and their file system not mounted read-only"
-            )
-        return None
-
-    def _repaired_fts_after(self, exc: DBAPIError, rebuilds_before: int) -> bool:
-        """After a failed write (rolled back): True if it is worth one more attempt, the
-        FTS indexes having been rebuilt (by this call or, since the write began, by
-        another thread's); raises DatabaseCorrupt for damage it cannot repair; False if
-        the error reports no damage."""
-        if self.dialect != "sqlite" or self.read_only:
-            return False
-        kind = classify(exc)
-        if kind is None:
-            return False
-        place = where(self.url)
-        # under the write lock: this store's other writers wait for the diagnosis and the
-        # rebuild instead of failing on the same damage meanwhile
-        with self._write_lock:
-            if self._fts_rebuilds > rebuilds_before:
-                return True
-            if self._fts_rebuilds:
-                # the original's rule: one rebuild per instance, then the error propagates
-                if kind == "fts":
-                    raise DatabaseCorrupt(place, f"{exc.orig}; already rebuilt once", True) from exc
-                return False
-            # A rebuild rewrites every FTS page: never into a file whose b-trees are
-            # damaged. quick_check reads the whole file, which is acceptable on this path
-            # only (once, after SQLite has already reported damage).
-            with self.engine.connect() as conn:
-                problems = quick_check(conn)
-                conn.rollback()
-            if problems != ["ok"]:
-                shown = "; ".join(problems[:3]) + (" ..." if len(problems) > 3 else "")
-                self._damaged = DatabaseCorrupt(place, f"{exc.orig}; quick_check: {shown}")
-                raise self._damaged from exc
-            # FTS5's own report needs no confirmation; the others do
-            fts_errors = [str(exc.orig)] if kind == "fts" else self.retry.run(self._fts_errors)
-            if not fts_errors:
-                # the bare constraint error was an ordinary one; otherwise the damage SQLite
-                # reported is gone (another process repaired it meanwhile): try again
-                return kind != "suspect_fts"
-            log.warning(
-                "a write to %s failed because its full-text index is damaged (%s): rebuilding "
-                "the FTS indexes in place (once per store), then retrying the write",
-                place,
-                "; ".join(fts_errors),
-            )
-            self._fts_rebuilds += 1
-            try:
-                maintenance.rebuild(self.engine, self.retry)
-            except DBAPIError as failed:
-                raise DatabaseCorrupt(
-                    place, f"{'; '.join(fts_errors)}; the rebuild failed: {failed.orig}", True
-                ) from failed
-            return True
-
-    def _fts_errors(self) -> list[str]:
-        # BEGIN IMMEDIATE, under the retry policy: the integrity-check is an FTS5 command
-        # (an INSERT), and lock contention must not be mistaken for a damaged index
-        with write_connection(self.engine) as conn:
-            transaction = conn.begin()
-            try:
-                return maintenance.integrity_errors(conn)
-            finally:
-                transaction.rollback()
 
     @overload
     def read(self) -> AbstractContextManager[Connection]: ...
@@ -418,11 +280,7 @@ class Store:
             try:
                 try:
                     conn.begin()
-                    if self.dialect == "sqlite":
-                        # Take the read lock now, under the retry policy: in DELETE mode a
-                        # stream of committing writers (this store's other threads
-                        # included) can keep a reader out for longer than one busy timeout.
-                        self.retry.run(lambda: take_read_lock(conn))
+                    self._backend.start_read(conn)
                     yield conn
                 except DBAPIError:
                     conn.rollback()  # before the error is examined
@@ -433,17 +291,8 @@ class Store:
                 conn.rollback()
 
     def checkpoint(self, mode: str = "PASSIVE") -> None:
-        if self.dialect != "sqlite" or self.read_only:
-            return
-        if mode not in ("PASSIVE", "FULL", "RESTART", "TRUNCATE"):
-            raise ValueError(f"unknown checkpoint mode {mode!r}")
-        try:
-            with self.engine.connect() as conn:
-                conn.connection.driver_connection.execute(  # type: ignore[union-attr]
-                    f"PRAGMA wal_checkpoint({mode})"
-                )
-        except Exception as exc:  # noqa: BLE001 (a checkpoint is best effort)
-            log.debug("wal_checkpoint(%s) failed: %s", mode, exc)
+        """SQLite: `PRAGMA wal_checkpoint(mode)`, best effort; nothing on a server."""
+        self._backend.checkpoint(mode)
 
     @property
     def writes(self) -> int:

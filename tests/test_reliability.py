@@ -906,8 +906,8 @@ _SANITISERS = {"int", "float", "len", "bool"}
 #: -> why it is safe. Every one is an identifier (quoted) passed by hermes-store's own code,
 #: never a value that comes from a caller of the public API.
 ALLOWED: dict[tuple[str, str, str], str] = {
-    # checked against the four literal checkpoint modes just before the f-string
-    ("hermes_store/store.py", "checkpoint", "mode"): "validated against a fixed set",
+    # checked against the four literal checkpoint modes (StoreBackend.checkpoint) first
+    ("hermes_store/store_backends.py", "checkpoint", "mode"): "validated against a fixed set",
     # model table names (metadata.tables) handed over by drop_reflection_gaps
     ("hermes_store/dialects.py", "_fk_ondelete", "table"): "model table names",
     # table names read from sqlite_master or the adoption rules' frozen names

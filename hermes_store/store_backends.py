@@ -1,0 +1,281 @@
+"""What a Store does differently on SQLite and on PostgreSQL at run time: one class each,
+chosen by the engine's dialect name (as `dialects.py` does for migrations and copy, and
+`search/backend.py` for search). `store.py` is written once for both and asks its backend:
+
+- which connection a write goes through (SQLite keeps one, a server's is checked out
+  per write so the pool vets it),
+- what a read does first (SQLite takes its read lock under the retry policy),
+- how a driver error becomes a typed one (SQLite: damage, a full disk, a read-only
+  file; PostgreSQL: an outage that met no retry),
+- what is done about a failed write before it is given up (SQLite: the original's one
+  in-place FTS rebuild per instance; PostgreSQL: asking whether a COMMIT that got no
+  answer was applied),
+- what a checkpoint is (SQLite's WAL checkpoint; nothing on a server).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from pathlib import Path
+from typing import ClassVar
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError
+
+from . import pg_faults
+from .engine import take_read_lock, write_connection
+from .errors import (
+    DatabaseCorrupt,
+    DatabaseNotWritable,
+    DatabaseUnavailable,
+    StorageFull,
+    StoreError,
+)
+from .retry import RetryPolicy, first_line
+from .search import maintenance
+from .sqlite_damage import classify, quick_check, sqlite_error, where
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_MODES = ("PASSIVE", "FULL", "RESTART", "TRUNCATE")
+
+
+class StoreBackend:
+    """The interface, with the behaviour of a backend that needs nothing special."""
+
+    #: True: one writer connection is kept between writes (under the store's write lock).
+    keeps_writer_connection: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        engine: Engine,
+        url: URL,
+        *,
+        read_only: bool,
+        retry: RetryPolicy,
+        write_lock: threading.Lock,
+    ) -> None:
+        self.engine = engine
+        self.place = where(url)  # how errors name the database
+        self.read_only = read_only
+        self.retry = retry
+        self.write_lock = write_lock
+
+    @property
+    def server(self) -> str | None:
+        """What DatabaseUnavailable names: a database server, never its password."""
+        return None
+
+    def write_once(self) -> pg_faults.WriteOnce | None:
+        """For one write: what lets its retry tell whether an unanswered COMMIT applied."""
+        return None
+
+    def refuse_writes(self) -> None:
+        """Raise the error that forbids any further write, if there is one."""
+
+    def repairs_done(self) -> int:
+        """A mark taken before a write, handed to `repaired_after` if the write fails."""
+        return 0
+
+    def repaired_after(self, exc: DBAPIError, repairs_before: int) -> bool:
+        """After a failed (rolled back) write: True if one more attempt is worth it."""
+        return False
+
+    def typed_error(self, exc: DBAPIError) -> StoreError | None:
+        """The hermes-store error a driver error stands for, None for others."""
+        return None
+
+    def start_read(self, conn: Connection) -> None:
+        """Run at the start of every read transaction."""
+
+    def checkpoint(self, mode: str) -> None:
+        """Move committed work into the main database file, best effort."""
+        if mode not in CHECKPOINT_MODES:
+            raise ValueError(f"unknown checkpoint mode {mode!r}")
+
+
+class PostgreSQLStoreBackend(StoreBackend):
+    @property
+    def server(self) -> str:
+        return pg_faults.describe_server(self.engine.url)
+
+    def write_once(self) -> pg_faults.WriteOnce:
+        return pg_faults.WriteOnce(self.server)
+
+    def typed_error(self, exc: DBAPIError) -> StoreError | None:
+        # a server fault that met no retry (inside a `with store.read()` block, which
+        # cannot be run again) still leaves as a typed error naming the server
+        if not pg_faults.is_transient(exc):
+            return None
+        return DatabaseUnavailable(self.server, 0.0, 1, first_line(exc))
+
+
+class SQLiteStoreBackend(StoreBackend):
+    """Damage: a write that fails on a damaged FTS index gets one in-place rebuild of the
+    indexes per Store and is retried (the original's rule); any other damage SQLite
+    reports raises DatabaseCorrupt after the rollback, and from then on every write is
+    refused (SQLite only notices damage on pages it reads, so a later write that happens
+    to miss the damaged pages would otherwise go on adding to a broken file)."""
+
+    # the process has one writer at a time anyway, as the original has one writer
+    # connection, and a pool checkout and return per write cost more than an append
+    keeps_writer_connection = True
+
+    # per Store (instance values once set; the class values are the starting state)
+    _fts_rebuilds = 0  # the one in-place rebuild this Store may do
+    _damaged: DatabaseCorrupt | None = None  # structural damage seen: no more writes
+
+    def refuse_writes(self) -> None:
+        if self._damaged is not None:
+            raise DatabaseCorrupt(
+                self._damaged.where, f"found by an earlier operation: {self._damaged.detail}"
+            )
+
+    def repairs_done(self) -> int:
+        return self._fts_rebuilds
+
+    def start_read(self, conn: Connection) -> None:
+        # Take the read lock now, under the retry policy: in DELETE mode a stream of
+        # committing writers (this store's other threads included) can keep a reader out
+        # for longer than one busy timeout.
+        self.retry.run(lambda: take_read_lock(conn))
+
+    def checkpoint(self, mode: str) -> None:
+        super().checkpoint(mode)
+        if self.read_only:
+            return
+        try:
+            with self.engine.connect() as conn:
+                conn.connection.driver_connection.execute(  # type: ignore[union-attr]
+                    f"PRAGMA wal_checkpoint({mode})"
+                )
+        except Exception as exc:  # noqa: BLE001 (a checkpoint is best effort)
+            log.debug("wal_checkpoint(%s) failed: %s", mode, exc)
+
+    def typed_error(self, exc: DBAPIError) -> StoreError | None:
+        return self._damage_error(exc) or self._unwritable_error(exc)
+
+    def _damage_error(self, exc: DBAPIError) -> DatabaseCorrupt | None:
+        """The DatabaseCorrupt an error stands for (remembering structural damage, which
+        stops further writes), or None if it reports no damage."""
+        kind = classify(exc)
+        if kind is None or kind == "suspect_fts":
+            return None
+        error = DatabaseCorrupt(self.place, str(exc.orig), fts_only=kind == "fts")
+        if kind == "structural":
+            self._damaged = error
+        return error
+
+    def _unwritable_error(self, exc: DBAPIError) -> DatabaseNotWritable | None:
+        """SQLite failing to open or write this file: the file or its directory became
+        read-only, the disk is full, or a read-only open of a WAL-mode file cannot create
+        the -shm file it needs. Raised after the rollback, so nothing was written."""
+        orig = sqlite_error(exc)
+        code = getattr(orig, "sqlite_errorcode", None)
+        if orig is None or code is None:
+            return None
+        place = self.place
+        directory = Path(place).parent
+        if code & 0xFF == sqlite3.SQLITE_CANTOPEN and self.read_only:
+            return DatabaseNotWritable(
+                f"cannot open the database {place} read-only ({orig}): a WAL-mode database "
+                f"needs its {place}-shm file, and SQLite cannot create it in {directory}. "
+                "Make the directory writable, or switch the file to DELETE mode "
+                "(`PRAGMA journal_mode=DELETE`) where it is writable"
+            )
+        if self.read_only:
+            return None
+        if code & 0xFF == sqlite3.SQLITE_FULL:
+            return StorageFull(
+                f"the disk holding the database {place} is full ({orig}); nothing was "
+                "written and the database is intact. Free some space, then retry"
+            )
+        if code & 0xFF in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN):
+            return DatabaseNotWritable(
+                f"cannot write the database {place} ({orig}); nothing was written. The file "
+                f"and its directory {directory} must be writable (SQLite creates its journal "
+                "files next to the database) and their file system not mounted read-only"
+            )
+        return None
+
+    def repaired_after(self, exc: DBAPIError, repairs_before: int) -> bool:
+        """True if the FTS indexes were rebuilt (by this call or, since the write began,
+        by another thread's); raises DatabaseCorrupt for damage it cannot repair; False
+        if the error reports no damage."""
+        if self.read_only:
+            return False
+        kind = classify(exc)
+        if kind is None:
+            return False
+        place = self.place
+        # under the write lock: this store's other writers wait for the diagnosis and the
+        # rebuild instead of failing on the same damage meanwhile
+        with self.write_lock:
+            if self._fts_rebuilds > repairs_before:
+                return True
+            if self._fts_rebuilds:
+                # the original's rule: one rebuild per instance, then the error propagates
+                if kind == "fts":
+                    raise DatabaseCorrupt(place, f"{exc.orig}; already rebuilt once", True) from exc
+                return False
+            # A rebuild rewrites every FTS page: never into a file whose b-trees are
+            # damaged. quick_check reads the whole file, which is acceptable on this path
+            # only (once, after SQLite has already reported damage).
+            with self.engine.connect() as conn:
+                problems = quick_check(conn)
+                conn.rollback()
+            if problems != ["ok"]:
+                shown = "; ".join(problems[:3]) + (" ..." if len(problems) > 3 else "")
+                self._damaged = DatabaseCorrupt(place, f"{exc.orig}; quick_check: {shown}")
+                raise self._damaged from exc
+            # FTS5's own report needs no confirmation; the others do
+            fts_errors = [str(exc.orig)] if kind == "fts" else self.retry.run(self._fts_errors)
+            if not fts_errors:
+                # the bare constraint error was an ordinary one; otherwise the damage SQLite
+                # reported is gone (another process repaired it meanwhile): try again
+                return kind != "suspect_fts"
+            log.warning(
+                "a write to %s failed because its full-text index is damaged (%s): rebuilding "
+                "the FTS indexes in place (once per store), then retrying the write",
+                place,
+                "; ".join(fts_errors),
+            )
+            self._fts_rebuilds += 1
+            try:
+                maintenance.rebuild(self.engine, self.retry)
+            except DBAPIError as failed:
+                raise DatabaseCorrupt(
+                    place, f"{'; '.join(fts_errors)}; the rebuild failed: {failed.orig}", True
+                ) from failed
+            return True
+
+    def _fts_errors(self) -> list[str]:
+        # BEGIN IMMEDIATE, under the retry policy: the integrity-check is an FTS5 command
+        # (an INSERT), and lock contention must not be mistaken for a damaged index
+        with write_connection(self.engine) as conn:
+            transaction = conn.begin()
+            try:
+                return maintenance.integrity_errors(conn)
+            finally:
+                transaction.rollback()
+
+
+_BACKENDS: dict[str, type[StoreBackend]] = {
+    "sqlite": SQLiteStoreBackend,
+    "postgresql": PostgreSQLStoreBackend,
+}
+
+
+def store_backend_for(
+    engine: Engine,
+    url: URL,
+    *,
+    read_only: bool,
+    retry: RetryPolicy,
+    write_lock: threading.Lock,
+) -> StoreBackend:
+    backend = _BACKENDS.get(engine.dialect.name, StoreBackend)
+    return backend(engine, url, read_only=read_only, retry=retry, write_lock=write_lock)
