@@ -516,39 +516,39 @@ def _rebuild_index(conn: Connection, table: str) -> None:
     conn.exec_driver_sql(_REBUILD[table])
 
 
+def _rebuild_both(conn: Connection) -> None:
+    with conn.begin():
+        for table in _REBUILD:
+            _rebuild_index(conn, table)
+        conn.execute(
+            text("DELETE FROM state_meta WHERE key IN (:h, :p)"),
+            {"h": HIGH_WATER, "p": PROGRESS},
+        )
+
+
 def rebuild(engine: Engine, retry: RetryPolicy = DEFAULT_RETRY) -> None:
     """A full FTS5 'rebuild' of both indexes in one transaction (holds the write lock for
     as long as it takes: use it to repair, not on a busy gateway), then drop the markers."""
-
-    def work(conn: Connection) -> None:
-        with conn.begin():
-            for table in _REBUILD:
-                _rebuild_index(conn, table)
-            conn.execute(
-                text("DELETE FROM state_meta WHERE key IN (:h, :p)"),
-                {"h": HIGH_WATER, "p": PROGRESS},
-            )
-
     with write_connection(engine) as conn:
-        retry.run(lambda: work(conn))
+        retry.run(lambda: _rebuild_both(conn))
         while retry.run(lambda: teardown_step(conn)):
             pass
         retry.run(lambda: settle(conn))
 
 
+def _optimize_both(conn: Connection) -> int:
+    with conn.begin():
+        conn.exec_driver_sql("INSERT INTO messages_fts(messages_fts) VALUES ('optimize')")
+        conn.exec_driver_sql(
+            "INSERT INTO messages_fts_trigram(messages_fts_trigram) VALUES ('optimize')"
+        )
+    return 2
+
+
 def optimize_indexes(engine: Engine, retry: RetryPolicy = DEFAULT_RETRY) -> int:
     """FTS5 'optimize' on each index; returns how many were optimised."""
-
-    def work(conn: Connection) -> int:
-        with conn.begin():
-            conn.exec_driver_sql("INSERT INTO messages_fts(messages_fts) VALUES ('optimize')")
-            conn.exec_driver_sql(
-                "INSERT INTO messages_fts_trigram(messages_fts_trigram) VALUES ('optimize')"
-            )
-        return 2
-
     with write_connection(engine) as conn:
-        return retry.run(lambda: work(conn))
+        return retry.run(lambda: _optimize_both(conn))
 
 
 def integrity_errors(conn: Connection) -> list[str]:
