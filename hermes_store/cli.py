@@ -36,7 +36,7 @@ from .repositories.maintenance import (
 )
 from .repositories.messages import MessageRepository
 from .repositories.sessions import SessionRepository
-from .repositories.usage import UsageRepository
+from .repositories.usage import TOKEN_FIELDS, UsageRepository
 from .search.maintenance import BackfillStats, Progress
 from .store import Store
 
@@ -983,22 +983,15 @@ def _cmd_sessions_delete(args: argparse.Namespace) -> int:
 
 
 _TOKEN_HEADERS = ("INPUT", "OUTPUT", "CACHE READ", "CACHE WRITE", "REASONING")
-_TOKEN_FIELDS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "reasoning_tokens",
-)
 _COST_FIELDS = ("estimated_cost_usd", "actual_cost_usd")
 
 
 def _usage_cells(row: dict[str, Any]) -> list[str]:
-    return [*(_num(row.get(f)) for f in _TOKEN_FIELDS), *(_usd(row.get(f)) for f in _COST_FIELDS)]
+    return [*(_num(row.get(f)) for f in TOKEN_FIELDS), *(_usd(row.get(f)) for f in _COST_FIELDS)]
 
 
 def _totals(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    return {f: sum(r.get(f) or 0 for r in rows) for f in (*_TOKEN_FIELDS, *_COST_FIELDS)}
+    return {f: sum(r.get(f) or 0 for r in rows) for f in (*TOKEN_FIELDS, *_COST_FIELDS)}
 
 
 #: `stats --by` values: one breakdown, or the per-model-per-day view.

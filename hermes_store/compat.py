@@ -603,24 +603,9 @@ class SessionDB:
     count_empty_sessions = _forward("_maintenance", MaintenanceRepository.count_empty_sessions)
     delete_empty_sessions = _forward("_maintenance", MaintenanceRepository.delete_empty_sessions)
 
-    def prune_sessions(
-        self,
-        older_than_days: float | None = 90,
-        source: str | None = None,
-        sessions_dir: str | Path | None = None,
-        **filters: Any,
-    ) -> int:
-        return self._maintenance.prune_sessions(older_than_days, source, sessions_dir, **filters)
-
-    def list_prune_candidates(
-        self, older_than_days: float | None = None, source: str | None = None, **filters: Any
-    ) -> list[dict[str, Any]]:
-        return self._maintenance.list_prune_candidates(older_than_days, source, **filters)
-
-    def archive_sessions(
-        self, older_than_days: float | None = None, source: str | None = None, **filters: Any
-    ) -> int:
-        return self._maintenance.archive_sessions(older_than_days, source, **filters)
+    prune_sessions = _forward("_maintenance", MaintenanceRepository.prune_sessions)
+    list_prune_candidates = _forward("_maintenance", MaintenanceRepository.list_prune_candidates)
+    archive_sessions = _forward("_maintenance", MaintenanceRepository.archive_sessions)
 
     archive_stale_sessions = _forward("_maintenance", MaintenanceRepository.archive_stale_sessions)
 

@@ -95,3 +95,47 @@ def test_no_module_imports_one_that_imports_it_back() -> None:
 def test_the_checker_finds_a_cycle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}
     assert _cycle(graph) == ["a", "b", "c", "a"]
+
+
+#: The modules that may ask which database they are on, and why. Everywhere else a
+#: dialect difference goes through the class or helper that owns it (dialects.Backend,
+#: store_backends.StoreBackend, search.backend.SearchBackend, repositories/_dialect.py).
+DIALECT_AWARE = {
+    "engine.py": "the only module that knows the drivers",
+    "config.py": "which URLs are accepted",
+    "prepared.py": "statements run at the sqlite3 driver",
+    "repositories/_dialect.py": "per-dialect SQL for the repositories",
+    "search/layout.py": "which FTS layout a file has (FTS5 on SQLite, tsvector on PostgreSQL)",
+    "schema_snapshot.py": "each dialect's catalogue, dumped",
+    "compat.py": "the original's SQLite internals (`_conn`), SQLite only",
+    "repositories/housekeeping.py": "SQLite file upkeep: VACUUM, FTS5 backfill",
+    "repositories/telegram.py": "the Telegram tables' own SQLite migration",
+}
+
+
+def _dialect_comparisons(path: Path) -> int:
+    """Comparisons of anything with the literal "sqlite" or "postgresql"."""
+    found = 0
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            found += any(
+                isinstance(o, ast.Constant) and o.value in ("sqlite", "postgresql")
+                for o in operands
+            )
+    return found
+
+
+def test_dialect_names_are_compared_only_where_a_dialect_difference_lives() -> None:
+    found = {
+        path.relative_to(PACKAGE).as_posix(): count
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if "_migrations" not in path.parts and (count := _dialect_comparisons(path))
+    }
+    unexpected = {module: n for module, n in found.items() if module not in DIALECT_AWARE}
+    assert not unexpected, (
+        f"dialect names compared outside the modules that own dialect differences: "
+        f"{unexpected}; move the difference into one of them, or add the module to "
+        "DIALECT_AWARE with the reason"
+    )
+    assert set(DIALECT_AWARE) <= set(found), set(DIALECT_AWARE) - set(found)

@@ -166,3 +166,33 @@ def _last_sqlite(element: last_chars, compiler: SQLCompiler, **kw: Any) -> str:
 
 
 _compile_as(last_chars, postgresql="right")
+
+
+class utc_day(FunctionElement[str]):  # noqa: N801
+    """'YYYY-MM-DD' (UTC) of an epoch-seconds expression."""
+
+    type = Text()
+    inherit_cache = True
+
+
+@compiles(utc_day, "sqlite")
+def _utc_day_sqlite(element: utc_day, compiler: SQLCompiler, **kw: Any) -> str:
+    (epoch,) = list(element.clauses)
+    return f"date({compiler.process(epoch, **kw)}, 'unixepoch')"
+
+
+@compiles(utc_day, "postgresql")
+def _utc_day_pg(element: utc_day, compiler: SQLCompiler, **kw: Any) -> str:
+    (epoch,) = list(element.clauses)
+    return f"to_char(timezone('UTC', to_timestamp({compiler.process(epoch, **kw)})), 'YYYY-MM-DD')"
+
+
+def database_size(session: Connection) -> int | None:
+    """Bytes the database takes: SQLite's pages (not its -wal file), PostgreSQL's
+    pg_database_size."""
+    if is_postgresql(session):
+        size = session.scalar(text("SELECT pg_database_size(current_database())"))
+        return None if size is None else int(size)
+    pages = session.exec_driver_sql("PRAGMA page_count").scalar()
+    page_size = session.exec_driver_sql("PRAGMA page_size").scalar()
+    return None if pages is None or page_size is None else int(pages) * int(page_size)

@@ -17,13 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from sqlalchemy import Connection, text
-
 from .. import migrate
 from ..engine import write_connection
 from ..search.layout import FTSState, fts_state
 from ..search.maintenance import Progress, backfill_step, optimize_indexes
 from ..store import Store
+from ._dialect import database_size
 from .maintenance import MaintenanceRepository
 from .meta import MetaRepository
 
@@ -33,15 +32,6 @@ log = logging.getLogger(__name__)
 NOTHING_TO_OPTIMIZE = "nothing_to_optimize"
 
 ProgressReport = Callable[[dict[str, Any]], None]
-
-
-def _size_bytes(conn: Connection) -> int | None:
-    if conn.dialect.name != "sqlite":
-        size = conn.scalar(text("SELECT pg_database_size(current_database())"))
-        return None if size is None else int(size)
-    pages = conn.exec_driver_sql("PRAGMA page_count").scalar()
-    page_size = conn.exec_driver_sql("PRAGMA page_size").scalar()
-    return None if pages is None or page_size is None else int(pages) * int(page_size)
 
 
 class HousekeepingRepository:
@@ -152,7 +142,7 @@ class HousekeepingRepository:
     def logical_size_bytes(self) -> int | None:
         """The database's size as the engine counts it: page_count x page_size on SQLite,
         pg_database_size on PostgreSQL."""
-        return self.store.read(_size_bytes)
+        return self.store.read(database_size)
 
     def vacuum(self) -> int:
         """FTS5 'optimize' (a failure is logged), then a TRUNCATE checkpoint and VACUUM under

@@ -16,7 +16,6 @@ from typing import Any
 
 from sqlalchemy import (
     BindParameter,
-    ColumnElement,
     Connection,
     bindparam,
     func,
@@ -28,7 +27,7 @@ from ..models import Message, SessionModelUsage
 from ..models import Session as SessionRow
 from ..prepared import Prepared
 from ..store import Store
-from ._dialect import PreparedUpsert
+from ._dialect import PreparedUpsert, utc_day
 from ._encoding import now, scrub
 from ._tables import SESSIONS, USAGE, S, U
 
@@ -44,14 +43,15 @@ _USAGE_KEY_NAMES = (
     "billing_mode",
     "task",
 )
-_TOKEN_FIELDS = (
+#: The token counters of a usage row, in the order reports show them.
+TOKEN_FIELDS = (
     "input_tokens",
     "output_tokens",
     "cache_read_tokens",
     "cache_write_tokens",
     "reasoning_tokens",
 )
-_COUNTER_FIELDS = (*_TOKEN_FIELDS, "api_call_count")
+_COUNTER_FIELDS = (*TOKEN_FIELDS, "api_call_count")
 _USAGE_VALUE_NAMES = (
     *_COUNTER_FIELDS,
     "estimated_cost_usd",
@@ -366,7 +366,7 @@ class UsageRepository:
                 u.model.label("model"),
                 func.count(func.distinct(u.session_id)).label("sessions"),
                 func.sum(u.api_call_count).label("api_call_count"),
-                *(func.sum(getattr(u, f)).label(f) for f in _TOKEN_FIELDS),
+                *(func.sum(getattr(u, f)).label(f) for f in TOKEN_FIELDS),
                 cost.label("estimated_cost_usd"),
                 func.sum(u.actual_cost_usd).label("actual_cost_usd"),
             )
@@ -390,7 +390,7 @@ class UsageRepository:
         """Per-day sums of the session totals, bucketed by the day a session started
         (`utc_offset_seconds` shifts the day boundary to local time), oldest day first.
         `since` is inclusive and `until` exclusive, both on `started_at`."""
-        day = _day_expr(self.store.dialect, SessionRow.started_at + utc_offset_seconds)
+        day = utc_day(SessionRow.started_at + utc_offset_seconds)
         stmt = (
             select(
                 day.label("day"),
@@ -399,7 +399,7 @@ class UsageRepository:
                 func.sum(func.coalesce(SessionRow.api_call_count, 0)).label("api_call_count"),
                 *(
                     func.sum(func.coalesce(getattr(SessionRow, f), 0)).label(f)
-                    for f in _TOKEN_FIELDS
+                    for f in TOKEN_FIELDS
                 ),
                 func.sum(func.coalesce(SessionRow.estimated_cost_usd, 0.0)).label(
                     "estimated_cost_usd"
@@ -422,7 +422,7 @@ class UsageRepository:
         uses, so the two agree per day): one row per day and model, oldest day first,
         then the most expensive model first."""
         u = SessionModelUsage
-        day = _day_expr(self.store.dialect, SessionRow.started_at + utc_offset_seconds)
+        day = utc_day(SessionRow.started_at + utc_offset_seconds)
         cost = func.sum(u.estimated_cost_usd)
         stmt = (
             select(
@@ -430,7 +430,7 @@ class UsageRepository:
                 u.model.label("model"),
                 func.count(func.distinct(u.session_id)).label("sessions"),
                 func.sum(u.api_call_count).label("api_call_count"),
-                *(func.sum(getattr(u, f)).label(f) for f in _TOKEN_FIELDS),
+                *(func.sum(getattr(u, f)).label(f) for f in TOKEN_FIELDS),
                 cost.label("estimated_cost_usd"),
                 func.sum(u.actual_cost_usd).label("actual_cost_usd"),
             )
@@ -442,7 +442,7 @@ class UsageRepository:
 
     def message_activity_by_day(self, *, utc_offset_seconds: float = 0.0) -> list[dict[str, Any]]:
         """Messages per day by message timestamp (activity, not session start)."""
-        day = _day_expr(self.store.dialect, Message.timestamp + utc_offset_seconds)
+        day = utc_day(Message.timestamp + utc_offset_seconds)
         stmt = (
             select(
                 day.label("day"),
@@ -484,13 +484,6 @@ def _upsert_usage(
         **counters,
     }
     _UPSERT_USAGE.run(conn, params)
-
-
-def _day_expr(dialect: str, epoch: ColumnElement[float]) -> ColumnElement[str]:
-    """'YYYY-MM-DD' (UTC) of an epoch-seconds expression; the one dialect-specific bit."""
-    if dialect == "postgresql":
-        return func.to_char(func.timezone("UTC", func.to_timestamp(epoch)), "YYYY-MM-DD")
-    return func.date(epoch, "unixepoch")
 
 
 def _numbers(row: dict[str, Any]) -> dict[str, Any]:

@@ -167,7 +167,6 @@ def _reading(query: str) -> Parsed:
 def search_messages(
     conn: Connection,
     query: str,
-    *,
     source_filter: list[str] | None = None,
     exclude_sources: list[str] | None = None,
     role_filter: list[str] | None = None,
@@ -176,9 +175,11 @@ def search_messages(
     sort: str | None = None,
     include_inactive: bool = False,
 ) -> list[Hit]:
-    """Search message text (spec/behaviour.md 6.1): hits with `id`, `session_id`,
-    `role`, `snippet`, `timestamp`, `tool_name`, `source`, `model`, `session_started`
-    and `context`. Never raises on user input: invalid syntax yields no results."""
+    """Messages matching `query` (spec/behaviour.md 6.1), best first (or
+    `sort="newest"/"oldest"`). Each hit has `id, session_id, role, snippet` (the match
+    marked `>>>`/`<<<`), `timestamp, tool_name, source, model, session_started` and
+    `context` (the neighbouring messages). Never raises on user input: a query that
+    cannot be read finds nothing. The parameters are the original's, in its order."""
     started = time.perf_counter()
     hits: list[Hit] = []
     route = "empty"
