@@ -71,6 +71,9 @@ QUERIES: dict[str, str] = {
     "phrase": f'"{PLANTED_PHRASE}"',
     "prefix": "migrat*",
     "or": f"{PLANTED_OR[0]} OR {PLANTED_OR[1]}",
+    # a word in as many rows as the frequent literal below (the same code snippets):
+    # what a literal's cost is compared with
+    "word frequent": "rebase",
     "cjk2": PLANTED_CJK2,
     "cjk3": PLANTED_CJK3,
     # literals: planted (rare), from the code snippets (frequent), mixed with a word,

@@ -389,3 +389,88 @@ def test_literals_in_a_range_a_backfill_has_not_indexed_yet(store: Store) -> Non
         ).scalar()
     assert in_index == 1  # the triggers left the second one for the backfill
     assert {h["id"] for h in search(store, "src/main.py")} == {indexed, pending}
+
+
+# --------------------------------------------------------------------------- order
+
+
+FLAG = "--force-with-lease"
+
+
+@pytest.fixture
+def stacked(store: Store) -> tuple[Store, list[dict[str, Any]]]:
+    """150 messages, the literal in every third (a tool row every seventh, where it
+    stands on word boundaries), stamped so that timestamp order is the reverse of the
+    order they were stored in."""
+    SessionRepository(store).create_session("s", "cli")
+    rows: list[dict[str, Any]] = []
+    for n in range(150):
+        tool = n % 7 == 0
+        text = f"step {n}: git push {FLAG} origin" if n % 3 == 0 else f"step {n}: git push"
+        rows.append(
+            {
+                "role": "tool" if tool else ("user", "assistant")[n % 2],
+                "content": text,
+                "tool_name": "shell" if tool else None,
+                "timestamp": 10_000.0 - n,
+            }
+        )
+    ids = MessageRepository(store).append_messages("s", rows)
+    stored = [{**row, "id": id_} for row, id_ in zip(rows, ids, strict=True)]
+    return store, stored
+
+
+def _holding(stored: list[dict[str, Any]], literal: str) -> list[dict[str, Any]]:
+    return [row for row in stored if literal in row["content"]]
+
+
+@pytest.mark.parametrize("window", [10, 40, 10**9])
+def test_a_literal_page_is_the_most_recently_stored_first_whatever_the_window(
+    stacked: Any, window: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page cut from a window of the newest ids (when it holds a whole page) is the
+    page the whole table gives; a window short of a page falls back to the table."""
+    from hermes_store.search.postgres_fts import PostgresSearch
+    from hermes_store.search.sqlite_fts import SqliteSearch
+
+    for backend in (SqliteSearch, PostgresSearch):
+        monkeypatch.setattr(backend, "literal_window", window)
+    store, stored = stacked
+    expected = [row["id"] for row in reversed(_holding(stored, FLAG))]
+    assert len(expected) == 50
+    for limit, offset in [(5, 0), (10, 5), (20, 0), (50, 0), (60, 0), (7, 44)]:
+        found = [h["id"] for h in search(store, FLAG, limit=limit, offset=offset)]
+        assert found == expected[offset : offset + limit], (limit, offset)
+    tools = [row["id"] for row in reversed(_holding(stored, FLAG)) if row["role"] == "tool"]
+    assert [h["id"] for h in search(store, FLAG, role_filter=["tool"], limit=50)] == tools
+    # with the words too: the literal's rows first, then rows holding only the words
+    mixed = [h["id"] for h in search(store, f"{FLAG} origin", limit=50)]
+    assert mixed == expected
+
+
+def test_sort_newest_and_oldest_order_literal_hits_by_timestamp(stacked: Any) -> None:
+    store, stored = stacked
+    by_time = sorted(_holding(stored, FLAG), key=lambda row: row["timestamp"], reverse=True)
+    newest = [h["id"] for h in search(store, FLAG, sort="newest", limit=8)]
+    assert newest == [row["id"] for row in by_time[:8]]
+    oldest = [h["id"] for h in search(store, FLAG, sort="oldest", limit=8)]
+    assert oldest == [row["id"] for row in reversed(by_time)][:8]
+    # stored order is the reverse here: the default order differs from "newest"
+    assert [h["id"] for h in search(store, FLAG, limit=8)] != newest
+
+
+def test_a_literal_is_found_as_a_whole_not_as_its_pieces(store: Store) -> None:
+    """The trigram index is asked for the literal's pieces; the row must hold the whole
+    literal, in one column."""
+    SessionRepository(store).create_session("s", "cli")
+    messages = MessageRepository(store)
+    whole = messages.append_message("s", "user", "run xx--force-with-leasexx now")
+    messages.append_message("s", "user", "--force then -with-lease apart")
+    messages.append_message("s", "user", "-with-lease--force reversed")
+    messages.append_message(
+        "s",
+        "assistant",
+        "call --force",
+        tool_calls=[{"id": "c1", "function": {"name": "x", "arguments": "-with-lease"}}],
+    )
+    assert [h["id"] for h in search(store, FLAG)] == [whole]

@@ -34,6 +34,9 @@ class SearchBackend:
     dialect: ClassVar[str | None] = None
     #: the route name the word index's answers are logged under
     word_route: ClassVar[str] = "fts5"
+    #: How many of the newest message ids the literal tier looks among first (literal.py);
+    #: a window that falls short costs about this many rows' worth on top.
+    literal_window: ClassVar[int] = 8_192
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -95,20 +98,30 @@ class SearchBackend:
 
     # --- id sets for the literal reading (literal.py assembles them) -----------------------
 
-    def word_ids(self, terms: list[Term], params: dict[str, Any]) -> str:
-        """SELECT of the ids of rows holding every term (words, phrases, prefixes)."""
+    def word_ids(self, terms: list[Term], params: dict[str, Any], *, floor: bool) -> str:
+        """SELECT of the ids of rows holding every term (words, phrases, prefixes); with
+        `floor`, only ids above the parameter `:floor` (read from the index itself, so
+        that a window of the newest rows costs what the window holds)."""
         raise NotImplementedError
 
     def has_trigram_index(self) -> bool:
         return True
 
-    def literal_ids(self, literal: str, params: Params, *, trigram: bool, words: bool) -> str:
+    def literal_ids(
+        self, literal: str, params: Params, *, trigram: bool, words: bool, floor: bool
+    ) -> str:
         """SELECT of the ids of the rows whose content, tool name or tool calls contain
         `literal` by `reading.fold`, among: with `trigram`, the non-tool rows (the trigram
         index); with `words`, the rows holding its words as a phrase (the word index;
         only its tool rows are needed when `trigram` is set too); with neither, every
-        row, or every non-tool row for a literal of 3 or more characters (a scan)."""
+        row, or every non-tool row for a literal of 3 or more characters (a scan). With
+        `floor`, only ids above `:floor`, as `word_ids`."""
         raise NotImplementedError
+
+    def newest_id(self) -> int | None:
+        """The highest message id, None when there are no messages."""
+        found = self.fetch("SELECT max(id) FROM messages", {})
+        return None if not found or found[0][0] is None else int(found[0][0])
 
     def attach_context(self, hits: list[Hit]) -> None:
         """Set `context` on hits that have none (common.attach_context)."""

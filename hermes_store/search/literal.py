@@ -17,6 +17,17 @@ The backend gives each literal's exact id set (`SearchBackend.literal_ids`) and 
 group of words its id set, each a CTE; the query's boolean structure is set algebra
 over them (INTERSECT, EXCEPT, UNION), and only the resulting ids are looked up in
 `messages` (by rowid / primary key) to be filtered, ordered and cut to a page.
+
+Order: every literal hit is as relevant as the next, so the most recently stored come
+first (message id, newest first); `sort="newest"` / `"oldest"` order by timestamp. A
+literal found in thousands of rows would cost thousands of row reads to order; in id
+order the page is first looked for among the newest ids only (the backend's
+`literal_window`: 8,192 ids on SQLite, whose indexes seek to the bound, 1,024 on
+PostgreSQL, which reads the window row by row), and a window that holds a whole page
+holds exactly the page the whole table would give, since every hit outside it has a
+lower id. A window short of a page is followed by the whole table, which costs what
+the literal's rows cost: one window, not a widening series, because a window that
+falls short is paid for on top.
 """
 
 from __future__ import annotations
@@ -24,7 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 from .backend import Hit, SearchBackend
-from .common import Filters, oldest_first
+from .common import Filters
 from .reading import TRIGRAM_CHARS, Parsed, Term, fold, words_of
 from .snippets import terms_snippet
 
@@ -36,9 +47,10 @@ _SELECT = (
 
 
 class _Statement:
-    def __init__(self, backend: SearchBackend, filters: Filters) -> None:
+    def __init__(self, backend: SearchBackend, filters: Filters, *, floor: bool) -> None:
         self.backend = backend
         self.filters = filters
+        self.floor = floor  # every id set above the parameter :floor
         self.params: dict[str, Any] = {}
         self.ctes: list[str] = []
 
@@ -53,21 +65,26 @@ class _Statement:
         # tool rows are in the word index only; the trigram set holds every other row
         words = bool(words_of(literal)) and not (trigram and self.filters.excludes_tool_rows)
         return self.ids(
-            self.backend.literal_ids(literal, self.params, trigram=trigram, words=words)
+            self.backend.literal_ids(
+                literal, self.params, trigram=trigram, words=words, floor=self.floor
+            )
         )
+
+    def _word_ids(self, terms: list[Term]) -> str:
+        return self.backend.word_ids(terms, self.params, floor=self.floor)
 
     def group(self, group: list[tuple[bool, Term]]) -> str:
         """The ids of an AND-group: its positive id sets intersected, minus the negated
         ones (compound SELECTs, which SQLite reads left to right and PostgreSQL with
         INTERSECT first: the same here, positives coming first)."""
         words = [term for negated, term in group if not negated and not term.literal]
-        positive = [self.ids(self.backend.word_ids(words, self.params))] if words else []
+        positive = [self.ids(self._word_ids(words))] if words else []
         negative: list[str] = []
         for negated, term in group:
             if term.literal:
                 (negative if negated else positive).append(self.literal(term.text))
             elif negated:
-                negative.append(self.ids(self.backend.word_ids([term], self.params)))
+                negative.append(self.ids(self._word_ids([term])))
         sql = " INTERSECT ".join(f"SELECT id FROM {name}" for name in positive)  # noqa: S608
         return sql + "".join(f" EXCEPT SELECT id FROM {name}" for name in negative)  # noqa: S608
 
@@ -95,17 +112,53 @@ class _Statement:
 def literal_hits(
     backend: SearchBackend, parsed: Parsed, filters: Filters, sort: str | None, limit: int
 ) -> list[Hit]:
-    """The first `limit` rows matching the literal reading, newest first (oldest first
-    for sort="oldest"): every literal hit is as relevant as the next."""
-    statement = _Statement(backend, filters)
-    order = "m.timestamp ASC, m.id ASC" if oldest_first(sort) else "m.timestamp DESC, m.id DESC"
-    sql = statement.sql(parsed, order)
-    rows = backend.literal_rows(sql, filters, {**statement.params, "limit": limit})
+    """The first `limit` rows matching the literal reading: the most recently stored
+    first, or by timestamp for sort="newest" / "oldest"."""
+    key = (sort or "").strip().lower()
+    if key in ("newest", "oldest"):
+        direction = "ASC" if key == "oldest" else "DESC"
+        order = f"m.timestamp {direction}, m.id {direction}"
+        rows = _page(backend, parsed, filters, order, limit, None)
+    else:
+        rows = _newest_ids_page(backend, parsed, filters, limit)
     positive = [term for group in parsed for negated, term in group if not negated]
     literals = [t.text for t in positive if t.literal]
     words = [t for t in positive if not t.literal]
     folded = [fold(literal) for literal in literals]
     return [_hit(row, literals, folded, words) for row in rows]
+
+
+def _newest_ids_page(
+    backend: SearchBackend, parsed: Parsed, filters: Filters, limit: int
+) -> list[Hit]:
+    newest = backend.newest_id()
+    if newest is None:
+        return []
+    window = backend.literal_window
+    if newest > window:
+        rows = _page(backend, parsed, filters, _BY_ID, limit, newest - window)
+        if len(rows) >= limit:
+            return rows
+    return _page(backend, parsed, filters, _BY_ID, limit, None)
+
+
+_BY_ID = "m.id DESC"
+
+
+def _page(
+    backend: SearchBackend,
+    parsed: Parsed,
+    filters: Filters,
+    order: str,
+    limit: int,
+    floor: int | None,
+) -> list[Hit]:
+    statement = _Statement(backend, filters, floor=floor is not None)
+    sql = statement.sql(parsed, order)
+    params = {**statement.params, "limit": limit}
+    if floor is not None:
+        params["floor"] = floor
+    return backend.literal_rows(sql, filters, params)
 
 
 def _hit(row: Hit, literals: list[str], folded: list[str], words: list[Term]) -> Hit:
