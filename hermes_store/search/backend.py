@@ -118,6 +118,16 @@ class SearchBackend:
         `floor`, only ids above `:floor`, as `word_ids`."""
         raise NotImplementedError
 
+    def literal_candidates(
+        self, literal: str, params: Params, *, trigram: bool, words: bool, floor: bool
+    ) -> tuple[str | None, str | None]:
+        """The rows `literal_ids` gives, in two parts: a SELECT of candidate ids (None:
+        every row) and a condition on the row `m` that decides among them (None: every
+        candidate holds the literal). A page cut newest first with the condition applied
+        row by row checks candidates only until the page is full. By default: the exact
+        id set, nothing left to decide."""
+        return self.literal_ids(literal, params, trigram=trigram, words=words, floor=floor), None
+
     def newest_id(self) -> int | None:
         """The highest message id, None when there are no messages."""
         found = self.fetch("SELECT max(id) FROM messages", {})

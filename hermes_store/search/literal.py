@@ -59,11 +59,16 @@ class _Statement:
         self.ctes.append(f"{name}(id) AS ({select})")
         return name
 
-    def literal(self, literal: str) -> str:
-        """The id set of the rows holding `literal`."""
+    def _literal_args(self, literal: str) -> tuple[bool, bool]:
+        """(trigram, words): which indexes vouch for `literal` (the module docstring)."""
         trigram = len(literal) >= TRIGRAM_CHARS and self.backend.has_trigram_index()
         # tool rows are in the word index only; the trigram set holds every other row
         words = bool(words_of(literal)) and not (trigram and self.filters.excludes_tool_rows)
+        return trigram, words
+
+    def literal(self, literal: str) -> str:
+        """The id set of the rows holding `literal`."""
+        trigram, words = self._literal_args(literal)
         return self.ids(
             self.backend.literal_ids(
                 literal, self.params, trigram=trigram, words=words, floor=self.floor
@@ -73,38 +78,63 @@ class _Statement:
     def _word_ids(self, terms: list[Term]) -> str:
         return self.backend.word_ids(terms, self.params, floor=self.floor)
 
-    def group(self, group: list[tuple[bool, Term]]) -> str:
-        """The ids of an AND-group: its positive id sets intersected, minus the negated
-        ones (compound SELECTs, which SQLite reads left to right and PostgreSQL with
-        INTERSECT first: the same here, positives coming first)."""
+    def group(self, group: list[tuple[bool, Term]], *, lazy: bool) -> tuple[str | None, list[str]]:
+        """An AND-group as (its id set, or None for every row; conditions on the row `m`):
+        the positive id sets intersected, minus the negated ones (compound SELECTs, which
+        SQLite reads left to right and PostgreSQL with INTERSECT first: the same here,
+        positives coming first). `lazy`: a positive literal gives its candidates to the
+        set and its check to the conditions, which the page applies row by row."""
         words = [term for negated, term in group if not negated and not term.literal]
         positive = [self.ids(self._word_ids(words))] if words else []
         negative: list[str] = []
+        conditions: list[str] = []
         for negated, term in group:
-            if term.literal:
+            if term.literal and lazy and not negated:
+                trigram, in_words = self._literal_args(term.text)
+                candidates, condition = self.backend.literal_candidates(
+                    term.text, self.params, trigram=trigram, words=in_words, floor=self.floor
+                )
+                positive += [self.ids(candidates)] if candidates else []
+                conditions += [condition] if condition else []
+            elif term.literal:
                 (negative if negated else positive).append(self.literal(term.text))
             elif negated:
                 negative.append(self.ids(self._word_ids([term])))
+        minus = "".join(f" EXCEPT SELECT id FROM {name}" for name in negative)  # noqa: S608
+        if not positive:
+            conditions += [f"m.id NOT IN (SELECT id FROM {name})" for name in negative]  # noqa: S608
+            return None, conditions
         sql = " INTERSECT ".join(f"SELECT id FROM {name}" for name in positive)  # noqa: S608
-        return sql + "".join(f" EXCEPT SELECT id FROM {name}" for name in negative)  # noqa: S608
+        return sql + minus, conditions
 
     def sql(self, parsed: Parsed, order: str) -> str:
         # every id set is a CTE used once: an IN over the union of the groups, so that the
         # page is cut from the matching rows only (each a rowid / primary-key lookup). The
         # page is ids and sort keys only: a frequent literal matches thousands of rows, and
-        # sorting their text and joining their sessions cost more than finding them.
-        groups = [f"SELECT id FROM ({self.group(g)}) AS g{n}" for n, g in enumerate(parsed)]  # noqa: S608
-        hits = self.ids(" UNION ".join(groups))
+        # sorting their text and joining their sessions cost more than finding them. A
+        # query of one group (no OR) leaves its literals' checks to the page, which SQLite
+        # then applies walking the candidates newest first, only until the page is full.
+        if len(parsed) == 1:
+            ids, where = self.group(parsed[0], lazy=True)
+        else:
+            groups = [
+                f"SELECT id FROM ({self.group(g, lazy=False)[0]}) AS g{n}"  # noqa: S608
+                for n, g in enumerate(parsed)
+            ]
+            ids, where = " UNION ".join(groups), []
+        if ids is not None:
+            where.insert(0, f"m.id IN (SELECT id FROM {self.ids(ids)})")  # noqa: S608
         sessions = (
             " JOIN sessions AS s ON s.id = m.session_id" if self.filters.reads_sessions else ""
         )
         page = (
             f"SELECT m.id FROM messages AS m{sessions}"  # noqa: S608
-            f" WHERE m.id IN (SELECT id FROM {hits}){self.filters.sql}"
+            f" WHERE {' AND '.join(where) or '1 = 1'}{self.filters.sql}"
             f" ORDER BY {order} LIMIT :limit"
         )
+        ctes = f"WITH {', '.join(self.ctes)} " if self.ctes else ""
         return (
-            f"WITH {', '.join(self.ctes)} {_SELECT}"  # noqa: S608
+            f"{ctes}{_SELECT}"  # noqa: S608
             f" WHERE m.id IN ({page}) ORDER BY {order}"
         )
 

@@ -190,6 +190,15 @@ class SqliteSearch(SearchBackend):
     def literal_ids(
         self, literal: str, params: Params, *, trigram: bool, words: bool, floor: bool
     ) -> str:
+        candidates, condition = self.literal_candidates(
+            literal, params, trigram=trigram, words=words, floor=floor
+        )
+        scope = f"m.id IN ({candidates}) AND " if candidates else ""
+        return f"SELECT m.id FROM messages AS m WHERE {scope}{condition}"  # noqa: S608
+
+    def literal_candidates(
+        self, literal: str, params: Params, *, trigram: bool, words: bool, floor: bool
+    ) -> tuple[str | None, str]:
         n = len(params)
         params[f"lit{n}"] = fold(literal)
         sources = []
@@ -207,11 +216,10 @@ class SqliteSearch(SearchBackend):
             f"instr(lower(COALESCE(m.{column}, '')), :lit{n}) > 0" for column in _COLUMNS
         )
         if sources:
-            scope = f"m.id IN ({' UNION '.join(sources)}) AND "
-        else:
-            scope = "m.role <> 'tool' AND " if len(literal) >= TRIGRAM_CHARS else ""
-            scope += "m.id > :floor AND " if floor else ""
-        return f"SELECT m.id FROM messages AS m WHERE {scope}({exact})"  # noqa: S608
+            return " UNION ".join(sources), f"({exact})"
+        scope = "m.role <> 'tool' AND " if len(literal) >= TRIGRAM_CHARS else ""
+        scope += "m.id > :floor AND " if floor else ""
+        return None, f"{scope}({exact})"
 
     def literal_rows(self, sql: str, filters: Filters, params: dict[str, Any]) -> list[Hit]:
         try:
