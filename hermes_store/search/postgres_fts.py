@@ -248,21 +248,24 @@ class PostgresSearch(SearchBackend):
         params[f"lit{n}"] = fold(literal)
         params[f"pat{n}"] = q.like_pattern(literal)
         like, refine = _contains(literal, f"lit{n}", f"pat{n}")
-        branches = []
+        vouched = []  # the rows an index vouches for (the module docstring of literal.py)
         if trigram:
             # the partial index's predicate and expression: pg_trgm's index serves it
-            branches.append(f"m.role <> 'tool' AND {like}")
+            vouched.append("m.role <> 'tool'")
         if words:
             phrase = _term_sql(Term(literal, prefix=False, phrase=True), params)
             tool_rows = " AND m.role = 'tool'" if trigram else ""
-            branches.append(f"m.{VECTOR} @@ {phrase}{tool_rows} AND {like}")
-        if not branches:
-            branches.append(
-                ("m.role <> 'tool' AND " if len(literal) >= TRIGRAM_CHARS else "") + like
-            )
+            vouched.append(f"m.{VECTOR} @@ {phrase}{tool_rows}")
+        if not vouched and len(literal) >= TRIGRAM_CHARS:
+            vouched.append("m.role <> 'tool'")
+        if floor:
+            # the window is read once, the text tested once per row
+            scope = f" AND ({' OR '.join(vouched)})" if vouched else ""
+            return f"SELECT m.id FROM {_messages(floor)} WHERE {like}{scope}{refine}"  # noqa: S608
+        # one SELECT per index, each served by it
         return " UNION ".join(
-            f"SELECT m.id FROM {_messages(floor)} WHERE {branch}{refine}"  # noqa: S608
-            for branch in branches
+            f"SELECT m.id FROM messages AS m WHERE {v} AND {like}{refine}"  # noqa: S608
+            for v in vouched or ["TRUE"]
         )
 
 
