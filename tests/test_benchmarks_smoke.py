@@ -20,6 +20,7 @@ SEARCHES = (
     "phrase",
     "prefix",
     "or",
+    "word frequent",
     "cjk2",
     "cjk3",
     "literal contraction",
