@@ -16,7 +16,10 @@ ASCII letters folded (`reading.fold`), and an index can vouch for the place:
 The backend gives each literal's exact id set (`SearchBackend.literal_ids`) and each
 group of words its id set, each a CTE; the query's boolean structure is set algebra
 over them (INTERSECT, EXCEPT, UNION), and only the resulting ids are looked up in
-`messages` (by rowid / primary key) to be filtered, ordered and cut to a page.
+`messages` (by rowid / primary key) to be filtered, ordered and cut to a page. In a
+query of one group (no OR), a positive literal gives its index candidates to the set
+and its check to the page (`SearchBackend.literal_candidates`): SQLite then checks
+candidates newest first only until the page is full.
 
 Order: every literal hit is as relevant as the next, so the most recently stored come
 first (message id, newest first); `sort="newest"` / `"oldest"` order by timestamp. A
