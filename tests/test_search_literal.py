@@ -474,3 +474,34 @@ def test_a_literal_is_found_as_a_whole_not_as_its_pieces(store: Store) -> None:
         tool_calls=[{"id": "c1", "function": {"name": "x", "arguments": "-with-lease"}}],
     )
     assert [h["id"] for h in search(store, FLAG)] == [whole]
+
+
+def test_only_ascii_letters_are_folded_even_where_lower_would_fold_into_ascii(
+    store: Store,
+) -> None:
+    """The KELVIN SIGN (U+212A) and the dotted capital I (U+0130) lowercase to `k` and
+    `i`: a literal's ASCII letters must still match only ASCII letters (reading.fold), the
+    same on both backends, in rows of ASCII text and in rows holding other characters."""
+    SessionRepository(store).create_session("s", "cli")
+    messages = MessageRepository(store)
+    kelvin = messages.append_message("s", "user", "status o\u212a-1 at 300 \u212a")
+    dotted = messages.append_message("s", "user", "open \u0130n.txt now")
+    plain = messages.append_message("s", "user", "status OK-1 and In.TXT")
+    accented = messages.append_message("s", "user", "été: status ok-1, then in.txt")
+    # the literal tier alone: the original's reading that follows it finds the KELVIN
+    # SIGN row too, as FTS5 and tsvector fold it to the word `ok`
+    assert _literal_tier(store, "ok-1") == {plain, accented}
+    assert _literal_tier(store, "in.txt") == {plain, accented}
+    assert _literal_tier(store, "o\u212a-1") == {kelvin}
+    assert _literal_tier(store, "\u0130n.txt") == {dotted}
+
+
+def _literal_tier(store: Store, query: str) -> set[int]:
+    from hermes_store.search.backend import backend_for
+    from hermes_store.search.common import Filters
+    from hermes_store.search.literal import literal_hits
+
+    with store.read() as conn:
+        filters = Filters(None, None, None, False)
+        hits = literal_hits(backend_for(conn), read_query(query), filters, None, 50)
+    return {h["id"] for h in hits}
