@@ -73,17 +73,21 @@ def row_dicts(result: Any) -> list[dict[str, Any]]:
     return [dict(zip(keys, values, strict=True)) for values in result.all()]
 
 
+def time_direction(sort: str | None) -> str | None:
+    """"DESC" for sort="newest", "ASC" for "oldest" (any case, trimmed), None for any
+    other sort, which asks for relevance (spec/behaviour.md 6.1)."""
+    return {"newest": "DESC", "oldest": "ASC"}.get((sort or "").strip().lower())
+
+
 def oldest_first(sort: str | None) -> bool:
-    return (sort or "").strip().lower() == "oldest"
+    return time_direction(sort) == "ASC"
 
 
 def ranked_order(sort: str | None, rank: str) -> str:
-    """ORDER BY of a ranked route: "newest" / "oldest" (any case, trimmed) by message
-    timestamp and then `rank`, anything else by `rank` (spec/behaviour.md 6.1)."""
-    key = (sort or "").strip().lower()
-    if key in ("newest", "oldest"):
-        return f"m.timestamp {'DESC' if key == 'newest' else 'ASC'}, {rank}"
-    return rank
+    """ORDER BY of a ranked route: by message timestamp and then `rank` for a time sort,
+    else by `rank`."""
+    direction = time_direction(sort)
+    return rank if direction is None else f"m.timestamp {direction}, {rank}"
 
 
 def like_clauses(

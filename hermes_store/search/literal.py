@@ -38,9 +38,12 @@ from __future__ import annotations
 from typing import Any
 
 from .backend import Hit, SearchBackend
-from .common import Filters
+from .common import Filters, time_direction
 from .reading import TRIGRAM_CHARS, Parsed, Term, fold, words_of
 from .snippets import terms_snippet
+
+#: The literal tier's own order (sort is neither "newest" nor "oldest")
+_BY_ID = "m.id DESC"
 
 _SELECT = (
     "SELECT m.id, m.session_id, m.role, m.content AS body, m.tool_name, m.tool_calls AS calls,"
@@ -147,13 +150,12 @@ def literal_hits(
 ) -> list[Hit]:
     """The first `limit` rows matching the literal reading: the most recently stored
     first, or by timestamp for sort="newest" / "oldest"."""
-    key = (sort or "").strip().lower()
-    if key in ("newest", "oldest"):
-        direction = "ASC" if key == "oldest" else "DESC"
+    direction = time_direction(sort)
+    if direction is None:
+        rows = _newest_ids_page(backend, parsed, filters, limit)
+    else:
         order = f"m.timestamp {direction}, m.id {direction}"
         rows = _page(backend, parsed, filters, order, limit, None)
-    else:
-        rows = _newest_ids_page(backend, parsed, filters, limit)
     positive = [term for group in parsed for negated, term in group if not negated]
     literals = [t.text for t in positive if t.literal]
     words = [t for t in positive if not t.literal]
@@ -173,9 +175,6 @@ def _newest_ids_page(
         if len(rows) >= limit:
             return rows
     return _page(backend, parsed, filters, _BY_ID, limit, None)
-
-
-_BY_ID = "m.id DESC"
 
 
 def _page(

@@ -279,12 +279,13 @@ def _messages(floor: bool) -> str:
 
 #: The only characters whose lowercase is an ASCII letter (Unicode's case mappings):
 #: U+0130 (dotted capital I -> i) and U+212A (KELVIN SIGN -> k).
-_LOWER_TO_ASCII = "chr(304) || chr(8490)"
-_NOT_ASCII = "chr(65533) || chr(65533)"
+_LOWER_TO_ASCII = "\u0130\u212a"
+_LOWER_TO_ASCII_SQL = " || ".join(f"chr({ord(c)})" for c in _LOWER_TO_ASCII)
+_NOT_ASCII_SQL = " || ".join("chr(65533)" for _ in _LOWER_TO_ASCII)  # U+FFFD
 
 
 def _folds_into_ascii(literal: str) -> bool:
-    return "\u0130" in literal or "\u212a" in literal
+    return any(c in literal for c in _LOWER_TO_ASCII)
 
 
 def _ascii_folded(text: str, literal: str) -> str:
@@ -293,7 +294,7 @@ def _ascii_folded(text: str, literal: str) -> str:
     non-ASCII one (about 6x cheaper than translate() over the alphabet, which scans it
     per character). A literal holding other characters needs the exact fold."""
     if literal.isascii():
-        return f"lower(translate({text}, {_LOWER_TO_ASCII}, {_NOT_ASCII}))"
+        return f"lower(translate({text}, {_LOWER_TO_ASCII_SQL}, {_NOT_ASCII_SQL}))"
     return f"translate({text}, '{_UPPER}', '{_UPPER.lower()}')"
 
 
