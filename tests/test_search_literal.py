@@ -505,3 +505,60 @@ def _literal_tier(store: Store, query: str) -> set[int]:
         filters = Filters(None, None, None, False)
         hits = literal_hits(backend_for(conn), read_query(query), filters, None, 50)
     return {h["id"] for h in hits}
+
+
+def test_a_literal_is_checked_whole_where_the_index_is_asked_for_less(store: Store) -> None:
+    """PostgreSQL asks pg_trgm for the literal's words without their edges (`%config%
+    zephyr%toml%`); SQLite asks FTS5 for its trigrams side by side: rows holding the
+    words in another shape are candidates, never hits, on both backends."""
+    SessionRepository(store).create_session("s", "cli")
+    messages = MessageRepository(store)
+    add = messages.append_message
+    hits = {
+        add("s", "user", "edit ~/.config/zephyr.toml first"),
+        add("s", "assistant", "EDIT ~/.CONFIG/Zephyr.TOML then"),  # ASCII case
+        add("s", "user", "x~/.config/zephyr.tomlx"),  # inside words
+        add("s", "tool", "cat ~/.config/zephyr.toml", tool_name="shell"),  # word edges
+    }
+    add("s", "user", "reconfigure ~/.configs/zephyr.toml")
+    add("s", "user", "config zephyr toml, ~/.config and zephyr.toml")
+    add("s", "user", "~/.config/zephyr_toml")
+    add("s", "tool", "x~/.config/zephyr.tomlx", tool_name="shell")  # tool output: words only
+    assert _literal_tier(store, "~/.config/zephyr.toml") == hits
+
+
+@pytest.mark.parametrize(
+    ("literal", "stored", "not_stored"),
+    [
+        ("50%_off", "sale: 50%_OFF today", ["50xoff", "50% off", "50%-off", "50%__off"]),
+        ("c:\\tmp_x", "at C:\\TMP_X now", ["c:\\tmpax", "c:tmp_x", "c:\\\\tmp_x"]),
+        ("%%%", "odd %%% row", ["odd %% row", "% % %"]),
+    ],
+)
+def test_like_wildcards_and_the_escape_in_a_literal_are_taken_literally(
+    store: Store, literal: str, stored: str, not_stored: list[str]
+) -> None:
+    SessionRepository(store).create_session("s", "cli")
+    messages = MessageRepository(store)
+    hit = messages.append_message("s", "user", stored)
+    for text in not_stored:
+        messages.append_message("s", "user", text)
+    assert _literal_tier(store, literal) == {hit}
+
+
+@pytest.mark.parametrize(
+    ("literal", "asked"),
+    [
+        ("~/.config/zephyr.toml", "%config%zephyr%toml%"),
+        ("ops@zephyr.io", "%ops%zephyr.io%"),  # `io` has no inner trigram: kept whole
+        ("don't", "%don't%"),
+        ("99.5%", "%99.5\\%%"),
+        ("100%_done", "%100%done%"),
+        ("-->", "%-->%"),
+        ("数据库。x", "%数据库。x%"),
+    ],
+)
+def test_pg_trgm_is_asked_for_the_inner_trigrams_of_long_words(literal: str, asked: str) -> None:
+    from hermes_store.search.postgres_fts import _index_pattern
+
+    assert _index_pattern(literal) == asked

@@ -128,6 +128,12 @@ class SearchBackend:
         id set, nothing left to decide."""
         return self.literal_ids(literal, params, trigram=trigram, words=words, floor=floor), None
 
+    def literal_page(self, rows: str, where: str, order: str) -> str:
+        """The literal tier's page: the ids of the `rows` (`messages AS m`, maybe joined
+        to `sessions AS s`) matching `where`, in `order` (m.id, maybe after m.timestamp),
+        the first :limit of them."""
+        return f"SELECT m.id FROM {rows} WHERE {where} ORDER BY {order} LIMIT :limit"  # noqa: S608
+
     def newest_id(self) -> int | None:
         """The highest message id, None when there are no messages."""
         found = self.fetch("SELECT max(id) FROM messages", {})

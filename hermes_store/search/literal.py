@@ -19,7 +19,9 @@ over them (INTERSECT, EXCEPT, UNION), and only the resulting ids are looked up i
 `messages` (by rowid / primary key) to be filtered, ordered and cut to a page. In a
 query of one group (no OR), a positive literal gives its index candidates to the set
 and its check to the page (`SearchBackend.literal_candidates`): SQLite then checks
-candidates newest first only until the page is full.
+candidates newest first only until the page is full; PostgreSQL gives the page the
+whole condition, which it answers with one bitmap scan of both indexes, each row read
+and checked once, before the page is cut (`SearchBackend.literal_page`).
 
 Order: every literal hit is as relevant as the next, so the most recently stored come
 first (message id, newest first); `sort="newest"` / `"oldest"` order by timestamp. A
@@ -133,10 +135,8 @@ class _Statement:
         sessions = (
             " JOIN sessions AS s ON s.id = m.session_id" if self.filters.reads_sessions else ""
         )
-        page = (
-            f"SELECT m.id FROM messages AS m{sessions}"  # noqa: S608
-            f" WHERE {' AND '.join(where) or '1 = 1'}{self.filters.sql}"
-            f" ORDER BY {order} LIMIT :limit"
+        page = self.backend.literal_page(
+            f"messages AS m{sessions}", f"{' AND '.join(where) or '1 = 1'}{self.filters.sql}", order
         )
         ctes = f"WITH {', '.join(self.ctes)} " if self.ctes else ""
         return (

@@ -22,7 +22,7 @@ from ..contract import PG_WORD_PUNCTUATION
 from . import query as q
 from .backend import Hit, Params, SearchBackend, Snippet
 from .common import CONTEXT_CHARS, Filters, decode_preview, oldest_first, ranked_order
-from .reading import TRIGRAM_CHARS, Parsed, Term, fold, parse_fts5
+from .reading import TRIGRAM_CHARS, Parsed, Term, parse_fts5
 from .snippets import substring_snippet, terms_snippet
 
 #: The punctuation the generated search vector splits words at (the shared contract).
@@ -34,7 +34,6 @@ TRIGRAM_TEXT = (
     "|| COALESCE(m.tool_calls, ''))"
 )
 _PUNCT_RE = re.compile(r"[!-/:-@\[-`{-~]+")
-_UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _COLUMN_TEXTS = tuple(f"COALESCE(m.{c}, '')" for c in ("content", "tool_name", "tool_calls"))
 
 
@@ -244,29 +243,27 @@ class PostgresSearch(SearchBackend):
     def literal_ids(
         self, literal: str, params: Params, *, trigram: bool, words: bool, floor: bool
     ) -> str:
-        n = len(params)
-        params[f"lit{n}"] = fold(literal)
-        params[f"pat{n}"] = q.like_pattern(literal)
-        like, refine = _contains(literal, f"lit{n}", f"pat{n}")
-        vouched = []  # the rows an index vouches for (the module docstring of literal.py)
-        if trigram:
-            # the partial index's predicate and expression: pg_trgm's index serves it
-            vouched.append("m.role <> 'tool'")
-        if words:
-            phrase = _term_sql(Term(literal, prefix=False, phrase=True), params)
-            tool_rows = " AND m.role = 'tool'" if trigram else ""
-            vouched.append(f"m.{VECTOR} @@ {phrase}{tool_rows}")
-        if not vouched and len(literal) >= TRIGRAM_CHARS:
-            vouched.append("m.role <> 'tool'")
-        if floor:
-            # the window is read once, the text tested once per row
-            scope = f" AND ({' OR '.join(vouched)})" if vouched else ""
-            return f"SELECT m.id FROM {_messages(floor)} WHERE {like}{scope}{refine}"  # noqa: S608
-        # one SELECT per index, each served by it
-        return " UNION ".join(
-            f"SELECT m.id FROM messages AS m WHERE {v} AND {like}{refine}"  # noqa: S608
-            for v in vouched or ["TRUE"]
-        )
+        condition = _holds_literal(literal, params, trigram=trigram, words=words, window=floor)
+        return f"SELECT m.id FROM {_messages(floor)} WHERE {condition}"  # noqa: S608
+
+    def literal_candidates(
+        self, literal: str, params: Params, *, trigram: bool, words: bool, floor: bool
+    ) -> tuple[str | None, str | None]:
+        if floor:  # the window is an id set, read row by row (_messages)
+            return super().literal_candidates(
+                literal, params, trigram=trigram, words=words, floor=floor
+            )
+        # the page's own condition: one bitmap scan of the indexes, each row read once
+        # and checked once, and the page cut from it (no id set joined back to messages)
+        return None, _holds_literal(literal, params, trigram=trigram, words=words, window=False)
+
+    def literal_page(self, rows: str, where: str, order: str) -> str:
+        # Every matching row first (a bitmap scan of the indexes), then the page: without
+        # the fence the planner may walk the primary key newest first testing each row,
+        # which for a literal that stopped appearing long ago reads most of the table
+        # (it guesses how often a pattern matches from a sample of rows).
+        found = f"SELECT m.id, m.timestamp FROM {rows} WHERE {where} OFFSET 0"  # noqa: S608
+        return f"SELECT m.id FROM ({found}) AS m ORDER BY {order} LIMIT :limit"  # noqa: S608
 
 
 def _messages(floor: bool) -> str:
@@ -277,49 +274,63 @@ def _messages(floor: bool) -> str:
     return "(SELECT * FROM messages WHERE id > :floor OFFSET 0) AS m" if floor else "messages AS m"
 
 
-#: The only characters whose lowercase is an ASCII letter (Unicode's case mappings):
-#: U+0130 (dotted capital I -> i) and U+212A (KELVIN SIGN -> k).
-_LOWER_TO_ASCII = "\u0130\u212a"
-_LOWER_TO_ASCII_SQL = " || ".join(f"chr({ord(c)})" for c in _LOWER_TO_ASCII)
-_NOT_ASCII_SQL = " || ".join("chr(65533)" for _ in _LOWER_TO_ASCII)  # U+FFFD
+def _holds_literal(
+    literal: str, params: Params, *, trigram: bool, words: bool, window: bool
+) -> str:
+    """A condition on the row `m`: its text contains `literal` by `reading.fold`, among
+    the rows the indexes vouch for (the module docstring of literal.py). Outside the
+    window each vouching index is asked in its own OR arm, which PostgreSQL reads as one
+    bitmap scan of both, and every row it gives is checked; in the window no index is
+    asked, only the check is made."""
+    name = f"pat{len(params)}"
+    params[name] = q.like_pattern(literal)
+    check = _exact_check(literal, name)
+    arms = []
+    if trigram or (not words and len(literal) >= TRIGRAM_CHARS):
+        arms.append("m.role <> 'tool'")
+        if not window:
+            # the partial index's predicate and expression: pg_trgm's index serves the arm
+            params[f"idx{name}"] = _index_pattern(literal)
+            arms[-1] += f" AND {TRIGRAM_TEXT} {_like_op(literal)} :idx{name} ESCAPE '\\'"
+    if words:
+        arms.append(f"m.{VECTOR} @@ {_term_sql(Term(literal, prefix=False, phrase=True), params)}")
+    scope = " OR ".join(f"({arm})" for arm in arms)
+    return f"({scope}) AND {check}" if scope else check
 
 
-def _folds_into_ascii(literal: str) -> bool:
-    return any(c in literal for c in _LOWER_TO_ASCII)
+def _exact_check(literal: str, pattern: str) -> str:
+    """SQL for "the row's content, tool name or tool calls contain :pattern (a LIKE
+    pattern of `literal`) by `reading.fold`". ILIKE under the "C" collation folds ASCII
+    letters and nothing else, which is `reading.fold` exactly (under the database's
+    collation it may fold more, a superset fit for the index and never the answer).
+    Column by column: a literal is not found across two columns, and the columns are
+    not joined again for every row."""
+    operator = "LIKE" if caseless(literal) else 'COLLATE "C" ILIKE'
+    checks = " OR ".join(f"{t} {operator} :{pattern} ESCAPE '\\'" for t in _COLUMN_TEXTS)
+    return f"({checks})"
 
 
-def _ascii_folded(text: str, literal: str) -> str:
-    """`text` with ASCII letters folded, as far as finding an ASCII `literal` in it goes:
-    lower() once the two characters it would fold into ASCII letters are replaced by a
-    non-ASCII one (about 6x cheaper than translate() over the alphabet, which scans it
-    per character). A literal holding other characters needs the exact fold."""
-    if literal.isascii():
-        return f"lower(translate({text}, {_LOWER_TO_ASCII_SQL}, {_NOT_ASCII_SQL}))"
-    return f"translate({text}, '{_UPPER}', '{_UPPER.lower()}')"
+#: a run of characters pg_trgm takes trigrams from (letters and digits)
+_TRIGRAM_WORD = re.compile(r"([^\W_]+)")
 
 
-def _contains(literal: str, needle: str, pattern: str) -> tuple[str, str]:
-    """SQL for "the row's text contains :needle by `reading.fold`", in two parts: a
-    (I)LIKE over TRIGRAM_TEXT, which pg_trgm's index serves, and what refines it. The
-    three columns are searched as one (TRIGRAM_TEXT joins them with spaces, which a
-    literal without whitespace cannot span), else one by one in the refinement. A
-    caseless literal is a plain LIKE. Otherwise ILIKE (every locale folds ASCII letters:
-    a superset) decides for a row of ASCII text, and `_ascii_folded` for any other row."""
-    like = f"{TRIGRAM_TEXT} {_like_op(literal)} :{pattern} ESCAPE '\\'"
-    spans_columns = any(c.isspace() for c in literal)
-    texts = list(_COLUMN_TEXTS) if spans_columns else [TRIGRAM_TEXT]
-    if caseless(literal):
-        if not spans_columns:
-            return like, ""
-        checks = [f"{t} LIKE :{pattern} ESCAPE '\\'" for t in texts]
-    else:
-        # ILIKE decides alone for a row of ASCII text, unless the literal holds one of the
-        # characters that lowercase to an ASCII letter (ILIKE would match `k` for U+212A)
-        ilike_decides = not _folds_into_ascii(literal)
-        checks = [
-            (f"{t} ILIKE :{pattern} ESCAPE '\\' AND " if spans_columns else "")
-            + (f"(octet_length({t}) = char_length({t}) OR " if ilike_decides else "(")
-            + f"strpos({_ascii_folded(t, literal)}, :{needle}) > 0)"
-            for t in texts
-        ]
-    return like, " AND (" + " OR ".join(f"({c})" for c in checks) + ")"
+def _index_pattern(literal: str) -> str:
+    """The LIKE pattern pg_trgm's index is asked with: `literal` with each run of
+    other characters next to a word of 3 or more characters (or next to the literal's
+    end) turned into `%`. It matches every row the literal matches (and some more,
+    which the check drops), and it leaves out the trigrams pg_trgm makes of a word's
+    edges (`"  c"`, `" co"`, `"ig "` of `.config/`), the most common trigrams of any
+    text, so the index intersects the short posting lists of the words' inner trigrams
+    only: 3x less index work for `~/.config/zephyr.toml` at 1M rows. A word of one or two
+    characters has no inner trigram, so its edges and separators are kept."""
+    parts = _TRIGRAM_WORD.split(literal)  # separator, word, separator, ..., separator
+    pieces = ["%"]  # "%" is a wildcard, every other piece escaped text
+    for n, separator in enumerate(parts[0::2]):
+        neighbours = parts[2 * n - 1 : 2 * n + 2 : 2] if n else parts[1:2]
+        if separator and neighbours and all(len(w) >= TRIGRAM_CHARS for w in neighbours):
+            pieces += [] if pieces[-1] == "%" else ["%"]
+        elif separator:
+            pieces.append(q.like_escape(separator))
+        if 2 * n + 1 < len(parts):
+            pieces.append(q.like_escape(parts[2 * n + 1]))
+    return "".join(pieces + ([] if pieces[-1] == "%" else ["%"]))

@@ -118,10 +118,14 @@ def terms(tokens: list[str]) -> list[str]:
     return [t for t in tokens if t.upper() not in OPERATORS]
 
 
+def like_escape(text: str) -> str:
+    """`text` with LIKE's wildcards and the escape character (backslash) taken literally."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
 def like_pattern(term: str) -> str:
     """`%term%` with LIKE's wildcards and the escape character taken literally."""
-    escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
+    return f"%{like_escape(term)}%"
 
 
 def topup_terms(sanitized: str) -> list[str]:
