@@ -7,7 +7,7 @@
 Rows: append one message, append a batch of 50, get a session's messages, list 20
 recent sessions, search (word, "phrase", prefix*, OR, 2-char CJK, 3+-char CJK, and
 literals: `don't`, `99.5%`, an e-mail address, a path, a flag, a literal with a word, a
-2-character literal; benchmarks/corpus.py QUERIES), each as
+2-character literal, `the.`; benchmarks/corpus.py QUERIES), each as
 p50 / p95 milliseconds against the floor (benchmarks/raw_floor.py: the same statements on
 the stdlib sqlite3 module), and one "upgrade" row per legacy shape (benchmarks/upgrade.py:
 a generated v9- or v22-shaped file brought to head in a subprocess; total time, migration

@@ -30,6 +30,7 @@ SEARCHES = (
     "literal flag",
     "literal + word",
     "literal short",
+    "literal common letters",
 )
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = REPO_ROOT.parent / "shared" / "fixtures" / "legacy"

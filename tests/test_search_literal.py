@@ -424,17 +424,40 @@ def _holding(stored: list[dict[str, Any]], literal: str) -> list[dict[str, Any]]
     return [row for row in stored if literal in row["content"]]
 
 
-@pytest.mark.parametrize("window", [10, 40, 10**9])
+@pytest.mark.parametrize(
+    ("window", "widest"),
+    [
+        (10, 0),
+        (40, 0),
+        (10**9, 0),
+        # 8 hits in the first 24 ids: a second window of up to 192 ids, or of 50 that
+        # falls short of a page of 20 and is followed by the whole table
+        (24, 16_384),
+        (24, 50),
+    ],
+)
 def test_a_literal_page_is_the_most_recently_stored_first_whatever_the_window(
-    stacked: Any, window: int, monkeypatch: pytest.MonkeyPatch
+    stacked: Any, window: int, widest: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The page cut from a window of the newest ids (when it holds a whole page) is the
-    page the whole table gives; a window short of a page falls back to the table."""
+    page the whole table gives; a window short of a page falls back to a second, wider
+    window where the backend has one, then to the table."""
     from hermes_store.search.postgres_fts import PostgresSearch
     from hermes_store.search.sqlite_fts import SqliteSearch
 
+    windows: list[int | None] = []  # what the backend chose after each short window
+
+    def recorded(chosen: Any) -> Any:
+        def wider_window(self: Any, *args: int) -> int | None:
+            windows.append(chosen(self, *args))
+            return windows[-1]
+
+        return wider_window
+
     for backend in (SqliteSearch, PostgresSearch):
         monkeypatch.setattr(backend, "literal_window", window)
+        monkeypatch.setattr(backend, "literal_widest_window", widest)
+        monkeypatch.setattr(backend, "wider_window", recorded(backend.wider_window))
     store, stored = stacked
     expected = [row["id"] for row in reversed(_holding(stored, FLAG))]
     assert len(expected) == 50
@@ -446,6 +469,10 @@ def test_a_literal_page_is_the_most_recently_stored_first_whatever_the_window(
     # with the words too: the literal's rows first, then rows holding only the words
     mixed = [h["id"] for h in search(store, f"{FLAG} origin", limit=50)]
     assert mixed == expected
+    if widest == 16_384:
+        assert 24 * 8 in windows  # a page of 20 after 8 hits in 24 ids: 3 x 60 ids
+    if widest == 50:
+        assert 50 in windows
 
 
 def test_sort_newest_and_oldest_order_literal_hits_by_timestamp(stacked: Any) -> None:

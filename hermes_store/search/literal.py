@@ -31,8 +31,11 @@ order the page is first looked for among the newest ids only (the backend's
 PostgreSQL, which reads the window row by row), and a window that holds a whole page
 holds exactly the page the whole table would give, since every hit outside it has a
 lower id. A window short of a page is followed by the whole table, which costs what
-the literal's rows cost: one window, not a widening series, because a window that
-falls short is paid for on top.
+the literal's rows (or its index candidates) cost: not a widening series, because a
+window that falls short is paid for on top, except for one second window where the
+first showed the literal often enough to say how far back a page reaches
+(`SearchBackend.wider_window`; PostgreSQL only, whose trigram index ignores punctuation
+and so can hand over far more candidates than a literal has rows).
 """
 
 from __future__ import annotations
@@ -169,11 +172,12 @@ def _newest_ids_page(
     newest = backend.newest_id()
     if newest is None:
         return []
-    window = backend.literal_window
-    if newest > window:
+    window: int | None = backend.literal_window
+    while window is not None and newest > window:
         rows = _page(backend, parsed, filters, _BY_ID, limit, newest - window)
         if len(rows) >= limit:
             return rows
+        window = backend.wider_window(window, len(rows), limit)
     return _page(backend, parsed, filters, _BY_ID, limit, None)
 
 

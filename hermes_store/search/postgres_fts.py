@@ -158,8 +158,13 @@ def _context_by_id(sql: str) -> TextClause:
 class PostgresSearch(SearchBackend):
     dialect = "postgresql"
     word_route = "tsvector"
-    # the window is read row by row (see _messages): ILIKE over a row's text costs ~3 us
+    # the window is read row by row (see _messages): checking a row costs about 2.5 us
     literal_window = 1_024
+    # pg_trgm ignores punctuation, so a literal whose letters and digits are common (`the.`
+    # in 0.8 % of the rows, `the` in 25 %) has far more index candidates than hits: a
+    # literal seen often enough in the first window is looked for in a second one (`the.`
+    # at 1M: 13 ms from 4,096 rows read one by one, against 1.2 s for the whole table)
+    literal_widest_window = 16_384
 
     def _run(self, sql: str, filters: Filters, params: dict[str, Any]) -> list[Any]:
         # No savepoint: the SQLite routes need one because they catch FTS5 errors and fall
