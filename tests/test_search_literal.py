@@ -475,6 +475,18 @@ def test_a_literal_page_is_the_most_recently_stored_first_whatever_the_window(
         assert 50 in windows
 
 
+def test_one_wider_window_at_most_and_only_where_the_first_showed_the_density() -> None:
+    from hermes_store.search.postgres_fts import PostgresSearch
+    from hermes_store.search.sqlite_fts import SqliteSearch
+
+    postgres = PostgresSearch(None)  # type: ignore[arg-type]  # no statement is run
+    assert postgres.wider_window(1_024, 7, 20) is None  # too few hits to tell
+    assert postgres.wider_window(1_024, 10, 20) == 1_024 * 6  # 3 x 20 / 10 windows
+    assert postgres.wider_window(1_024, 8, 100) == 16_384  # at most the widest
+    assert postgres.wider_window(6_144, 19, 20) is None  # after the second: the table
+    assert SqliteSearch(None).wider_window(8_192, 100, 200) is None  # type: ignore[arg-type]
+
+
 def test_sort_newest_and_oldest_order_literal_hits_by_timestamp(stacked: Any) -> None:
     store, stored = stacked
     by_time = sorted(_holding(stored, FLAG), key=lambda row: row["timestamp"], reverse=True)

@@ -138,14 +138,16 @@ class SearchBackend:
         return f"SELECT m.id FROM {rows} WHERE {where} ORDER BY {order} LIMIT :limit"  # noqa: S608
 
     def wider_window(self, window: int, found: int, limit: int) -> int | None:
-        """The ids a second window should hold after `window` ids held `found` hits,
-        fewer than the `limit` of a page: three times as many as the density seen there
-        needs to fill the page, at most `literal_widest_window`; None to go to the whole
-        table. Fewer than 8 hits say too little of the density: `don't`, in 0.15 % of the
-        benchmark's rows, shows 5 times among its newest 1,024 (0.5 %)."""
-        if found < 8 or self.literal_widest_window <= window:
+        """The ids a second window should hold after the first (`window` ids) held
+        `found` hits, fewer than the `limit` of a page: three times as many as the
+        density seen there needs to fill the page, at most `literal_widest_window`; None
+        to go to the whole table, as after a second window. Fewer than 8 hits say too
+        little of the density: `don't`, in 0.15 % of the benchmark's rows, shows 5 times
+        among its newest 1,024 (0.5 %)."""
+        widest = self.literal_widest_window
+        if found < 8 or window != self.literal_window or widest <= window:
             return None
-        return min(window * math.ceil(3 * limit / found), self.literal_widest_window)
+        return min(window * math.ceil(3 * limit / found), widest)
 
     def newest_id(self) -> int | None:
         """The highest message id, None when there are no messages."""

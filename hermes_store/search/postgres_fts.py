@@ -285,8 +285,10 @@ def _holds_literal(
     """A condition on the row `m`: its text contains `literal` by `reading.fold`, among
     the rows the indexes vouch for (the module docstring of literal.py). Outside the
     window each vouching index is asked in its own OR arm, which PostgreSQL reads as one
-    bitmap scan of both, and every row it gives is checked; in the window no index is
-    asked, only the check is made."""
+    bitmap scan of both, and every row it gives is checked; in the window, read row by
+    row, the rows are told apart by role and words and checked, without pg_trgm's
+    pattern (it folds case by the database's locale, and adds nothing to the check
+    where that folds ASCII letters as reading.fold does; a Turkish locale does not)."""
     name = f"pat{len(params)}"
     params[name] = q.like_pattern(literal)
     check = _exact_check(literal, name)
