@@ -137,6 +137,13 @@ def _install_sqlite_listeners(
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         mode = conn.get_execution_options().get(BEGIN_MODE, "DEFERRED")
+        dbapi_conn = conn.connection.driver_connection
+        if dbapi_conn is not None and dbapi_conn.in_transaction:
+            # SQLAlchemy believes no transaction is open, so nothing it tracks is pending:
+            # whatever the driver still holds is a failed unit's leftover (see
+            # end_failed_transaction), and BEGIN would fail on it forever
+            log.warning("rolling back a transaction a failed unit of work left open")
+            dbapi_conn.execute("ROLLBACK")
         driver_execute(conn, _BEGIN[mode])
         # 0600 when a connection first writes, not when it connects: reading (`sessions
         # list`, `check`) must leave the file as it found it. Sidecars SQLite creates
@@ -145,11 +152,34 @@ def _install_sqlite_listeners(
             secure_file_modes(db_path)
             conn.info[_SECURED] = True
 
-    if db_path is not None:
+    @event.listens_for(engine, "handle_error")
+    def _on_error(context: ExceptionContext) -> Exception | None:
+        if context.statement is None and context.connection is not None:
+            # COMMIT (or ROLLBACK) failed: see end_failed_transaction
+            end_failed_transaction(context.connection)
+        if db_path is None:
+            return None
+        return not_a_database_error(db_path, context.original_exception)
 
-        @event.listens_for(engine, "handle_error")
-        def _on_error(context: ExceptionContext) -> Exception | None:
-            return not_a_database_error(db_path, context.original_exception)
+
+def end_failed_transaction(conn: Connection) -> None:
+    """Roll back what SQLite still holds after a failed COMMIT.
+
+    A COMMIT that SQLite answers with SQLITE_BUSY (in DELETE mode: a reader still holds
+    its shared lock when the writer needs the exclusive one) leaves the transaction open,
+    holding the writer's RESERVED and PENDING locks, while SQLAlchemy marks it ended. Left
+    so, the connection keeps every other process from reading or writing and its own next
+    BEGIN fails ("cannot start a transaction within a transaction"). The unit of work is
+    retried as a whole, so its uncommitted changes are rolled back here; a connection that
+    cannot even roll back is invalidated, so the pool never hands it out again."""
+    dbapi_conn = conn.connection.driver_connection
+    if dbapi_conn is None or not dbapi_conn.in_transaction:
+        return
+    try:
+        dbapi_conn.execute("ROLLBACK")
+    except sqlite3.Error as exc:
+        log.warning("rolling back after a failed COMMIT failed (%s); dropping the connection", exc)
+        conn.invalidate(exc)
 
 
 _BEGIN = {mode: f"BEGIN {mode}" for mode in ("DEFERRED", "IMMEDIATE", "EXCLUSIVE")}

@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.databases import DB, _require_fixtures, available_versions, fixture_file, url_for
+from helpers.databases import (
+    DB,
+    JOURNAL_MODES,
+    _require_fixtures,
+    available_versions,
+    fixture_file,
+    set_journal_mode,
+    url_for,
+)
 from helpers.postgres import _admin_execute, _pg_state, pg_database
 from helpers.raw_sql import RawConnection
 
@@ -92,6 +100,19 @@ def fresh_db(tmp_path: Path) -> str:
     (tmp_path / "fresh").mkdir()
     migrate.upgrade(url, fts_min_pause=0)
     return url
+
+
+@pytest.fixture(params=JOURNAL_MODES)
+def journal(request: pytest.FixtureRequest) -> str:
+    """Each SQLite journal mode in turn (the test runs once per mode)."""
+    return str(request.param)
+
+
+@pytest.fixture
+def journal_db(fresh_db: str, journal: str) -> str:
+    """The URL of a fresh database at head, in the `journal` mode of this run."""
+    set_journal_mode(fresh_db.removeprefix("sqlite:///"), journal)
+    return fresh_db
 
 
 @pytest.fixture

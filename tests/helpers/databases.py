@@ -160,3 +160,30 @@ class DB:
     role_content_sha256 = staticmethod(role_content_sha256)
 
 
+
+
+# --------------------------------------------------------------------------- journal modes
+
+#: Both journal modes a state.db meets in the field: DELETE where the linked SQLite has
+#: the WAL-reset bug (a new file there, as the original picks), WAL elsewhere and on
+#: files the original wrote on a fixed SQLite. The reliability tests run in both.
+JOURNAL_MODES: tuple[str, ...] = ("delete", "wal")
+
+
+def set_journal_mode(path: Path | str, mode: str) -> None:
+    """Put the SQLite file at `path` in `mode` (a WAL file stays WAL for every later
+    connection, and hermes-store never switches a WAL file back)."""
+    con = sqlite3.connect(str(path), isolation_level=None)
+    try:
+        got = con.execute(f"PRAGMA journal_mode={mode}").fetchone()[0]
+    finally:
+        con.close()
+    assert str(got).lower() == mode, f"{path} is in journal mode {got}, not {mode}"
+
+
+def journal_mode(path: Path | str) -> str:
+    con = sqlite3.connect(f"file:{Path(path)}?mode=ro", uri=True)
+    try:
+        return str(con.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+    finally:
+        con.close()
