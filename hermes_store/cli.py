@@ -230,6 +230,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
                 "schema_drift": None if not_judged else report.schema_drift,
                 "tolerated_differences": report.tolerated,
                 "errors": report.errors,
+                "storage": None if report.storage is None else report.storage.as_dict(),
             }
         )
     else:
@@ -258,6 +259,14 @@ def _cmd_check(args: argparse.Namespace) -> int:
             )
         for line in report.errors:
             print(f"error:         {line}")
+        if report.storage is not None:
+            storage = report.storage
+            driver = f"{storage.driver} {storage.sqlite_version}"
+            print(f"sqlite:        {driver} ({storage.driver_reason})")
+            mode = storage.journal_mode
+            if storage.journal_mode_on_write != mode:
+                mode += f", {storage.journal_mode_on_write} from the next write on"
+            print(f"journal mode:  {mode} ({storage.journal_reason})")
     return 0 if report.ok else 1
 
 

@@ -35,7 +35,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import OperationalError
 
-from . import migrate, sqlite_recovery
+from . import migrate, sqlite_driver, sqlite_recovery
 from .config import (
     SCHEMA_VERSION,
     JournalPolicy,
@@ -361,10 +361,12 @@ class SessionDB:
             if self._raw is None:
                 raw = self._store.engine.raw_connection()
                 driver = raw.driver_connection
-                assert isinstance(driver, sqlite3.Connection)
+                assert isinstance(driver, sqlite_driver.Connection)
                 # never back into the pool: its row factory is the original's, not ours
                 raw.detach()
-                driver.row_factory = sqlite3.Row
+                # the Row type of the driver that made the connection (pysqlite3's rows
+                # cannot be built from another module's cursor)
+                driver.row_factory = sqlite_driver.module_of(driver).Row
                 self._raw = (raw, driver)
             return self._raw[1]
 
@@ -393,7 +395,7 @@ class SessionDB:
                     except BaseException:
                         conn.rollback()
                         raise
-                except sqlite3.OperationalError as exc:
+                except sqlite_driver.OperationalError as exc:
                     # in SQLAlchemy's wrapper, which is what the retry policy inspects
                     raise OperationalError(None, None, exc) from exc
             return result
@@ -401,7 +403,7 @@ class SessionDB:
         try:
             return self._store.retry.run(attempt)
         except OperationalError as exc:
-            if isinstance(exc.orig, sqlite3.OperationalError):
+            if isinstance(exc.orig, sqlite_driver.OperationalError):
                 raise exc.orig from None
             raise
 

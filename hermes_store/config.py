@@ -113,5 +113,18 @@ class JournalPolicy:
     mode: str = "auto"  # "auto", "wal" or "delete"
 
     def __post_init__(self) -> None:
-        if self.mode not in ("auto", "wal", "delete"):
+        if self.mode not in JOURNAL_MODES:
             raise ValueError(f"journal mode must be auto, wal or delete, not {self.mode!r}")
+
+    @classmethod
+    def from_env(cls) -> JournalPolicy:
+        """`$HERMES_STORE_JOURNAL_MODE` (auto, wal or delete), else auto. Operators who
+        keep their files in DELETE mode as containment set it to `delete`."""
+        value = os.environ.get(JOURNAL_ENV, "").strip().lower() or "auto"
+        if value not in JOURNAL_MODES:
+            raise InvalidURL(f"{JOURNAL_ENV}={value!r}: choose auto, wal or delete")
+        return cls(mode=value)
+
+
+JOURNAL_ENV = "HERMES_STORE_JOURNAL_MODE"
+JOURNAL_MODES = ("auto", "wal", "delete")

@@ -17,6 +17,7 @@ import logging
 import os
 import sqlite3
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -26,7 +27,8 @@ from sqlalchemy.engine import URL, Connection, Engine, ExceptionContext
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
-from .config import JournalPolicy, resolve_url, sqlite_path
+from . import sqlite_driver
+from .config import JOURNAL_ENV, JournalPolicy, resolve_url, sqlite_path
 from .errors import DatabaseNotWritable
 from .sqlite_file import not_a_database_error, refuse_directory
 
@@ -42,30 +44,70 @@ _DB_PATH = "hermes_db_path"  # the database file of a SQLite connection (Connect
 
 
 def wal_reset_vulnerable(version: tuple[int, int, int] | None = None) -> bool:
-    """True for SQLite builds with the WAL-reset bug (3.7.0 <= v < 3.51.3, minus backports)."""
-    v = version or sqlite3.sqlite_version_info
-    if v < (3, 7, 0) or v >= (3, 51, 3):
-        return False
-    if (3, 50, 7) <= v < (3, 51, 0) or (3, 44, 6) <= v < (3, 45, 0):
-        return False
-    return True
+    """True for SQLite builds with the WAL-reset bug (3.7.0 <= v < 3.51.3, minus backports);
+    without a version, for the SQLite this process drives (sqlite_driver)."""
+    return sqlite_driver.wal_reset_vulnerable(version or sqlite_driver.current().sqlite_version)
+
+
+def linked_version(dbapi_conn: sqlite3.Connection) -> tuple[int, int, int]:
+    """The version of the SQLite library behind one DB-API connection."""
+    text = str(dbapi_conn.execute("SELECT sqlite_version()").fetchone()[0])
+    major, minor, patch = (int(part) for part in text.split(".")[:3])
+    return major, minor, patch
+
+
+@dataclass(frozen=True)
+class JournalChoice:
+    """The journal mode a SQLite file gets when hermes-store writes to it, and why."""
+
+    mode: str  # "wal" or "delete"
+    reason: str
+
+
+def journal_choice(
+    current: str, policy: JournalPolicy, version: tuple[int, int, int], driver: str = "sqlite3"
+) -> JournalChoice:
+    """The original's rules (spec/schema.md, journal mode), for a file now in `current`
+    mode opened through a SQLite `version` (the library of driver `driver`)."""
+    sqlite = f"SQLite {'.'.join(map(str, version))} ({driver})"
+    vulnerable = wal_reset_vulnerable(version)
+    if current == "wal":
+        why = "the file is in WAL mode, which is never switched back while others may hold it"
+        if vulnerable:
+            why += (
+                f"; {sqlite} has the WAL-reset bug, so writers on it risk corrupting it: "
+                "install hermes-store[sqlite] for a fixed SQLite"
+            )
+        else:
+            why += f"; {sqlite} has the WAL-reset fix"
+        return JournalChoice("wal", why)
+    if policy.mode == "delete":
+        return JournalChoice("delete", f"{JOURNAL_ENV}=delete (or JournalPolicy(mode='delete'))")
+    if policy.mode == "wal":
+        return JournalChoice("wal", f"{JOURNAL_ENV}=wal (or JournalPolicy(mode='wal'))")
+    if vulnerable:
+        return JournalChoice(
+            "delete",
+            f"{sqlite} has the WAL-reset bug (3.7.0 to 3.51.2, but 3.44.6+ and 3.50.7+), which "
+            "can corrupt a WAL file under concurrent writers; install hermes-store[sqlite] "
+            "for a fixed SQLite and WAL",
+        )
+    return JournalChoice("wal", f"{sqlite} has the WAL-reset fix")
 
 
 def apply_journal_mode(dbapi_conn: sqlite3.Connection, policy: JournalPolicy) -> str:
     """Choose the journal mode by the original's rules; never downgrade a WAL file."""
     current = str(dbapi_conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
-    if current == "wal":
-        return "wal"
-    want = policy.mode
-    if want == "auto":
-        want = "delete" if wal_reset_vulnerable() else "wal"
+    # the library behind this very connection decides, whichever driver opened it
+    want = journal_choice(current, policy, linked_version(dbapi_conn)).mode
+    if want == current:
+        return current
     if want == "delete":
-        if current != "delete":
-            dbapi_conn.execute("PRAGMA journal_mode=DELETE")
+        dbapi_conn.execute("PRAGMA journal_mode=DELETE")
         return "delete"
     try:
         got = str(dbapi_conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower()
-    except sqlite3.OperationalError as exc:
+    except sqlite_driver.OperationalError as exc:
         text = str(exc).lower()
         if "locking protocol" in text or "not authorized" in text:
             log.warning("WAL is not available here (%s); using DELETE journal mode", exc)
@@ -177,7 +219,7 @@ def end_failed_transaction(conn: Connection) -> None:
         return
     try:
         dbapi_conn.execute("ROLLBACK")
-    except sqlite3.Error as exc:
+    except sqlite_driver.Error as exc:
         log.warning("rolling back after a failed COMMIT failed (%s); dropping the connection", exc)
         conn.invalidate(exc)
 
@@ -206,12 +248,13 @@ def driver_run(
             for listener in dispatch.after_cursor_execute:
                 listener(conn, cursor, sql, params, None, False)
         return consume(cursor)
-    except sqlite3.Error as exc:
+    except sqlite_driver.Error as exc:
         path = conn.info.get(_DB_PATH)
         named = not_a_database_error(path, exc) if path is not None else None
         if named is not None:
             raise named from exc
-        raise DBAPIError.instance(sql, params, exc, sqlite3.Error, dialect=conn.dialect) from exc
+        base = conn.dialect.loaded_dbapi.Error
+        raise DBAPIError.instance(sql, params, exc, base, dialect=conn.dialect) from exc
 
 
 def driver_execute(conn: Connection, sql: str) -> None:
@@ -234,9 +277,11 @@ def make_engine(
     *,
     read_only: bool = False,
     journal: JournalPolicy | None = None,
+    driver: sqlite_driver.Driver | None = None,
     **engine_kwargs: Any,
 ) -> Engine:
-    """An Engine for `url` (see `config.resolve_url`) with hermes-store's connection rules."""
+    """An Engine for `url` (see `config.resolve_url`) with hermes-store's connection rules.
+    SQLite files are driven through `driver`, by default this process's (sqlite_driver)."""
     resolved = resolve_url(url)
     if resolved.get_backend_name() == "postgresql":
         return _postgresql_engine(resolved, read_only=read_only, **engine_kwargs)
@@ -260,8 +305,11 @@ def make_engine(
         else:
             check_writable(path)
     engine_kwargs.setdefault("poolclass", NullPool)
-    engine = create_engine(resolved, connect_args=connect_args, **engine_kwargs)
-    _install_sqlite_listeners(engine, journal or JournalPolicy(), read_only, path)
+    chosen = driver or sqlite_driver.current()
+    engine = create_engine(
+        resolved, connect_args=connect_args, module=chosen.module, **engine_kwargs
+    )
+    _install_sqlite_listeners(engine, journal or JournalPolicy.from_env(), read_only, path)
     return engine
 
 

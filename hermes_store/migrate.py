@@ -24,13 +24,13 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
-from . import adoption
-from .config import SCHEMA_VERSION, hermes_home, resolve_url, sqlite_path
+from . import adoption, sqlite_driver
+from .config import SCHEMA_VERSION, JournalPolicy, hermes_home, resolve_url, sqlite_path
 from .contract import FTS_REBUILT_LATER_ATTR, HERMES_HOME_ATTR, PG_SEARCH_COLUMNS, PG_SEARCH_INDEXES
 from .contract import PG_MIGRATION_LOCK as PG_MIGRATION_LOCK
 from .contract import VERSION_TABLE as VERSION_TABLE
 from .dialects import backend_for
-from .engine import check_writable, make_engine, write_connection
+from .engine import check_writable, journal_choice, make_engine, write_connection
 from .errors import (
     DatabaseCorrupt,
     NotAHermesDatabase,
@@ -234,7 +234,11 @@ def _look_before_opening(url: URL, *, backfilling: bool) -> None:
     # A plain connection, without the engine's pragmas (no journal-mode change, no chmod):
     # read-write (the file and directory are writable, checked above), because only such
     # a connection removes the -wal/-shm files it creates when it closes.
-    engine = create_engine(URL.create("sqlite", database=str(path)), poolclass=NullPool)
+    engine = create_engine(
+        URL.create("sqlite", database=str(path)),
+        poolclass=NullPool,
+        module=sqlite_driver.current().module,  # one SQLite library per process
+    )
 
     def look() -> tuple[adoption.DatabaseShape, list[str]]:
         with engine.connect() as conn:
@@ -489,6 +493,37 @@ def current(url: str | URL | None = None) -> Status:
     )
 
 
+@dataclass(frozen=True)
+class SQLiteStorage:
+    """Which SQLite drives a file here, its journal mode now, and the one it gets (and why)
+    when hermes-store next writes to it."""
+
+    driver: str
+    sqlite_version: str
+    driver_reason: str
+    journal_mode: str
+    journal_mode_on_write: str
+    journal_reason: str
+
+    def as_dict(self) -> dict[str, str]:
+        return dict(vars(self))
+
+
+def sqlite_storage(conn: Connection) -> SQLiteStorage:
+    """The SQLiteStorage of the file `conn` (a connection of this process's driver) reads."""
+    driver = sqlite_driver.current()
+    mode = str(conn.exec_driver_sql("PRAGMA journal_mode").scalar()).lower()
+    choice = journal_choice(mode, JournalPolicy.from_env(), driver.sqlite_version, driver.name)
+    return SQLiteStorage(
+        driver=driver.name,
+        sqlite_version=driver.sqlite_version_text,
+        driver_reason=driver.reason,
+        journal_mode=mode,
+        journal_mode_on_write=choice.mode,
+        journal_reason=choice.reason,
+    )
+
+
 @dataclass
 class CheckReport:
     status: Status
@@ -497,6 +532,8 @@ class CheckReport:
     schema_drift: list[str] = field(default_factory=list)
     tolerated: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # what could not be checked, and why
+    #: SQLite: the library this process drives and the journal mode the file has and gets
+    storage: SQLiteStorage | None = None
 
     @property
     def ok(self) -> bool:
@@ -534,8 +571,11 @@ def check(url: str | URL | None = None) -> CheckReport:
     drift: list[str] = []
     tolerated: list[str] = []
     errors = [] if status.error is None else [f"database: {status.error}"]
+    storage = None
     try:
         with engine.connect() as conn:
+            if engine.dialect.name == "sqlite":
+                storage = sqlite_storage(conn)
             # (PostgreSQL checks its pages itself: checksums, amcheck)
             quick = backend_for(conn).integrity(conn)
             conn.rollback()
@@ -565,6 +605,7 @@ def check(url: str | URL | None = None) -> CheckReport:
         schema_drift=drift,
         tolerated=tolerated,
         errors=errors,
+        storage=storage,
     )
 
 

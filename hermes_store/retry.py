@@ -22,7 +22,7 @@ from typing import TypeVar
 
 from sqlalchemy.exc import DBAPIError
 
-from . import pg_faults
+from . import pg_faults, sqlite_driver
 from .errors import DatabaseUnavailable
 
 T = TypeVar("T")
@@ -31,7 +31,7 @@ T = TypeVar("T")
 def is_retryable(exc: BaseException) -> bool:
     """SQLite lock contention, or a transient PostgreSQL fault."""
     orig = exc.orig if isinstance(exc, DBAPIError) else exc
-    if isinstance(orig, sqlite3.OperationalError):
+    if isinstance(orig, sqlite_driver.OperationalError):
         code = getattr(orig, "sqlite_errorcode", None)
         if code is not None:
             return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
@@ -81,7 +81,7 @@ class RetryPolicy:
                     raise
                 elapsed = time.monotonic() - started
                 if not isinstance(exc, DBAPIError) or not isinstance(
-                    exc.orig, sqlite3.OperationalError
+                    exc.orig, sqlite_driver.OperationalError
                 ):
                     server_faults += 1
                     left = self.server_budget_seconds - elapsed

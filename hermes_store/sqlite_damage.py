@@ -20,6 +20,7 @@ from sqlalchemy import Connection
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
+from . import sqlite_driver
 from .config import sqlite_path
 
 Damage = Literal["fts", "structural", "suspect_fts"]
@@ -27,9 +28,10 @@ Damage = Literal["fts", "structural", "suspect_fts"]
 _MESSAGES = ("database disk image is malformed", "file is not a database")
 
 
-def sqlite_error(exc: BaseException) -> sqlite3.Error | None:
+def sqlite_error(exc: BaseException) -> Exception | None:
+    """The SQLite error (of either driver) behind `exc`, or None."""
     orig = exc.orig if isinstance(exc, DBAPIError) else exc
-    return orig if isinstance(orig, sqlite3.Error) else None
+    return orig if isinstance(orig, sqlite_driver.Error) else None
 
 
 def classify(exc: BaseException) -> Damage | None:
@@ -48,7 +50,10 @@ def classify(exc: BaseException) -> Damage | None:
         or text.startswith("invalid fts5 file format")
     ):
         return "fts"
-    if code == sqlite3.SQLITE_CONSTRAINT:
+    if code == sqlite3.SQLITE_CONSTRAINT and text == "constraint failed":
+        # a bare constraint error, naming no constraint: what FTS5 raises when its shadow
+        # tables disagree with the content (drivers that report extended result codes
+        # give the named ones other codes; pysqlite3 reports 19 for all of them)
         return "suspect_fts"
     if code is not None and code & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
         return "structural"

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from . import sqlite_driver
 from .errors import DatabaseCorrupt
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ def held_by_this_process(path: str | os.PathLike[str]) -> bool:
 
 def is_malformed_db_error(exc: BaseException) -> bool:
     """A `sqlite3.DatabaseError` saying the schema or the file is malformed."""
-    return isinstance(exc, sqlite3.DatabaseError) and any(
+    return isinstance(exc, sqlite_driver.DatabaseError) and any(
         marker in str(exc).lower() for marker in MALFORMED_MARKERS
     )
 
@@ -167,7 +168,7 @@ def quarantine_zeroed_state_db(path: str | os.PathLike[str]) -> Path | None:
 
 def _connect(path: Path) -> sqlite3.Connection:
     # a fresh connection of our own, autocommit, with the original's 1 s busy timeout
-    return sqlite3.connect(str(path), isolation_level=None, timeout=1.0)
+    return sqlite_driver.current().connect(str(path), isolation_level=None, timeout=1.0)
 
 
 def _fts_tables(conn: sqlite3.Connection) -> list[str]:
@@ -181,7 +182,7 @@ def _fts_tables(conn: sqlite3.Connection) -> list[str]:
     return [name for name in FTS_TABLES if name in present]
 
 
-def _not_built(exc: sqlite3.OperationalError) -> bool:
+def _not_built(exc: Exception) -> bool:
     """Tables not created yet (a new file): not a database to judge."""
     text = str(exc).lower()
     return "no such table" in text or "no such column" in text
@@ -201,10 +202,10 @@ def _write_probe(conn: sqlite3.Connection) -> str | None:
             "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, ?, ?, ?)",
             (probe, "user", "_fts_health_probe", time.time()),
         )
-    except sqlite3.OperationalError as exc:
+    except sqlite_driver.OperationalError as exc:
         return None if _not_built(exc) else str(exc)
     finally:
-        with contextlib.suppress(sqlite3.Error):
+        with contextlib.suppress(*sqlite_driver.Error):
             conn.execute("ROLLBACK")
     return None
 
@@ -223,7 +224,7 @@ def opens_cleanly(db_path: str | os.PathLike[str]) -> str | None:
             return "; ".join(problems[:3])
         try:
             conn.execute("SELECT COUNT(*) FROM sessions").fetchone()
-        except sqlite3.OperationalError as exc:
+        except sqlite_driver.OperationalError as exc:
             if _not_built(exc):
                 return None
             raise
@@ -232,13 +233,13 @@ def opens_cleanly(db_path: str | os.PathLike[str]) -> str | None:
                 # table names from FTS_TABLES only
                 probe = f"SELECT 1 FROM {table} WHERE {table} MATCH '\"\"' LIMIT 1"  # noqa: S608
                 conn.execute(probe).fetchall()
-            except sqlite3.OperationalError as exc:
+            except sqlite_driver.OperationalError as exc:
                 # an index whose tokenizer is not loaded here (the optional CJK one) is
                 # not damage; every other error is
                 if "no such tokenizer" not in str(exc):
                     return f"{table}: {exc}"
         return _write_probe(conn)
-    except sqlite3.DatabaseError as exc:
+    except sqlite_driver.DatabaseError as exc:
         return str(exc)
     finally:
         conn.close()
@@ -261,7 +262,7 @@ def _backup(path: Path) -> Path:
 
 def _rebuild_fts(conn: sqlite3.Connection) -> None:
     for table in ("messages_fts", "messages_fts_trigram"):
-        with contextlib.suppress(sqlite3.OperationalError):  # absent: nothing to rebuild
+        with contextlib.suppress(*sqlite_driver.OperationalError):  # absent: nothing to rebuild
             conn.execute(f"INSERT INTO {table}({table}) VALUES ('rebuild')")  # noqa: S608
 
 
@@ -349,7 +350,7 @@ def repair_state_db_schema(
                 strategy(conn)
             finally:
                 conn.close()
-        except sqlite3.DatabaseError as exc:
+        except sqlite_driver.DatabaseError as exc:
             log.warning("state.db repair step %s failed on %s: %s", name, path, exc)
             reason = str(exc)
             continue

@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.databases import (
+
+# The suite drives SQLite through the standard library's sqlite3, as most of the field
+# does; `HERMES_STORE_SQLITE_DRIVER=pysqlite3` runs it on the `sqlite` extra's driver
+# instead (tests/test_sqlite_driver.py covers the automatic choice). Set before any
+# hermes_store import, since the choice is made once per process.
+os.environ.setdefault("HERMES_STORE_SQLITE_DRIVER", "sqlite3")
+
+from helpers.databases import (  # noqa: E402
     DB,
     JOURNAL_MODES,
     _require_fixtures,

@@ -23,7 +23,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
-from hermes_store import migrate
+from hermes_store import migrate, sqlite_driver
 from hermes_store.config import JournalPolicy
 from hermes_store.engine import BUSY_TIMEOUT_S, make_engine, wal_reset_vulnerable
 from hermes_store.errors import DatabaseNotWritable
@@ -175,8 +175,10 @@ def test_wal_reset_vulnerable(version: tuple[int, int, int], vulnerable: bool) -
 
 
 def test_this_sqlite_is_vulnerable() -> None:
-    """The linked SQLite decides the default mode; the tests below follow it either way."""
-    assert wal_reset_vulnerable() is wal_reset_vulnerable(sqlite3.sqlite_version_info)
+    """The SQLite this process drives decides the default mode; the tests below follow it
+    either way."""
+    driven = sqlite_driver.current().sqlite_version
+    assert wal_reset_vulnerable() is wal_reset_vulnerable(driven)
 
 
 def _first_write(path: Path, journal: JournalPolicy | None = None) -> None:

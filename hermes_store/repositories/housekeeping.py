@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from .. import migrate
+from .. import migrate, sqlite_driver
 from ..engine import write_connection
 from ..search.layout import FTSState, fts_state
 from ..search.maintenance import Progress, backfill_step, optimize_indexes
@@ -131,7 +131,7 @@ class HousekeepingRepository:
             try:
                 self._vacuum_sqlite()
                 vacuumed = True
-            except sqlite3.Error as exc:  # typically no room for the copy VACUUM writes
+            except sqlite_driver.Error as exc:  # typically no room for the copy VACUUM writes
                 log.warning("VACUUM after optimize_fts_storage failed: %s", exc)
                 vacuumed = False
         report("done")

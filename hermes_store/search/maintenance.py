@@ -21,7 +21,6 @@ a pause after (about) every step, as long as the step (the *shared* regime), unt
 from __future__ import annotations
 
 import math
-import sqlite3
 import time
 from collections.abc import Callable
 from contextlib import suppress
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
+from .. import sqlite_driver
 from ..engine import write_connection
 from ..retry import DEFAULT_RETRY, RetryPolicy
 from ..sqlite_damage import classify
@@ -457,7 +457,7 @@ def run_backfill(
             retry.run(lambda: settle(conn))
         finally:
             # a connection broken mid-run is closed next anyway: keep the real error
-            with suppress(DBAPIError, sqlite3.Error):
+            with suppress(DBAPIError, *sqlite_driver.Error):
                 restore_sync()
     return finished
 
