@@ -138,21 +138,22 @@ def too_deep(where: str) -> str:
     return f"{where} nests deeper than {IMPORT_MAX_DEPTH} levels"
 
 
+_CONTAINERS = (dict, list, tuple)
+
+
 def nests_too_deep(value: object) -> bool:
     """Whether `value` (its own level 1) nests lists and dicts deeper than
     IMPORT_MAX_DEPTH. Walked without recursion, so any depth is measured safely."""
-    stack: list[tuple[object, int]] = [(value, 1)]
+    if not isinstance(value, _CONTAINERS):
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         node, depth = stack.pop()
-        if isinstance(node, dict):
-            children: Iterable[object] = node.values()
-        elif isinstance(node, list | tuple):
-            children = node
-        else:
-            continue
         if depth > IMPORT_MAX_DEPTH:
             return True
-        stack.extend((child, depth + 1) for child in children)
+        for child in node.values() if isinstance(node, dict) else node:
+            if isinstance(child, _CONTAINERS):
+                stack.append((child, depth + 1))
     return False
 
 
