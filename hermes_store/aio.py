@@ -275,6 +275,7 @@ class AsyncMaintenance(_AsyncRepository[MaintenanceRepository]):
     export_session = awaitable(MaintenanceRepository.export_session)
     export_session_lineage = awaitable(MaintenanceRepository.export_session_lineage)
     import_sessions = awaitable(MaintenanceRepository.import_sessions)
+    import_each = awaitable(MaintenanceRepository.import_each)
     delete_session = awaitable(MaintenanceRepository.delete_session)
     delete_session_if_empty = awaitable(MaintenanceRepository.delete_session_if_empty)
     delete_sessions = awaitable(MaintenanceRepository.delete_sessions)

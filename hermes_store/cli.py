@@ -4,7 +4,6 @@ happens in hermes_store.migrate and the repositories."""
 from __future__ import annotations
 
 import argparse
-import codecs
 import json
 import os
 import sys
@@ -14,26 +13,20 @@ import time
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any, NamedTuple, TextIO
+from typing import Any, TextIO
 
 from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 
 from . import migrate
 from .config import resolve_url, sqlite_path
 from .copy import DEFAULT_BATCH_SIZE, CopyProgress, copy_database
 from .engine import secure_file_modes
-from .errors import AmbiguousSessionPrefix, InvalidInput, SessionNotFound, StoreError
+from .errors import AmbiguousSessionPrefix, SessionNotFound, StoreError
 from .models import HermesSession as SessionModel
-from .repositories.maintenance import (
-    IMPORT_MAX_MESSAGES_TOTAL,
-    IMPORT_MAX_SESSIONS,
-    IMPORT_MAX_TOTAL_BYTES,
-    MaintenanceRepository,
-)
+from .repositories.maintenance import ImportSource, MaintenanceRepository
 from .repositories.messages import MessageRepository
 from .repositories.sessions import SessionRepository
 from .repositories.usage import TOKEN_FIELDS, UsageRepository
@@ -672,232 +665,15 @@ def _cmd_sessions_export(args: argparse.Namespace) -> int:
     return 0
 
 
-class _Entry(NamedTuple):
-    """One session of an import file, before it is read in full."""
-
-    label: str  # where it is: `line 3` (JSONL) or `[2]` (JSON list)
-    session_id: str | None
-    parent_id: str | None
-    where: int  # JSONL: byte offset of its line; JSON: its index
-
-
-def _keys(value: Any) -> tuple[str | None, str | None]:
-    if not isinstance(value, dict):
-        return None, None
-    sid, parent = value.get("id"), value.get("parent_session_id")
-    return (
-        sid if isinstance(sid, str) and sid else None,
-        parent if isinstance(parent, str) and parent else None,
-    )
-
-
-def _scan_import_file(fp: IO[bytes], name: str) -> tuple[list[_Entry], Callable[[_Entry], Any]]:
-    """The entries of a JSON list, a single exported session, or JSONL, and how to read one.
-    JSONL is scanned line by line and each entry is read again when it is imported, so
-    only one batch is ever in memory. Broken JSON raises InvalidInput."""
-    bom = codecs.BOM_UTF8
-    fp.seek(0)
-    chunk = fp.read(65536).removeprefix(bom)
-    first = b""
-    while chunk and not first:
-        first = chunk.lstrip()[:1]
-        chunk = fp.read(65536)
-    if not first:
-        return [], lambda entry: None
-    if first == b"{":
-        fp.seek(0)
-        head = b""
-        for raw in fp:
-            if raw.strip():
-                head = raw.removeprefix(bom)
-                break
-        try:
-            jsonl = isinstance(json.loads(head), dict)
-        except ValueError:
-            jsonl = False  # a pretty-printed session (`sessions export ID`)
-        if jsonl:
-            return _scan_jsonl(fp, name)
-    elif first != b"[":
-        raise InvalidInput(
-            f"{name}: expected a JSON list of exported sessions or JSONL (one per line)"
-        )
-    fp.seek(0)
-    try:
-        document = json.loads(fp.read().decode("utf-8-sig"))
-    except ValueError as exc:
-        raise InvalidInput(f"{name}: not valid JSON ({exc})") from None
-    values = document if isinstance(document, list) else [document]
-    entries = [_Entry(f"[{i}]", *_keys(v), i) for i, v in enumerate(values)]
-    return entries, lambda entry: values[entry.where]
-
-
-def _scan_jsonl(fp: IO[bytes], name: str) -> tuple[list[_Entry], Callable[[_Entry], Any]]:
-    entries = []
-    fp.seek(0)
-    offset = 0
-    for number, raw in enumerate(fp, start=1):
-        start, offset = offset, offset + len(raw)
-        line = raw.removeprefix(codecs.BOM_UTF8).strip()
-        if not line:
-            continue
-        try:
-            value = json.loads(line)
-        except ValueError as exc:
-            raise InvalidInput(f"{name}: line {number}: invalid JSON ({exc})") from None
-        entries.append(_Entry(f"line {number}", *_keys(value), start))
-
-    def load(entry: _Entry) -> Any:
-        fp.seek(entry.where)
-        return json.loads(fp.readline().removeprefix(codecs.BOM_UTF8))
-
-    return entries, load
-
-
-def _parents_first(entries: Sequence[_Entry]) -> list[int]:
-    """File order, except that an entry whose parent comes later in the file moves to just
-    after it. import_sessions keeps a parent link only when the parent is in the database
-    or in the same call, and an export lists the newest sessions (the children) first, so
-    in file order a link across two batches would be dropped."""
-    first: dict[str, int] = {}
-    for index, entry in enumerate(entries):
-        if entry.session_id is not None:
-            first.setdefault(entry.session_id, index)
-    placed = [False] * len(entries)
-    order: list[int] = []
-    for index in range(len(entries)):
-        chain: list[int] = []
-        seen: set[int] = set()
-        at: int | None = index
-        while at is not None and not placed[at] and at not in seen:  # a cycle stops too
-            chain.append(at)
-            seen.add(at)
-            parent = entries[at].parent_id
-            at = first.get(parent) if parent is not None else None
-        for link in reversed(chain):
-            placed[link] = True
-            order.append(link)
-    return order
-
-
-def _weight(value: Any) -> tuple[int, int]:
-    """(bytes, messages) of an entry, measured as import_sessions measures them."""
-    size = len(
-        json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode(
-            "utf-8", "surrogatepass"
-        )
-    )
-    messages = value.get("messages") if isinstance(value, dict) else None
-    return size, len(messages) if isinstance(messages, list) else 0
-
-
-def _batches(
-    entries: Sequence[_Entry], order: Sequence[int], load: Callable[[_Entry], Any]
-) -> Iterator[list[tuple[_Entry, Any]]]:
-    """Entries in `order`, cut into batches within import_sessions' limits (500 entries,
-    the total size and the total number of messages of one call)."""
-    batch: list[tuple[_Entry, Any]] = []
-    size = messages = 0
-    for index in order:
-        value = load(entries[index])
-        value_size, value_messages = _weight(value)
-        if batch and (
-            len(batch) >= IMPORT_MAX_SESSIONS
-            or size + value_size > IMPORT_MAX_TOTAL_BYTES
-            or messages + value_messages > IMPORT_MAX_MESSAGES_TOTAL
-        ):
-            yield batch
-            batch, size, messages = [], 0, 0
-        batch.append((entries[index], value))
-        size += value_size
-        messages += value_messages
-    if batch:
-        yield batch
-
-
-@dataclass
-class _ImportReport:
-    imported: int = 0
-    skipped: int = 0
-    detached: int = 0
-    errors: list[dict[str, Any]] = field(default_factory=list)
-
-    def reject(self, entry: _Entry, error: str, session_id: str | None = None) -> None:
-        problem: dict[str, Any] = {"entry": entry.label, "error": error}
-        if session_id or entry.session_id:
-            problem["session_id"] = session_id or entry.session_id
-        self.errors.append(problem)
-
-
-def _import_batches(
-    repo: MaintenanceRepository,
-    batches: Iterable[list[tuple[_Entry, Any]]],
-    advance: Callable[[int], Any],
-) -> _ImportReport:
-    """Each batch in one import_sessions call. Entries it rejects are reported and the
-    rest of their batch is imported without them; an entry whose parent was rejected is
-    held back (imported alone it would lose the link), so that running the import again
-    after fixing the file brings in both, linked."""
-    report = _ImportReport()
-    rejected: set[str] = set()
-    for batch in batches:
-        pending = batch
-        while pending:
-            kept: list[tuple[_Entry, Any]] = []
-            for entry, value in pending:
-                if entry.parent_id is not None and entry.parent_id in rejected:
-                    report.reject(entry, f"held back: its parent {entry.parent_id} has errors")
-                    if entry.session_id is not None:
-                        rejected.add(entry.session_id)
-                else:
-                    kept.append((entry, value))
-            if not kept:
-                break
-            try:
-                result = repo.import_sessions([value for _, value in kept])
-            except IntegrityError as exc:
-                detail = str(exc.orig or exc).splitlines()[0]
-                raise StoreError(
-                    f"import stopped at the entries {kept[0][0].label} to {kept[-1][0].label}:"
-                    f" {detail} (a title already in use?); {report.imported} session(s) were"
-                    " imported before them, and running the import again skips those"
-                ) from exc
-            if result["ok"]:
-                report.imported += int(result["imported"])
-                report.skipped += int(result["skipped"])
-                report.detached += int(result["detached"])
-                break
-            bad = {int(e["index"]) for e in result["errors"]}
-            for error in result["errors"]:
-                report.reject(kept[int(error["index"])][0], error["error"], error.get("session_id"))
-            pending = [item for i, item in enumerate(kept) if i not in bad]
-            # A rejected duplicate of an id that is imported does not hold its children back.
-            survivors = {entry.session_id for entry, _ in pending}
-            for i in bad:
-                sid = kept[i][0].session_id
-                if sid is not None and sid not in survivors:
-                    rejected.add(sid)
-        advance(len(batch))
-    return report
-
-
 def _cmd_sessions_import(args: argparse.Namespace) -> int:
     path = Path(args.file)
     with _open_store(args.url, write=True) as store, path.open("rb") as fp:
-        entries, load = _scan_import_file(fp, str(path))
-        batches = _batches(entries, _parents_first(entries), load)
-        with _count_bar("import", len(entries), "session") as advance:
-            report = _import_batches(MaintenanceRepository(store), batches, advance)
+        source = ImportSource.from_file(fp, str(path))
+        with _count_bar("import", len(source), "session") as advance:
+            report = MaintenanceRepository(store).import_each(source, progress=advance)
     if args.json:
-        _print_json(
-            {
-                "ok": not report.errors,
-                "imported": report.imported,
-                "skipped": report.skipped,
-                "detached": report.detached,
-                "errors": report.errors,
-            }
-        )
-        return 1 if report.errors else 0
+        _print_json(report.as_dict())
+        return 0 if report.ok else 1
     print(f"imported {report.imported} session(s), skipped {report.skipped} already present")
     if report.detached:
         print(
@@ -908,7 +684,7 @@ def _cmd_sessions_import(args: argparse.Namespace) -> int:
         print(f"{len(report.errors)} entr{'y' if len(report.errors) == 1 else 'ies'} not imported:")
         for problem in report.errors:
             sid = f" (session {problem['session_id']})" if "session_id" in problem else ""
-            print(f"  {problem['entry']}{sid}: {problem['error']}")
+            print(_printable(f"  {problem['entry']}{sid}: {problem['error']}"))
         print("fix them and run the import again (sessions already imported are skipped)")
         return 1
     return 0

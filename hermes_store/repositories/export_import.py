@@ -1,11 +1,14 @@
 """Moving sessions between databases as JSON: exports (one session, a compression
-lineage, every session page by page), JSON Lines streams, and a validated all-or-nothing
-import (spec/behaviour.md section 8).
+lineage, every session page by page), JSON Lines streams, and the import: the rules an
+entry must meet (one place for every caller, so both backends see the same refusals),
+the all-or-nothing `import_sessions` payload check (spec/behaviour.md section 8) and the
+writes. Importing entry by entry is `importing.py`.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Protocol, TypeGuard
 
@@ -22,7 +25,7 @@ from sqlalchemy import (
 
 from ._dialect import data_columns
 from ._encoding import flag, now, scrub
-from ._sql import all_columns
+from ._sql import all_columns, chunks
 from ._tables import MESSAGES, SESSIONS, M, S
 from .deletion import existing_ids
 from .lineage import compression_lineage
@@ -33,6 +36,15 @@ IMPORT_MAX_MESSAGES_PER_SESSION = 10_000
 IMPORT_MAX_MESSAGES_TOTAL = 50_000
 IMPORT_MAX_SESSION_BYTES = 5 * 1024 * 1024
 IMPORT_MAX_TOTAL_BYTES = 25 * 1024 * 1024
+#: Nesting levels an entry may use (the entry object is level 1), and so may each JSON
+#: text field on its own. Python's JSON parser and encoder recurse once per level and
+#: stop near 1,000 levels, less the caller's own stack: beyond this margin an entry could
+#: be stored and then fail every later read or export.
+IMPORT_MAX_DEPTH = 200
+#: The integer columns are 64-bit on both backends (INTEGER on SQLite, BIGINT on
+#: PostgreSQL); anything outside fails there with a driver error that names no field.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+DUPLICATE_ID = "duplicate session id"
 
 _SESSION_TEXT_FIELDS = (
     "source",
@@ -74,6 +86,9 @@ _MESSAGE_TEXT_FIELDS = (
 # Platform ids are often numeric (Telegram); they are stored as text either way.
 _MESSAGE_ID_FIELDS = ("platform_message_id", "message_id")
 _REASONING_JSON_FIELDS = ("reasoning_details", "codex_reasoning_items", "codex_message_items")
+#: Message fields whose JSON text the import parses (the encoders parse tool calls and
+#: display metadata, `_prepared_message` the reasoning fields).
+_MESSAGE_JSON_TEXT_FIELDS = ("tool_calls", *_REASONING_JSON_FIELDS, "display_metadata")
 
 
 class SupportsWriteStr(Protocol):
@@ -86,6 +101,72 @@ def _is_number(value: object) -> TypeGuard[int | float]:
 
 def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int_error(where: str, value: object) -> str | None:
+    if not _is_int(value):
+        return f"{where} must be an integer"
+    if not INT64_MIN <= value <= INT64_MAX:
+        return f"{where} must fit in a 64-bit integer"
+    return None
+
+
+def _real_error(where: str, value: object) -> str | None:
+    """NaN and the infinities are refused. SQLite stores NaN as NULL (and fails a NOT NULL
+    column) where PostgreSQL keeps it, so the backends would disagree; neither is a time
+    or a cost, and an export would write them as JSON that strict parsers reject."""
+    if not _is_number(value):
+        return f"{where} must be a number"
+    try:
+        finite = math.isfinite(value)  # an int beyond a float's range raises here
+    except OverflowError:
+        finite = False
+    return None if finite else f"{where} must be a finite number"
+
+
+def _unicode_error(where: str, value: str) -> str | None:
+    """Ids are keys, so a lone surrogate cannot be replaced as text fields' are: the
+    driver could neither store nor look it up."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return f"{where} must be valid Unicode text (it holds a lone surrogate)"
+    return None
+
+
+def too_deep(where: str) -> str:
+    return f"{where} nests deeper than {IMPORT_MAX_DEPTH} levels"
+
+
+_CONTAINERS = (dict, list, tuple)
+
+
+def nests_too_deep(value: object) -> bool:
+    """Whether `value` (its own level 1) nests lists and dicts deeper than
+    IMPORT_MAX_DEPTH. Walked without recursion, so any depth is measured safely."""
+    if not isinstance(value, _CONTAINERS):
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > IMPORT_MAX_DEPTH:
+            return True
+        for child in node.values() if isinstance(node, dict) else node:
+            if isinstance(child, _CONTAINERS):
+                stack.append((child, depth + 1))
+    return False
+
+
+def _json_text_error(where: str, text: str) -> str | None:
+    """A JSON text field the import will parse: too deep to parse, or parsed too deep.
+    Text that is not JSON is left to the field's own rule."""
+    try:
+        parsed = json.loads(text)
+    except RecursionError:
+        return too_deep(where)
+    except ValueError:
+        return None
+    return too_deep(where) if nests_too_deep(parsed) else None
 
 
 # --------------------------------------------------------------------------- export
@@ -174,10 +255,12 @@ def _json_default(value: Any) -> Any:
 # --------------------------------------------------------------------------- import
 
 
-def _decoded_reasoning(message: Mapping[str, Any]) -> dict[str, Any]:
-    """Reasoning columns arrive decoded or as the JSON text an export holds; parse text
-    first so the bulk routine does not encode it a second time (unparsable text is kept
-    as the string it is)."""
+def _prepared_message(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A message as the bulk routine should see it. Reasoning columns arrive decoded or as
+    the JSON text an export holds; text is parsed first so it is not encoded a second
+    time (unparsable text is kept as the string it is). Numeric platform ids become their
+    decimal text, which is what a text column holds for them anyway: bound as integers,
+    one beyond 64 bits would fail on SQLite only."""
     out = dict(message)
     for field in _REASONING_JSON_FIELDS:
         value = out.get(field)
@@ -186,6 +269,10 @@ def _decoded_reasoning(message: Mapping[str, Any]) -> dict[str, Any]:
                 out[field] = json.loads(value) if value.strip() else None
             except ValueError:
                 pass
+    for field in _MESSAGE_ID_FIELDS:
+        value = out.get(field)
+        if _is_int(value):
+            out[field] = str(value)
     return out
 
 
@@ -195,9 +282,13 @@ def _model_config_error(value: Any) -> str | None:
     if isinstance(value, str):
         try:
             parsed = json.loads(value)
+        except RecursionError:
+            return too_deep("model_config")
         except ValueError:
             return "model_config must be valid JSON"
-        return None if isinstance(parsed, dict) else "model_config must be a JSON object"
+        if not isinstance(parsed, dict):
+            return "model_config must be a JSON object"
+        return too_deep("model_config") if nests_too_deep(parsed) else None
     if not isinstance(value, dict):
         return "model_config must be a JSON object"
     try:
@@ -227,11 +318,15 @@ def _message_error(index: int, msg: Mapping[str, Any]) -> str | None:
         if value is not None and not isinstance(value, str) and not _is_int(value):
             return f"{where}.{field} must be a string"
     token_count = msg.get("token_count")
-    if token_count is not None and not _is_int(token_count):
-        return f"{where}.token_count must be an integer"
+    if token_count is not None and (error := _int_error(f"{where}.token_count", token_count)):
+        return error
     timestamp = msg.get("timestamp")
-    if timestamp is not None and not _is_number(timestamp):
-        return f"{where}.timestamp must be a number"
+    if timestamp is not None and (error := _real_error(f"{where}.timestamp", timestamp)):
+        return error
+    for field in _MESSAGE_JSON_TEXT_FIELDS:
+        value = msg.get(field)
+        if isinstance(value, str) and (error := _json_text_error(f"{where}.{field}", value)):
+            return error
     return None
 
 
@@ -241,17 +336,39 @@ class _ImportTotals:
         self.messages = 0
 
 
+def entry_weight(entry: Any) -> tuple[int, int]:
+    """(bytes of compact UTF-8 JSON, messages) of an entry, as the import limits count
+    them. TypeError or ValueError for an entry that is not JSON serializable."""
+    size = len(
+        json.dumps(entry, ensure_ascii=False, separators=(",", ":")).encode(
+            "utf-8", "surrogatepass"
+        )
+    )
+    messages = entry.get("messages") if isinstance(entry, dict) else None
+    return size, len(messages) if isinstance(messages, list) else 0
+
+
+def entry_problem(entry: Any, seen: set[str]) -> tuple[str, str | None] | None:
+    """(reason, session id if usable) for the first rule one entry breaks, else None: the
+    rules of `import_sessions` that concern a single entry. `seen` collects the ids met
+    so far, so a second entry with the same id is refused."""
+    return _entry_error(entry, seen, None)
+
+
 def _entry_error(
-    entry: Any, seen: set[str], totals: _ImportTotals
+    entry: Any, seen: set[str], totals: _ImportTotals | None
 ) -> tuple[str, str | None] | None:
-    """(error, session id if known) for the first problem of one entry, else None."""
+    """(error, session id if known) for the first problem of one entry, else None; with
+    `totals`, the limits of one import call as well."""
     if not isinstance(entry, dict):
         return "session must be an object", None
     sid = entry.get("id")
     if not isinstance(sid, str) or not sid.strip():
         return "session id is required", None
+    if error := _unicode_error("session id", sid):
+        return error, None  # an id that cannot be encoded cannot be shown either
     if sid in seen:
-        return "duplicate session id", sid
+        return DUPLICATE_ID, sid
     seen.add(sid)
     messages = entry.get("messages", [])
     if messages is None:
@@ -262,43 +379,61 @@ def _entry_error(
         return "messages exceeds the per-session import limit", sid
     if not all(isinstance(m, dict) for m in messages):
         return "messages must contain only objects", sid
+    # Before anything that encodes the entry, which would recurse once per level.
+    if nests_too_deep(entry):
+        return too_deep("session"), sid
     # Before the whole-entry check, so a bad model_config gets its own message.
     config_error = _model_config_error(entry.get("model_config"))
     if config_error:
         return config_error, sid
     try:
-        size = len(
-            json.dumps(entry, ensure_ascii=False, separators=(",", ":")).encode(
-                "utf-8", "surrogatepass"
-            )
-        )
+        size, count = entry_weight(entry)
     except (TypeError, ValueError):
         return "session must be JSON serializable", sid
     if size > IMPORT_MAX_SESSION_BYTES:
         return "session exceeds the import size limit", sid
-    totals.bytes += size
-    if totals.bytes > IMPORT_MAX_TOTAL_BYTES:
-        return "import exceeds the total size limit", sid
-    totals.messages += len(messages)
-    if totals.messages > IMPORT_MAX_MESSAGES_TOTAL:
-        return "messages exceeds the total import limit", sid
+    if totals is not None:
+        totals.bytes += size
+        if totals.bytes > IMPORT_MAX_TOTAL_BYTES:
+            return "import exceeds the total size limit", sid
+        totals.messages += count
+        if totals.messages > IMPORT_MAX_MESSAGES_TOTAL:
+            return "messages exceeds the total import limit", sid
     for field in _SESSION_TEXT_FIELDS:
         value = entry.get(field)
         if value is not None and not isinstance(value, str):
             return f"{field} must be a string", sid
+    parent = entry.get("parent_session_id")
+    if isinstance(parent, str) and (error := _unicode_error("parent_session_id", parent)):
+        return error, sid
     for field in _SESSION_INT_FIELDS:
         value = entry.get(field)
-        if value is not None and not _is_int(value):
-            return f"{field} must be an integer", sid
+        if value is not None and (error := _int_error(field, value)):
+            return error, sid
     for field in _SESSION_REAL_FIELDS:
         value = entry.get(field)
-        if value is not None and not _is_number(value):
-            return f"{field} must be a number", sid
+        if value is not None and (error := _real_error(field, value)):
+            return error, sid
     for index, msg in enumerate(messages):
         error = _message_error(index, msg)
         if error:
             return error, sid
     return None
+
+
+def stored_title(entry: Mapping[str, Any]) -> str | None:
+    """The title an entry would be stored with (NULL for none or an empty one)."""
+    title = entry.get("title")
+    return (scrub(title) or None) if isinstance(title, str) else None
+
+
+def titles_in_use(conn: Connection, titles: Iterable[str]) -> dict[str, str]:
+    """title -> the id of the session holding it, for those of `titles` in use."""
+    stmt = select(S.title, S.id).where(S.title.in_(bindparam("titles", expanding=True)))
+    held: dict[str, str] = {}
+    for chunk in chunks(sorted(set(titles))):
+        held.update((str(t), str(i)) for t, i in conn.execute(stmt, {"titles": chunk}).all())
+    return held
 
 
 def _session_insert_row(
@@ -341,7 +476,7 @@ def _session_insert_row(
         "billing_provider": text("billing_provider"),
         "billing_base_url": text("billing_base_url"),
         "billing_mode": text("billing_mode"),
-        "title": text("title") or None,
+        "title": stored_title(entry),
         "archived": flag(entry.get("archived")),
     }
 
@@ -415,7 +550,7 @@ def import_entries(conn: Connection, entries: list[dict[str, Any]]) -> dict[str,
     session_rows = []
     message_rows: list[dict[str, Any]] = []
     for e in fresh:
-        encoded = encode_bulk(e["id"], [_decoded_reasoning(m) for m in e.get("messages") or []])
+        encoded = encode_bulk(e["id"], [_prepared_message(m) for m in e.get("messages") or []])
         session_rows.append(_session_insert_row(e, ts, len(encoded.rows), encoded.tool_calls))
         message_rows.extend(encoded.rows)
     if session_rows:

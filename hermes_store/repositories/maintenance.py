@@ -29,6 +29,7 @@ from .deletion import (
     remove_session_files,
 )
 from .export_import import (
+    IMPORT_MAX_DEPTH,
     IMPORT_MAX_MESSAGES_PER_SESSION,
     IMPORT_MAX_MESSAGES_TOTAL,
     IMPORT_MAX_SESSION_BYTES,
@@ -43,6 +44,7 @@ from .export_import import (
     read_jsonl,
     write_jsonl,
 )
+from .importing import ImportReport, ImportSource, Progress, run_import
 from .pruning import (
     DAY,
     PRUNE_FILTERS,
@@ -120,7 +122,8 @@ class MaintenanceRepository:
     # ------------------------------------------------------------------ import
 
     def import_sessions(self, sessions: Any) -> dict[str, Any]:
-        """Validate every entry, then import all of them in one transaction or nothing.
+        """Validate every entry, then import all of them in one transaction or nothing
+        (the original's contract; `import_each` imports the valid rest instead).
 
         Existing ids are skipped. A parent link survives only if the parent exists (in
         the database or the payload) and no cycle results; otherwise the child is
@@ -130,6 +133,26 @@ class MaintenanceRepository:
             return {"ok": False, "imported": 0, "skipped": 0, "detached": 0, "errors": errors}
         entries: list[dict[str, Any]] = sessions
         return self.store.write(lambda conn: import_entries(conn, entries))
+
+    def import_each(
+        self, sessions: ImportSource | Sequence[Any], *, progress: Progress | None = None
+    ) -> ImportReport:
+        """Import every valid entry and list each invalid one with its reason.
+
+        `sessions` is a list of exported sessions (any number of them) or an
+        `ImportSource` (`ImportSource.from_file(fp, name)` reads a JSON list, one
+        exported session or JSONL). An entry is a session with its messages, imported
+        whole or not at all, by the rules of `import_sessions`; a title already in use
+        refuses the entry, and an entry whose parent is refused is held back, so that
+        importing the fixed input again brings both in, linked. Existing ids are
+        skipped. Parents are written before their children, in batches of at most
+        `import_sessions`' size, one transaction each. `progress(n)` is called as
+        entries are handled, `n` since its last call. Errors are listed in input order
+        (`entry` is `[i]` or `line n`, `index` the position from 0)."""
+        source = (
+            sessions if isinstance(sessions, ImportSource) else ImportSource.from_list(sessions)
+        )
+        return run_import(self.store, source, progress)
 
     # ------------------------------------------------------------------ delete
 
@@ -262,12 +285,15 @@ class MaintenanceRepository:
 
 
 __all__ = [
+    "IMPORT_MAX_DEPTH",
     "IMPORT_MAX_MESSAGES_PER_SESSION",
     "IMPORT_MAX_MESSAGES_TOTAL",
     "IMPORT_MAX_SESSIONS",
     "IMPORT_MAX_SESSION_BYTES",
     "IMPORT_MAX_TOTAL_BYTES",
     "PRUNE_FILTERS",
+    "ImportReport",
+    "ImportSource",
     "MaintenanceRepository",
     "SupportsWriteStr",
 ]
