@@ -28,6 +28,7 @@ from .copy import DEFAULT_BATCH_SIZE, CopyProgress, copy_database
 from .engine import secure_file_modes
 from .errors import AmbiguousSessionPrefix, InvalidInput, SessionNotFound, StoreError
 from .models import HermesSession as SessionModel
+from .repositories._paging import MAX_ROWS
 from .repositories.maintenance import (
     IMPORT_MAX_MESSAGES_TOTAL,
     IMPORT_MAX_SESSIONS,
@@ -1140,12 +1141,24 @@ def _batch_arg(text: str) -> int:
 
 
 def _count_arg(text: str) -> int:
+    return _whole_number(text, 0)
+
+
+def _hits_arg(text: str) -> int:
+    return _whole_number(text, 1)
+
+
+def _whole_number(text: str, minimum: int) -> int:
+    """A count given on the command line, from `minimum` up to the largest LIMIT both
+    databases take (a larger one would reach the driver as an integer overflow)."""
     try:
         value = int(text)
     except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+        value = minimum - 1
+    if not minimum <= value <= MAX_ROWS:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number from {minimum} to {MAX_ROWS}, got {text!r}"
+        )
     return value
 
 
@@ -1193,7 +1206,9 @@ def build_parser() -> argparse.ArgumentParser:
     find.add_argument("query")
     find.add_argument("--source", action="append", help="only this source (repeatable)")
     find.add_argument("--role", action="append", help="only this role (repeatable)")
-    find.add_argument("--limit", type=int, default=20)
+    find.add_argument(
+        "--limit", type=_hits_arg, default=20, metavar="N", help="at most N hits (default 20)"
+    )
     find.add_argument("--json", action="store_true")
     find.set_defaults(func=_cmd_search)
 

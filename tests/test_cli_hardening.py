@@ -1,0 +1,271 @@
+"""The command line against hostile input and hostile surroundings: stored text that
+would drive the terminal, export targets that are not regular files, limits out of
+range, URL options that make no sense, a process file-size limit (issue 28, items 7, 8
+and 10). Every test runs the real command (`python -m hermes_store.cli`) or the real
+repositories on real SQLite files and the real PostgreSQL server."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.raw_sql import RawConnection
+
+from hermes_store.repositories.coordination import AsyncDelegationRepository
+from hermes_store.repositories.messages import MessageRepository
+from hermes_store.repositories.sessions import SessionRepository
+from hermes_store.repositories.telegram import TelegramTopicRepository
+from hermes_store.store import Store
+
+#: What a stored string may hold to take over a terminal: OSC 52 (write the clipboard),
+#: CSI (colours, clear screen), the 8-bit CSI (C1 0x9b), a bare CR, DEL and a
+#: right-to-left override.
+HOSTILE = "\x1b]52;c;cHduZWQ=\x07\x1b[2J\x1b[31m\x9b2J\r\x7f\u202e"
+#: Characters none of the human-readable outputs may contain.
+RAW_CONTROLS = ("\x1b", "\x07", "\x9b", "\r", "\x7f", "\u202e")
+
+
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """The command's output as the terminal would get it: bytes decoded without the
+    newline translation of text mode, which would turn a raw CR into LF."""
+    done = subprocess.run(
+        [sys.executable, "-m", "hermes_store.cli", *args],
+        capture_output=True,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+        check=False,
+    )
+    return subprocess.CompletedProcess(
+        done.args,
+        done.returncode,
+        done.stdout.decode("utf-8", "surrogateescape"),
+        done.stderr.decode("utf-8", "surrogateescape"),
+    )
+
+
+def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+    """The single `hermes-store: error: ...` line of a failed command (exit 2)."""
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hermes-store: error: "), lines
+    return lines[0]
+
+
+def no_raw_controls(text: str) -> None:
+    found = [ascii(c) for c in RAW_CONTROLS if c in text]
+    assert not found, f"raw {found} reach the terminal: {text!r}"
+
+
+@pytest.fixture
+def small_db(fresh_db: str) -> str:
+    store = Store(fresh_db)
+    try:
+        for n in range(3):
+            SessionRepository(store).create_session(f"s{n}", "cli")
+            MessageRepository(store).append_message(f"s{n}", "user", f"hello {n}")
+    finally:
+        store.close()
+    return fresh_db
+
+
+# --------------------------------------------------------------------------- 10. limits
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("search", "deploy", "--limit", "99999999999999999999"),
+        ("search", "deploy", "--limit", "-1"),
+        ("sessions", "list", "--limit", "99999999999999999999"),
+        ("sessions", "list", "--limit", "-5"),
+    ],
+)
+def test_limit_out_of_range_is_a_clear_error(small_db: str, args: tuple[str, ...]) -> None:
+    result = run_cli(*args, "--url", small_db)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    assert "--limit" in result.stderr and args[-1] in result.stderr
+
+
+def test_bogus_prepare_threshold_is_a_clear_error(pg_fresh_db: str) -> None:
+    for value in ("bogus", "-3"):
+        line = one_line_error(
+            run_cli("current", "--url", f"{pg_fresh_db}?prepare_threshold={value}")
+        )
+        assert "prepare_threshold" in line and value in line
+    good = run_cli("current", "--url", f"{pg_fresh_db}?prepare_threshold=none")
+    assert good.returncode == 0, good.stderr
+
+
+def _seed_listing(raw: RawConnection) -> list[str]:
+    """Five cron sessions of one job, each with a user message; five delegations; five
+    unbound Telegram sessions of one user."""
+    ids = []
+    for n in range(5):
+        sid = f"cron_job1_{n}"
+        ids.append(sid)
+        raw.execute(
+            "INSERT INTO sessions (id, source, started_at) VALUES (?, 'cron', ?)", (sid, 100.0 + n)
+        )
+        raw.execute(
+            "INSERT INTO sessions (id, source, user_id, started_at)"
+            " VALUES (?, 'telegram', 'u1', ?)",
+            (f"tg{n}", 50.0 + n),
+        )
+        raw.execute(
+            "INSERT INTO async_delegations (delegation_id, origin_session, state, dispatched_at,"
+            " updated_at, task_json) VALUES (?, 'origin', 'running', ?, ?, '{}')",
+            (f"d{n}", 10.0 + n, 10.0 + n),
+        )
+    return ids
+
+
+def test_negative_and_huge_limits_behave_alike_on_both_backends(backend_url: str) -> None:
+    """A negative limit means no limit (SQLite's LIMIT -1, which the original passed
+    through), a negative offset none; a limit beyond 64 bits is no limit either."""
+    raw = RawConnection(backend_url)
+    try:
+        ids = _seed_listing(raw)
+    finally:
+        raw.close()
+    store = Store(backend_url)
+    try:
+        sessions = SessionRepository(store)
+        messages = MessageRepository(store)
+        for sid in ids:
+            messages.append_message(sid, "user", f"hi {sid}")
+            messages.append_message(sid, "assistant", "hello")
+        huge = 10**20
+        for limit in (-1, -7, huge):
+            listed = sessions.list_sessions_rich(limit=limit, offset=-3)
+            assert len(listed) == 10, limit
+            assert len(sessions.search_sessions(limit=limit, offset=-1)) == 10, limit
+            assert len(sessions.list_cron_job_runs("job1", limit=limit, offset=-1)) == 5, limit
+            assert len(messages.get_messages(ids[0], limit=limit, offset=-2)) == 2, limit
+            assert len(messages.list_recent_user_messages(ids[0], limit=limit)) == 1, limit
+            delegations = AsyncDelegationRepository(store).list_by_state(limit=limit)
+            assert len(delegations) == 5, limit
+            telegram = TelegramTopicRepository(store)
+            unlinked = telegram.list_unlinked_telegram_sessions_for_user(
+                chat_id="c1", user_id="u1", limit=limit
+            )
+            assert len(unlinked) == 5, limit
+            assert sessions.list_skill_scaffolded_sessions(limit=limit) == [], limit
+        around = messages.get_messages(ids[0])[0]["id"]
+        assert len(messages.get_messages_around(ids[0], around, window=huge)["window"]) == 2
+        # the documented edges stay: 0 is an empty page, None no limit
+        assert sessions.list_sessions_rich(limit=0) == []
+        assert len(sessions.list_sessions_rich(limit=None)) == 10
+        assert len(sessions.list_sessions_rich(limit=3, offset=8)) == 2
+        assert sessions.list_sessions_rich(limit=3, offset=huge) == []
+    finally:
+        store.close()
+
+
+# --------------------------------------------------------------------------- 10. EFBIG
+
+_FILL_UNDER_LIMIT = r"""
+import os, resource, signal, sys
+from hermes_store.config import JournalPolicy
+from hermes_store.errors import StorageFull
+from hermes_store.repositories.messages import MessageRepository
+from hermes_store.store import Store
+
+path, mode = sys.argv[1], sys.argv[2]
+store = Store(path, journal=JournalPolicy(mode))
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+limit = os.path.getsize(path) + 400_000
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+messages = MessageRepository(store)
+stored = 0
+try:
+    for i in range(10_000):
+        messages.append_message("s", "user", f"m{i} " + os.urandom(2_000).hex())
+        stored += 1
+    print("never failed")
+except Exception as exc:
+    print(stored, type(exc).__name__, isinstance(exc, StorageFull), str(exc), sep="\n")
+    try:
+        messages.append_message("s", "user", "again " + os.urandom(3_000).hex())
+    except StorageFull:
+        print("again: StorageFull")
+store.close()
+"""
+
+
+@pytest.mark.parametrize("mode", ["delete", "wal"])
+def test_a_file_size_limit_is_a_typed_storage_error(fresh_db: str, mode: str) -> None:
+    path = fresh_db.removeprefix("sqlite:///")
+    store = Store(fresh_db)
+    SessionRepository(store).create_session("s", "cli")
+    store.close()
+    done = subprocess.run(
+        [sys.executable, "-c", _FILL_UNDER_LIMIT, path, mode],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    stored, kind, typed, message = int(lines[0]), lines[1], lines[2], lines[3]
+    assert stored > 0 and kind == "StorageFull" and typed == "True", done.stdout
+    assert "file-size limit" in message and "ulimit -f" in message and path in message, message
+    assert lines[4] == "again: StorageFull"
+    # nothing that was acknowledged is lost, nothing else was written, the file is sound
+    con = sqlite3.connect(path)
+    try:
+        assert con.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        assert con.execute("SELECT COUNT(*) FROM messages").fetchone()[0] == stored
+    finally:
+        con.close()
+
+
+def test_cli_import_under_a_file_size_limit_says_so(small_db: str, tmp_path: Path) -> None:
+    source = tmp_path / "big.jsonl"
+    with source.open("w") as fp:
+        for n in range(40):
+            entry: dict[str, Any] = {
+                "id": f"big{n}",
+                "source": "cli",
+                "started_at": 1000.0 + n,
+                "messages": [
+                    {"role": "user", "content": os.urandom(4_000).hex(), "timestamp": 1000.0 + n}
+                ],
+            }
+            fp.write(json.dumps(entry) + "\n")
+    path = small_db.removeprefix("sqlite:///")
+    limit = os.path.getsize(path) + 150_000
+    script = (
+        "import resource, runpy, signal, sys;"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN);"
+        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, resource.RLIM_INFINITY));"
+        "sys.argv = ['hermes-store', *sys.argv[1:]];"
+        "runpy.run_module('hermes_store.cli', run_name='__main__')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, "sessions", "import", str(source), "--url", small_db],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    line = one_line_error(result)
+    assert "file-size limit" in line and "ulimit -f" in line, line
+    # SQLite may leave the failed transaction's journal behind (after an I/O error its
+    # pager rolls back on the next open that may write): this one rolls it back
+    con = sqlite3.connect(path)
+    try:
+        assert con.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        assert con.execute("SELECT COUNT(*) FROM sessions").fetchone()[0] == 3
+    finally:
+        con.close()
