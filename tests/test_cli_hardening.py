@@ -21,6 +21,7 @@ from hermes_store.repositories.coordination import AsyncDelegationRepository
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.repositories.telegram import TelegramTopicRepository
+from hermes_store.repositories.usage import UsageRepository
 from hermes_store.store import Store
 
 #: What a stored string may hold to take over a terminal: OSC 52 (write the clipboard),
@@ -75,6 +76,111 @@ def small_db(fresh_db: str) -> str:
     finally:
         store.close()
     return fresh_db
+
+
+# --------------------------------------------------------------------------- 8. terminal
+
+
+@pytest.fixture
+def hostile_db(fresh_db: str) -> str:
+    """Two sessions whose id, source, title, roles, tool names, tool calls and content
+    all carry HOSTILE (titles are sanitised on the way in, so the title is set the way a
+    legacy file or another writer could have left it)."""
+    store = Store(fresh_db)
+    try:
+        sessions = SessionRepository(store)
+        messages = MessageRepository(store)
+        for n in (1, 2):
+            sid = f"evil{HOSTILE}{n}"
+            sessions.create_session(sid, f"cli{HOSTILE}", model=f"model{HOSTILE}")
+            messages.append_message(sid, f"user{HOSTILE}", f"deploy now {HOSTILE}")
+            messages.append_message(
+                sid,
+                f"tool{HOSTILE}",
+                f"deploy output {HOSTILE}",
+                tool_name=f"sh{HOSTILE}",
+                tool_calls=[{"function": {"name": f"run{HOSTILE}"}}],
+            )
+            UsageRepository(store).update_token_counts(sid, 10, 5, model=f"model{HOSTILE}")
+    finally:
+        store.close()
+    con = sqlite3.connect(fresh_db.removeprefix("sqlite:///"))
+    with con:
+        con.execute("UPDATE sessions SET title = 'title' || id, ended_at = 1.0")
+    con.close()
+    return fresh_db
+
+
+def test_stored_control_sequences_are_escaped_in_every_human_output(hostile_db: str) -> None:
+    sid = f"evil{HOSTILE}1"
+    shows_stored_text = [
+        ("search", "deploy"),
+        ("sessions", "list"),
+        ("sessions", "show", sid),
+        ("sessions", "prune", "--older-than", "0", "--dry-run"),
+        ("stats",),
+    ]
+    refused = [
+        ("sessions", "delete", sid),  # without --yes: the error names the session
+        ("sessions", "show", "evil"),  # ambiguous: the error lists the stored ids
+        ("sessions", "show", f"nothing{HOSTILE}"),
+    ]
+    for args in shows_stored_text:
+        result = run_cli(*args, "--url", hostile_db)
+        assert result.returncode == 0, (args, result.stderr)
+        no_raw_controls(result.stdout)
+        no_raw_controls(result.stderr)
+        # shown escaped, not dropped: what is stored stays visible
+        assert "\\x1b]52;c;cHduZWQ=\\x07" in result.stdout, (args, result.stdout)
+    for args in refused:
+        result = run_cli(*args, "--url", hostile_db)
+        no_raw_controls(result.stdout)
+        no_raw_controls(result.stderr)
+        assert "\\x1b]52" in one_line_error(result), args
+    shown = run_cli("sessions", "show", sid, "--url", hostile_db).stdout
+    for escaped in ("\\u202e", "\\x9b", "\\x0d", "\\x7f"):
+        assert escaped in shown, (escaped, shown)
+    for needle in ("user", "tool", "sh", "run", "titleevil", "model", "cli"):
+        assert f"{needle}\\x1b]52" in shown, (needle, shown)
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def test_json_output_escapes_every_control_and_round_trips(hostile_db: str) -> None:
+    sid = f"evil{HOSTILE}1"
+    for args in (
+        ("search", "deploy", "--json"),
+        ("sessions", "list", "--json"),
+        ("sessions", "show", sid, "--json"),
+        ("sessions", "export"),
+        ("sessions", "export", sid),
+    ):
+        result = run_cli(*args, "--url", hostile_db)
+        assert result.returncode == 0, (args, result.stderr)
+        no_raw_controls(result.stdout)
+        assert "\\u001b]52" in result.stdout and "\\u202e" in result.stdout, args
+        text = result.stdout
+        values = (
+            [json.loads(line) for line in text.splitlines()]
+            if args[1:2] == ("export",) and len(args) == 2
+            else json.loads(text)
+        )
+        assert any(HOSTILE in text for text in _strings(values)), args  # the value itself
+
+
+def test_argument_errors_escape_what_the_user_typed(fresh_db: str) -> None:
+    result = run_cli("sessions", "list", f"extra{HOSTILE}")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    no_raw_controls(result.stderr)
+    assert "extra\\x1b]52" in result.stderr
 
 
 # --------------------------------------------------------------------------- 10. limits
