@@ -7,6 +7,7 @@ import argparse
 import codecs
 import json
 import os
+import stat
 import sys
 import tempfile
 import textwrap
@@ -624,13 +625,24 @@ def _cmd_sessions_show(args: argparse.Namespace) -> int:
 
 @contextmanager
 def _output(target: str | None) -> Iterator[TextIO]:
-    """stdout for None or `-`; else a file that appears, complete, only on success (it is
-    written next to the target and renamed; mode 0600, as exports hold conversations)."""
+    """stdout for None or `-`; a FIFO or a character device (a pipe someone reads,
+    /dev/null, a terminal) opened and written as a stream, never replaced; else a file
+    that appears, complete, only on success (it is written next to the target and
+    renamed; mode 0600, as exports hold conversations). Other special files (a block
+    device, a socket, a directory) are refused with InvalidInput."""
     if target is None or target == "-":
         yield sys.stdout
         sys.stdout.flush()
         return
     path = Path(target)
+    try:
+        mode: int | None = path.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        with _stream(path, mode) as fp:
+            yield fp
+        return
     directory = path.parent
     if not directory.is_dir():
         raise OSError(f"cannot write {path}: directory {directory} does not exist")
@@ -643,6 +655,38 @@ def _output(target: str | None) -> Iterator[TextIO]:
         with suppress(OSError):
             os.unlink(partial)
         raise
+
+
+def _special_kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+@contextmanager
+def _stream(path: Path, mode: int) -> Iterator[TextIO]:
+    """`path`, a FIFO or a character device, opened for writing as it is: no temporary
+    file, no rename, no truncation (a rename would put a regular file in its place)."""
+    if not (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
+        raise InvalidInput(
+            f"cannot write the export to {path}: it is {_special_kind(mode)}; give a regular "
+            "file (written whole, then renamed into place), a FIFO or a character device"
+        )
+    # a FIFO blocks here until someone opens it for reading, as `cat > FIFO` does
+    fd = os.open(path, os.O_WRONLY | os.O_NOCTTY)
+    try:
+        opened = os.fstat(fd).st_mode
+        if stat.S_IFMT(opened) != stat.S_IFMT(mode):
+            raise InvalidInput(f"cannot write the export to {path}: it was replaced meanwhile")
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fp:
+        yield fp
 
 
 def _dumps(session: Any, indent: int | None) -> str:

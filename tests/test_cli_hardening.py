@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import sqlite3
+import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +184,98 @@ def test_argument_errors_escape_what_the_user_typed(fresh_db: str) -> None:
     assert result.returncode == 2 and "Traceback" not in result.stderr
     no_raw_controls(result.stderr)
     assert "extra\\x1b]52" in result.stderr
+
+
+# --------------------------------------------------------------------------- 7. export -o
+
+
+def _read_fifo_while(proc: subprocess.Popen[str], fd: int) -> bytes:
+    """Everything written to the FIFO whose read end is `fd` (non-blocking) until the
+    writer is done and the FIFO drained."""
+    data = b""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        chunk = b""
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                chunk = b""
+        data += chunk
+        if not chunk:
+            if proc.poll() is not None:
+                return data
+            time.sleep(0.05)  # no writer yet: the read end reports end of file at once
+    raise AssertionError("the export did not finish")
+
+
+def test_export_to_a_fifo_streams_into_it(small_db: str, tmp_path: Path) -> None:
+    fifo = tmp_path / "sessions.fifo"
+    os.mkfifo(fifo)
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "hermes_store.cli", "sessions", "export", "-o", str(fifo)]
+            + ["--url", small_db],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        data = _read_fifo_while(proc, fd)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        os.close(fd)
+    assert proc.returncode == 0, err
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode), "the FIFO was replaced by a regular file"
+    assert sorted(json.loads(line)["id"] for line in data.decode().splitlines()) == [
+        "s0",
+        "s1",
+        "s2",
+    ]
+    assert "exported 3 session(s)" in out
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".part")]
+
+
+def _device(path: Path, kind: int, major: int, minor: int) -> None:
+    try:
+        os.mknod(path, kind | 0o666, os.makedev(major, minor))
+    except (PermissionError, OSError) as exc:
+        pytest.skip(f"cannot create a device node here: {exc}")
+
+
+def test_export_to_a_character_device_writes_through_it(small_db: str, tmp_path: Path) -> None:
+    # a private node of /dev/null (1, 3): the machine's own /dev/null is never at risk
+    null = tmp_path / "null"
+    _device(null, stat.S_IFCHR, 1, 3)
+    try:
+        with open(null, "w") as probe:
+            probe.write("x")
+    except OSError as exc:
+        pytest.skip(f"device nodes do not work on this file system: {exc}")
+    result = run_cli("sessions", "export", "-o", str(null), "--url", small_db)
+    assert result.returncode == 0, result.stderr
+    assert stat.S_ISCHR(os.stat(null).st_mode), "the device node was replaced by a file"
+    assert os.stat(null).st_rdev == os.makedev(1, 3)
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".part")]
+
+
+def test_export_refuses_a_block_device_and_leaves_it(small_db: str, tmp_path: Path) -> None:
+    # a node for a device number nothing answers to: never a real disk
+    disk = tmp_path / "disk"
+    _device(disk, stat.S_IFBLK, 259, 999_999)
+    line = one_line_error(run_cli("sessions", "export", "-o", str(disk), "--url", small_db))
+    assert str(disk) in line and "block device" in line
+    assert stat.S_ISBLK(os.stat(disk).st_mode)
+
+
+def test_export_to_a_regular_file_still_replaces_it_whole(small_db: str, tmp_path: Path) -> None:
+    target = tmp_path / "out.jsonl"
+    target.write_text("old\n")
+    result = run_cli("sessions", "export", "-o", str(target), "--url", small_db)
+    assert result.returncode == 0, result.stderr
+    assert len(target.read_text().splitlines()) == 3
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
 
 
 # --------------------------------------------------------------------------- 10. limits
