@@ -1257,11 +1257,13 @@ def _days_arg(text: str) -> float:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse's parser, whose error messages (which quote what was typed) are escaped
-    like stored text. Subcommand parsers are of the same class."""
+    """argparse's parser, reporting a bad command line as every other error is reported:
+    one escaped line (it quotes what was typed) and exit status 2, with where to find the
+    usage. Subcommand parsers are of the same class."""
 
     def error(self, message: str) -> NoReturn:
-        super().error(_printable(message, lines=False))
+        _error(f"{message} (see `{self.prog} --help`)")
+        sys.exit(2)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -1397,7 +1399,11 @@ def _error(message: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if not (sys.argv[1:] if argv is None else argv):
+        parser.print_help(sys.stderr)  # `hermes-store` alone: what can it do?
+        return 2
+    args = parser.parse_args(argv)
     try:
         return int(args.func(args))
     except StoreError as exc:

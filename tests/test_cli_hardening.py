@@ -181,9 +181,8 @@ def test_json_output_escapes_every_control_and_round_trips(hostile_db: str) -> N
 
 def test_argument_errors_escape_what_the_user_typed(fresh_db: str) -> None:
     result = run_cli("sessions", "list", f"extra{HOSTILE}")
-    assert result.returncode == 2 and "Traceback" not in result.stderr
     no_raw_controls(result.stderr)
-    assert "extra\\x1b]52" in result.stderr
+    assert "extra\\x1b]52" in one_line_error(result)
 
 
 # --------------------------------------------------------------------------- 7. export -o
@@ -291,10 +290,8 @@ def test_export_to_a_regular_file_still_replaces_it_whole(small_db: str, tmp_pat
     ],
 )
 def test_limit_out_of_range_is_a_clear_error(small_db: str, args: tuple[str, ...]) -> None:
-    result = run_cli(*args, "--url", small_db)
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr
-    assert "--limit" in result.stderr and args[-1] in result.stderr
+    line = one_line_error(run_cli(*args, "--url", small_db))
+    assert "--limit" in line and args[-1] in line and "--help" in line, line
 
 
 def test_bogus_prepare_threshold_is_a_clear_error(pg_fresh_db: str) -> None:
