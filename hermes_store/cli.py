@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import stat
 import sys
 import tempfile
 import textwrap
@@ -15,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
@@ -24,9 +25,13 @@ from . import migrate
 from .config import resolve_url, sqlite_path
 from .copy import DEFAULT_BATCH_SIZE, CopyProgress, copy_database
 from .engine import secure_file_modes
-from .errors import AmbiguousSessionPrefix, SessionNotFound, StoreError
+from .errors import AmbiguousSessionPrefix, InvalidInput, SessionNotFound, StoreError
 from .models import HermesSession as SessionModel
-from .repositories.maintenance import ImportSource, MaintenanceRepository
+from .repositories._paging import MAX_ROWS
+from .repositories.maintenance import (
+    ImportSource,
+    MaintenanceRepository,
+)
 from .repositories.messages import MessageRepository
 from .repositories.sessions import SessionRepository
 from .repositories.usage import TOKEN_FIELDS, UsageRepository
@@ -124,7 +129,8 @@ def _json_default(value: Any) -> Any:
 
 
 def _print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True, default=_json_default))
+    text = json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True, default=_json_default)
+    print(_json_text(text))
 
 
 def _revision_span(revisions: Sequence[str]) -> str:
@@ -146,26 +152,27 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
         # command that sets a database up
         secure_file_modes(path)
     moved = f"revision {report.before or 'none'} -> {report.after}"
+    location = _printable(report.location, lines=False)
     if report.created and path is not None:
-        directory = f" (and its directory {path.parent})" if new_directory else ""
-        print(f"created a new database at {report.location}{directory}: {moved}")
+        parent = _printable(str(path.parent), lines=False)
+        directory = f" (and its directory {parent})" if new_directory else ""
+        print(f"created a new database at {location}{directory}: {moved}")
     elif report.created:
-        print(f"created the schema in the empty database {report.location}: {moved}")
+        print(f"created the schema in the empty database {location}: {moved}")
     elif report.revisions or report.adopted_from is not None:
         adopted = (
             f" (adopted a Hermes database at schema_version {report.adopted_from})"
             if report.adopted_from is not None
             else ""
         )
-        print(f"upgraded {report.location}: {moved}{adopted}")
+        print(f"upgraded {location}: {moved}{adopted}")
     else:
-        print(f"{report.location} is at head already: {moved}")
+        print(f"{location} is at head already: {moved}")
     if report.fts is not None:
-        print(f"fts: {report.fts.describe()}")
+        print(f"fts: {_cell(report.fts.describe())}")
         if report.fts.backfill_pending:
             print(
-                "finish the FTS backfill later with: hermes-store fts backfill --url "
-                f"'{report.location}'"
+                f"finish the FTS backfill later with: hermes-store fts backfill --url '{location}'"
             )
     parts = [_revision_span(report.revisions)]
     if report.backfill is not None:
@@ -184,7 +191,7 @@ def _cmd_current(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(status.as_dict())
         return 0
-    print(f"database:        {status.url} ({status.kind})")
+    print(f"database:        {_printable(status.url, lines=False)} ({status.kind})")
     print(f"revision:        {status.alembic_revision or 'none'} (head {status.head})")
     print(f"schema_version:  {status.schema_version}")
     if status.kind == "legacy":
@@ -194,7 +201,7 @@ def _cmd_current(args: argparse.Namespace) -> int:
             else "adopt at:        base (every revision runs)"
         )
     if status.fts is not None:
-        print(f"fts:             {status.fts.describe()}")
+        print(f"fts:             {_cell(status.fts.describe())}")
     return 0
 
 
@@ -232,26 +239,26 @@ def _cmd_check(args: argparse.Namespace) -> int:
         else:
             at_head = "yes" if report.status.at_head else "no (run hermes-store upgrade)"
         print(f"at head:       {at_head}")
-        print(f"quick_check:   {'; '.join(report.quick_check)}")
+        print(f"quick_check:   {_cell('; '.join(report.quick_check))}")
         unread = report.status.error is not None
-        fts = "ok" if not report.fts_errors else "; ".join(report.fts_errors)
+        fts = "ok" if not report.fts_errors else _cell("; ".join(report.fts_errors))
         drift = not_judged or (str(len(report.schema_drift)) if report.schema_drift else "none")
         print(f"fts integrity: {'not checked' if unread else fts}")
         print(f"schema drift:  {drift}")
         for line in [] if not_judged else report.schema_drift:
-            print(f"  {line}")
+            print(f"  {_cell(line)}")
         missing = [name for names in report.status.missing.values() for name in names]
         if missing:
             print(f"missing:       {len(missing)} (the upgrade adds them)")
             for name in missing:
-                print(f"  {name}")
+                print(f"  {_cell(name)}")
         if report.tolerated:
             print(
                 f"kept as found: {len(report.tolerated)} extra column(s)/index(es) or legacy"
                 " declarations the original wrote (not errors)"
             )
         for line in report.errors:
-            print(f"error:         {line}")
+            print(f"error:         {_cell(line)}")
         if report.storage is not None:
             storage = report.storage
             driver = f"{storage.driver} {storage.sqlite_version}"
@@ -272,7 +279,7 @@ def _cmd_fts(args: argparse.Namespace) -> int:
     stats = BackfillStats()
     with _progress_bar("fts backfill") as progress:
         migrate.finish_fts(args.url, on_progress=progress, stats=stats)
-    print(f"fts: {migrate.current(args.url).fts.describe()}")  # type: ignore[union-attr]
+    print(f"fts: {_cell(migrate.current(args.url).fts.describe())}")  # type: ignore[union-attr]
     print(
         f"summary: {stats.rows_indexed} messages indexed, {stats.tables_removed} legacy FTS "
         f"tables removed, {time.monotonic() - started:.1f} s"
@@ -299,8 +306,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
         _print_json([_iso_times(hit) for hit in hits])
         return 0
     for hit in hits:
-        snippet = " ".join(str(hit["snippet"] or "").split())
-        print(f"{hit['session_id']}  #{hit['id']}  {hit['role']:<9} {snippet}")
+        session, role, snippet = _cell(hit["session_id"]), _cell(hit["role"]), _cell(hit["snippet"])
+        print(f"{session}  #{hit['id']}  {role:<9} {snippet}")
     if not hits:
         print("no matches")
     return 0
@@ -371,13 +378,44 @@ def _when(value: Any) -> str:
     return "" if shown is None else str(shown)
 
 
-# C0/C1 controls (ESC above all) are shown escaped, so stored text cannot drive the
-# terminal; tab and newline stay.
-_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (9, 10)}
+# Stored text and what was typed are shown with every character that could drive the
+# terminal escaped: C0 and C1 controls (ESC, CSI 0x9b, OSC ... BEL), DEL, the bidi
+# controls that reorder what is displayed (U+202E, U+2066, ...), and lone surrogates
+# (which stdout cannot even encode). Tab and newline stay in multi-line text.
+_C0_C1 = (*range(0x20), 0x7F, *range(0x80, 0xA0))
+_BIDI = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+_SURROGATES = range(0xD800, 0xE000)
+_CONTROLS = {
+    **{c: f"\\x{c:02x}" for c in _C0_C1},
+    **{c: f"\\u{c:04x}" for c in (*_BIDI, *_SURROGATES)},
+}
+_CONTROLS_KEEPING_LINES = {c: v for c, v in _CONTROLS.items() if c not in (9, 10)}
+# JSON escapes C0 itself; these are the rest, written as JSON escapes (the text is still
+# the same JSON: outside strings JSON is ASCII)
+_JSON_ESCAPES = {c: f"\\u{c:04x}" for c in (0x7F, *range(0x80, 0xA0), *_BIDI, *_SURROGATES)}
 
 
-def _printable(text: str) -> str:
-    return text.translate(_CONTROLS)
+def _printable(text: str, *, lines: bool = True) -> str:
+    """`text` with every character that could drive the terminal escaped (`\\x1b`,
+    `\\u202e`); tab and newline kept, unless `lines` is False (a one-line message)."""
+    return text.translate(_CONTROLS_KEEPING_LINES if lines else _CONTROLS)
+
+
+def _json_text(text: str) -> str:
+    """JSON as json.dumps(ensure_ascii=False) writes it, with the controls it leaves
+    raw (DEL, C1, bidi controls, lone surrogates) written as \\u escapes."""
+    return text.translate(_JSON_ESCAPES)
+
+
+class _JSONOut:
+    """A text stream that JSON is written to, escaped as `_json_text` does."""
+
+    def __init__(self, fp: TextIO) -> None:
+        self.fp = fp
+
+    def write(self, text: str) -> int:
+        self.fp.write(_json_text(text))
+        return len(text)
 
 
 def _cell_width(ch: str) -> int:
@@ -580,8 +618,8 @@ def _cmd_sessions_show(args: argparse.Namespace) -> int:
     ):
         print(f"{label + ':':<10} {_cell(value)}")
     for m in messages:
-        tool = f" {m['tool_name']}" if m.get("tool_name") else ""
-        print(f"\n#{m.get('id')}  {_when(m.get('timestamp'))}  {m.get('role')}{tool}")
+        tool = f" {_cell(m['tool_name'])}" if m.get("tool_name") else ""
+        print(f"\n#{m.get('id')}  {_when(m.get('timestamp'))}  {_cell(m.get('role'))}{tool}")
         text = _content_text(m.get("content"))
         if text:
             print(textwrap.indent(_printable(text), "    ", lambda _line: True))
@@ -592,13 +630,24 @@ def _cmd_sessions_show(args: argparse.Namespace) -> int:
 
 @contextmanager
 def _output(target: str | None) -> Iterator[TextIO]:
-    """stdout for None or `-`; else a file that appears, complete, only on success (it is
-    written next to the target and renamed; mode 0600, as exports hold conversations)."""
+    """stdout for None or `-`; a FIFO or a character device (a pipe someone reads,
+    /dev/null, a terminal) opened and written as a stream, never replaced; else a file
+    that appears, complete, only on success (it is written next to the target and
+    renamed; mode 0600, as exports hold conversations). Other special files (a block
+    device, a socket, a directory) are refused with InvalidInput."""
     if target is None or target == "-":
         yield sys.stdout
         sys.stdout.flush()
         return
     path = Path(target)
+    try:
+        mode: int | None = path.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        with _stream(path, mode) as fp:
+            yield fp
+        return
     directory = path.parent
     if not directory.is_dir():
         raise OSError(f"cannot write {path}: directory {directory} does not exist")
@@ -613,12 +662,44 @@ def _output(target: str | None) -> Iterator[TextIO]:
         raise
 
 
+def _special_kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+@contextmanager
+def _stream(path: Path, mode: int) -> Iterator[TextIO]:
+    """`path`, a FIFO or a character device, opened for writing as it is: no temporary
+    file, no rename, no truncation (a rename would put a regular file in its place)."""
+    if not (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
+        raise InvalidInput(
+            f"cannot write the export to {path}: it is {_special_kind(mode)}; give a regular "
+            "file (written whole, then renamed into place), a FIFO or a character device"
+        )
+    # a FIFO blocks here until someone opens it for reading, as `cat > FIFO` does
+    fd = os.open(path, os.O_WRONLY | os.O_NOCTTY)
+    try:
+        opened = os.fstat(fd).st_mode
+        if stat.S_IFMT(opened) != stat.S_IFMT(mode):
+            raise InvalidInput(f"cannot write the export to {path}: it was replaced meanwhile")
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fp:
+        yield fp
+
+
 def _dumps(session: Any, indent: int | None) -> str:
     return json.dumps(session, indent=indent, ensure_ascii=False, default=_json_default)
 
 
 def _write_sessions(
-    fp: TextIO, sessions: Iterable[dict[str, Any]], fmt: str, *, single: bool
+    fp: _JSONOut, sessions: Iterable[dict[str, Any]], fmt: str, *, single: bool
 ) -> int:
     """JSONL (one session per line), one JSON object, or a JSON list written item by item
     (memory stays at one session either way)."""
@@ -653,15 +734,15 @@ def _cmd_sessions_export(args: argparse.Namespace) -> int:
             if exported is None:
                 raise SessionNotFound(args.id)
             with _output(args.output) as fp:
-                count = _write_sessions(fp, [exported], fmt, single=True)
+                count = _write_sessions(_JSONOut(fp), [exported], fmt, single=True)
         else:
             total = SessionRepository(store).session_count(include_archived=True)
             with _output(args.output) as fp, _count_bar("export", total, "session") as advance:
                 count = _write_sessions(
-                    fp, _counting(repo.export_all(), advance), fmt, single=False
+                    _JSONOut(fp), _counting(repo.export_all(), advance), fmt, single=False
                 )
     if args.output not in (None, "-"):
-        print(f"exported {count} session(s) to {args.output}")
+        print(f"exported {count} session(s) to {_printable(args.output, lines=False)}")
     return 0
 
 
@@ -763,7 +844,7 @@ def _cmd_sessions_delete(args: argparse.Namespace) -> int:
             raise StoreError(f"this deletes {what} with their messages; add --yes to delete")
         if not MaintenanceRepository(store).delete_session(args.id):
             raise SessionNotFound(args.id)
-    print(f"deleted {what}")
+    print(f"deleted {_printable(what, lines=False)}")
     return 0
 
 
@@ -815,7 +896,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
             _print_table(
                 ("DAY", "MODEL", "SESSIONS", *usage_headers),
                 [
-                    [str(r.get("day")), _cell(r.get("model") or "(none)", 40)]
+                    [_cell(r.get("day")), _cell(r.get("model") or "(none)", 40)]
                     + [_num(r.get("sessions"))]
                     + _usage_cells(r)
                     for r in by_model_day
@@ -847,7 +928,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         if by_day:
             _print_table(
                 ("DAY", "SESSIONS", *usage_headers),
-                [[str(r.get("day")), _num(r.get("sessions"))] + _usage_cells(r) for r in by_day]
+                [[_cell(r.get("day")), _num(r.get("sessions"))] + _usage_cells(r) for r in by_day]
                 + [
                     ["total", _num(sum(r.get("sessions") or 0 for r in by_day))]
                     + _usage_cells(_totals(by_day))
@@ -898,8 +979,9 @@ def _cmd_copy(args: argparse.Namespace) -> int:
         return 0 if report.ok else 1
     copied = sum(report.copied.values())
     print(
-        f"copied {_num(copied)} rows in {report.batches} batches: {report.source} -> "
-        f"{report.target}{' (resumed)' if report.resumed else ''}"
+        f"copied {_num(copied)} rows in {report.batches} batches: "
+        f"{_printable(report.source, lines=False)} -> {_printable(report.target, lines=False)}"
+        f"{' (resumed)' if report.resumed else ''}"
     )
     rows = []
     for t in report.tables:
@@ -907,11 +989,17 @@ def _cmd_copy(args: argparse.Namespace) -> int:
         if t.digest_target != t.digest_source:
             digest += f" != {t.digest_target[:12]}"
         rows.append(
-            (t.table, _num(t.rows_source), _num(t.rows_target), digest, "ok" if t.ok else "DIFF")
+            (
+                _cell(t.table),
+                _num(t.rows_source),
+                _num(t.rows_target),
+                digest,
+                "ok" if t.ok else "DIFF",
+            )
         )
     _print_table(("TABLE", "ROWS SOURCE", "ROWS TARGET", "DIGEST", "OK"), rows, right=(1, 2))
     for name in report.not_copied:
-        print(f"not copied (unknown to hermes-store): {name}")
+        print(f"not copied (unknown to hermes-store): {_cell(name)}")
     if not report.ok:
         print("the target differs from the source (was the source written during the copy?)")
     return 0 if report.ok else 1
@@ -925,12 +1013,24 @@ def _batch_arg(text: str) -> int:
 
 
 def _count_arg(text: str) -> int:
+    return _whole_number(text, 0)
+
+
+def _hits_arg(text: str) -> int:
+    return _whole_number(text, 1)
+
+
+def _whole_number(text: str, minimum: int) -> int:
+    """A count given on the command line, from `minimum` up to the largest LIMIT both
+    databases take (a larger one would reach the driver as an integer overflow)."""
     try:
         value = int(text)
     except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+        value = minimum - 1
+    if not minimum <= value <= MAX_ROWS:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number from {minimum} to {MAX_ROWS}, got {text!r}"
+        )
     return value
 
 
@@ -944,8 +1044,18 @@ def _days_arg(text: str) -> float:
     return value
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, reporting a bad command line as every other error is reported:
+    one escaped line (it quotes what was typed) and exit status 2, with where to find the
+    usage. Subcommand parsers are of the same class."""
+
+    def error(self, message: str) -> NoReturn:
+        _error(f"{message} (see `{self.prog} --help`)")
+        sys.exit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="hermes-store",
         description="Hermes Agent session store: migrations, checks, sessions and usage",
     )
@@ -978,7 +1088,9 @@ def build_parser() -> argparse.ArgumentParser:
     find.add_argument("query")
     find.add_argument("--source", action="append", help="only this source (repeatable)")
     find.add_argument("--role", action="append", help="only this role (repeatable)")
-    find.add_argument("--limit", type=int, default=20)
+    find.add_argument(
+        "--limit", type=_hits_arg, default=20, metavar="N", help="at most N hits (default 20)"
+    )
     find.add_argument("--json", action="store_true")
     find.set_defaults(func=_cmd_search)
 
@@ -1068,22 +1180,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _error(message: str) -> None:
+    """The one line an error leaves on stderr; the message may quote stored text or what
+    was typed, so it is escaped like them, newlines included."""
+    print(f"hermes-store: error: {_printable(message, lines=False)}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if not (sys.argv[1:] if argv is None else argv):
+        parser.print_help(sys.stderr)  # `hermes-store` alone: what can it do?
+        return 2
+    args = parser.parse_args(argv)
     try:
         return int(args.func(args))
     except StoreError as exc:
-        print(f"hermes-store: error: {exc}", file=sys.stderr)
+        _error(str(exc))
     except SQLAlchemyError as exc:
-        detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
-        print(f"hermes-store: error: database error: {detail}", file=sys.stderr)
+        detail = (str(getattr(exc, "orig", None) or exc).splitlines() or [""])[0]
+        _error(f"database error: {detail}")
     except BrokenPipeError:
         # The reader went away (`hermes-store sessions export | head`): no message, and
         # stdout goes to /dev/null so the interpreter's final flush cannot fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except OSError as exc:
-        print(f"hermes-store: error: {exc}", file=sys.stderr)
+        _error(str(exc))
     except KeyboardInterrupt:
         print("hermes-store: interrupted; run the same command again to resume", file=sys.stderr)
         return 130

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote_plus
 
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
@@ -47,12 +49,19 @@ def resolve_url(url: str | os.PathLike[str] | URL | None = None) -> URL:
     if isinstance(url, os.PathLike):
         return sqlite_url(url)
     if "://" not in url:
+        if _LIBPQ_STRING.match(url):
+            raise InvalidURL(
+                f"{shown_url(url)} is a libpq connection string, not a database URL: write "
+                "it as postgresql://user:password@host:port/dbname (for a file of that "
+                "name, write ./ before it)"
+            )
         return sqlite_url(url)
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError) as exc:  # ValueError: a port that is not a number
         raise InvalidURL(
-            f"cannot read the database URL {_masked(url)} ({exc}); give a file path, {_FORMS}"
+            f"cannot read the database URL {shown_url(url)} ({_masked(str(exc))}); give a "
+            f"file path, {_FORMS}"
         ) from None
     if parsed.drivername in ("postgresql", "postgres"):
         # the driver hermes-store ships with (the `postgres` extra), not psycopg2
@@ -69,7 +78,16 @@ SUPPORTED_DRIVERS = {"sqlite": "pysqlite", "postgresql": "psycopg"}
 
 def _supported(url: URL) -> URL:
     backend, driver = url.get_backend_name(), url.get_driver_name()
-    shown = url.render_as_string(hide_password=True)
+    if url.host and "@" in url.host:
+        # The URL parser ends the password at its first "@": the rest of the password
+        # would be taken for a host name and looked up in DNS, and the error would quote it.
+        host = shown_url(url.set(host=url.host.rpartition("@")[2]))
+        raise InvalidURL(
+            f"the database URL {host} (as far as it can be shown) has an '@' in its host "
+            "name, so its password holds an unencoded '@': write it as %40 (percent-encode "
+            "the password)"
+        )
+    shown = shown_url(url)
     if backend not in SUPPORTED_DRIVERS:
         raise InvalidURL(
             f"unsupported database {backend!r} in {shown}: hermes-store runs on SQLite and "
@@ -83,13 +101,49 @@ def _supported(url: URL) -> URL:
     return url
 
 
+#: Query parameters that hold a credential: libpq's `password` and `sslpassword`, and
+#: anything named alike (`passwd`, `pwd`, a token or secret a proxy or driver takes).
+_SECRET_KEY = re.compile(r"pass(?:word|wd|phrase)|pwd|secret|token", re.IGNORECASE)
+#: A credential parameter with its value, in a URL's query or a libpq `key=value` string.
+_SECRET_PARAM = re.compile(
+    r"(?P<key>(?:^|[?&;\s])[^=&;\s]*(?:pass(?:word|wd|phrase)|pwd|secret|token)[^=&;\s]*\s*=)"
+    r"\s*(?:'(?:[^'\\]|\\.)*'|[^&;\s]*)",
+    re.IGNORECASE,
+)
+#: A libpq connection string (`host=db dbname=hermes ...`), which is not a URL.
+_LIBPQ_STRING = re.compile(
+    r"\s*(?:host|hostaddr|port|dbname|user|password|passfile|service|sslmode)\s*=",
+    re.IGNORECASE,
+)
+
+
+def shown_url(url: URL | str) -> str:
+    """A database URL as people may see it (output, error messages, logs): the password
+    of its user and every credential query parameter (`password`, `sslpassword`, ...) as
+    `***`. A string that does not parse as a URL is masked as text (`_masked`)."""
+    if isinstance(url, str):
+        return _masked(url)
+    secret = {key for key in url.query if _SECRET_KEY.search(key)}
+    if not secret:
+        return url.render_as_string(hide_password=True)
+    # rendered as SQLAlchemy renders a query (sorted keys, quote_plus), which would
+    # write the mask itself as %2A%2A%2A
+    params = []
+    for key in sorted(url.query):
+        values = url.query[key]
+        for value in (values,) if isinstance(values, str) else values:
+            params.append(f"{quote_plus(key)}={'***' if key in secret else quote_plus(value)}")
+    return url.set(query={}).render_as_string(hide_password=True) + "?" + "&".join(params)
+
+
 def _masked(text: str) -> str:
-    """A URL as given, with anything between `://` and `@` hidden (it may hold a
-    password): it is echoed in an error message, which ends up in logs."""
+    """Text that may hold a URL (one that did not parse, or a parser's message about
+    it), with anything between `://` and the last `@` and the value of every credential
+    parameter hidden: it is echoed in an error message, which ends up in logs."""
     scheme, sep, rest = text.partition("://")
     if sep and "@" in rest:
-        return f"{scheme}://***@{rest.rpartition('@')[2]}"
-    return text
+        text = f"{scheme}://***@{rest.rpartition('@')[2]}"
+    return _SECRET_PARAM.sub(lambda m: f"{m['key']}***", text)
 
 
 def sqlite_path(url: URL) -> Path | None:

@@ -58,7 +58,7 @@ from sqlalchemy.sql.expression import TableClause
 from sqlalchemy.types import TEXT
 
 from . import migrate
-from .config import SCHEMA_VERSION, resolve_url, sqlite_path
+from .config import SCHEMA_VERSION, resolve_url, shown_url, sqlite_path
 from .contract import FTS_TABLE, FTS_TRASH_PREFIX, VERSION_TABLE
 from .contract import META_FTS_LOCAL_KEYS as FTS_LOCAL_KEYS
 from .dialects import Backend, backend_for
@@ -348,7 +348,7 @@ def table_digest(
 
 
 def _render(url: URL) -> str:
-    return url.render_as_string(hide_password=True)
+    return shown_url(url)
 
 
 def _tables(conn: Connection) -> set[str]:

@@ -29,7 +29,7 @@ from sqlalchemy.pool import NullPool
 
 from . import sqlite_driver
 from .config import JOURNAL_ENV, JournalPolicy, resolve_url, sqlite_path
-from .errors import DatabaseNotWritable
+from .errors import DatabaseNotWritable, InvalidURL
 from .sqlite_file import not_a_database_error, refuse_directory
 
 log = logging.getLogger(__name__)
@@ -393,15 +393,21 @@ PG_CONNECTION_DEFAULTS: dict[str, Any] = {
 
 def _prepare_threshold(value: str) -> int | None:
     """psycopg's `prepare_threshold` from a URL: `none` (or empty) turns server-side
-    prepared statements off, which PgBouncer before 1.21 cannot carry in transaction mode."""
+    prepared statements off, which PgBouncer before 1.21 cannot carry in transaction mode.
+    Anything but a whole number >= 0 raises InvalidURL (a ValueError) before a connection
+    is tried."""
     if value.strip().lower() in ("", "none", "off"):
         return None
     try:
-        return int(value)
+        threshold = int(value)
     except ValueError:
-        raise ValueError(
-            f"prepare_threshold={value!r} in the URL: give a number of executions, or none"
-        ) from None
+        threshold = -1
+    if threshold < 0:
+        raise InvalidURL(
+            f"prepare_threshold={value!r} in the database URL: give the number of executions "
+            "after which psycopg prepares a statement (0 or more), or none to never prepare"
+        )
+    return threshold
 
 
 def _postgresql_engine(url: URL, *, read_only: bool, **engine_kwargs: Any) -> Engine:

@@ -25,7 +25,14 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
 from . import adoption, sqlite_driver
-from .config import SCHEMA_VERSION, JournalPolicy, hermes_home, resolve_url, sqlite_path
+from .config import (
+    SCHEMA_VERSION,
+    JournalPolicy,
+    hermes_home,
+    resolve_url,
+    shown_url,
+    sqlite_path,
+)
 from .contract import FTS_REBUILT_LATER_ATTR, HERMES_HOME_ATTR, PG_SEARCH_COLUMNS, PG_SEARCH_INDEXES
 from .contract import PG_MIGRATION_LOCK as PG_MIGRATION_LOCK
 from .contract import VERSION_TABLE as VERSION_TABLE
@@ -385,7 +392,7 @@ def upgrade(
         adopted_from=shape.stored_version if legacy else None,
         fts=state,
         created=shape.kind == "empty",
-        location=str(path) if path is not None else resolved.render_as_string(hide_password=True),
+        location=str(path) if path is not None else shown_url(resolved),
         revisions=_applied(start, after),
         migration_s=migration_s,
         backfill=backfill,
@@ -482,7 +489,7 @@ def current(url: str | URL | None = None) -> Status:
     finally:
         engine.dispose()
     return Status(
-        url=resolved.render_as_string(hide_password=True),
+        url=shown_url(resolved),
         kind=shape.kind,
         alembic_revision=shape.alembic_revision,
         head=HEAD,
@@ -555,7 +562,7 @@ def check(url: str | URL | None = None) -> CheckReport:
         status = current(resolved)
     except DatabaseCorrupt as exc:
         status = Status(
-            url=resolved.render_as_string(hide_password=True),
+            url=shown_url(resolved),
             kind="unreadable",
             alembic_revision=None,
             head=HEAD,
@@ -665,6 +672,6 @@ def open_engine_at_head(url: str | URL | None = None, *, read_only: bool = False
         engine.dispose()
         raise NotAtHead(
             f"the database is at revision {revision or 'none'}, not {HEAD}; "
-            f"run: hermes-store upgrade --url '{resolved.render_as_string(hide_password=True)}'"
+            f"run: hermes-store upgrade --url '{shown_url(resolved)}'"
         )
     return engine

@@ -21,7 +21,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from . import sqlite_driver
-from .config import sqlite_path
+from .config import shown_url, sqlite_path
 
 Damage = Literal["fts", "structural", "suspect_fts"]
 
@@ -76,6 +76,7 @@ def quick_check(conn: Connection, limit: int = 20) -> list[str]:
 
 
 def where(url: URL) -> str:
-    """How an error names the database: the file's path, else the URL without password."""
+    """How an error names the database: the file's path, else the URL without its
+    credentials."""
     path = sqlite_path(url)
-    return str(path) if path is not None else url.render_as_string(hide_password=True)
+    return str(path) if path is not None else shown_url(url)

@@ -37,6 +37,7 @@ from .errors import (
 from .retry import RetryPolicy, first_line
 from .search import maintenance
 from .sqlite_damage import classify, quick_check, sqlite_error, where
+from .sqlite_limits import WRITE_IOERRS, file_size_limit_hit
 
 log = logging.getLogger(__name__)
 
@@ -171,8 +172,9 @@ class SQLiteStoreBackend(StoreBackend):
 
     def _unwritable_error(self, exc: DBAPIError) -> DatabaseNotWritable | None:
         """SQLite failing to open or write this file: the file or its directory became
-        read-only, the disk is full, or a read-only open of a WAL-mode file cannot create
-        the -shm file it needs. Raised after the rollback, so nothing was written."""
+        read-only, the disk is full, the process may not write files that large
+        (RLIMIT_FSIZE), or a read-only open of a WAL-mode file cannot create the -shm file
+        it needs. Raised after the rollback, so nothing was written."""
         orig = sqlite_error(exc)
         code = getattr(orig, "sqlite_errorcode", None)
         if orig is None or code is None:
@@ -188,6 +190,17 @@ class SQLiteStoreBackend(StoreBackend):
             )
         if self.read_only:
             return None
+        if code & 0xFF == sqlite3.SQLITE_FULL or code in WRITE_IOERRS:
+            hit = file_size_limit_hit(Path(place))
+            if hit is not None:
+                limit, size = hit
+                return StorageFull(
+                    f"cannot write the database {place} ({orig}): this process may not "
+                    f"write a file larger than {limit:,} bytes (its file-size limit, `ulimit "
+                    f"-f`) and the write needed more (the database file is {size:,} bytes); "
+                    "nothing was written and the database is intact. Raise the limit "
+                    "(`ulimit -f unlimited`), then retry"
+                )
         if code & 0xFF == sqlite3.SQLITE_FULL:
             return StorageFull(
                 f"the disk holding the database {place} is full ({orig}); nothing was "

@@ -34,6 +34,7 @@ from ..models import AsyncDelegation, CompressionLock, GatewayRouting
 from ..store import Store
 from ._dialect import data_columns, data_rows, lock_session, upsert_insert
 from ._encoding import now, scrub
+from ._paging import limit_clause
 from ._sql import all_columns, chunks, rowcount
 from ._tables import DELEGATIONS, SESSIONS, M, S
 from .lineage import is_recoverable, last_active
@@ -552,8 +553,7 @@ class AsyncDelegationRepository:
         if origin_session is not None:
             stmt = stmt.where(AsyncDelegation.origin_session == origin_session)
         stmt = stmt.order_by(AsyncDelegation.dispatched_at, AsyncDelegation.delegation_id)
-        if limit is not None:
-            stmt = stmt.limit(max(0, int(limit)))
+        stmt = stmt.limit(limit_clause(limit))
         return self.store.read(lambda s: data_rows(s.execute(stmt, params)))
 
     def count_by_state(self) -> dict[str, int]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import (
     TEXT,
+    BigInteger,
     ColumnElement,
     Connection,
     Integer,
@@ -31,6 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.sql.selectable import NamedFromClause
 
 from ..prepared import Prepared
+from ._paging import row_limit, row_offset
 from ._preview import first_user_excerpt, shape_session_preview
 from ._sql import alias, contains_caseless, path_prefix_values, path_under
 from ._tables import SESSIONS
@@ -239,9 +241,10 @@ def page_statement(shape: PageShape) -> Prepared:
         order = [s.c.started_at.desc(), s.c.id.desc()]
     if shape.pinned_only:
         return Prepared(query.where(s.c.pinned != 0).order_by(s.c.started_at.desc(), s.c.id.desc()))
-    query = query.order_by(*order).offset(_int_param("page_offset"))
+    # 64-bit: an Integer parameter is cast to PostgreSQL's 32-bit integer
+    query = query.order_by(*order).offset(bindparam("page_offset", type_=BigInteger()))
     if shape.limited:
-        query = query.limit(_int_param("page_limit"))
+        query = query.limit(bindparam("page_limit", type_=BigInteger()))
     return Prepared(query)
 
 
@@ -324,6 +327,7 @@ def list_page(
     project_tips: bool,
 ) -> list[Row]:
     """One page of a listing (`SessionRepository.list_sessions_rich`)."""
+    limit, offset = row_limit(limit), row_offset(offset)
     id_needle = (id_query or "").strip() if by_chain_activity else ""
     search_needle = (search_query or "").strip() if by_chain_activity else ""
     shape = PageShape(

@@ -19,9 +19,9 @@ from functools import cache
 from typing import Any, cast
 
 from sqlalchemy import (
+    BigInteger,
     Connection,
     CursorResult,
-    Integer,
     Select,
     and_,
     bindparam,
@@ -43,6 +43,7 @@ from ..prepared import Prepared
 from ..store import Store
 from ._dialect import data_columns, data_dicts, lock_session
 from ._encoding import decode_content, encode_display_metadata, now, scrub
+from ._paging import count_clause, limit_clause, row_count, row_limit, row_offset
 from ._preview import shape_message_preview
 from ._sql import all_columns, chunks, rowcount
 from ._tables import MESSAGES, SESSIONS, L, M, S
@@ -80,10 +81,11 @@ def _conversation_page(include_inactive: bool, limited: bool, skipped: bool) -> 
     if not include_inactive:
         query = query.where(M.active == 1)
     query = query.order_by(M.id)
+    # 64-bit: an Integer parameter is cast to PostgreSQL's 32-bit integer
     if limited:
-        query = query.limit(bindparam("limit", type_=Integer))
+        query = query.limit(bindparam("limit", type_=BigInteger))
     if skipped:
-        query = query.offset(bindparam("offset", type_=Integer))
+        query = query.offset(bindparam("offset", type_=BigInteger))
     return Prepared(query)
 
 
@@ -423,15 +425,15 @@ def _window(
     )
     if anchor is None:
         return None
-    window = max(0, int(window))
+    rows = count_clause(window)
     in_session = _full_rows().where(M.session_id == session_id)
     before = (
-        conn.execute(in_session.where(M.id < around_message_id).order_by(M.id.desc()).limit(window))
+        conn.execute(in_session.where(M.id < around_message_id).order_by(M.id.desc()).limit(rows))
         .mappings()
         .all()
     )
     after = (
-        conn.execute(in_session.where(M.id > around_message_id).order_by(M.id).limit(window))
+        conn.execute(in_session.where(M.id > around_message_id).order_by(M.id).limit(rows))
         .mappings()
         .all()
     )
@@ -451,10 +453,9 @@ def _bookends(
     base = _full_rows().where(M.session_id == session_id, _non_empty_content())
     if keep_roles is not None:
         base = base.where(M.role.in_(list(keep_roles)))
-    start = conn.execute(base.where(M.id < low).order_by(M.id).limit(bookend)).mappings().all()
-    end = (
-        conn.execute(base.where(M.id > high).order_by(M.id.desc()).limit(bookend)).mappings().all()
-    )
+    rows = count_clause(bookend)
+    start = conn.execute(base.where(M.id < low).order_by(M.id).limit(rows)).mappings().all()
+    end = conn.execute(base.where(M.id > high).order_by(M.id.desc()).limit(rows)).mappings().all()
     return list(start), list(reversed(end))
 
 
@@ -689,8 +690,9 @@ class MessageRepository:
         offset: int = 0,
     ) -> list[dict[str, Any]]:
         """Full rows in id order, decoded; only active rows unless `include_inactive`."""
-        limited = limit is not None and limit >= 0
-        skipped = bool(offset and offset > 0)
+        limit, offset = row_limit(limit), row_offset(offset)
+        limited = limit is not None
+        skipped = offset > 0
         page = _conversation_page(include_inactive, limited, skipped)
         params = {"session_id": session_id, "limit": limit, "offset": offset}
         rows = self.store.read(lambda conn: data_dicts(page.dicts(conn, params)))
@@ -721,7 +723,7 @@ class MessageRepository:
         """The window around the anchor plus the session's first and last `bookend` rows
         outside it. `messages_before`/`messages_after` count the rows actually returned
         after the role filter."""
-        bookend = max(0, int(bookend))
+        bookend = row_count(bookend)
         found = self.store.read(
             lambda conn: _anchored_rows(
                 conn, session_id, around_message_id, window, bookend, keep_roles
@@ -758,7 +760,7 @@ class MessageRepository:
         )
         if not include_inactive:
             query = query.where(M.active == 1)
-        query = query.order_by(M.id.desc()).limit(max(0, int(limit)))
+        query = query.order_by(M.id.desc()).limit(limit_clause(limit))
         rows = self.store.read(lambda conn: conn.execute(query).all())
         return [
             {

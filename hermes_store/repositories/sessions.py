@@ -36,6 +36,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from ..prepared import Prepared
 from ..store import Store
 from ._encoding import decode_content, flag, now, scrub
+from ._paging import limit_clause, offset_clause
 from ._preview import SKILL_INVOCATION_PREFIX
 from ._sql import alias, all_columns, escape_like, path_prefix_values, path_under, rowcount
 from ._tables import MESSAGES, SESSIONS, M, S
@@ -713,9 +714,7 @@ class SessionRepository:
                 )
             )
         query = query.order_by(activity.desc(), s.c.started_at.desc(), s.c.id.desc())
-        query = query.offset(offset or 0)
-        if limit is not None:
-            query = query.limit(limit)
+        query = query.offset(offset_clause(offset)).limit(limit_clause(limit))
         return self.store.read(lambda conn: [dict(row) for row in conn.execute(query).mappings()])
 
     def session_count(
@@ -770,8 +769,8 @@ class SessionRepository:
             rich_select(s, False)
             .where(s.c.source == "cron", s.c.id >= prefix, s.c.id < upper)
             .order_by(s.c.started_at.desc(), s.c.id.desc())
-            .limit(limit)
-            .offset(offset or 0)
+            .limit(limit_clause(limit))
+            .offset(offset_clause(offset))
         )
         return self.store.read(lambda conn: rich_rows(conn, Prepared(query), {}))
 
@@ -820,7 +819,7 @@ class SessionRepository:
                 func.substr(M.content, 1, len(SKILL_INVOCATION_PREFIX)) == SKILL_INVOCATION_PREFIX,
             )
             .order_by(S.started_at.desc(), S.id.desc())
-            .limit(max(0, int(limit)))
+            .limit(limit_clause(limit))
         )
         return self.store.read(
             lambda conn: [

@@ -22,8 +22,8 @@ from functools import cache
 from typing import Any, cast
 
 from sqlalchemy import (
+    BigInteger,
     Connection,
-    Integer,
     bindparam,
     column,
     exists,
@@ -38,6 +38,7 @@ from ..errors import MigrationError, SessionNotFound
 from ..prepared import Prepared
 from ..store import Store
 from ._encoding import now, scrub
+from ._paging import bound_limit
 from ._sql import alias
 from ._tables import SESSIONS
 from .listing import rich_rows, rich_select
@@ -308,7 +309,8 @@ def _unlinked_statement(bindings_exist: bool) -> Prepared:
         query = query.where(~exists().where(_BINDINGS.c.session_id == s.c.id))
     activity = query.selected_columns.last_active
     order = (activity.desc(), s.c.started_at.desc(), s.c.id.desc())
-    return Prepared(query.order_by(*order).limit(bindparam("limit", type_=Integer())))
+    # 64-bit: an Integer parameter is cast to PostgreSQL's 32-bit integer
+    return Prepared(query.order_by(*order).limit(bindparam("limit", type_=BigInteger())))
 
 
 def _unlinked_sessions(conn: Connection, params: dict[str, Any]) -> list[dict[str, Any]]:
@@ -536,7 +538,7 @@ class TelegramTopicRepository:
         (latest message timestamp, else `started_at`), most recently active first,
         at most `limit` rows, each with the listing's `preview`. Read-only: without the
         bindings table every matching session counts as unlinked."""
-        params = {"user_id": _id(user_id), "chat_id": _id(chat_id), "limit": max(0, int(limit))}
+        params = {"user_id": _id(user_id), "chat_id": _id(chat_id), "limit": bound_limit(limit)}
         return self.store.read(lambda conn: _unlinked_sessions(conn, params))
 
     # ------------------------------------------------------------------ helpers

@@ -1,0 +1,63 @@
+"""LIMIT and OFFSET values as both backends take them.
+
+The original binds a caller's limit straight into SQLite's `LIMIT ?`, where a negative
+value means no limit and a negative OFFSET counts as 0; PostgreSQL refuses both, and
+both refuse a number beyond 64 bits. Every repository method that pages turns its
+arguments into these values first, so a negative or huge limit gives the same rows on
+SQLite and on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import BigInteger, BindParameter, literal
+
+#: The largest LIMIT / OFFSET either backend accepts (a signed 64-bit integer); no table
+#: holds that many rows, so a larger limit is no limit.
+MAX_ROWS = 2**63 - 1
+
+
+def row_limit(limit: Any) -> int | None:
+    """None (no limit) for None and for a negative limit, else the limit (at most
+    MAX_ROWS)."""
+    if limit is None:
+        return None
+    value = int(limit)
+    return None if value < 0 else min(value, MAX_ROWS)
+
+
+def bound_limit(limit: Any) -> int:
+    """`row_limit` for a statement that always has a LIMIT: no limit is MAX_ROWS."""
+    value = row_limit(limit)
+    return MAX_ROWS if value is None else value
+
+
+def row_offset(offset: Any) -> int:
+    """0 for None and for a negative offset, else the offset (at most MAX_ROWS)."""
+    if not offset:
+        return 0
+    return min(max(0, int(offset)), MAX_ROWS)
+
+
+def limit_clause(limit: Any) -> BindParameter[Any] | None:
+    """`row_limit` for `Select.limit`: None, or the value bound as a 64-bit integer (a
+    plain int is bound as INTEGER, which PostgreSQL takes as 32 bits)."""
+    value = row_limit(limit)
+    return None if value is None else literal(value, BigInteger())
+
+
+def offset_clause(offset: Any) -> BindParameter[Any]:
+    """`row_offset` for `Select.offset`, bound as a 64-bit integer."""
+    return literal(row_offset(offset), BigInteger())
+
+
+def row_count(count: Any) -> int:
+    """A count that is never "no limit" (a window either side of a message): a negative
+    count is 0, a huge one MAX_ROWS."""
+    return min(max(0, int(count)), MAX_ROWS)
+
+
+def count_clause(count: Any) -> BindParameter[Any]:
+    """`row_count` for `Select.limit`, bound as a 64-bit integer."""
+    return literal(row_count(count), BigInteger())
