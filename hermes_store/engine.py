@@ -187,12 +187,20 @@ def _install_sqlite_listeners(
             log.warning("rolling back a transaction a failed unit of work left open")
             dbapi_conn.execute("ROLLBACK")
         driver_execute(conn, _BEGIN[mode])
-        # 0600 when a connection first writes, not when it connects: reading (`sessions
-        # list`, `check`) must leave the file as it found it. Sidecars SQLite creates
-        # later copy the database's mode.
+        if read_only and db_path is not None:
+            _read_past_a_hot_journal(conn, db_path, _BEGIN[mode])
+        # 0600 on a file someone else created (0644, say) when a connection first writes,
+        # not when it connects: reading (`sessions list`, `check`) must leave the file as
+        # it found it. Files created here are 0600 from the start (_create_private).
         if mode == "IMMEDIATE" and not read_only and db_path and not conn.info.get(_SECURED):
             secure_file_modes(db_path)
             conn.info[_SECURED] = True
+
+    if db_path is not None and not read_only:
+
+        @event.listens_for(engine, "do_connect")
+        def _create_private(*_args: Any) -> None:
+            create_private_file(db_path)
 
     @event.listens_for(engine, "handle_error")
     def _on_error(context: ExceptionContext) -> Exception | None:
@@ -202,6 +210,86 @@ def _install_sqlite_listeners(
         if db_path is None:
             return None
         return not_a_database_error(db_path, context.original_exception)
+
+
+def create_private_file(path: Path) -> None:
+    """Create `path` empty with mode 0600 if it does not exist, before SQLite opens it.
+
+    SQLite would create it 0644 (less the umask), and a process of another user that
+    opened it in that moment would keep its descriptor, reading every conversation written
+    later. SQLite gives the journal, -wal and -shm files the database's own mode. O_EXCL:
+    only a file that did not exist is created, so no descriptor of a live database is ever
+    opened (closing one would drop this process's POSIX locks on it)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return
+    except OSError:
+        return  # SQLite's own open reports the problem, in its terms
+    os.close(fd)
+
+
+def hot_journal(db_path: Path, exc: BaseException) -> bool:
+    """Whether `exc`, raised by a read-only connection, is SQLite refusing to read a file
+    whose rollback journal a crashed writer left behind (only a connection that may write
+    can roll it back)."""
+    orig = exc.orig if isinstance(exc, DBAPIError) else exc
+    code = getattr(orig, "sqlite_errorcode", None)
+    return (
+        code is not None
+        and code & 0xFF == sqlite3.SQLITE_READONLY
+        and Path(f"{db_path}-journal").exists()
+    )
+
+
+def _read_past_a_hot_journal(conn: Connection, db_path: Path, begin: str) -> None:
+    """Start a read-only connection's read now; if a crashed writer's hot journal stops
+    it, roll that journal back (roll_back_hot_journal) and start again."""
+    try:
+        take_read_lock(conn)
+        return
+    except DBAPIError as exc:
+        if not hot_journal(db_path, exc):
+            # the statements that follow meet it again and report it in their terms
+            # (check's quick_check reports damage as what is wrong with the file)
+            return
+        driver_execute(conn, "ROLLBACK")
+        roll_back_hot_journal(db_path, conn.dialect.loaded_dbapi, exc)
+    driver_execute(conn, begin)
+    take_read_lock(conn)
+
+
+_RECOVERY_ERRORS: tuple[type[Exception], ...] = (DatabaseNotWritable, *sqlite_driver.Error)
+
+
+def roll_back_hot_journal(db_path: Path, dbapi: Any, found: BaseException) -> None:
+    """Roll back the transaction a crashed writer left in `db_path`-journal, as SQLite does
+    on the next open that may write: the file returns to its last committed state, and
+    nothing committed is touched. A reader without write access cannot do it; it gets a
+    DatabaseNotWritable that says who can and what to run."""
+    journal = f"{db_path}-journal"
+    try:
+        check_writable(db_path)
+        recovery = dbapi.connect(str(db_path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        try:
+            # the first read of a connection that may write rolls a hot journal back
+            recovery.execute("PRAGMA schema_version").fetchone()
+        finally:
+            recovery.close()
+    except _RECOVERY_ERRORS as exc:
+        raise DatabaseNotWritable(
+            f"{db_path} cannot be read: a writer that stopped mid-transaction (killed, or "
+            f"its machine lost power) left its rollback journal {journal}, and rolling it "
+            f"back needs write access, which this process lacks ({exc}). As a user who can "
+            f"write the file and its directory, run: hermes-store check --url '{db_path}' "
+            "(any writing open rolls the journal back; nothing committed is lost)"
+        ) from found
+    log.warning(
+        "rolled back the unfinished transaction a crashed writer left in %s; %s is at its "
+        "last committed state",
+        journal,
+        db_path,
+    )
 
 
 def end_failed_transaction(conn: Connection) -> None:

@@ -581,11 +581,12 @@ def check(url: str | URL | None = None) -> CheckReport:
     storage = None
     try:
         with engine.connect() as conn:
-            if engine.dialect.name == "sqlite":
-                storage = sqlite_storage(conn)
             # (PostgreSQL checks its pages itself: checksums, amcheck)
             quick = backend_for(conn).integrity(conn)
             conn.rollback()
+            if engine.dialect.name == "sqlite" and quick == ["ok"]:
+                storage = sqlite_storage(conn)
+                conn.rollback()
             if status.fts is not None and status.fts.layout not in ("none", "tsvector"):
                 if status.fts.backfill_pending:
                     fts_errors = [

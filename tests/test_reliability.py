@@ -20,11 +20,11 @@ import textwrap
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.filesystem import read_only_path
 from helpers.processes import run_cli, start_hanging_writer
 
 from hermes_store import migrate
@@ -582,33 +582,6 @@ def test_full_disk_is_an_error_not_a_crash(tiny_fs: Path) -> None:
 # --------------------------------------------------------------------------- 5b. read-only
 
 
-@contextmanager
-def _read_only(target: Path) -> Iterator[None]:
-    """`target` (a file or a directory) read-only for this process, for real: by its mode
-    for an ordinary user; for root, whom modes do not stop, by a read-only bind mount."""
-    if not hasattr(os, "geteuid") or os.geteuid() != 0:
-        mode = target.stat().st_mode & 0o7777
-        target.chmod(0o555 if target.is_dir() else 0o444)
-        try:
-            yield
-        finally:
-            target.chmod(mode)
-        return
-    bound = subprocess.run(["mount", "--bind", str(target), str(target)], capture_output=True)
-    if bound.returncode != 0:
-        pytest.skip(f"root, and no bind mount possible: {bound.stderr.decode().strip()}")
-    try:
-        ro = subprocess.run(
-            ["mount", "-o", "remount,bind,ro", str(target)], capture_output=True, check=False
-        )
-        if ro.returncode != 0:
-            pytest.skip(f"cannot remount read-only: {ro.stderr.decode().strip()}")
-        yield
-    finally:
-        if subprocess.run(["umount", str(target)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(target)], capture_output=True, check=False)
-
-
 def _existing_db(directory: Path, journal: str) -> Path:
     from hermes_store.compat import SessionDB
 
@@ -673,7 +646,7 @@ def test_read_only_directory_is_refused_naming_the_path(tmp_path: Path, journal:
     directory = tmp_path / "ro dir"
     path = _existing_db(directory, journal)
     before = _snapshot(directory)
-    with _read_only(directory):
+    with read_only_path(directory):
         assert not os.access(directory, os.W_OK)
         _assert_refused_naming(path, path)
         # a new database in that directory: a Store never creates one, and the
@@ -705,7 +678,7 @@ def test_read_only_directory_is_refused_naming_the_path(tmp_path: Path, journal:
 def test_read_only_file_is_refused_naming_the_path(tmp_path: Path) -> None:
     path = _existing_db(tmp_path / "d", "delete")
     before = _snapshot(path.parent)
-    with _read_only(path):
+    with read_only_path(path):
         assert not os.access(path, os.W_OK)
         _assert_refused_naming(path, path)
     assert _snapshot(path.parent) == before
@@ -726,7 +699,7 @@ def test_directory_turned_read_only_under_an_open_store(tmp_path: Path) -> None:
         messages = MessageRepository(store)
         messages.append_message("s", "user", "while writable")
         before = _counts(path)
-        with _read_only(path.parent):
+        with read_only_path(path.parent):
             with pytest.raises(DatabaseNotWritable) as info:
                 messages.append_message("s", "user", "refused")
             assert str(path) in str(info.value) and "nothing was written" in str(info.value)

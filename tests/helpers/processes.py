@@ -30,10 +30,21 @@ store.write(work)
 """
 
 
-def start_hanging_writer(url: str) -> subprocess.Popen[str]:
-    """HANGING_WRITER on `url`, returned once it is inside its transaction."""
+#: HANGING_WRITER with a page cache of a few pages: its changes no longer fit in memory,
+#: so SQLite writes them into the database file (in DELETE mode, after saving the pages
+#: they replace in the rollback journal), as a prune or a copy into SQLite does. Killed
+#: then, it leaves a hot journal that must be rolled back before anyone reads the file.
+SPILLING_WRITER = HANGING_WRITER.replace(
+    "def work(session):\n",
+    "def work(session):\n    session.exec_driver_sql('PRAGMA cache_size=5')\n",
+).replace("f\"doomed {i}\"", "f\"doomed {i} \" + 'x' * 3000")
+
+
+def start_hanging_writer(url: str, *, spill: bool = False) -> subprocess.Popen[str]:
+    """HANGING_WRITER (SPILLING_WRITER with `spill`) on `url`, returned once it is inside
+    its transaction."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", HANGING_WRITER, url],
+        [sys.executable, "-c", SPILLING_WRITER if spill else HANGING_WRITER, url],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

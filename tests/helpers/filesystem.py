@@ -1,0 +1,38 @@
+"""File-system situations the tests put a database in."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+
+@contextmanager
+def read_only_path(target: Path) -> Iterator[None]:
+    """`target` (a file or a directory) read-only for this process, for real: by its mode
+    for an ordinary user; for root, whom modes do not stop, by a read-only bind mount."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        mode = target.stat().st_mode & 0o7777
+        target.chmod(0o555 if target.is_dir() else 0o444)
+        try:
+            yield
+        finally:
+            target.chmod(mode)
+        return
+    bound = subprocess.run(["mount", "--bind", str(target), str(target)], capture_output=True)
+    if bound.returncode != 0:
+        pytest.skip(f"root, and no bind mount possible: {bound.stderr.decode().strip()}")
+    try:
+        ro = subprocess.run(
+            ["mount", "-o", "remount,bind,ro", str(target)], capture_output=True, check=False
+        )
+        if ro.returncode != 0:
+            pytest.skip(f"cannot remount read-only: {ro.stderr.decode().strip()}")
+        yield
+    finally:
+        if subprocess.run(["umount", str(target)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(target)], capture_output=True, check=False)
