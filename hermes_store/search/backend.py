@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError
 
 from .common import Filters, attach_context, fetch_rows, like_clauses, like_snippet, row_dicts
 from .reading import Term
@@ -48,6 +49,14 @@ class SearchBackend:
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
+
+    def recoverable(self, exc: DBAPIError) -> bool:
+        """Whether the search may go on in the same transaction after `exc` (a route that
+        failed falls back to the next). Never after a fault the whole read must be retried
+        for (a lost connection, lock contention), nor where any error ends the
+        transaction (PostgreSQL): the error then leaves the search, and `Store.read`
+        runs the search again on a fresh connection where the fault is transient."""
+        return False
 
     # --- the original's routes: each returns hits with their snippet ----------------------
 
@@ -156,7 +165,7 @@ class SearchBackend:
 
     def attach_context(self, hits: list[Hit]) -> None:
         """Set `context` on hits that have none (common.attach_context)."""
-        attach_context(self.fetch, hits)
+        attach_context(self.fetch, hits, self.recoverable)
 
     def literal_rows(self, sql: str, filters: Filters, params: dict[str, Any]) -> list[Hit]:
         """Run the literal tier's statement; IndexDamaged when an index is damaged."""

@@ -106,6 +106,8 @@ class _Plan:
         except IndexDamaged:
             return self.like(limit, offset)
         except OperationalError as exc:
+            if not self.backend.recoverable(exc):
+                raise  # the connection may be gone: Store.read runs the search again
             log.debug("literal tier failed: %s", exc)
             first = []
         self.route = "literal"
@@ -140,7 +142,9 @@ class _Plan:
                 all_terms=True,
                 id_range=pending,
             )
-        except (OperationalError, DBAPIError) as exc:
+        except DBAPIError as exc:
+            if not self.backend.recoverable(exc):
+                raise
             log.debug("pending-range top-up failed: %s", exc)
             return
         for row in extra:

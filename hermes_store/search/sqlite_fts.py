@@ -12,9 +12,10 @@ import logging
 import sqlite3
 from typing import Any
 
-from sqlalchemy.exc import DatabaseError, OperationalError
+from sqlalchemy.exc import DatabaseError, DBAPIError, OperationalError
 
 from ..engine import driver_run
+from ..retry import is_retryable
 from . import query as q
 from .backend import Hit, IndexDamaged, Params, SearchBackend, Snippet
 from .common import Filters, ranked_order
@@ -90,6 +91,11 @@ class SqliteSearch(SearchBackend):
     dialect = "sqlite"
     word_route = "fts5"
 
+    def recoverable(self, exc: DBAPIError) -> bool:
+        # a failed SELECT (an FTS5 syntax error, a missing table) leaves SQLite's read
+        # transaction as it was; lock contention is the whole read's to wait out
+        return not is_retryable(exc)
+
     def _fts(
         self, table: str, match: str, filters: Filters, sort: str | None, limit: int, offset: int
     ) -> list[Hit]:
@@ -111,6 +117,8 @@ class SqliteSearch(SearchBackend):
         try:
             return self._fts("messages_fts", sanitized, filters, sort, limit, offset)
         except OperationalError as exc:
+            if not self.recoverable(exc):
+                raise
             raise QuerySyntaxError(str(exc.orig)) from exc
         except DatabaseError as exc:
             if not _fts_damaged(exc):
@@ -140,6 +148,8 @@ class SqliteSearch(SearchBackend):
         try:
             return self._fts("messages_fts_trigram", match, filters, sort, limit, offset)
         except OperationalError as exc:
+            if not self.recoverable(exc):
+                raise
             log.debug("trigram route failed: %s", exc)
             return None
         except DatabaseError as exc:
