@@ -15,12 +15,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import event, text
+from sqlalchemy.exc import DBAPIError
 
 from hermes_store.errors import InvalidInput, QueryTooComplex, SearchTimedOut
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.search import SearchRepository
 from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.search import search_messages
+from hermes_store.search.backend import backend_for
 from hermes_store.search.limits import MAX_TERMS, TIMEOUT_ENV, collapse_tokens
 from hermes_store.store import Store
 
@@ -261,3 +263,25 @@ def test_the_limit_ends_with_the_search(many: Store, monkeypatch: pytest.MonkeyP
         assert search_messages(conn, "nothing", limit=1)
         assert conn.execute(show).scalar_one() == "2s"
         assert conn.execute(heavy).scalar_one() > 0
+
+
+def test_a_statement_running_at_the_deadline_is_stopped(store: Store) -> None:
+    """The limit stops a statement already running when the deadline comes (SQLite: the
+    progress handler interrupts it; PostgreSQL: statement_timeout cancels it), not only
+    the next one: a statement that would count for many seconds ends in SearchTimedOut
+    caused by the driver's interrupt or cancel."""
+    endless = text(
+        "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 1000000000)"
+        " SELECT count(*) FROM r"
+    )
+    with store.read() as conn:
+        backend = backend_for(conn)
+        with pytest.raises(SearchTimedOut) as raised, backend.time_limit(50):
+            conn.execute(endless)
+    cause = raised.value.__cause__
+    assert isinstance(cause, DBAPIError), repr(cause)
+    if store.dialect == "sqlite":
+        assert getattr(cause.orig, "sqlite_errorcode", None) == sqlite3.SQLITE_INTERRUPT
+    else:
+        assert getattr(cause.orig, "sqlstate", None) == "57014"
+    assert raised.value.limit == 50

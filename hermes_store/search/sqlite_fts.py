@@ -33,10 +33,11 @@ _SELECT = (
 )
 _COLUMNS = ("content", "tool_name", "tool_calls")
 _SQLITE_CORRUPT = 11  # the primary code; SQLITE_CORRUPT_VTAB (267) is one of its extensions
-#: How many virtual machine steps SQLite takes between two looks at a search's deadline:
-#: about a millisecond's work, so a look costs nothing and a stop comes within
-#: milliseconds (FTS5's own statements, run inside a MATCH, count too).
-_PROGRESS_STEPS = 10_000
+#: How many virtual machine steps SQLite takes between two looks at a search's deadline
+#: (FTS5's own statements, run inside a MATCH, count too): often enough that a scan of
+#: long rows, where one step may test a whole message, stops soon after the deadline;
+#: seldom enough that looking costs next to nothing.
+_PROGRESS_STEPS = 1_000
 
 
 def _interrupted(exc: DBAPIError) -> bool:
