@@ -88,6 +88,24 @@ class InvalidInput(StoreError, ValueError):
     """Input that cannot be stored as given (for example content over the size limit)."""
 
 
+class QueryTooComplex(InvalidInput):
+    """A search query past a limit on the work of one search (README, "How search reads
+    a query"); `limit` is that limit, and the message names it."""
+
+    def __init__(self, message: str, limit: float) -> None:
+        self.limit = limit
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[type, tuple[str, float]]:
+        # rebuilt from its parts (crossing a process boundary)
+        return (type(self), (str(self), self.limit))
+
+
+class SearchTimedOut(QueryTooComplex):
+    """A search that ran past its time budget (`limit`, in milliseconds;
+    HERMES_SEARCH_TIMEOUT_MS) and was stopped; nothing was changed."""
+
+
 class InvalidURL(StoreError, ValueError):
     """A database URL that cannot be parsed, or names a database or driver hermes-store
     does not run on. Raised before anything is opened."""

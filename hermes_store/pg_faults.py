@@ -7,7 +7,8 @@ class (08...), an administrator, crash or idle-timeout termination (57P01, 57P02
 57P05, 25P03), a server starting up or shutting down (57P03), too many connections
 (53300), and contention (40001 serialization failure, 40P01 deadlock, 55P03
 lock_timeout). A psycopg OperationalError without a SQLSTATE is the driver's own report
-of a connection that failed or broke (refused, reset, closed mid-query); libpq gives a
+of a connection that failed or broke (refused, reset, closed mid-query), and SQLAlchemy's
+PendingRollbackError for a connection it invalidated says the same; libpq gives a
 failed login no SQLSTATE either, so a failed connection attempt is retried only while
 PQping says the server does not accept connections. Anything else (a constraint, a
 syntax error, bad input, a refused login) is not retried.
@@ -41,9 +42,14 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, PendingRollbackError
 
 from .errors import DatabaseUnavailable
+
+#: SQLAlchemy's code for a statement sent on a connection it invalidated within the
+#: transaction (a driver error said the connection was lost): the session is gone with
+#: the server's backend, as after any other lost connection.
+INVALIDATED_CONNECTION = "8s2b"
 
 TRANSIENT_SQLSTATES = frozenset(
     {
@@ -77,6 +83,8 @@ def is_transient(exc: BaseException) -> bool:
     connection, may get past."""
     if isinstance(exc, CommitInDoubt):
         return True
+    if isinstance(exc, PendingRollbackError):
+        return exc.code == INVALIDATED_CONNECTION
     orig = _driver_error(exc)
     if not type(orig).__module__.startswith("psycopg"):
         return False

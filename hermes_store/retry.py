@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, PendingRollbackError
 
 from . import pg_faults, sqlite_driver
 from .errors import DatabaseUnavailable
@@ -29,7 +29,8 @@ T = TypeVar("T")
 
 
 def is_retryable(exc: BaseException) -> bool:
-    """SQLite lock contention, or a transient PostgreSQL fault."""
+    """SQLite lock contention, or a transient PostgreSQL fault (a lost connection
+    included, whether the driver or SQLAlchemy reports it)."""
     orig = exc.orig if isinstance(exc, DBAPIError) else exc
     if isinstance(orig, sqlite_driver.OperationalError):
         code = getattr(orig, "sqlite_errorcode", None)
@@ -76,7 +77,9 @@ class RetryPolicy:
             attempt += 1
             try:
                 return unit_of_work()
-            except (DBAPIError, pg_faults.CommitInDoubt) as exc:
+            # PendingRollbackError: a statement sent on a connection that an earlier
+            # error invalidated, which only a fresh connection gets past
+            except (DBAPIError, PendingRollbackError, pg_faults.CommitInDoubt) as exc:
                 if not is_retryable(exc):
                     raise
                 elapsed = time.monotonic() - started

@@ -6,8 +6,8 @@ the repositories, and `help()` show the query's own parameters)."""
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
-from typing import Concatenate, ParamSpec, Protocol, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from sqlalchemy import Connection
 
@@ -23,12 +23,18 @@ class HasStore(Protocol):
 
 def read_method(
     query: Callable[Concatenate[Connection, P], T],
+    *,
+    options: Mapping[str, Any] | None = None,
 ) -> Callable[Concatenate[HasStore, P], T]:
     """A method running `query(conn, ...)` as one `self.store.read`: retried as a whole
-    through PostgreSQL server faults, so `query` must only read."""
+    through PostgreSQL server faults, so `query` must only read. `options`: execution
+    options set on the unit's connection (which the unit closes) before `query` runs."""
+
+    def run(conn: Connection, args: Any, kwargs: Any) -> T:
+        return query(conn.execution_options(**options) if options else conn, *args, **kwargs)
 
     def method(self: HasStore, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return self.store.read(lambda conn: query(conn, *args, **kwargs))
+        return self.store.read(lambda conn: run(conn, args, kwargs))
 
     signature = inspect.signature(query)
     _conn, *parameters = signature.parameters.values()

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..search import planner
+from ..search.backend import TRANSACTION_ENDS_WITH_SEARCH
 from ..store import Store
 from ._units import read_method
 
@@ -17,4 +18,7 @@ class SearchRepository:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    search_messages = read_method(planner.search_messages)
+    # the read unit is the search's whole transaction
+    search_messages = read_method(
+        planner.search_messages, options={TRANSACTION_ENDS_WITH_SEARCH: True}
+    )

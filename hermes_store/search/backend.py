@@ -10,11 +10,16 @@ spelled into SQL.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError
 
+from ..errors import SearchTimedOut
+from . import limits
 from .common import Filters, attach_context, fetch_rows, like_clauses, like_snippet, row_dicts
 from .reading import Term
 
@@ -24,6 +29,11 @@ Params = dict[str, Any]
 Snippet = Callable[[Any], str]
 
 _REGISTRY: dict[str, type[SearchBackend]] = {}
+
+#: An execution option on the connection, true when its transaction ends with the
+#: search (a repository's read unit): what the search set for itself then needs no
+#: putting back, which on a server is one round trip less.
+TRANSACTION_ENDS_WITH_SEARCH = "hermes_store_transaction_ends_with_search"
 
 
 class IndexDamaged(Exception):
@@ -48,6 +58,40 @@ class SearchBackend:
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
+        #: time.monotonic() past which no statement of the search starts (time_limit)
+        self.deadline: float | None = None
+        self.budget_ms = 0.0
+
+    @contextmanager
+    def time_limit(self, budget_ms: float | None) -> Iterator[None]:
+        """The search inside runs for at most about `budget_ms` milliseconds (None: no
+        limit), then ends with SearchTimedOut. Here: no statement starts past the
+        deadline (`check_time`); a backend also stops the statement running then."""
+        if budget_ms is None:
+            yield
+            return
+        self.budget_ms = budget_ms
+        self.deadline = time.monotonic() + budget_ms / 1000
+        try:
+            yield
+        finally:
+            self.deadline = None
+
+    def check_time(self) -> None:
+        """SearchTimedOut once the deadline of `time_limit` has passed."""
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise self.timed_out()
+
+    def timed_out(self) -> SearchTimedOut:
+        return limits.timed_out(self.budget_ms)
+
+    def recoverable(self, exc: DBAPIError) -> bool:
+        """Whether the search may go on in the same transaction after `exc` (a route that
+        failed falls back to the next). Never after a fault the whole read must be retried
+        for (a lost connection, lock contention), nor where any error ends the
+        transaction (PostgreSQL): the error then leaves the search, and `Store.read`
+        runs the search again on a fresh connection where the fault is transient."""
+        return False
 
     # --- the original's routes: each returns hits with their snippet ----------------------
 
@@ -156,7 +200,7 @@ class SearchBackend:
 
     def attach_context(self, hits: list[Hit]) -> None:
         """Set `context` on hits that have none (common.attach_context)."""
-        attach_context(self.fetch, hits)
+        attach_context(self.fetch, hits, self.recoverable)
 
     def literal_rows(self, sql: str, filters: Filters, params: dict[str, Any]) -> list[Hit]:
         """Run the literal tier's statement; IndexDamaged when an index is damaged."""
@@ -166,11 +210,13 @@ class SearchBackend:
 
     def rows(self, sql: str, filters: Filters, params: Params) -> list[Hit]:
         """The rows of a statement carrying `filters`, as dicts."""
+        self.check_time()
         statement = filters.statement(sql)
         return row_dicts(self.conn.execute(statement, {**filters.params, **params}))
 
     def fetch(self, sql: str, params: Params) -> list[Any]:
         """The rows of a statement without filters, as tuples."""
+        self.check_time()
         return fetch_rows(self.conn, sql, params)
 
 

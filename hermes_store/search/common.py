@@ -178,11 +178,17 @@ def fetch_rows(conn: Connection, sql: str, params: dict[str, Any]) -> list[Any]:
 Fetch = Callable[[str, dict[str, Any]], list[Any]]
 
 
-def attach_context(fetch: Fetch, hits: list[dict[str, Any]]) -> None:
+def attach_context(
+    fetch: Fetch,
+    hits: list[dict[str, Any]],
+    recoverable: Callable[[DBAPIError], bool] | None = None,
+) -> None:
     """Set `context` on every hit: up to three {"role", "content"} dicts (the previous
     message of the session, the hit, the next one), content decoded and cut to 200
-    characters; `[]` for a hit whose context cannot be read. `fetch(sql, params)` runs
-    the one statement (the backend's way of running SQL)."""
+    characters; `[]` for a hit whose context cannot be read, where `recoverable(error)`
+    says the search may go on after the error (else, and without `recoverable`, the error
+    is raised). `fetch(sql, params)` runs the one statement (the backend's way of running
+    SQL)."""
     for start in range(0, len(hits), CONTEXT_CHUNK):
         chunk = hits[start : start + CONTEXT_CHUNK]
         params: dict[str, Any] = {}
@@ -193,7 +199,9 @@ def attach_context(fetch: Fetch, hits: list[dict[str, Any]]) -> None:
         found: dict[Any, list[tuple[int, dict[str, str]]]] = {}
         try:
             rows = fetch(context_sql(len(chunk)), params)
-        except DBAPIError:
+        except DBAPIError as exc:
+            if recoverable is None or not recoverable(exc):
+                raise
             rows = []
         for hit_id, pos, role, content in rows:
             line = {"role": str(role), "content": decode_preview(content)[:CONTEXT_CHARS]}

@@ -17,6 +17,8 @@ every backend (backend.py picks the one for the connection's dialect).
 
 A search slower than HERMES_SEARCH_SLOW_MS (default 1000; 0 logs every search) logs one
 INFO line on logger `hermes_state`, as the original does: the route and the row count.
+Every search is bounded (limits.py): repeated terms merged, at most `limits.MAX_TERMS`
+terms, HERMES_SEARCH_TIMEOUT_MS (default 10 s) of time.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import time
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from . import limits
 from . import query as q
 from .backend import Hit, IndexDamaged, SearchBackend, backend_for
 from .common import Filters
@@ -59,9 +62,12 @@ class _Plan:
     ) -> None:
         self.backend = backend
         self.query = query
-        self.sanitized = sanitized
-        self.raw, self.tokens = q.route_tokens(sanitized)
-        self.words = q.terms(self.tokens)
+        # every reading without its repeated terms (limits.py), so that a term typed
+        # many times costs what it costs once
+        self.sanitized = limits.collapse_fts5(sanitized)
+        self.raw, tokens = q.route_tokens(self.sanitized)
+        self.tokens = limits.collapse_tokens(tokens)
+        self.words = list(dict.fromkeys(q.terms(self.tokens)))
         self.filters = filters
         self.sort = sort
         self.route = "empty"
@@ -106,6 +112,8 @@ class _Plan:
         except IndexDamaged:
             return self.like(limit, offset)
         except OperationalError as exc:
+            if not self.backend.recoverable(exc):
+                raise  # the connection may be gone: Store.read runs the search again
             log.debug("literal tier failed: %s", exc)
             first = []
         self.route = "literal"
@@ -124,7 +132,7 @@ class _Plan:
         # a full page needs no top-up: the pending range is not even read
         if len(hits) >= limit:
             return
-        extra_terms = q.topup_terms(self.sanitized)
+        extra_terms = list(dict.fromkeys(q.topup_terms(self.sanitized)))
         if not extra_terms:
             return
         pending = self.backend.pending_range()
@@ -140,7 +148,9 @@ class _Plan:
                 all_terms=True,
                 id_range=pending,
             )
-        except (OperationalError, DBAPIError) as exc:
+        except DBAPIError as exc:
+            if not self.backend.recoverable(exc):
+                raise
             log.debug("pending-range top-up failed: %s", exc)
             return
         for row in extra:
@@ -178,8 +188,10 @@ def search_messages(
     """Messages matching `query` (spec/behaviour.md 6.1), best first (or
     `sort="newest"/"oldest"`). Each hit has `id, session_id, role, snippet` (the match
     marked `>>>`/`<<<`), `timestamp, tool_name, source, model, session_started` and
-    `context` (the neighbouring messages). Never raises on user input: a query that
-    cannot be read finds nothing. The parameters are the original's, in its order."""
+    `context` (the neighbouring messages). A query that cannot be read finds nothing.
+    The parameters are the original's, in its order. Raises QueryTooComplex for a query
+    of more than `limits.MAX_TERMS` terms, SearchTimedOut for a search that runs past
+    HERMES_SEARCH_TIMEOUT_MS (limits.py)."""
     started = time.perf_counter()
     hits: list[Hit] = []
     route = "empty"
@@ -190,10 +202,13 @@ def search_messages(
     if sanitized or has_literals(parsed):
         filters = Filters(source_filter, exclude_sources, role_filter, include_inactive)
         plan = _Plan(backend_for(conn), query, sanitized, filters, sort)
-        hits = _answer(plan, parsed, limit, offset)
-        plan.top_up(hits, limit)
+        parsed = limits.collapse_parsed(parsed)
+        limits.check_terms(plan.tokens, plan.sanitized, parsed)
+        with plan.backend.time_limit(limits.timeout_ms()):
+            hits = _answer(plan, parsed, limit, offset)
+            plan.top_up(hits, limit)
+            plan.backend.attach_context([h for h in hits if "context" not in h])
         route = plan.route
-        plan.backend.attach_context([h for h in hits if "context" not in h])
     elapsed_ms = (time.perf_counter() - started) * 1000
     log.debug("search %r: route %s, %d hit(s)", query, route, len(hits))
     if elapsed_ms >= slow_threshold_ms():

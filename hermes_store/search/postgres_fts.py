@@ -11,16 +11,22 @@ expression are those of migrations/_pg_search.py, so the indexes serve these que
 
 from __future__ import annotations
 
+import math
 import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import TextClause, text
+from sqlalchemy.exc import DBAPIError
 
 from ..contract import PG_SEARCH_VECTOR_COLUMN as VECTOR
 from ..contract import PG_WORD_PUNCTUATION
+from ..errors import SearchTimedOut
 from . import query as q
-from .backend import Hit, Params, SearchBackend, Snippet
+from .backend import TRANSACTION_ENDS_WITH_SEARCH, Hit, Params, SearchBackend, Snippet
 from .common import CONTEXT_CHARS, Filters, decode_preview, oldest_first, ranked_order
 from .reading import TRIGRAM_CHARS, Parsed, Term, parse_fts5
 from .snippets import substring_snippet, terms_snippet
@@ -155,6 +161,26 @@ def _context_by_id(sql: str) -> TextClause:
     return text(sql)
 
 
+#: query_canceled: statement_timeout (or a cancel request) stopped the statement
+_QUERY_CANCELED = "57014"
+# The search's statement_timeout, for the rest of its transaction only (set_config's
+# `true`), never above one the session already has; with the value it replaces, which
+# the search puts back when it ends (the caller's transaction may go on). The OFFSET 0
+# fence reads the old value before set_config changes it; SHOW's form ("2s", "1min")
+# read as an interval gives its milliseconds (pg_settings costs half a millisecond).
+_LIMIT_STATEMENTS = text(
+    "SELECT old.setting, old.ms, set_config('statement_timeout', old.ms::text, true) FROM"
+    " (SELECT setting, CASE WHEN ms > 0 AND ms < CAST(:ms AS bigint) THEN ms"
+    " ELSE CAST(:ms AS bigint) END AS ms FROM"
+    " (SELECT current_setting('statement_timeout') AS setting, CAST(extract(epoch FROM"
+    " CAST(current_setting('statement_timeout') AS interval)) * 1000 AS bigint) AS ms"
+    " OFFSET 0) AS now) AS old"
+)
+_SET_LIMIT = text("SELECT set_config('statement_timeout', :ms, true)")
+#: the largest statement_timeout PostgreSQL accepts (INT_MAX milliseconds)
+_LONGEST_TIMEOUT_MS = 2**31 - 1
+
+
 class PostgresSearch(SearchBackend):
     dialect = "postgresql"
     word_route = "tsvector"
@@ -165,12 +191,57 @@ class PostgresSearch(SearchBackend):
     # literal seen often enough in the first window is looked for in a second one (`the.`
     # at 1M: 22 ms from 6,144 rows read one by one, against 1.2 s for the whole table)
     literal_widest_window = 16_384
+    #: the statement_timeout in force during a time-limited search, in milliseconds
+    _statement_ms = 0
+
+    @contextmanager
+    def time_limit(self, budget_ms: float | None) -> Iterator[None]:
+        # statement_timeout stops the statement running at the deadline (check_time
+        # lowers it as the deadline nears), and no statement starts past it
+        if budget_ms is None:
+            yield
+            return
+        started = time.monotonic()
+        ms = min(max(1, round(budget_ms)), _LONGEST_TIMEOUT_MS)
+        old, limit_ms, _ = self.conn.execute(_LIMIT_STATEMENTS, {"ms": ms}).one()
+        self._statement_ms = int(limit_ms)
+        try:
+            with super().time_limit(float(limit_ms)):
+                yield
+        except DBAPIError as exc:
+            # a cancel that came before the limit was someone else's (pg_cancel_backend)
+            late = (time.monotonic() - started) * 1000 >= limit_ms
+            if getattr(exc.orig, "sqlstate", None) == _QUERY_CANCELED and late:
+                raise self.timed_out() from exc
+            raise
+        except SearchTimedOut:
+            # no statement failed: the caller's transaction goes on with its own limit
+            self._put_back(old)
+            raise
+        self._put_back(old)
+
+    def _put_back(self, statement_timeout: str) -> None:
+        if not self.conn.get_execution_options().get(TRANSACTION_ENDS_WITH_SEARCH):
+            self.conn.execute(_SET_LIMIT, {"ms": statement_timeout})
+
+    def check_time(self) -> None:
+        super().check_time()
+        if self.deadline is None:
+            return
+        # A statement may run for the statement_timeout in force: lowered to the time
+        # left once that overshoots the deadline by more than a tenth of the budget, so
+        # a search ends within 1.1 budgets. A quick search never pays the round trip.
+        left_ms = (self.deadline - time.monotonic()) * 1000
+        if self._statement_ms - left_ms > self.budget_ms / 10:
+            self._statement_ms = max(1, math.ceil(left_ms))
+            self.conn.execute(_SET_LIMIT, {"ms": str(self._statement_ms)})
 
     def _run(self, sql: str, filters: Filters, params: dict[str, Any]) -> list[Any]:
         # No savepoint: the SQLite routes need one because they catch FTS5 errors and fall
         # back to another route in the same transaction; nothing here catches (the query
         # is validated first and every value is bound), and a SAVEPOINT/RELEASE pair is
         # two more round trips per search on a server.
+        self.check_time()
         statement = filters.statement(sql)
         return list(self.conn.execute(statement, {**filters.params, **params}).mappings())
 
@@ -239,6 +310,7 @@ class PostgresSearch(SearchBackend):
         # the lateral join the routes' own statements use, for hits found elsewhere
         if not hits:
             return
+        self.check_time()
         sql = f"SELECT m.id, ctx.* FROM messages AS m{_CONTEXT} WHERE m.id = ANY(:ids)"  # noqa: S608
         rows = self.conn.execute(_context_by_id(sql), {"ids": [h["id"] for h in hits]}).all()
         found = {hit_id: _context(roles, contents) for hit_id, roles, contents in rows}

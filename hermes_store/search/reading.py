@@ -94,7 +94,7 @@ def _phrase_term(item: str, *, literal: bool = False) -> Term:
     return Term(body, prefix, phrase=True, literal=literal)
 
 
-def _tokens(sanitized: str) -> list[str]:
+def fts5_tokens(sanitized: str) -> list[str]:
     """FTS5's tokens: a `*` ends the bareword before it, so `chat*send` is `chat*` then
     `send` (implicit AND), as FTS5's lexer reads it; phrases stay whole."""
     tokens: list[str] = []
@@ -109,7 +109,7 @@ def _tokens(sanitized: str) -> list[str]:
 def parse_fts5(sanitized: str) -> Parsed:
     """Read a sanitised query as FTS5 reads it; QuerySyntaxError where FTS5 would fail."""
     items: list[str | Term] = []
-    for item in _tokens(sanitized):
+    for item in fts5_tokens(sanitized):
         if item in OPERATORS:
             items.append(item)
         elif item.startswith('"'):

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy.exc import DatabaseError, OperationalError
+from sqlalchemy.exc import DatabaseError, DBAPIError, OperationalError
 
 from ..engine import driver_run
+from ..retry import is_retryable
 from . import query as q
 from .backend import Hit, IndexDamaged, Params, SearchBackend, Snippet
 from .common import Filters, ranked_order
@@ -29,6 +33,16 @@ _SELECT = (
 )
 _COLUMNS = ("content", "tool_name", "tool_calls")
 _SQLITE_CORRUPT = 11  # the primary code; SQLITE_CORRUPT_VTAB (267) is one of its extensions
+#: How many virtual machine steps SQLite takes between two looks at a search's deadline
+#: (FTS5's own statements, run inside a MATCH, count too): often enough that a scan of
+#: long rows, where one step may test a whole message, stops soon after the deadline;
+#: seldom enough that looking costs next to nothing.
+_PROGRESS_STEPS = 1_000
+
+
+def _interrupted(exc: DBAPIError) -> bool:
+    """A statement SQLite stopped because the progress handler asked it to."""
+    return getattr(exc.orig, "sqlite_errorcode", None) == sqlite3.SQLITE_INTERRUPT
 
 
 def _order(sort: str | None) -> str:
@@ -90,6 +104,42 @@ class SqliteSearch(SearchBackend):
     dialect = "sqlite"
     word_route = "fts5"
 
+    def recoverable(self, exc: DBAPIError) -> bool:
+        # a failed SELECT (an FTS5 syntax error, a missing table) leaves SQLite's read
+        # transaction as it was; lock contention is the whole read's to wait out, and a
+        # statement stopped at the deadline ends the search
+        return not is_retryable(exc) and not _interrupted(exc)
+
+    @contextmanager
+    def time_limit(self, budget_ms: float | None) -> Iterator[None]:
+        # A progress handler on the driver connection, for this search only: SQLite
+        # calls it every _PROGRESS_STEPS steps of any statement, and a true answer stops
+        # the statement running (SQLITE_INTERRUPT). The read transaction stays usable.
+        if budget_ms is None:
+            yield
+            return
+        driver = self.conn.connection.driver_connection
+        if not isinstance(driver, sqlite3.Connection):
+            # another driver: its statements are not stopped, no statement starts late
+            with super().time_limit(budget_ms):
+                yield
+            return
+        deadline = time.monotonic() + budget_ms / 1000
+
+        def past_deadline() -> bool:
+            return time.monotonic() >= deadline
+
+        driver.set_progress_handler(past_deadline, _PROGRESS_STEPS)
+        try:
+            with super().time_limit(budget_ms):
+                yield
+        except DBAPIError as exc:
+            if not _interrupted(exc):
+                raise
+            raise self.timed_out() from exc
+        finally:
+            driver.set_progress_handler(None, 0)
+
     def _fts(
         self, table: str, match: str, filters: Filters, sort: str | None, limit: int, offset: int
     ) -> list[Hit]:
@@ -111,6 +161,8 @@ class SqliteSearch(SearchBackend):
         try:
             return self._fts("messages_fts", sanitized, filters, sort, limit, offset)
         except OperationalError as exc:
+            if not self.recoverable(exc):
+                raise
             raise QuerySyntaxError(str(exc.orig)) from exc
         except DatabaseError as exc:
             if not _fts_damaged(exc):
@@ -123,9 +175,11 @@ class SqliteSearch(SearchBackend):
     def rows(self, sql: str, filters: Filters, params: Params) -> list[Hit]:
         if filters.expanding:
             return super().rows(sql, filters, params)
+        self.check_time()
         return driver_run(self.conn, sql, {**filters.params, **params}, _dicts)
 
     def fetch(self, sql: str, params: Params) -> list[Any]:
+        self.check_time()
         return driver_run(self.conn, sql, params, _tuples)
 
     def _trigram_usable(self) -> bool:
@@ -140,6 +194,8 @@ class SqliteSearch(SearchBackend):
         try:
             return self._fts("messages_fts_trigram", match, filters, sort, limit, offset)
         except OperationalError as exc:
+            if not self.recoverable(exc):
+                raise
             log.debug("trigram route failed: %s", exc)
             return None
         except DatabaseError as exc:

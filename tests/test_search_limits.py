@@ -1,0 +1,287 @@
+"""The work of one search is bounded whatever its query (issue 28, item 5; README, "How
+search reads a query"): a repeated term is read once, a query holds at most
+`limits.MAX_TERMS` terms, and a search stops at HERMES_SEARCH_TIMEOUT_MS with a typed
+error, on SQLite and on PostgreSQL. Time is never asserted here (benchmarks measure it):
+what is asserted is the work sent to the database, the typed errors, and the answers."""
+
+from __future__ import annotations
+
+import itertools
+import sqlite3
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import event, text
+from sqlalchemy.exc import DBAPIError
+
+from hermes_store.errors import InvalidInput, QueryTooComplex, SearchTimedOut
+from hermes_store.repositories.messages import MessageRepository
+from hermes_store.repositories.search import SearchRepository
+from hermes_store.repositories.sessions import SessionRepository
+from hermes_store.search import search_messages
+from hermes_store.search.backend import backend_for
+from hermes_store.search.limits import MAX_TERMS, TIMEOUT_ENV, collapse_tokens
+from hermes_store.store import Store
+
+TEXTS = [
+    ("user", "flights to Kyoto in spring"),
+    ("assistant", "Kyoto and Osaka are close by train"),
+    ("user", "the connection pool is exhausted again"),
+    ("user", "edit src/main.py around line 40"),
+    ("assistant", "src and main and py, but not the path"),
+    ("user", "never run rm -rf on docker volumes"),
+    ("assistant", "rm the docker image, then rf"),
+    ("user", "聊天记录，记忆断裂问题复现了"),
+    ("assistant", "节点之间的通信中断了"),
+    ("user", "修改youer服务端的配置"),
+    ("user", "deploy deploy twice in a row"),
+    ("assistant", "deploy once, then rest"),
+]
+
+
+@pytest.fixture
+def texts(store: Store) -> Store:
+    SessionRepository(store).create_session("s", "cli")
+    messages = MessageRepository(store)
+    for role, content in TEXTS:
+        messages.append_message("s", role, content)
+    return store
+
+
+class _Sent:
+    """Every parameter value a store's engine sends, as text."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.values: list[str] = []
+
+    def __call__(self, conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        items = params.values() if isinstance(params, dict) else params or ()
+        self.values += [str(value) for value in items]
+
+    def __enter__(self) -> _Sent:
+        event.listen(self.store.engine, "before_cursor_execute", self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        event.remove(self.store.engine, "before_cursor_execute", self)
+
+    def count(self, needle: str) -> int:
+        return sum(value.lower().count(needle.lower()) for value in self.values)
+
+
+def _search(store: Store, query: str, **options: Any) -> list[int]:
+    return [int(h["id"]) for h in SearchRepository(store).search_messages(query, **options)]
+
+
+#: (a query, the term it repeats, how many times): every route (README, "How search reads
+#: a query"), the term typed over and over, within the 2,048 characters a query keeps
+REPEATED = [
+    ("kyoto", "kyoto", 300),  # the word index
+    ("kyoto OR osaka", "osaka", 100),  # OR (typed over and over with OR between)
+    ('"connection pool"', "connection pool", 100),  # a phrase
+    ("src/main.py", "src/main.py", 150),  # a literal
+    ("rm -rf docker", "docker", 140),  # a literal and words: both tiers
+    ("记忆断裂", "记忆断裂", 300),  # CJK: the trigram index
+    ("通信", "通信", 600),  # CJK of two characters: a LIKE scan
+    ("youer", "youer", 300),  # no word hit: the trigram retry
+]
+
+
+@pytest.mark.parametrize(("query", "term", "times"), REPEATED)
+def test_a_repeated_term_is_read_once(texts: Store, query: str, term: str, times: int) -> None:
+    """The query typed `times` times over finds what it finds once, and sends the
+    database what it sends once: each repeat would be one more pass over an index or a
+    table (`deploy` typed 300 times took 70 s at 200k messages)."""
+    store = texts
+    with _Sent(store) as once:
+        expected = _search(store, query)
+    assert expected, "nothing found: the test would test nothing"
+    repeated = (" OR " if " OR " in query else " ").join([query] * times)
+    assert len(repeated) <= 2048
+    with _Sent(store) as again:
+        assert _search(store, repeated) == expected
+    assert once.count(term) >= 1
+    assert again.count(term) == once.count(term)
+
+
+def test_repeats_inside_a_phrase_are_what_it_matches(texts: Store) -> None:
+    """`"deploy deploy"` is the word twice in a row: only the message that holds that;
+    `deploy deploy` (two AND-ed words) is `deploy`."""
+    store = texts
+    ids = {content: mid for mid, (_, content) in enumerate(TEXTS, start=1)}
+    twice, once = ids["deploy deploy twice in a row"], ids["deploy once, then rest"]
+    assert _search(store, '"deploy deploy"') == [twice]
+    assert sorted(_search(store, "deploy deploy")) == sorted(_search(store, "deploy"))
+    assert sorted(_search(store, "deploy")) == sorted([twice, once])
+    assert _search(store, '"deploy deploy" "deploy deploy"') == [twice]
+
+
+# FTS5 itself tells whether collapse_tokens keeps a query's meaning: every combination of a
+# few terms and operators, on a table holding every combination of the terms.
+_TERMS = ["a", "b", "c", '"a b"', "a*"]
+_OPS = ["AND", "OR", "NOT"]
+
+
+@pytest.fixture(scope="module")
+def fts5() -> Iterator[sqlite3.Connection]:
+    con = sqlite3.connect(":memory:")
+    con.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
+    words = ["a", "b", "c", "ab"]
+    for n in range(1, len(words) + 1):
+        for combo in itertools.permutations(words, n):
+            con.execute("INSERT INTO t VALUES (?)", (" ".join(combo),))
+    yield con
+    con.close()
+
+
+def _matches(con: sqlite3.Connection, query: str) -> list[int] | str:
+    try:
+        return [r for (r,) in con.execute("SELECT rowid FROM t WHERE t MATCH ?", (query,))]
+    except sqlite3.OperationalError:
+        return "error"
+
+
+@settings(
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(st.sampled_from(_TERMS + _OPS + _TERMS), min_size=1, max_size=9))
+def test_merging_repeats_keeps_what_fts5_matches(
+    fts5: sqlite3.Connection, tokens: list[str]
+) -> None:
+    collapsed = collapse_tokens(tokens)
+    assert _matches(fts5, " ".join(collapsed)) == _matches(fts5, " ".join(tokens)), collapsed
+
+
+def test_merging_repeats_drops_them() -> None:
+    assert collapse_tokens(["a"] * 5) == ["a"]
+    assert collapse_tokens(["a", "AND", "a", "b", "a"]) == ["a", "b"]
+    assert collapse_tokens(["a", "OR", "b", "OR", "a"]) == ["a", "OR", "b"]
+    assert collapse_tokens(["a", "b", "OR", "b", "AND", "a"]) == ["a", "b"]
+    # NOT binds between the implicit AND and the explicit one: kept as typed
+    assert collapse_tokens(["a", "NOT", "b", "a"]) == ["a", "NOT", "b", "a"]
+    # misplaced operators: FTS5's own answer stands
+    assert collapse_tokens(["a", "AND", "OR", "a"]) == ["a", "AND", "OR", "a"]
+
+
+# --------------------------------------------------------------------------- term count
+
+
+def test_a_query_of_more_terms_than_the_limit_is_refused(texts: Store) -> None:
+    """Past MAX_TERMS distinct terms, read any way the search reads the query, the
+    search refuses it with QueryTooComplex naming the limit (an InvalidInput); at the
+    limit it runs. The store goes on working."""
+    store = texts
+    words = [f"w{i}x" for i in range(MAX_TERMS)]
+    assert _search(store, " ".join(words)) == []
+    assert _search(store, " OR ".join([*words[:-1], "kyoto"])) != []
+    too_many = [
+        " ".join([*words, "kyoto"]),  # words
+        " OR ".join([*words, "kyoto"]),  # alternatives
+        '"' + " ".join([*words, "kyoto"]) + '"',  # the words of a phrase
+        " ".join(f"{w}/x" for w in [*words, "kyoto"]),  # literals
+        " ".join(f"数{chr(0x4E00 + i)}" for i in range(MAX_TERMS + 1)),  # CJK (LIKE scan)
+    ]
+    for query in too_many:
+        with pytest.raises(QueryTooComplex, match=f"at most {MAX_TERMS}") as raised:
+            _search(store, query)
+        assert isinstance(raised.value, InvalidInput) and raised.value.limit == MAX_TERMS
+    # repeats are merged before counting
+    assert _search(store, " ".join([*words[1:], *words[1:], "kyoto", "kyoto"])) == []
+    assert _search(store, "kyoto") != []
+
+
+def test_the_search_function_refuses_too_many_terms_too(texts: Store) -> None:
+    with texts.read() as conn, pytest.raises(QueryTooComplex):
+        search_messages(conn, " ".join(f"t{i}y" for i in range(MAX_TERMS + 1)))
+
+
+# --------------------------------------------------------------------------- time limit
+
+#: terms of two CJK characters each: a LIKE scan of every message per term
+_SCANNED = " OR ".join(f"{chr(0x4E00 + i)}{chr(0x4E80 + i)}" for i in range(MAX_TERMS - 1))
+
+
+@pytest.fixture
+def many(store: Store) -> Store:
+    """2,000 messages, one of which holds a term of _SCANNED."""
+    SessionRepository(store).create_session("big", "cli")
+    messages = MessageRepository(store)
+    for start in range(0, 2000, 500):
+        batch = [f"message {n} about nothing much" for n in range(start, start + 500)]
+        messages.append_messages("big", [{"role": "user", "content": c} for c in batch])
+    messages.append_message("big", "user", f"the rare {chr(0x4E00 + 7)}{chr(0x4E80 + 7)} here")
+    return store
+
+
+def test_a_search_past_its_time_limit_ends_with_a_typed_error(
+    many: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a budget far shorter than the search needs (a scan of every message for
+    each of 31 terms), the search ends with SearchTimedOut naming the limit, not with a
+    driver error and not after the whole scan; with the default budget the same search
+    completes with the right hit. The store goes on working."""
+    store = many
+    monkeypatch.setenv(TIMEOUT_ENV, "0.001")
+    with pytest.raises(SearchTimedOut, match=TIMEOUT_ENV) as raised:
+        SearchRepository(store).search_messages(_SCANNED)
+    assert isinstance(raised.value, QueryTooComplex) and raised.value.limit <= 1
+    monkeypatch.delenv(TIMEOUT_ENV)
+    hits = SearchRepository(store).search_messages(_SCANNED)
+    assert [h["snippet"] for h in hits] == [f"the rare {chr(0x4E00 + 7)}{chr(0x4E80 + 7)} here"]
+    assert _search(store, "nothing", limit=3) != []
+
+
+def test_no_limit_when_the_budget_is_zero(many: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(TIMEOUT_ENV, "0")
+    assert len(SearchRepository(many).search_messages(_SCANNED)) == 1
+
+
+def test_the_limit_ends_with_the_search(many: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The caller's transaction goes on without the search's limit: on SQLite no
+    progress handler is left on the connection (a later statement of thousands of steps
+    runs after a search that timed out), on PostgreSQL statement_timeout is what it was."""
+    store = many
+    heavy = text("SELECT sum(length(content || content)) FROM messages")
+    if store.dialect == "sqlite":
+        monkeypatch.setenv(TIMEOUT_ENV, "0.001")
+        with store.read() as conn:
+            with pytest.raises(SearchTimedOut):
+                search_messages(conn, _SCANNED)
+            assert conn.execute(heavy).scalar_one() > 0
+        return
+    assert SearchRepository(store).search_messages("nothing", limit=1)
+    show = text("SHOW statement_timeout")
+    assert store.read(lambda conn: conn.execute(show).scalar_one()) == "0"
+    with store.read() as conn:
+        assert search_messages(conn, "nothing", limit=1)
+        assert conn.execute(show).scalar_one() == "0"
+        conn.execute(text("SET LOCAL statement_timeout = '2s'"))
+        assert search_messages(conn, "nothing", limit=1)
+        assert conn.execute(show).scalar_one() == "2s"
+        assert conn.execute(heavy).scalar_one() > 0
+
+
+def test_a_statement_running_at_the_deadline_is_stopped(store: Store) -> None:
+    """The limit stops a statement already running when the deadline comes (SQLite: the
+    progress handler interrupts it; PostgreSQL: statement_timeout cancels it), not only
+    the next one: a statement that would count for many seconds ends in SearchTimedOut
+    caused by the driver's interrupt or cancel."""
+    endless = text(
+        "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 1000000000)"
+        " SELECT count(*) FROM r"
+    )
+    with store.read() as conn:
+        backend = backend_for(conn)
+        with pytest.raises(SearchTimedOut) as raised, backend.time_limit(50):
+            conn.execute(endless)
+    cause = raised.value.__cause__
+    assert isinstance(cause, DBAPIError), repr(cause)
+    if store.dialect == "sqlite":
+        assert getattr(cause.orig, "sqlite_errorcode", None) == sqlite3.SQLITE_INTERRUPT
+    else:
+        assert getattr(cause.orig, "sqlstate", None) == "57014"
+    assert raised.value.limit == 50
