@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.databases import set_journal_mode
 
 from hermes_store import migrate
 from hermes_store.compat import SessionDB
@@ -17,8 +18,8 @@ pytestmark = pytest.mark.sqlite_only
 
 
 def _hold_exclusive(path: Path, seconds: float, held: threading.Event) -> None:
-    # EXCLUSIVE keeps readers out too (DELETE journal mode, as new files are here), which
-    # is what a committing writer does to an opening process for a moment
+    # EXCLUSIVE keeps other writers out in both modes, and in DELETE mode readers too,
+    # which is what a committing writer does to an opening process for a moment
     con = sqlite3.connect(str(path), isolation_level=None)
     try:
         con.execute("BEGIN EXCLUSIVE")
@@ -30,9 +31,12 @@ def _hold_exclusive(path: Path, seconds: float, held: threading.Event) -> None:
         con.close()
 
 
-def test_open_waits_for_an_exclusive_lock_longer_than_the_busy_timeout(tmp_path: Path) -> None:
+def test_open_waits_for_an_exclusive_lock_longer_than_the_busy_timeout(
+    tmp_path: Path, journal: str
+) -> None:
     path = tmp_path / "state.db"
     migrate.upgrade(str(path), fts_min_pause=0)
+    set_journal_mode(path, journal)
     db = SessionDB(path)
     db.create_session("s1", "cli")
     db.close()
@@ -42,11 +46,12 @@ def test_open_waits_for_an_exclusive_lock_longer_than_the_busy_timeout(tmp_path:
     try:
         assert held.wait(10)
         started = time.monotonic()
-        # longer than the engine's 1 s busy timeout and the driver's default 5 s
+        # longer than the engine's 1 s busy timeout and the driver's default 5 s: the
+        # open (DELETE mode) or its first write (WAL mode, where reads go on) waits
         db = SessionDB(path)
-        waited = time.monotonic() - started
         try:
             db.append_message("s1", "user", "after the wait")
+            waited = time.monotonic() - started
             assert [m["content"] for m in db.get_messages("s1")] == ["after the wait"]
             assert db.get_meta("held") == "1"  # the holder's transaction committed first
         finally:

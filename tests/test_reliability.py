@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.databases import journal_mode, set_journal_mode
 from helpers.filesystem import read_only_path
 from helpers.processes import run_cli, start_hanging_writer
 
@@ -115,11 +116,13 @@ def _fts_errors(path: Path) -> list[str]:
 
 
 @pytest.fixture
-def big_legacy(legacy_db: Callable[..., Path]) -> Path:
+def big_legacy(legacy_db: Callable[..., Path], journal: str) -> Path:
     """state_v09.db with BULK_MESSAGES (200k, the issue's number) more messages (one
     transaction; the v09 FTS triggers index them), so that the v23 conversion and backfill
-    take a while."""
+    take a while; in each journal mode in turn (the original's files are WAL, or DELETE
+    where its SQLite has the WAL-reset bug)."""
     path = legacy_db(9, "state.db")
+    set_journal_mode(path, journal)
     con = _raw(path)
     try:
         sids = [r[0] for r in con.execute("SELECT id FROM sessions ORDER BY id")]
@@ -292,10 +295,11 @@ def _run_load(url: str) -> None:
     assert result.ok, result
 
 
-def test_concurrent_writers_and_searcher(tmp_path: Path) -> None:
-    path = tmp_path / "state.db"
-    _run_load(f"sqlite:///{path}")
+def test_concurrent_writers_and_searcher(journal_db: str, journal: str) -> None:
+    path = Path(journal_db.removeprefix("sqlite:///"))
+    _run_load(journal_db)
     assert _integrity(path) == ["ok"]
+    assert journal_mode(path) == journal
 
 
 def test_concurrent_writers_and_searchers_postgresql(pg_fresh_db: str) -> None:
@@ -470,9 +474,10 @@ def test_kill_upgrade_during_its_fts_backfill_then_rerun(big_legacy: Path) -> No
 
 # --------------------------------------------------------------------------- 4. kill writer
 
-def test_kill_writer_inside_transaction(tmp_path: Path, fresh_db: str) -> None:
+def test_kill_writer_inside_transaction(journal_db: str) -> None:
     from hermes_store.compat import SessionDB
 
+    fresh_db = journal_db
     path = Path(fresh_db.removeprefix("sqlite:///"))
     db = SessionDB(path)
     db.create_session("kept", "cli")
@@ -537,13 +542,15 @@ def tiny_fs(tmp_path: Path) -> Iterator[Path]:
             subprocess.run(["umount", "-l", str(mount_point)], capture_output=True, check=False)
 
 
-def test_full_disk_is_an_error_not_a_crash(tiny_fs: Path) -> None:
+def test_full_disk_is_an_error_not_a_crash(tiny_fs: Path, journal: str) -> None:
     from sqlalchemy.exc import OperationalError
 
     from hermes_store.compat import SessionDB
     from hermes_store.errors import StorageFull, StoreError
 
     path = tiny_fs / "state.db"
+    SessionDB(path).close()
+    set_journal_mode(path, journal)
     db = SessionDB(path)
     stored: list[str] = []
     failure: BaseException | None = None
