@@ -584,7 +584,7 @@ def check(url: str | URL | None = None) -> CheckReport:
             # (PostgreSQL checks its pages itself: checksums, amcheck)
             quick = backend_for(conn).integrity(conn)
             conn.rollback()
-            if engine.dialect.name == "sqlite" and quick == ["ok"]:
+            if sqlite_path(resolved) is not None and quick == ["ok"]:
                 storage = sqlite_storage(conn)
                 conn.rollback()
             if status.fts is not None and status.fts.layout not in ("none", "tsvector"):

@@ -285,3 +285,17 @@ def test_a_statement_running_at_the_deadline_is_stopped(store: Store) -> None:
     else:
         assert getattr(cause.orig, "sqlstate", None) == "57014"
     assert raised.value.limit == 50
+
+
+@pytest.mark.parametrize("limit", [-1, -5, 10**20, 2**63 - 1])
+def test_a_negative_or_huge_limit_is_no_limit_on_both_backends(store: Store, limit: int) -> None:
+    """The original binds the limit into SQLite's LIMIT: negative means no limit; on
+    PostgreSQL too, and no limit beyond 64 bits fails on either."""
+    sessions, messages = SessionRepository(store), MessageRepository(store)
+    sessions.create_session("lim", "cli")
+    for i in range(25):
+        messages.append_message("lim", "user", f"limitless word {i}")
+    search = SearchRepository(store)
+    assert len(search.search_messages("limitless", limit=limit)) == 25
+    assert len(search.search_messages("limitless", limit=limit, offset=-3)) == 25
+    assert len(search.search_messages("limitless", limit=limit, offset=20)) == 5

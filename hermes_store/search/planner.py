@@ -30,6 +30,7 @@ import time
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from ..repositories._paging import MAX_ROWS, bound_limit, row_offset
 from . import limits
 from . import query as q
 from .backend import Hit, IndexDamaged, SearchBackend, backend_for
@@ -193,6 +194,10 @@ def search_messages(
     of more than `limits.MAX_TERMS` terms, SearchTimedOut for a search that runs past
     HERMES_SEARCH_TIMEOUT_MS (limits.py)."""
     started = time.perf_counter()
+    # the original binds both into SQLite's LIMIT/OFFSET: a negative limit is no limit, a
+    # negative offset none; the same on PostgreSQL, and never past 64 bits on either
+    offset = row_offset(offset)
+    limit = min(bound_limit(limit), MAX_ROWS - offset)
     hits: list[Hit] = []
     route = "empty"
     sanitized = q.sanitize_fts5_query(query) if query and query.strip() else ""
