@@ -27,7 +27,7 @@ from typing import Any, TypeVar, overload
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, PendingRollbackError
 from sqlalchemy.pool import QueuePool
 
 from .config import SCHEMA_VERSION, JournalPolicy, resolve_url, sqlite_path
@@ -232,7 +232,9 @@ class Store:
         file, an unencodable id) leave as hermes-store's typed errors; others as they are."""
         try:
             yield
-        except DBAPIError as exc:
+        except (DBAPIError, PendingRollbackError) as exc:
+            # PendingRollbackError: a statement sent after the connection was lost (code
+            # inside a `with store.read()` block that went on after the first error)
             typed = self._backend.typed_error(exc)
             if typed is None:
                 raise

@@ -85,7 +85,7 @@ class StoreBackend:
         """After a failed (rolled back) write: True if one more attempt is worth it."""
         return False
 
-    def typed_error(self, exc: DBAPIError) -> StoreError | None:
+    def typed_error(self, exc: Exception) -> StoreError | None:
         """The hermes-store error a driver error stands for, None for others."""
         return None
 
@@ -106,7 +106,7 @@ class PostgreSQLStoreBackend(StoreBackend):
     def write_once(self) -> pg_faults.WriteOnce:
         return pg_faults.WriteOnce(self.server)
 
-    def typed_error(self, exc: DBAPIError) -> StoreError | None:
+    def typed_error(self, exc: Exception) -> StoreError | None:
         # a server fault that met no retry (inside a `with store.read()` block, which
         # cannot be run again) still leaves as a typed error naming the server
         if not pg_faults.is_transient(exc):
@@ -156,7 +156,9 @@ class SQLiteStoreBackend(StoreBackend):
         except Exception as exc:  # noqa: BLE001 (a checkpoint is best effort)
             log.debug("wal_checkpoint(%s) failed: %s", mode, exc)
 
-    def typed_error(self, exc: DBAPIError) -> StoreError | None:
+    def typed_error(self, exc: Exception) -> StoreError | None:
+        if not isinstance(exc, DBAPIError):
+            return None
         return self._damage_error(exc) or self._unwritable_error(exc)
 
     def _damage_error(self, exc: DBAPIError) -> DatabaseCorrupt | None:

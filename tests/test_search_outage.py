@@ -218,3 +218,27 @@ def test_a_read_that_goes_on_after_losing_its_connection_is_retried(cluster: Clu
 
         assert store.read(work) == len(TEXTS)
         assert attempts == [0, 1]
+
+
+def test_a_block_that_goes_on_after_losing_its_connection_gets_a_typed_error(
+    pg_fresh_db: str,
+) -> None:
+    """Code inside `with store.read()` (which cannot be run again) that catches the first
+    error and sends another statement on the lost connection gets DatabaseUnavailable, as
+    the first statement did, not SQLAlchemy's PendingRollbackError."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import DBAPIError
+
+    from hermes_store.errors import DatabaseUnavailable
+
+    with Store(pg_fresh_db) as store:
+        with pytest.raises(DatabaseUnavailable), store.read() as conn:
+            pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+            with Store(pg_fresh_db) as other, other.read() as killer:
+                killer.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+            try:
+                conn.execute(text("SELECT 1"))
+            except DBAPIError:
+                pass
+            conn.execute(text("SELECT 1"))
+        assert store.read(lambda c: c.execute(text("SELECT 1")).scalar_one()) == 1
