@@ -29,7 +29,7 @@ from sqlalchemy.pool import NullPool
 
 from . import sqlite_driver
 from .config import JOURNAL_ENV, JournalPolicy, resolve_url, sqlite_path
-from .errors import DatabaseNotWritable, InvalidURL
+from .errors import DatabaseNotWritable, DriverMissing, InvalidURL
 from .sqlite_file import not_a_database_error, refuse_directory
 
 log = logging.getLogger(__name__)
@@ -502,8 +502,9 @@ def _postgresql_engine(url: URL, *, read_only: bool, **engine_kwargs: Any) -> En
     try:
         import psycopg  # noqa: F401
     except ImportError as exc:
-        raise ValueError(
-            "PostgreSQL needs the psycopg driver: pip install 'hermes-store[postgres]'"
+        raise DriverMissing(
+            "PostgreSQL needs the psycopg driver, which is not installed: "
+            "pip install 'hermes-store[postgres]'"
         ) from exc
     connect_args: dict[str, Any] = {"application_name": "hermes-store"}
     if "options" not in url.query:

@@ -231,3 +231,8 @@ class SQLiteOnly(StoreError, AttributeError):
             f"{feature} is the original's SQLite connection internals and does not exist on "
             f"PostgreSQL; use {instead}"
         )
+
+
+class DriverMissing(StoreError, ValueError):
+    """The database driver a URL needs is not installed (PostgreSQL's psycopg: the
+    `postgres` extra). A ValueError, as an unusable URL is."""

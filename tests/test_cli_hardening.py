@@ -467,3 +467,18 @@ def test_cli_import_under_a_file_size_limit_says_so(small_db: str, tmp_path: Pat
         assert con.execute("SELECT COUNT(*) FROM sessions").fetchone()[0] == 3
     finally:
         con.close()
+
+
+def test_a_missing_postgresql_driver_is_a_one_line_error() -> None:
+    """Without the `postgres` extra a PostgreSQL URL says what to install, no traceback."""
+    code = (
+        "import sys; sys.modules['psycopg'] = None\n"  # as if it were not installed
+        "from hermes_store.cli import main\n"
+        "raise SystemExit(main(['check', '--url', 'postgresql://me@127.0.0.1/x']))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert "pip install 'hermes-store[postgres]'" in done.stderr
