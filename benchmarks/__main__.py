@@ -4,6 +4,10 @@
                          [--skip-upgrade] [--upgrade-size SIZE] [--upgrade-shapes v9,v22]
                          [--no-postgres]
 
+A third table runs create/append/load/list in each SQLite journal mode (DELETE and WAL on
+the standard library's SQLite, WAL on the `sqlite` extra's pysqlite3; see
+benchmarks/journal_modes.py), with ratios against DELETE measured in the same run.
+
 Rows: append one message, append a batch of 50, get a session's messages, list 20
 recent sessions, search (word, "phrase", prefix*, OR, 2-char CJK, 3+-char CJK, and
 literals: `don't`, `99.5%`, an e-mail address, a path, a flag, a literal with a word, a
@@ -34,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import corpus, postgres, upgrade
+from . import corpus, journal_modes, postgres, upgrade
 from .raw_floor import Floor, bulk_load, connect, create_schema, record_statements
 from .stats import comparison
 
@@ -243,9 +247,13 @@ def main(argv: list[str] | None = None) -> int:
                 targets=_pick_sessions(sessions, 64),
                 iterations=_iterations(args.quick),
             )
+        journal = journal_modes.run(
+            directory, directory / "base.db", _iterations(args.quick)["append_one"] // 2
+        )
         upgrades = upgrade.run_all(args, directory)
     print()
     print_table(rows, upgrades)
+    journal_modes.print_table(journal)
     if pg is not None:
         postgres.print_table(pg)
     elapsed = time.perf_counter() - started
@@ -261,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
             "elapsed_s": elapsed,
             "rows": rows,
             "upgrades": upgrades,
+            "journal_modes": journal,
             "postgres": pg,
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n")

@@ -46,7 +46,7 @@ def test_quick_benchmark_reports_every_row(tmp_path: Path) -> None:
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
-        timeout=90,
+        timeout=180,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
@@ -80,6 +80,16 @@ def test_quick_benchmark_reports_every_row(tmp_path: Path) -> None:
         assert beside["upgrade"]["after"] == "0023", shape
         assert beside["appender"]["appends"] > 0, shape
         assert beside["appender"]["latency_p99_s"] > 0, shape
+
+    modes = {row["variant"]: row for row in data["journal_modes"]}
+    assert modes["DELETE, sqlite3"]["journal_mode"] == "delete"
+    assert modes["WAL, sqlite3"]["journal_mode"] == "wal"
+    assert modes["WAL, pysqlite3"]["journal_mode"] == "wal"  # the test extra installs it
+    for variant, row in modes.items():
+        for op in ("create session", "append one", "get messages", "list 20 recent sessions",
+                   "append beside a reader"):
+            assert row[op]["p50_ms"] > 0 and row[op]["p99_ms"] >= row[op]["p50_ms"], (variant, op)
+    assert "journal modes (ratios against DELETE, sqlite3" in proc.stdout
 
     pg = data["postgres"]
     if "skipped" in pg:

@@ -207,3 +207,41 @@ def test_a_store_lives_on_pysqlite3(legacy_db: Any) -> None:
     assert out["check_ok"] is True
     # a legacy file is WAL already and stays so
     assert out["journal"] == "wal"
+
+
+#: The listing's plan on a file of 5,000 sessions, printed as one line per step.
+LISTING_PLAN = r"""
+import sys
+from sqlalchemy import event
+from hermes_store.repositories.sessions import SessionRepository
+from hermes_store.store import Store
+
+store = Store(sys.argv[1])
+statements = []
+event.listen(store.engine, "before_cursor_execute",
+             lambda c, cur, sql, params, *a: statements.append((sql, params)))
+SessionRepository(store).list_sessions_rich(limit=20)
+sql, params = next(s for s in statements if "FROM sessions AS s" in s[0])
+with store.read() as conn:
+    plan = conn.connection.driver_connection.execute("EXPLAIN QUERY PLAN " + sql, params)
+    for row in plan:
+        print(row[3])
+"""
+
+
+@pytest.mark.parametrize("driver", ["sqlite3", "pysqlite3"])
+def test_listing_walks_the_start_time_index_on_every_sqlite(fresh_db: str, driver: str) -> None:
+    """Newer SQLite planners read `archived = 0` as a selective filter and would scan and
+    sort every session for one page; the listing tells them it is usually true."""
+    path = fresh_db.removeprefix("sqlite:///")
+    con = sqlite3.connect(path)
+    with con:
+        con.executemany(
+            "INSERT INTO sessions (id, source, started_at) VALUES (?, 'cli', ?)",
+            ((f"s{i}", 1.7e9 + i) for i in range(5000)),
+        )
+    con.close()
+    done = _run(LISTING_PLAN, fresh_db, driver=driver)
+    assert done.returncode == 0, done.stderr
+    steps = done.stdout.splitlines()
+    assert steps[0] == "SCAN s USING INDEX idx_sessions_started", steps

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sqlalchemy import Connection, Integer, Text, text
+from sqlalchemy import Boolean, Connection, Integer, Text, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import Executable
@@ -185,6 +185,26 @@ def _utc_day_sqlite(element: utc_day, compiler: SQLCompiler, **kw: Any) -> str:
 def _utc_day_pg(element: utc_day, compiler: SQLCompiler, **kw: Any) -> str:
     (epoch,) = list(element.clauses)
     return f"to_char(timezone('UTC', to_timestamp({compiler.process(epoch, **kw)})), 'YYYY-MM-DD')"
+
+
+class usually(FunctionElement[bool]):  # noqa: N801
+    """A condition most rows meet, said so to SQLite's planner (`likely()`); the bare
+    condition elsewhere. Newer SQLite planners take an equality on an unindexed column
+    (`archived = 0`) for a selective filter, and rather than walk `idx_sessions_started`
+    to the first page of a listing they scan and sort the whole table."""
+
+    type = Boolean()
+    inherit_cache = True
+
+
+@compiles(usually, "sqlite")
+def _usually_sqlite(element: usually, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"likely({compiler.process(element.clauses, **kw)})"
+
+
+@compiles(usually)
+def _usually_default(element: usually, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"({compiler.process(element.clauses, **kw)})"
 
 
 def database_size(session: Connection) -> int | None:

@@ -32,6 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.sql.selectable import NamedFromClause
 
 from ..prepared import Prepared
+from ._dialect import usually
 from ._paging import row_limit, row_offset
 from ._preview import first_user_excerpt, shape_session_preview
 from ._sql import alias, contains_caseless, path_prefix_values, path_under
@@ -138,7 +139,7 @@ def filter_conditions(a: NamedFromClause, shape: tuple[Any, ...]) -> list[Column
     if archived == "only":
         conds.append(a.c.archived != 0)
     elif archived == "live":
-        conds.append(a.c.archived == 0)
+        conds.append(usually(a.c.archived == 0))
     return conds
 
 

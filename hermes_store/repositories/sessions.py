@@ -96,25 +96,27 @@ CREATE_KWARGS = frozenset(
     }
 )
 
-_UPSERT = text(
-    "INSERT INTO sessions (id, source, user_id, model, model_config, system_prompt, "
-    "parent_session_id, started_at, session_key, chat_id, chat_type, thread_id, cwd, "
-    "profile_name, git_repo_root) VALUES (:id, :source, :user_id, :model, :model_config, "
-    ":system_prompt, :parent_session_id, :started_at, :session_key, :chat_id, :chat_type, "
-    ":thread_id, :cwd, :profile_name, :git_repo_root) "
-    # An existing row only gets its gaps filled; source, user_id and started_at stay.
-    "ON CONFLICT (id) DO UPDATE SET "
-    "model = COALESCE(sessions.model, excluded.model), "
-    "model_config = COALESCE(sessions.model_config, excluded.model_config), "
-    "system_prompt = COALESCE(sessions.system_prompt, excluded.system_prompt), "
-    "session_key = COALESCE(sessions.session_key, excluded.session_key), "
-    "chat_id = COALESCE(sessions.chat_id, excluded.chat_id), "
-    "chat_type = COALESCE(sessions.chat_type, excluded.chat_type), "
-    "thread_id = COALESCE(sessions.thread_id, excluded.thread_id), "
-    "parent_session_id = COALESCE(sessions.parent_session_id, excluded.parent_session_id), "
-    "cwd = COALESCE(sessions.cwd, excluded.cwd), "
-    "profile_name = COALESCE(sessions.profile_name, excluded.profile_name), "
-    "git_repo_root = COALESCE(sessions.git_repo_root, excluded.git_repo_root)"
+_UPSERT = Prepared(
+    text(
+        "INSERT INTO sessions (id, source, user_id, model, model_config, system_prompt, "
+        "parent_session_id, started_at, session_key, chat_id, chat_type, thread_id, cwd, "
+        "profile_name, git_repo_root) VALUES (:id, :source, :user_id, :model, :model_config, "
+        ":system_prompt, :parent_session_id, :started_at, :session_key, :chat_id, :chat_type, "
+        ":thread_id, :cwd, :profile_name, :git_repo_root) "
+        # An existing row only gets its gaps filled; source, user_id and started_at stay.
+        "ON CONFLICT (id) DO UPDATE SET "
+        "model = COALESCE(sessions.model, excluded.model), "
+        "model_config = COALESCE(sessions.model_config, excluded.model_config), "
+        "system_prompt = COALESCE(sessions.system_prompt, excluded.system_prompt), "
+        "session_key = COALESCE(sessions.session_key, excluded.session_key), "
+        "chat_id = COALESCE(sessions.chat_id, excluded.chat_id), "
+        "chat_type = COALESCE(sessions.chat_type, excluded.chat_type), "
+        "thread_id = COALESCE(sessions.thread_id, excluded.thread_id), "
+        "parent_session_id = COALESCE(sessions.parent_session_id, excluded.parent_session_id), "
+        "cwd = COALESCE(sessions.cwd, excluded.cwd), "
+        "profile_name = COALESCE(sessions.profile_name, excluded.profile_name), "
+        "git_repo_root = COALESCE(sessions.git_repo_root, excluded.git_repo_root)"
+    )
 )
 _FULL_ROW = Prepared(all_columns(SESSIONS).where(S.id == bindparam("id")))
 
@@ -133,7 +135,7 @@ def full_row(conn: Connection, session_id: str) -> Row | None:
 
 
 def _create(conn: Connection, values: dict[str, Any], has_parent: bool) -> str:
-    conn.execute(_UPSERT, {**values, "started_at": now()})
+    _UPSERT.run(conn, {**values, "started_at": now()})
     if has_parent:
         _inherit_from_parent(conn, values["id"])
     return str(values["id"])
