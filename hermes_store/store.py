@@ -30,8 +30,8 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import QueuePool
 
-from .config import SCHEMA_VERSION, JournalPolicy, resolve_url, sqlite_path
-from .contract import VERSION_TABLE
+from .config import JournalPolicy, resolve_url, sqlite_path
+from .contract import HEAD_REVISION, VERSION_TABLE
 from .engine import BEGIN_MODE, make_engine
 from .errors import (
     InvalidInput,
@@ -48,7 +48,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 CHECKPOINT_EVERY = 50
-HEAD = f"{SCHEMA_VERSION:04d}"
+#: The revision a database must be at for the repositories to serve it.
+HEAD = HEAD_REVISION
 
 
 def refuse_missing_database(url: URL) -> None:

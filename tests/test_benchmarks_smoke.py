@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from hermes_store.contract import HEAD_REVISION
+
 #: the search rows, in order (benchmarks/corpus.py QUERIES)
 SEARCHES = (
     "word",
@@ -63,7 +65,7 @@ def test_quick_benchmark_reports_every_row(tmp_path: Path) -> None:
     upgrades = {row["shape"]: row for row in data["upgrades"]}
     assert sorted(upgrades) == ["v22", "v9"]
     for shape, upgrade in upgrades.items():
-        assert upgrade["after"] == "0023", shape
+        assert upgrade["after"] == HEAD_REVISION, shape
         assert upgrade["adoption"]["adopt_at_revision"] == int(shape[1:]), shape
         for key in (
             "total_s",
@@ -77,7 +79,7 @@ def test_quick_benchmark_reports_every_row(tmp_path: Path) -> None:
         assert upgrade["teardown_steps"] > 0, shape
         assert upgrade["pacing"] == "default", shape
         (beside,) = upgrade["beside_appender"]
-        assert beside["upgrade"]["after"] == "0023", shape
+        assert beside["upgrade"]["after"] == HEAD_REVISION, shape
         assert beside["appender"]["appends"] > 0, shape
         assert beside["appender"]["latency_p99_s"] > 0, shape
 
