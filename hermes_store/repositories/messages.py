@@ -41,6 +41,7 @@ from ..errors import (
 )
 from ..prepared import Prepared
 from ..store import Store
+from . import idempotency
 from ._dialect import data_columns, data_dicts, lock_session
 from ._encoding import decode_content, encode_display_metadata, now, scrub
 from ._paging import count_clause, limit_clause, row_count, row_limit, row_offset
@@ -210,8 +211,15 @@ def _append_one(
     holder: str | None,
     explicit_ts: float | None,
     fields: Mapping[str, Any],
+    key: str | None = None,
 ) -> int:
     lock_session(conn, session_id)  # the checks below must hold until commit
+    if key is not None:
+        # before the checks: a retry of an append that happened returns its id even if
+        # the session has been closed by compression since
+        earlier = idempotency.earlier_ids(conn, session_id, key, 1)
+        if earlier is not None:
+            return earlier[0]
     at = now()
     _check_append_allowed(conn, session_id, holder, at)
     values, n_calls = encode_row(
@@ -222,17 +230,30 @@ def _append_one(
     else:
         message_id = _insert_without_returning(conn, values)
     _add_counts(conn, session_id, 1, n_calls)
+    if key is not None:
+        idempotency.remember(conn, session_id, key, [message_id], at)
     return message_id
 
 
 def _append_many(
-    conn: Connection, session_id: str, holder: str | None, encoded: EncodedMessages
+    conn: Connection,
+    session_id: str,
+    holder: str | None,
+    encoded: EncodedMessages,
+    key: str | None = None,
 ) -> list[int]:
     lock_session(conn, session_id)
-    _check_append_allowed(conn, session_id, holder, now())
+    if key is not None:
+        earlier = idempotency.earlier_ids(conn, session_id, key, len(encoded.rows))
+        if earlier is not None:
+            return earlier
+    at = now()
+    _check_append_allowed(conn, session_id, holder, at)
     ids = _insert_rows(conn, encoded.rows)
     if ids:
         _add_counts(conn, session_id, len(ids), encoded.tool_calls)
+    if key is not None and ids:
+        idempotency.remember(conn, session_id, key, ids, at)
     return ids
 
 
@@ -530,14 +551,22 @@ class MessageRepository:
         display_kind: str | None = None,
         display_metadata: Any = None,
         compression_lock_holder: str | None = None,
+        *,
+        idempotency_key: str | None = None,
     ) -> int:
         """Append one message and bump the counters; returns the new `messages.id`.
+
+        With `idempotency_key` (a string the caller chooses per message, such as a UUID or
+        the platform's message id), a call that repeats a committed one (a retry after a
+        timeout or a cancellation, from any process) returns the id stored then and writes
+        nothing; keys are per session and go with it.
 
         Raises CompressionSessionBusyError while another holder's lease is live,
         CompressionSessionClosedError on a session ended by compression, SessionNotFound
         for an unknown id, InvalidInput for values that cannot be stored."""
         if role is None:
             raise InvalidInput("a message needs a role")
+        key = idempotency.check_key(idempotency_key)
         explicit_ts = epoch_seconds(timestamp)
         fields = {
             "role": role,
@@ -561,7 +590,7 @@ class MessageRepository:
         }
         holder = compression_lock_holder
         return self.store.write(
-            lambda conn: _append_one(conn, session_id, holder, explicit_ts, fields)
+            lambda conn: _append_one(conn, session_id, holder, explicit_ts, fields, key)
         )
 
     def append_messages(
@@ -570,12 +599,18 @@ class MessageRepository:
         messages: Sequence[Mapping[str, Any]],
         *,
         compression_lock_holder: str | None = None,
+        idempotency_key: str | None = None,
     ) -> list[int]:
         """Append many messages (dicts, bulk encoding) in one transaction; returns their
-        ids in order. Same checks as `append_message`; an empty list writes nothing."""
+        ids in order. Same checks as `append_message`; an empty list writes nothing.
+        `idempotency_key` as for `append_message`: one key for the whole batch, whose
+        retry returns the same ids (a retry with another number of messages is refused)."""
+        key = idempotency.check_key(idempotency_key)
         encoded = encode_bulk(session_id, messages)
         holder = compression_lock_holder
-        return self.store.write(lambda conn: _append_many(conn, session_id, holder, encoded))
+        return self.store.write(
+            lambda conn: _append_many(conn, session_id, holder, encoded, key)
+        )
 
     def replace_messages(
         self,
