@@ -1,5 +1,5 @@
 """The benchmark runner works end to end: `python -m benchmarks --quick --json` exits 0
-and reports every row with positive timings (about 30 s: the quick upgrade rows generate
+and reports every row with positive timings (about a minute: the quick upgrade rows generate
 a small v9- and v22-shaped file each; runs in CI with the rest), PostgreSQL rows
 included: without a server they are skipped, except in CI, where skipped PostgreSQL rows
 fail the test (as a skipped PostgreSQL suite does)."""
@@ -48,7 +48,7 @@ def test_quick_benchmark_reports_every_row(tmp_path: Path) -> None:
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
-        timeout=90,
+        timeout=300,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
@@ -82,6 +82,19 @@ def test_quick_benchmark_reports_every_row(tmp_path: Path) -> None:
         assert beside["upgrade"]["after"] == HEAD_REVISION, shape
         assert beside["appender"]["appends"] > 0, shape
         assert beside["appender"]["latency_p99_s"] > 0, shape
+
+    # the asyncio tables: every row measured, or skipped with the reason
+    chats = data["concurrent"]
+    assert chats["rows"] and "concurrent chats" in proc.stdout
+    for row in chats["rows"]:
+        assert row["appends_per_s"] > 0 and row["call_p99_ms"] > 0, row
+    measured = {(r["backend"], r["mode"]) for r in chats["rows"]}
+    assert ("sqlite", "thread pool") in measured, chats
+    assert len(measured) + len(chats["skipped"]) == 5, chats  # benchmarks/concurrent.py MODES
+    compared = data["peers"]
+    assert "agent-framework session stores" in proc.stdout
+    assert any(r["store"].startswith("hermes-store") for r in compared["rows"]), compared
+    assert all(why for why in compared["skipped"].values())
 
     pg = data["postgres"]
     if "skipped" in pg:
