@@ -193,7 +193,7 @@ async def _off_loop(work: Callable[[], T], abandon: Callable[[T], object] | None
             if error is None and abandon is not None:
                 abandon(result)  # type: ignore[arg-type]
 
-    threading.Thread(target=run, name="hermes-store-open", daemon=True).start()
+    threading.Thread(target=run, name="hermes-store-off-loop", daemon=True).start()
     return await done
 
 
