@@ -112,14 +112,3 @@ OWN_TABLE_PREFIX: Final = "hermes_store_"
 #: Appends made with an idempotency key: (session_id, key) -> the message ids the first
 #: call stored (revision hs0001). Rows go with their session (ON DELETE CASCADE).
 IDEMPOTENCY_TABLE: Final = "hermes_store_idempotency_keys"
-
-#: The revision whose schema is exactly upstream v23. Revisions 0001..0023 replay the
-#: upstream versions (adoption stamps a legacy file at one of them); the project's own
-#: revisions follow it, named hs0001, hs0002, ... so that no upstream number is ever
-#: taken by one of them.
-UPSTREAM_HEAD_REVISION: Final = "0023"
-
-#: The newest revision of the chain: the one value here that moves, forward only, with
-#: every new revision (tests/test_own_tables.py checks it is the script directory's single
-#: head). A database at any other revision is refused by `Store` until it is upgraded.
-HEAD_REVISION: Final = "hs0001"

@@ -36,11 +36,9 @@ from .config import (
 )
 from .contract import (
     FTS_REBUILT_LATER_ATTR,
-    HEAD_REVISION,
     HERMES_HOME_ATTR,
     PG_SEARCH_COLUMNS,
     PG_SEARCH_INDEXES,
-    UPSTREAM_HEAD_REVISION,
 )
 from .contract import PG_MIGRATION_LOCK as PG_MIGRATION_LOCK
 from .contract import VERSION_TABLE as VERSION_TABLE
@@ -52,6 +50,7 @@ from .errors import (
     NotAtHead,
     SchemaTooNew,
 )
+from .head import HEAD_REVISION, UPSTREAM_HEAD_REVISION
 from .models import metadata
 from .retry import RetryPolicy
 from .search import maintenance
@@ -65,7 +64,7 @@ log = logging.getLogger(__name__)
 #: do (spec/behaviour.md 16.2), instead of failing after one busy timeout.
 OPEN_RETRY = RetryPolicy(budget_seconds=20.0)
 
-#: The project's head: the upstream chain 0001..0023, then its own revisions (contract).
+#: The project's head: the upstream chain 0001..0023, then its own revisions.
 HEAD = HEAD_REVISION
 
 

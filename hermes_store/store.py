@@ -31,13 +31,14 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import QueuePool
 
 from .config import JournalPolicy, resolve_url, sqlite_path
-from .contract import HEAD_REVISION, VERSION_TABLE
+from .contract import VERSION_TABLE
 from .engine import BEGIN_MODE, make_engine
 from .errors import (
     InvalidInput,
     NotAtHead,
     StoreClosed,
 )
+from .head import HEAD_REVISION
 from .retry import DEFAULT_RETRY, RetryPolicy
 from .sqlite_damage import where
 from .sqlite_file import refuse_directory

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_store.contract import HEAD_REVISION
+from hermes_store.head import HEAD_REVISION
 
 #: the search rows, in order (benchmarks/corpus.py QUERIES)
 SEARCHES = (

@@ -19,6 +19,7 @@ from hermes_store import contract, migrate, schema_snapshot, store
 from hermes_store.config import SCHEMA_VERSION
 from hermes_store.copy import copy_database
 from hermes_store.errors import NotAtHead
+from hermes_store.head import HEAD_REVISION, UPSTREAM_HEAD_REVISION
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.store import Store
@@ -33,11 +34,12 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_head_is_one_definition_and_the_chain_s_single_head() -> None:
     script = ScriptDirectory.from_config(migrate.make_config())
-    assert script.get_heads() == [contract.HEAD_REVISION]
-    assert migrate.HEAD == store.HEAD == contract.HEAD_REVISION
+    assert script.get_heads() == [HEAD_REVISION]
+    assert migrate.HEAD == store.HEAD == HEAD_REVISION
+    assert not hasattr(contract, "HEAD_REVISION")  # the contract holds frozen names only
     # the upstream number stays the upstream's; the project's revisions follow 0023
-    assert SCHEMA_VERSION == 23 and contract.UPSTREAM_HEAD_REVISION == "0023"
-    after_upstream = [r.revision for r in script.iterate_revisions(contract.HEAD_REVISION, "0023")]
+    assert SCHEMA_VERSION == 23 and UPSTREAM_HEAD_REVISION == "0023"
+    after_upstream = [r.revision for r in script.iterate_revisions(HEAD_REVISION, "0023")]
     assert after_upstream and all(r.startswith("hs") for r in after_upstream), after_upstream
 
 
@@ -87,8 +89,8 @@ def test_a_database_at_0023_is_refused_then_upgrades_cleanly(
         Store(url)
     upgraded = _cli("upgrade", "--url", url)
     assert upgraded.returncode == 0, upgraded.stderr
-    assert f"0023 -> {contract.HEAD_REVISION}" in upgraded.stdout, upgraded.stdout
-    assert f"1 revision applied ({contract.HEAD_REVISION})" in upgraded.stdout, upgraded.stdout
+    assert f"0023 -> {HEAD_REVISION}" in upgraded.stdout, upgraded.stdout
+    assert f"1 revision applied ({HEAD_REVISION})" in upgraded.stdout, upgraded.stdout
     with Store(url) as opened:
         SessionRepository(opened).create_session("s1", "cli")
         first = MessageRepository(opened).append_message("s1", "user", "x", idempotency_key="k")
@@ -104,8 +106,8 @@ def test_a_legacy_file_is_stamped_at_its_upstream_revision_then_upgraded_to_head
     path = legacy_db(22)
     report = migrate.upgrade(str(path), fts_min_pause=0)
     assert report.adopted_from == 22
-    assert report.revisions == ("0023", contract.HEAD_REVISION)
-    assert report.after == contract.HEAD_REVISION
+    assert report.revisions == ("0023", HEAD_REVISION)
+    assert report.after == HEAD_REVISION
 
 
 def test_downgrading_to_0023_leaves_the_reference_schema(fresh_db: str, legacy_db, db) -> None:  # type: ignore[no-untyped-def]
