@@ -34,12 +34,7 @@ from .config import (
     shown_url,
     sqlite_path,
 )
-from .contract import (
-    FTS_REBUILT_LATER_ATTR,
-    HERMES_HOME_ATTR,
-    PG_SEARCH_COLUMNS,
-    PG_SEARCH_INDEXES,
-)
+from .contract import FTS_REBUILT_LATER_ATTR, HERMES_HOME_ATTR, PG_SEARCH_COLUMNS, PG_SEARCH_INDEXES
 from .contract import PG_MIGRATION_LOCK as PG_MIGRATION_LOCK
 from .contract import VERSION_TABLE as VERSION_TABLE
 from .dialects import backend_for
