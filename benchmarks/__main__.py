@@ -21,6 +21,12 @@ both v23 indexes on the upgraded file, the work the chunked backfill does.
 A second table runs the same operations on PostgreSQL (benchmarks/postgres.py) beside
 hermes-store's SQLite numbers; `--no-postgres` skips it, and without a server its rows
 are skipped with the reason ("postgres": {"skipped": ...} in the JSON).
+
+Then two asyncio tables: concurrent chats on `AsyncStore`, its thread pool against a
+native asyncio path on PostgreSQL (benchmarks/concurrent.py: 200 and 1,000 chats, 20
+with --quick; `--no-concurrent` skips it), and hermes-store beside the agent frameworks'
+session stores on one workload (benchmarks/peers.py: 200 chats, 20 with --quick; rows of
+stores that are not installed say so; `--no-peers` skips it).
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import corpus, journal_modes, postgres, upgrade
+from . import concurrent, corpus, journal_modes, peers, postgres, upgrade
 from .raw_floor import Floor, bulk_load, connect, create_schema, record_statements
 from .stats import comparison
 
@@ -223,6 +229,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, help="keep the databases in this directory")
     upgrade.add_arguments(parser)
     parser.add_argument("--no-postgres", action="store_true", help="skip the PostgreSQL rows")
+    parser.add_argument(
+        "--no-concurrent", action="store_true", help="skip the concurrent-chat table"
+    )
+    parser.add_argument(
+        "--no-peers", action="store_true", help="skip the agent-framework comparison"
+    )
     args = parser.parse_args(argv)
 
     size = "quick" if args.quick else args.size
@@ -251,11 +263,25 @@ def main(argv: list[str] | None = None) -> int:
             directory, directory / "base.db", _iterations(args.quick)["append_one"] // 2
         )
         upgrades = upgrade.run_all(args, directory)
+    chats = None
+    if not args.no_concurrent:
+        print("concurrent chats:")
+        chats = concurrent.run([20] if args.quick else [200, 1000], turns=3)
+    compared = None
+    if not args.no_peers:
+        print("agent-framework session stores:")
+        compared = peers.run(20 if args.quick else 200, turns=3)
     print()
     print_table(rows, upgrades)
     journal_modes.print_table(journal)
     if pg is not None:
         postgres.print_table(pg)
+    if chats is not None:
+        print()
+        concurrent.print_table(chats)
+    if compared is not None:
+        print()
+        peers.print_table(compared)
     elapsed = time.perf_counter() - started
     print(f"\n{elapsed:.1f} s")
     if args.json:
@@ -271,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
             "upgrades": upgrades,
             "journal_modes": journal,
             "postgres": pg,
+            "concurrent": chats,
+            "peers": compared,
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n")
     return 0

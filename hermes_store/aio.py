@@ -1,30 +1,45 @@
 """An asyncio face for gateway services: `AsyncStore` and its repositories, whose methods
 are the synchronous repositories' methods as coroutines, with the same parameters and
-typed results.
+typed results. Open one store per service and share it between tasks:
 
-    async with AsyncStore("~/.hermes/state.db") as store:
+    store = await AsyncStore.open("~/.hermes/state.db")
+    try:
         await store.sessions.create_session("s1", "telegram")
-        await store.messages.append_message("s1", "user", "hello")
+        await store.messages.append_message("s1", "user", "hello", idempotency_key="m-1")
         hits = await store.search.search_messages("hello")
+    finally:
+        await store.aclose()
 
 The database drivers hermes-store runs on (sqlite3, psycopg's blocking API) block, so
 every call runs in a worker thread of the store's own pool (never the event loop's
-default executor, which the application may need for other work). A call keeps every
-promise of the synchronous one: a write is one retried transaction, concurrent writers
-are serialised by the Store, and many tasks may call at once. Each method is declared on
-its class (below), so editors and type checkers see its signature and result.
+default executor, which the application may need for other work), and `open` builds
+the engine and checks the schema in a thread too. A call keeps every promise of the
+synchronous one: a write is one retried transaction, concurrent writers are serialised
+by the Store, and many tasks may call at once. Each method is declared on its class
+(below), so editors and type checkers see its signature and result.
+
+Cancellation: a call cancelled (or timed out) while it waits for a worker never runs. A
+call a worker has started runs to its end (a transaction is never cut in the middle)
+and its caller gets CancelledError without knowing whether it committed: give appends an
+`idempotency_key` and retry them with it, and the retry returns the first call's ids
+without storing anything again. Closing: calls made once `aclose()` has begun raise
+StoreClosed; calls made before it finish first.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import queue
+import threading
 from collections.abc import Callable, Coroutine
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
+from sqlalchemy import Engine
 from sqlalchemy.engine import URL
 
+from .config import JournalPolicy
+from .errors import StoreClosed
 from .repositories.coordination import (
     AsyncDelegationRepository,
     CompressionLockRepository,
@@ -38,7 +53,9 @@ from .repositories.sessions import SessionRepository
 from .repositories.telegram import TelegramTopicRepository
 from .repositories.titles import TitleRepository
 from .repositories.usage import UsageRepository
-from .store import Store
+from .retry import DEFAULT_RETRY, RetryPolicy
+from .sqlite_damage import where
+from .store import CHECKPOINT_EVERY, Store
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -47,6 +64,137 @@ R = TypeVar("R")
 #: Worker threads per AsyncStore: the Store's pooled connections (5) plus its overflow
 #: allowance, so a burst of calls queues here rather than on the connection pool.
 DEFAULT_WORKERS = 8
+
+
+class _Call(asyncio.Future[Any]):
+    """A blocking call on its way through the pool: waiting for a worker, then running.
+    Cancelling it while it waits drops it there and then, in the same step as the
+    cancellation (a worker takes a call under the pool's lock, so it either started
+    before or never starts); a started call is left to finish."""
+
+    def __init__(self, work: Callable[[], Any], pool: _Pool, loop: asyncio.AbstractEventLoop):
+        super().__init__(loop=loop)
+        self.work = work
+        self.pool = pool
+        self.started = False
+        self.dropped = False
+
+    def cancel(self, msg: Any | None = None) -> bool:
+        with self.pool.lock:
+            if not self.started:
+                self.dropped = True
+        return super().cancel(msg=msg)
+
+    def settle(self, result: Any, error: BaseException | None) -> None:
+        """On the loop: hand over what the worker got, unless the caller gave up."""
+        if self.done():
+            return
+        if error is not None:
+            self.set_exception(error)
+        else:
+            self.set_result(result)
+
+
+class _Pool:
+    """Worker threads serving one store's calls in order of arrival, started as calls
+    need them (up to `workers`). Unlike an executor behind `run_in_executor`, whose
+    futures learn of a cancellation one loop step later (when a free worker may already
+    have taken the call), a call here is dropped as it is cancelled."""
+
+    def __init__(self, workers: int, name: str) -> None:
+        if workers < 1:
+            raise ValueError(f"an AsyncStore needs at least one worker, not {workers}")
+        self.lock = threading.Lock()
+        self._queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        self._workers = workers
+        self._name = name
+        self._threads: list[threading.Thread] = []
+        self._idle = 0
+        self._closed = False
+
+    def submit(self, work: Callable[[], Any], closed: Callable[[], StoreClosed]) -> _Call:
+        call = _Call(work, self, asyncio.get_running_loop())
+        with self.lock:
+            if self._closed:
+                raise closed()
+            if self._idle == 0 and len(self._threads) < self._workers:
+                thread = threading.Thread(
+                    target=self._serve,
+                    name=f"{self._name}-{len(self._threads)}",
+                    # a worker never keeps the interpreter alive: an abandoned transaction
+                    # is rolled back by the database
+                    daemon=True,
+                )
+                self._threads.append(thread)
+                thread.start()
+            self._queue.put(call)
+        return call
+
+    def _serve(self) -> None:
+        while True:
+            with self.lock:
+                self._idle += 1
+            call = self._queue.get()
+            with self.lock:
+                self._idle -= 1
+                if call is None:
+                    return
+                if call.dropped:
+                    continue
+                call.started = True
+            result: Any = None
+            error: BaseException | None = None
+            try:
+                result = call.work()
+            except BaseException as exc:  # noqa: BLE001 (handed to the caller as it is)
+                error = exc
+            try:
+                call.get_loop().call_soon_threadsafe(call.settle, result, error)
+            except RuntimeError:  # the caller's loop has closed: nobody is waiting
+                pass
+
+    def close(self) -> list[threading.Thread]:
+        """Take no more calls; the workers stop once the calls already queued are done.
+        Returns the threads to join."""
+        with self.lock:
+            if not self._closed:
+                self._closed = True
+                for _ in self._threads:
+                    self._queue.put(None)
+            return list(self._threads)
+
+
+async def _off_loop(work: Callable[[], T], abandon: Callable[[T], object] | None = None) -> T:
+    """`work()` in a thread of its own, awaited without blocking the loop. If the caller
+    is cancelled meanwhile, what `work` returns is handed to `abandon` (in that thread)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if done.cancelled():
+            if error is None and abandon is not None:
+                threading.Thread(target=abandon, args=(result,), daemon=True).start()
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        result: T | None = None
+        error: BaseException | None = None
+        try:
+            result = work()
+        except BaseException as exc:  # noqa: BLE001 (handed to the caller as it is)
+            error = exc
+        try:
+            loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:  # the loop has closed: nobody is waiting
+            if error is None and abandon is not None:
+                abandon(result)  # type: ignore[arg-type]
+
+    threading.Thread(target=run, name="hermes-store-off-loop", daemon=True).start()
+    return await done
 
 
 class _AsyncRepository(Generic[R]):
@@ -88,9 +236,11 @@ class awaitable(Generic[P, T]):  # noqa: N801 (used like a decorator, as `proper
 
 
 class AsyncStore:
-    """A `Store` for asyncio code, with its repositories as attributes. Use it as
-    `async with AsyncStore(url) as store:` or call `await store.aclose()`; arguments are
-    those of `Store`, plus `workers` (threads serving calls)."""
+    """A `Store` for asyncio code, with its repositories as attributes. Open it with
+    `await AsyncStore.open(url)` (the engine is built and the schema checked off the
+    event loop) and close it with `await store.aclose()`, or `async with` either form;
+    `AsyncStore(url)` opens on the calling thread. The keyword arguments are `Store`'s,
+    plus `workers` (threads serving calls)."""
 
     def __init__(
         self,
@@ -98,11 +248,26 @@ class AsyncStore:
         *,
         workers: int = DEFAULT_WORKERS,
         store: Store | None = None,
-        **store_options: Any,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        checkpoint_every: int = CHECKPOINT_EVERY,
+        journal: JournalPolicy | None = None,
+        read_only: bool = False,
+        engine: Engine | None = None,
+        check_schema: bool = True,
     ) -> None:
-        self.sync = store if store is not None else Store(url, **store_options)
-        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hermes-store")
-        self._closed = False
+        if store is None:
+            store = Store(
+                url,
+                retry=retry,
+                checkpoint_every=checkpoint_every,
+                journal=journal,
+                read_only=read_only,
+                engine=engine,
+                check_schema=check_schema,
+            )
+        self.sync = store
+        self._pool = _Pool(workers, "hermes-store")
+        self._closing: asyncio.Future[None] | None = None
         self.sessions = AsyncSessions(self)
         self.titles = AsyncTitles(self)
         self.messages = AsyncMessages(self)
@@ -115,22 +280,62 @@ class AsyncStore:
         self.delegations = AsyncDelegations(self)
         self.telegram_topics = AsyncTelegramTopics(self)
 
+    @classmethod
+    async def open(
+        cls,
+        url: str | URL | None = None,
+        *,
+        workers: int = DEFAULT_WORKERS,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        checkpoint_every: int = CHECKPOINT_EVERY,
+        journal: JournalPolicy | None = None,
+        read_only: bool = False,
+        engine: Engine | None = None,
+        check_schema: bool = True,
+    ) -> AsyncStore:
+        """Open the store without blocking the event loop: the engine, the first
+        connection and the schema check (which may wait for a server, up to its
+        `connect_timeout` and the retry budget) run in a thread. Cancelling the open
+        closes the store once it exists."""
+        store = await _off_loop(
+            lambda: Store(
+                url,
+                retry=retry,
+                checkpoint_every=checkpoint_every,
+                journal=journal,
+                read_only=read_only,
+                engine=engine,
+                check_schema=check_schema,
+            ),
+            abandon=Store.close,
+        )
+        return cls(store=store, workers=workers)
+
+    def _closed_error(self) -> StoreClosed:
+        return StoreClosed(
+            f"the async store for {where(self.sync.url)} is closed; open a new AsyncStore"
+        )
+
     async def run(self, call: Callable[[], T]) -> T:
-        """Run a blocking call on the store's worker threads."""
-        if self._closed:
-            self.sync.check_open()
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, call)
+        """Run a blocking call on the store's worker threads (StoreClosed once `aclose()`
+        has begun)."""
+        result: T = await self._pool.submit(call, self._closed_error)
+        return result
 
     async def aclose(self) -> None:
-        """Wait for calls in flight, then close the store (a TRUNCATE checkpoint on
-        SQLite); idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, self._executor.shutdown)
-        await loop.run_in_executor(None, self.sync.close)
+        """Refuse new calls (StoreClosed), let the calls made before finish, then close
+        the store (a TRUNCATE checkpoint on SQLite), all off the event loop; idempotent,
+        and a second caller waits for the first one's close."""
+        if self._closing is None:
+            threads = self._pool.close()
+
+            def finish() -> None:
+                for thread in threads:
+                    thread.join()
+                self.sync.close()
+
+            self._closing = asyncio.ensure_future(_off_loop(finish))
+        await asyncio.shield(self._closing)
 
     async def __aenter__(self) -> AsyncStore:
         return self

@@ -418,10 +418,9 @@ class SessionDB:
 
     # -- small helpers of the original ----------------------------------------------------
 
-    def queue_token_counts(self, session_id: str, **kwargs: Any) -> None:
-        """Applied synchronously: the original's background writer thread only exists to
-        keep accounting off the agent loop; here one short write does the same job."""
-        self._usage.update_token_counts(session_id, **kwargs)
+    # Applied synchronously: the original's background writer thread only exists to keep
+    # accounting off the agent loop; here one short write does the same job.
+    queue_token_counts = _forward("_usage", UsageRepository.update_token_counts)
 
     def flush_token_counts(self, timeout: float = 5.0) -> bool:
         return True  # nothing is ever queued (see queue_token_counts)
@@ -436,16 +435,8 @@ class SessionDB:
 
     # -- forwarded: sessions ----------------------------------------------------------------
 
-    # Written out where the repository takes **kwargs (a ParamSpec cannot then prove that
-    # `self` is never passed by keyword).
-    def create_session(self, session_id: str, source: str, **kwargs: Any) -> str:
-        return self._sessions.create_session(session_id, source, **kwargs)
-
-    def ensure_session(
-        self, session_id: str, source: str = "unknown", model: str | None = None, **kwargs: Any
-    ) -> str:
-        return self._sessions.ensure_session(session_id, source, model, **kwargs)
-
+    create_session = _forward("_sessions", SessionRepository.create_session)
+    ensure_session = _forward("_sessions", SessionRepository.ensure_session)
     end_session = _forward("_sessions", SessionRepository.end_session)
     reopen_session = _forward("_sessions", SessionRepository.reopen_session)
     promote_to_session_reset = _forward("_sessions", SessionRepository.promote_to_session_reset)

@@ -100,3 +100,15 @@ PG_SEARCH_COLUMNS: Final = frozenset({("messages", PG_SEARCH_VECTOR_COLUMN)})
 PG_SEARCH_INDEXES: Final = frozenset(
     {PG_SEARCH_VECTOR_INDEX, PG_CONTENT_TRGM_INDEX, PG_TRGM_INDEX}
 )
+
+# --- hermes-store's own tables and revisions ----------------------------------------------
+
+#: Every table hermes-store adds beyond the upstream v23 schema carries this prefix, as
+#: its version table does: the original ignores tables it does not know, the reference
+#: schema comparison (spec/README.md, Authority 1) leaves them out, and `check` judges them
+#: against the project's own models.
+OWN_TABLE_PREFIX: Final = "hermes_store_"
+
+#: Appends made with an idempotency key: (session_id, key) -> the message ids the first
+#: call stored (revision hs0001). Rows go with their session (ON DELETE CASCADE).
+IDEMPOTENCY_TABLE: Final = "hermes_store_idempotency_keys"

@@ -18,6 +18,10 @@ What is not copied, and why:
 * Tables and columns the models do not know (a later build's leftovers): listed in the
   report as `not_copied`.
 
+The project's own tables (`hermes_store_*` other than the version table: the idempotency
+keys) are models too, so they are copied and verified like the rest: a retry against the
+copy must still find the keys of the appends it retries.
+
 Verification compares row counts and a SHA-256 per table over the rows in key order, each
 value encoded with a type tag so both dialects give the same digest for the same data.
 Key order must be the same on both sides, so text keys are compared byte-wise on

@@ -4,6 +4,7 @@ post-migration FTS backfill."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 import time
@@ -44,6 +45,7 @@ from .errors import (
     NotAtHead,
     SchemaTooNew,
 )
+from .head import HEAD_REVISION, UPSTREAM_HEAD_REVISION
 from .models import metadata
 from .retry import RetryPolicy
 from .search import maintenance
@@ -57,7 +59,8 @@ log = logging.getLogger(__name__)
 #: do (spec/behaviour.md 16.2), instead of failing after one busy timeout.
 OPEN_RETRY = RetryPolicy(budget_seconds=20.0)
 
-HEAD = f"{SCHEMA_VERSION:04d}"
+#: The project's head: the upstream chain 0001..0023, then its own revisions.
+HEAD = HEAD_REVISION
 
 
 def script_location() -> str:
@@ -161,10 +164,23 @@ def process_revision_directives(
             drop_reflection_gaps(context.bind, upgrade_ops)  # type: ignore[arg-type]
 
 
+@functools.cache
+def _at_or_after_upstream_head() -> frozenset[str]:
+    """Revision 0023 (which gives the v23 FTS layout) and every revision after it."""
+    script = ScriptDirectory.from_config(make_config())
+    after = script.iterate_revisions(HEAD, UPSTREAM_HEAD_REVISION)  # 0023 itself excluded
+    return frozenset({UPSTREAM_HEAD_REVISION, *(str(r.revision) for r in after if r is not None)})
+
+
+def _reaches_fts_layout(destination: object) -> bool:
+    """Whether an upgrade to `destination` passes revision 0023, which replaces every
+    legacy FTS index (so the backfill and the trigger repair belong to that run)."""
+    return destination in ("head", "heads") or destination in _at_or_after_upstream_head()
+
+
 def _run_reaches_head(run: MigrationContext) -> bool:
-    # check/current have no destination; only an upgrade to head replaces legacy FTS
-    destination = run.opts.get("destination_rev")
-    return destination in ("head", "heads", HEAD)
+    # check/current have no destination; only an upgrade through 0023 replaces legacy FTS
+    return _reaches_fts_layout(run.opts.get("destination_rev"))
 
 
 def _leave_nothing_at_base(connection: Connection, run: MigrationContext) -> None:
@@ -324,7 +340,7 @@ def upgrade(
     started = time.monotonic()
     resolved = resolve_url(url)
     _look_before_opening(
-        resolved, backfilling=not defer_fts_backfill and revision in ("head", HEAD)
+        resolved, backfilling=not defer_fts_backfill and _reaches_fts_layout(revision)
     )
     engine = make_engine(resolved)
     backend = backend_for(engine)
@@ -361,11 +377,11 @@ def upgrade(
         if not (at_head and revision in ("head", HEAD)):
             OPEN_RETRY.run(migrate)
         migration_s = time.monotonic() - migration_started
-        if revision in ("head", HEAD) and backend.has_fts5:
+        if _reaches_fts_layout(revision) and backend.has_fts5:
             OPEN_RETRY.run(repair_triggers)
         backfill: maintenance.BackfillStats | None = None
         backfill_started = time.monotonic()
-        if backend.has_fts5 and not defer_fts_backfill and revision in ("head", HEAD):
+        if backend.has_fts5 and not defer_fts_backfill and _reaches_fts_layout(revision):
             backfill = maintenance.BackfillStats()
             maintenance.run_backfill(
                 engine,

@@ -4,6 +4,10 @@ Column order, the text layout of CREATE statements and the order of rows in
 sqlite_master are not part of the contract (spec/README.md, Authority 1); names,
 declared types, NOT NULL, defaults, keys, foreign keys, index columns/order/uniqueness/
 partial conditions, views, triggers and FTS definitions are.
+
+The project's own tables (`hermes_store_*`: the Alembic version table, hs0001's keys) are
+outside that contract, so a snapshot leaves them out unless asked for (`own_tables=True`;
+the version table, which holds bookkeeping rather than a shape, always stays out).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from .contract import VERSION_TABLE
+from .contract import OWN_TABLE_PREFIX, VERSION_TABLE
 
 
 def normalise_sql(sql: str) -> str:
@@ -27,7 +31,12 @@ def normalise_sql(sql: str) -> str:
     return sql.rstrip(";")
 
 
-def snapshot(conn: Connection) -> dict[str, Any]:
+def _left_out(table: str, own_tables: bool) -> bool:
+    """Whether objects of `table` stay out of a snapshot."""
+    return table == VERSION_TABLE or (not own_tables and table.startswith(OWN_TABLE_PREFIX))
+
+
+def snapshot(conn: Connection, *, own_tables: bool = False) -> dict[str, Any]:
     rows = conn.exec_driver_sql(
         "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name"
     ).all()
@@ -37,15 +46,13 @@ def snapshot(conn: Connection) -> dict[str, Any]:
     views: dict[str, str] = {}
     triggers: dict[str, str] = {}
     for kind, name, table, sql in rows:
-        if name.startswith("sqlite_") and kind != "index" or name == VERSION_TABLE:
+        if name.startswith("sqlite_") and kind != "index" or _left_out(table, own_tables):
             continue
         if kind == "table" and sql and sql.upper().startswith("CREATE VIRTUAL TABLE"):
             virtual[name] = normalise_sql(sql)
         elif kind == "table":
             tables[name] = _table(conn, name, sql or "")
         elif kind == "index":
-            if table == VERSION_TABLE:
-                continue
             indexes[name] = _index(conn, name, table, sql)
         elif kind == "view":
             views[name] = normalise_sql(sql)
@@ -106,13 +113,14 @@ def diff(expected: dict[str, Any], actual: dict[str, Any]) -> str:
 # name, columns by name (their order is not part of the contract), SQL normalised.
 
 
-def dump_text(conn: Connection) -> str:
+def dump_text(conn: Connection, *, own_tables: bool = False) -> str:
     """The schema behind `conn` as text: DDL-like, one object per block."""
     if conn.dialect.name == "postgresql":
-        blocks = _pg_blocks(conn)
+        blocks = _pg_blocks(conn, own_tables)
     else:
-        blocks = _sqlite_blocks(snapshot(conn))
-    header = f"-- hermes-store schema ({conn.dialect.name}), without {VERSION_TABLE}\n"
+        blocks = _sqlite_blocks(snapshot(conn, own_tables=own_tables))
+    left_out = VERSION_TABLE if own_tables else f"{OWN_TABLE_PREFIX}* tables"
+    header = f"-- hermes-store schema ({conn.dialect.name}), without {left_out}\n"
     return header + "\n".join(f"{block}\n" for block in blocks)
 
 
@@ -148,7 +156,7 @@ def _pg_rows(conn: Connection, sql: str, **params: object) -> list[Any]:
     return list(conn.execute(text(sql), params))
 
 
-def _pg_blocks(conn: Connection) -> list[str]:
+def _pg_blocks(conn: Connection, own_tables: bool) -> list[str]:
     schema = str(conn.execute(text("SELECT current_schema()")).scalar())
 
     def local(sql: str) -> str:
@@ -164,8 +172,10 @@ def _pg_blocks(conn: Connection) -> list[str]:
         conn,
         "SELECT c.oid, c.relname FROM pg_class c WHERE c.relkind IN ('r', 'p') "
         "AND c.relnamespace = current_schema()::regnamespace AND c.relname <> :version "
-        "ORDER BY c.relname",
+        "AND (:own OR left(c.relname, length(:prefix)) <> :prefix) ORDER BY c.relname",
         version=VERSION_TABLE,
+        own=own_tables,
+        prefix=OWN_TABLE_PREFIX,
     )
     for oid, name in tables:
         lines = []
@@ -205,8 +215,11 @@ def _pg_blocks(conn: Connection) -> list[str]:
         for (definition,) in _pg_rows(
             conn,
             "SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() "
-            "AND tablename <> :version ORDER BY indexname",
+            "AND tablename <> :version "
+            "AND (:own OR left(tablename, length(:prefix)) <> :prefix) ORDER BY indexname",
             version=VERSION_TABLE,
+            own=own_tables,
+            prefix=OWN_TABLE_PREFIX,
         )
     ]
     blocks += [

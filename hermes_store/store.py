@@ -30,7 +30,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, PendingRollbackError
 from sqlalchemy.pool import QueuePool
 
-from .config import SCHEMA_VERSION, JournalPolicy, resolve_url, sqlite_path
+from .config import JournalPolicy, resolve_url, sqlite_path
 from .contract import VERSION_TABLE
 from .engine import BEGIN_MODE, make_engine
 from .errors import (
@@ -38,6 +38,7 @@ from .errors import (
     NotAtHead,
     StoreClosed,
 )
+from .head import HEAD_REVISION
 from .retry import DEFAULT_RETRY, RetryPolicy
 from .sqlite_damage import where
 from .sqlite_file import refuse_directory
@@ -48,7 +49,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 CHECKPOINT_EVERY = 50
-HEAD = f"{SCHEMA_VERSION:04d}"
+#: The revision a database must be at for the repositories to serve it.
+HEAD = HEAD_REVISION
 
 
 def refuse_missing_database(url: URL) -> None:

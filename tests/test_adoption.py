@@ -83,7 +83,7 @@ def test_status_before_adoption(fixture_version, legacy_db, db):
 def test_upgrade_reaches_head_and_checks_clean(adopted):
     assert adopted.status_before.kind == "legacy"
     assert adopted.report.adopted_from == adopted.version
-    assert adopted.report.after == "0023"
+    assert adopted.report.after == migrate.HEAD
     status = migrate.current(adopted.url)
     assert status.kind == "managed"
     assert status.at_head
@@ -281,7 +281,7 @@ def test_upgrade_twice_changes_nothing(fixture_version, legacy_db, db):
     migrate.upgrade(url, fts_min_pause=0)
     schema, rows = db.snapshot(path), db.dump(path)
     report = migrate.upgrade(url, fts_min_pause=0)
-    assert report.before == "0023" and report.after == "0023"
+    assert report.before == migrate.HEAD and report.after == migrate.HEAD
     assert db.snapshot(path) == schema
     after = db.dump(path)
     assert after.keys() == rows.keys()

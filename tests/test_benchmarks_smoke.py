@@ -1,5 +1,5 @@
 """The benchmark runner works end to end: `python -m benchmarks --quick --json` exits 0
-and reports every row with positive timings (about 30 s: the quick upgrade rows generate
+and reports every row with positive timings (about a minute: the quick upgrade rows generate
 a small v9- and v22-shaped file each; runs in CI with the rest), PostgreSQL rows
 included: without a server they are skipped, except in CI, where skipped PostgreSQL rows
 fail the test (as a skipped PostgreSQL suite does)."""
@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from hermes_store.head import HEAD_REVISION
 
 #: the search rows, in order (benchmarks/corpus.py QUERIES)
 SEARCHES = (
@@ -46,7 +48,7 @@ def test_quick_benchmark_reports_every_row(tmp_path: Path) -> None:
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=300,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
@@ -63,7 +65,7 @@ def test_quick_benchmark_reports_every_row(tmp_path: Path) -> None:
     upgrades = {row["shape"]: row for row in data["upgrades"]}
     assert sorted(upgrades) == ["v22", "v9"]
     for shape, upgrade in upgrades.items():
-        assert upgrade["after"] == "0023", shape
+        assert upgrade["after"] == HEAD_REVISION, shape
         assert upgrade["adoption"]["adopt_at_revision"] == int(shape[1:]), shape
         for key in (
             "total_s",
@@ -77,7 +79,7 @@ def test_quick_benchmark_reports_every_row(tmp_path: Path) -> None:
         assert upgrade["teardown_steps"] > 0, shape
         assert upgrade["pacing"] == "default", shape
         (beside,) = upgrade["beside_appender"]
-        assert beside["upgrade"]["after"] == "0023", shape
+        assert beside["upgrade"]["after"] == HEAD_REVISION, shape
         assert beside["appender"]["appends"] > 0, shape
         assert beside["appender"]["latency_p99_s"] > 0, shape
 
@@ -90,6 +92,18 @@ def test_quick_benchmark_reports_every_row(tmp_path: Path) -> None:
                    "append beside a reader"):
             assert row[op]["p50_ms"] > 0 and row[op]["p99_ms"] >= row[op]["p50_ms"], (variant, op)
     assert "journal modes (ratios against DELETE, sqlite3" in proc.stdout
+    # the asyncio tables: every row measured, or skipped with the reason
+    chats = data["concurrent"]
+    assert chats["rows"] and "concurrent chats" in proc.stdout
+    for row in chats["rows"]:
+        assert row["appends_per_s"] > 0 and row["call_p99_ms"] > 0, row
+    measured = {(r["backend"], r["mode"]) for r in chats["rows"]}
+    assert ("sqlite", "thread pool") in measured, chats
+    assert len(measured) + len(chats["skipped"]) == 5, chats  # benchmarks/concurrent.py MODES
+    compared = data["peers"]
+    assert "agent-framework session stores" in proc.stdout
+    assert any(r["store"].startswith("hermes-store") for r in compared["rows"]), compared
+    assert all(why for why in compared["skipped"].values())
 
     pg = data["postgres"]
     if "skipped" in pg:

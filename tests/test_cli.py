@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from hermes_store.head import HEAD_REVISION
 from hermes_store.search.maintenance import integrity_errors
 
 CLI = str(Path(sys.executable).with_name("hermes-store"))
@@ -28,11 +29,11 @@ def test_upgrade_creates_the_default_database_and_is_idempotent(hermes_home: Pat
     assert first.returncode == 0, first.stderr
     db = hermes_home / "state.db"
     assert db.exists()
-    assert "none -> 0023" in first.stdout
+    assert f"none -> {HEAD_REVISION}" in first.stdout
     before = db.read_bytes()
     second = run("upgrade", env_home=hermes_home)
     assert second.returncode == 0, second.stderr
-    assert "0023 -> 0023" in second.stdout
+    assert f"{HEAD_REVISION} -> {HEAD_REVISION}" in second.stdout
     assert db.read_bytes() == before
     assert oct(db.stat().st_mode & 0o777) == "0o600"
 
@@ -42,7 +43,7 @@ def test_current_and_check_json(hermes_home: Path, tmp_path: Path) -> None:
     assert run("upgrade", "--url", str(db), env_home=hermes_home).returncode == 0
     current = run("current", "--url", str(db), "--json", env_home=hermes_home)
     data = json.loads(current.stdout)
-    assert data["alembic_revision"] == "0023" and data["schema_version"] == 23
+    assert data["alembic_revision"] == HEAD_REVISION and data["schema_version"] == 23
     assert data["fts"]["layout"] == "v23" and not data["fts"]["backfill_pending"]
     check = run("check", "--url", f"sqlite:///{db}", "--json", env_home=hermes_home)
     assert check.returncode == 0, check.stdout
@@ -146,7 +147,8 @@ def test_alembic_from_the_repository_root(hermes_home: Path, tmp_path: Path) -> 
     assert result.returncode == 0, result.stderr
     con = sqlite3.connect(db)
     assert con.execute("SELECT version FROM schema_version").fetchall() == [(23,)]
-    assert con.execute("SELECT version_num FROM hermes_store_version").fetchall() == [("0023",)]
+    version = con.execute("SELECT version_num FROM hermes_store_version").fetchall()
+    assert version == [(HEAD_REVISION,)]
     con.close()
 
 

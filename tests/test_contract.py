@@ -21,6 +21,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 SHIPPED = {
     "VERSION_TABLE": "hermes_store_version",
+    "OWN_TABLE_PREFIX": "hermes_store_",
+    "IDEMPOTENCY_TABLE": "hermes_store_idempotency_keys",
     "FTS_REBUILT_LATER_ATTR": "hermes_fts_rebuilt_later",
     "HERMES_HOME_ATTR": "hermes_home",
     "PG_MIGRATION_LOCK": 0x6865726D65736D67,

@@ -82,7 +82,7 @@ def _rows(url: str, sql: str) -> list[tuple[object, ...]]:
 def _assert_is_v23(url: str) -> None:
     assert _rows(url, "SELECT version FROM schema_version") == [(23,)]
     assert _rows(url, "SELECT key, value FROM state_meta") == [("fts_storage_version", "1")]
-    assert _rows(url, f"SELECT version_num FROM {migrate.VERSION_TABLE}") == [("0023",)]
+    assert _rows(url, f"SELECT version_num FROM {migrate.VERSION_TABLE}") == [(migrate.HEAD,)]
     facade = SessionDB(url=url)
     try:
         assert facade.fts_optimize_available() is False

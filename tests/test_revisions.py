@@ -108,7 +108,7 @@ def _assert_refused_unchanged(path: Path, target: str, db, needle: str) -> None:
     message = str(info.value)
     assert "downgrade would lose data" in message
     assert needle in message
-    assert migrate.current(url).alembic_revision == "0023"
+    assert migrate.current(url).alembic_revision == migrate.HEAD
     assert db.snapshot(path) == schema
     assert db.dump(path) == rows
     assert migrate.check(url).ok
@@ -204,12 +204,13 @@ def test_two_processes_upgrade_the_same_fresh_file(tmp_path, hermes_home, db):
     for p in procs:
         p.join(timeout=30)
         assert p.exitcode == 0
-    assert outcomes == [("ok", "0023"), ("ok", "0023")], outcomes
+    assert outcomes == [("ok", migrate.HEAD), ("ok", migrate.HEAD)], outcomes
     assert migrate.current(url).at_head
     assert _version(path) == [(23,)]
     assert migrate.check(url).ok
     con = db.raw(path)
     try:
-        assert con.execute("SELECT version_num FROM hermes_store_version").fetchall() == [("0023",)]
+        version = con.execute("SELECT version_num FROM hermes_store_version").fetchall()
+        assert version == [(migrate.HEAD,)]
     finally:
         con.close()

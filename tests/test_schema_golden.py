@@ -15,7 +15,8 @@ from hermes_store import migrate, schema_snapshot
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VERSIONS_DIR = REPO_ROOT / "migrations" / "versions"
-EXPECTED_REVISIONS = [f"{i:04d}" for i in range(1, 24)]
+#: the upstream chain 0001..0023, then the project's own revisions
+EXPECTED_REVISIONS = [*(f"{i:04d}" for i in range(1, 24)), "hs0001"]
 
 
 def _path(url: str) -> Path:
@@ -61,7 +62,7 @@ def test_fresh_database_rows(fresh_db, db):
 def test_fresh_database_status(fresh_db):
     status = migrate.current(fresh_db)
     assert status.kind == "managed"
-    assert status.alembic_revision == "0023"
+    assert status.alembic_revision == migrate.HEAD
     assert status.at_head
     assert status.fts is not None and status.fts.layout == "v23"
     assert status.fts.storage_version == "1"
@@ -71,7 +72,7 @@ def test_fresh_database_status(fresh_db):
 
 
 def test_single_head():
-    assert migrate.heads() == ("0023",)
+    assert migrate.heads() == (migrate.HEAD,)
 
 
 def test_no_model_drift(fresh_db, db):
@@ -124,7 +125,7 @@ def _revision_scripts():
     return ScriptDirectory.from_config(migrate.make_config())
 
 
-def test_revision_chain_is_linear_0001_to_0023():
+def test_revision_chain_is_linear_0001_to_head():
     script = _revision_scripts()
     revisions = {rev.revision: rev for rev in script.walk_revisions()}
     assert sorted(revisions) == EXPECTED_REVISIONS
@@ -135,8 +136,8 @@ def test_revision_chain_is_linear_0001_to_0023():
 
 
 def _revision_files() -> list[Path]:
-    files = sorted(VERSIONS_DIR.glob("0*.py"))
-    assert len(files) == 23, files
+    files = sorted([*VERSIONS_DIR.glob("0*.py"), *VERSIONS_DIR.glob("hs*.py")])
+    assert len(files) == len(EXPECTED_REVISIONS), files
     return files
 
 
@@ -178,7 +179,7 @@ def test_revisions_do_not_load_models_transitively():
     code = (
         "import importlib, sys, pathlib\n"
         f"d = pathlib.Path({str(VERSIONS_DIR)!r})\n"
-        "for p in sorted(d.glob('0*.py')):\n"
+        "for p in sorted([*d.glob('0*.py'), *d.glob('hs*.py')]):\n"
         "    importlib.import_module('hermes_store._migrations.versions.' + p.stem)\n"
         "bad = sorted(m for m in sys.modules if m.startswith('hermes_store.models'))\n"
         "print(bad)\n"

@@ -45,7 +45,7 @@ def test_directory_is_refused_by_name(tmp_path: Path) -> None:
 def test_legacy_file_before_its_upgrade_is_refused_untouched(legacy_db, read_only: bool) -> None:  # type: ignore[no-untyped-def]
     db = legacy_db(22)
     before = db.read_bytes()
-    with pytest.raises(NotAtHead, match="not 0023.*hermes-store upgrade"):
+    with pytest.raises(NotAtHead, match=f"not {migrate.HEAD}.*hermes-store upgrade"):
         Store(str(db), read_only=read_only)
     assert db.read_bytes() == before
     migrate.upgrade(str(db), fts_min_pause=0)

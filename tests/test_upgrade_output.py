@@ -64,12 +64,12 @@ def test_upgrade_without_a_terminal_prints_progress_lines_and_a_summary(
     assert teardown[-1] == "10"
     out = result.stdout.splitlines()
     assert out[0] == (
-        f"upgraded {grown_v22}: revision none -> 0023 "
+        f"upgraded {grown_v22}: revision none -> {migrate.HEAD} "
         "(adopted a Hermes database at schema_version 22)"
     )
     assert not any(line.startswith("created") for line in out)
     assert re.fullmatch(
-        rf"summary: 1 revision applied \(0023\), {total} messages indexed, "
+        rf"summary: 2 revisions applied \(0023\.\.{migrate.HEAD}\), {total} messages indexed, "
         r"10 legacy FTS tables removed, [\d.]+ s",
         out[-1],
     ), out[-1]
@@ -91,14 +91,17 @@ def test_a_typo_creates_a_database_and_says_so(tmp_path: Path) -> None:
     first = created.stdout.splitlines()[0]
     assert first == (
         f"created a new database at {target} (and its directory {target.parent}): "
-        "revision none -> 0023"
+        f"revision none -> {migrate.HEAD}"
     )
     assert "upgraded" not in created.stdout
-    assert re.search(r"^summary: 23 revisions applied \(0001\.\.0023\), ", created.stdout, re.M)
+    summary = rf"^summary: 24 revisions applied \(0001\.\.{migrate.HEAD}\), "
+    assert re.search(summary, created.stdout, re.M)
 
     again = _cli("upgrade", "--url", "nope/typo.db", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
-    assert again.stdout.splitlines()[0] == (f"{target} is at head already: revision 0023 -> 0023")
+    assert again.stdout.splitlines()[0] == (
+        f"{target} is at head already: revision {migrate.HEAD} -> {migrate.HEAD}"
+    )
     assert "created" not in again.stdout
     assert re.search(r"^summary: 0 revisions applied, 0 messages indexed, ", again.stdout, re.M)
 
@@ -107,7 +110,7 @@ def test_created_in_an_existing_directory_names_no_directory(tmp_path: Path) -> 
     result = _cli("upgrade", "--url", str(tmp_path / "fresh.db"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0] == (
-        f"created a new database at {tmp_path / 'fresh.db'}: revision none -> 0023"
+        f"created a new database at {tmp_path / 'fresh.db'}: revision none -> {migrate.HEAD}"
     )
 
 
@@ -117,7 +120,8 @@ def test_deferred_backfill_says_how_to_finish_it(grown_v22: Path, tmp_path: Path
     finish = f"finish the FTS backfill later with: hermes-store fts backfill --url '{grown_v22}'"
     assert finish in result.stdout.splitlines()
     assert re.search(
-        r"^summary: 1 revision applied \(0023\), FTS backfill deferred, [\d.]+ s$",
+        rf"^summary: 2 revisions applied \(0023\.\.{migrate.HEAD}\), "
+        r"FTS backfill deferred, [\d.]+ s$",
         result.stdout,
         re.M,
     )
@@ -192,6 +196,6 @@ def test_migrations_run_from_python_leave_logging_alone(legacy_db) -> None:  # t
     before = [(lg.level, list(lg.handlers), lg.disabled) for lg in watched]
     sqlalchemy_level = logging.getLogger("sqlalchemy.engine").level
     report = migrate.upgrade(str(legacy_db(22)))
-    assert report.after == "0023"
+    assert report.after == migrate.HEAD
     assert [(lg.level, list(lg.handlers), lg.disabled) for lg in watched] == before
     assert logging.getLogger("sqlalchemy.engine").level == sqlalchemy_level

@@ -43,7 +43,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-HEAD = "0023"
+#: the project head: the upstream revisions 0001..0023, then its own (hs0001, ...)
+HEAD = "hs0001"
 SCHEMA_VERSION = 23
 REVISION_FILE = re.compile(r"^(\d{4})_\w+\.py$")
 
@@ -197,7 +198,8 @@ def test_installed_wheel_upgrades_a_fresh_database(tmp_path: Path) -> None:
     assert not Path(facts["script_location"]).is_relative_to(REPO), facts
     revisions = [v for v in facts["versions"] if REVISION_FILE.match(v)]
     assert len(revisions) == SCHEMA_VERSION, facts["versions"]
-    assert revisions[0].startswith("0001_") and revisions[-1].startswith(f"{HEAD}_")
+    assert revisions[0].startswith("0001_") and revisions[-1].startswith("0023_")
+    assert any(v.startswith(f"{HEAD}_") for v in facts["versions"]), facts["versions"]
     assert facts["mako"], "script.py.mako is not installed"
     assert facts["schema_version"] == [SCHEMA_VERSION], facts
     assert facts["alembic"] == [HEAD], facts

@@ -1,4 +1,5 @@
-"""Typed Declarative models of every table of the upstream v23 schema.
+"""Typed Declarative models of every table of the upstream v23 schema, and of the
+project's own tables (`hermes_store_*`, models/own.py), which lie outside it.
 
 FTS virtual tables, their view and triggers are not models: they are raw SQL inside the
 migrations. Models know nothing of repositories or migrations. Every model and column
@@ -14,6 +15,7 @@ from .base import Base
 from .coordination import AsyncDelegation, CompressionLock, GatewayRouting
 from .messages import Message
 from .meta import StateMeta, schema_version
+from .own import IdempotencyKey
 from .sessions import HermesSession
 from .sessions import Session as Session  # explicit re-export, kept out of __all__
 from .usage import SessionModelUsage
@@ -26,6 +28,7 @@ __all__ = [
     "CompressionLock",
     "GatewayRouting",
     "HermesSession",
+    "IdempotencyKey",
     "Message",
     "SessionModelUsage",
     "StateMeta",

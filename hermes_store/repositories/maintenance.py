@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from sqlalchemy import ColumnElement, func, select
 
@@ -48,6 +48,7 @@ from .importing import ImportReport, ImportSource, Progress, run_import
 from .pruning import (
     DAY,
     PRUNE_FILTERS,
+    PruneFilters,
     archive_idle,
     archive_lineages,
     candidates_statement,
@@ -231,7 +232,7 @@ class MaintenanceRepository:
         older_than_days: float | None = 90,
         source: str | None = None,
         sessions_dir: str | Path | None = None,
-        **filters: Any,
+        **filters: Unpack[PruneFilters],
     ) -> int:
         """Delete ended sessions matching every filter (behaviour.md 9); open sessions are
         never pruned. Returns how many were deleted."""
@@ -239,7 +240,11 @@ class MaintenanceRepository:
         return self._delete_where(conditions, sessions_dir)
 
     def list_prune_candidates(
-        self, /, older_than_days: float | None = None, source: str | None = None, **filters: Any
+        self,
+        /,
+        older_than_days: float | None = None,
+        source: str | None = None,
+        **filters: Unpack[PruneFilters],
     ) -> list[dict[str, Any]]:
         """What prune_sessions would delete, least recently active first."""
         conditions = prune_conditions("list_prune_candidates", older_than_days, source, filters)
@@ -250,7 +255,11 @@ class MaintenanceRepository:
         )
 
     def archive_sessions(
-        self, /, older_than_days: float | None = None, source: str | None = None, **filters: Any
+        self,
+        /,
+        older_than_days: float | None = None,
+        source: str | None = None,
+        **filters: Unpack[PruneFilters],
     ) -> int:
         """Archive what `prune_sessions` would select with the same filters, lineage-wide
         like `set_session_archived` (ancestors and descendants linked through compression

@@ -40,7 +40,16 @@ from ..errors import (
     SessionNotFound,
 )
 from ..prepared import Prepared
+from ..rows import (
+    AnchoredView,
+    ConversationMessage,
+    MessageRow,
+    MessageWindow,
+    RecentUserMessage,
+    RewindResult,
+)
 from ..store import Store
+from . import idempotency
 from ._dialect import data_columns, data_dicts, lock_session
 from ._encoding import decode_content, encode_display_metadata, now, scrub
 from ._paging import count_clause, limit_clause, row_count, row_limit, row_offset
@@ -210,8 +219,15 @@ def _append_one(
     holder: str | None,
     explicit_ts: float | None,
     fields: Mapping[str, Any],
+    key: str | None = None,
 ) -> int:
     lock_session(conn, session_id)  # the checks below must hold until commit
+    if key is not None:
+        # before the checks: a retry of an append that happened returns its id even if
+        # the session has been closed by compression since
+        earlier = idempotency.earlier_ids(conn, session_id, key, 1)
+        if earlier is not None:
+            return earlier[0]
     at = now()
     _check_append_allowed(conn, session_id, holder, at)
     values, n_calls = encode_row(
@@ -222,17 +238,30 @@ def _append_one(
     else:
         message_id = _insert_without_returning(conn, values)
     _add_counts(conn, session_id, 1, n_calls)
+    if key is not None:
+        idempotency.remember(conn, session_id, key, [message_id], at)
     return message_id
 
 
 def _append_many(
-    conn: Connection, session_id: str, holder: str | None, encoded: EncodedMessages
+    conn: Connection,
+    session_id: str,
+    holder: str | None,
+    encoded: EncodedMessages,
+    key: str | None = None,
 ) -> list[int]:
     lock_session(conn, session_id)
-    _check_append_allowed(conn, session_id, holder, now())
+    if key is not None:
+        earlier = idempotency.earlier_ids(conn, session_id, key, len(encoded.rows))
+        if earlier is not None:
+            return earlier
+    at = now()
+    _check_append_allowed(conn, session_id, holder, at)
     ids = _insert_rows(conn, encoded.rows)
     if ids:
         _add_counts(conn, session_id, len(ids), encoded.tool_calls)
+    if key is not None and ids:
+        idempotency.remember(conn, session_id, key, ids, at)
     return ids
 
 
@@ -498,6 +527,14 @@ def _exists(conn: Connection, query: Select[Any]) -> bool:
     return conn.execute(query.limit(1)).first() is not None
 
 
+def _decoded(rows: Sequence[RowLike]) -> list[MessageRow]:
+    return cast("list[MessageRow]", [decode_message(r) for r in rows])
+
+
+def _messages(messages: list[dict[str, Any]]) -> list[ConversationMessage]:
+    return cast("list[ConversationMessage]", messages)
+
+
 # --------------------------------------------------------------------------- repository
 
 
@@ -530,14 +567,22 @@ class MessageRepository:
         display_kind: str | None = None,
         display_metadata: Any = None,
         compression_lock_holder: str | None = None,
+        *,
+        idempotency_key: str | None = None,
     ) -> int:
         """Append one message and bump the counters; returns the new `messages.id`.
+
+        With `idempotency_key` (a string the caller chooses per message, such as a UUID or
+        the platform's message id), a call that repeats a committed one (a retry after a
+        timeout or a cancellation, from any process) returns the id stored then and writes
+        nothing; keys are per session and go with it.
 
         Raises CompressionSessionBusyError while another holder's lease is live,
         CompressionSessionClosedError on a session ended by compression, SessionNotFound
         for an unknown id, InvalidInput for values that cannot be stored."""
         if role is None:
             raise InvalidInput("a message needs a role")
+        key = idempotency.check_key(idempotency_key)
         explicit_ts = epoch_seconds(timestamp)
         fields = {
             "role": role,
@@ -561,7 +606,7 @@ class MessageRepository:
         }
         holder = compression_lock_holder
         return self.store.write(
-            lambda conn: _append_one(conn, session_id, holder, explicit_ts, fields)
+            lambda conn: _append_one(conn, session_id, holder, explicit_ts, fields, key)
         )
 
     def append_messages(
@@ -570,12 +615,18 @@ class MessageRepository:
         messages: Sequence[Mapping[str, Any]],
         *,
         compression_lock_holder: str | None = None,
+        idempotency_key: str | None = None,
     ) -> list[int]:
         """Append many messages (dicts, bulk encoding) in one transaction; returns their
-        ids in order. Same checks as `append_message`; an empty list writes nothing."""
+        ids in order. Same checks as `append_message`; an empty list writes nothing.
+        `idempotency_key` as for `append_message`: one key for the whole batch, whose
+        retry returns the same ids (a retry with another number of messages is refused)."""
+        key = idempotency.check_key(idempotency_key)
         encoded = encode_bulk(session_id, messages)
         holder = compression_lock_holder
-        return self.store.write(lambda conn: _append_many(conn, session_id, holder, encoded))
+        return self.store.write(
+            lambda conn: _append_many(conn, session_id, holder, encoded, key)
+        )
 
     def replace_messages(
         self,
@@ -627,12 +678,13 @@ class MessageRepository:
             lambda conn: _set_latest_api_content(conn, session_id, stored_content, stored_api)
         )
 
-    def rewind_to_message(self, session_id: str, target_message_id: int) -> dict[str, Any]:
+    def rewind_to_message(self, session_id: str, target_message_id: int) -> RewindResult:
         """Hide the target user message and everything after it (rows stay on disk).
 
         Raises ValueError if the target is not in the session or is not a user message.
         The counters are left as they are, as the original does at v23."""
-        return self.store.write(lambda conn: _rewind(conn, session_id, target_message_id))
+        result = self.store.write(lambda conn: _rewind(conn, session_id, target_message_id))
+        return cast(RewindResult, result)
 
     def restore_rewound(self, session_id: str, since_message_id: int) -> int:
         """Make inactive rows with id >= `since_message_id` active again; returns how many."""
@@ -688,7 +740,7 @@ class MessageRepository:
         include_inactive: bool = False,
         limit: int | None = None,
         offset: int = 0,
-    ) -> list[dict[str, Any]]:
+    ) -> list[MessageRow]:
         """Full rows in id order, decoded; only active rows unless `include_inactive`."""
         limit, offset = row_limit(limit), row_offset(offset)
         limited = limit is not None
@@ -696,18 +748,18 @@ class MessageRepository:
         page = _conversation_page(include_inactive, limited, skipped)
         params = {"session_id": session_id, "limit": limit, "offset": offset}
         rows = self.store.read(lambda conn: data_dicts(page.dicts(conn, params)))
-        return [decode_fields(r) for r in rows]
+        return cast("list[MessageRow]", [decode_fields(r) for r in rows])
 
     def get_messages_around(
         self, session_id: str, around_message_id: int, window: int = 5
-    ) -> dict[str, Any]:
+    ) -> MessageWindow:
         """Up to `window` rows either side of the anchor (inactive included), by id."""
         found = self.store.read(lambda conn: _window(conn, session_id, around_message_id, window))
         if found is None:
             return {"window": [], "messages_before": 0, "messages_after": 0}
         before, anchor, after = found
         return {
-            "window": [decode_message(r) for r in (*before, anchor, *after)],
+            "window": _decoded((*before, anchor, *after)),
             "messages_before": len(before),
             "messages_after": len(after),
         }
@@ -719,7 +771,7 @@ class MessageRepository:
         window: int = 5,
         bookend: int = 3,
         keep_roles: Sequence[str] | None = ("user", "assistant"),
-    ) -> dict[str, Any]:
+    ) -> AnchoredView:
         """The window around the anchor plus the session's first and last `bookend` rows
         outside it. `messages_before`/`messages_after` count the rows actually returned
         after the role filter."""
@@ -742,16 +794,16 @@ class MessageRepository:
             before = [r for r in before if r["role"] in keep_roles]
             after = [r for r in after if r["role"] in keep_roles]
         return {
-            "window": [decode_message(r) for r in (*before, anchor, *after)],
+            "window": _decoded((*before, anchor, *after)),
             "messages_before": len(before),
             "messages_after": len(after),
-            "bookend_start": [decode_message(r) for r in start],
-            "bookend_end": [decode_message(r) for r in end],
+            "bookend_start": _decoded(start),
+            "bookend_end": _decoded(end),
         }
 
     def list_recent_user_messages(
         self, session_id: str, limit: int = 20, include_inactive: bool = False
-    ) -> list[dict[str, Any]]:
+    ) -> list[RecentUserMessage]:
         """Newest first: `{id, timestamp, preview}` of user rows without a display kind."""
         query = select(M.id, M.timestamp, M.content).where(
             M.session_id == session_id,
@@ -796,7 +848,7 @@ class MessageRepository:
         include_ancestors: bool = False,
         include_inactive: bool = False,
         repair_alternation: bool = False,
-    ) -> list[dict[str, Any]]:
+    ) -> list[ConversationMessage]:
         """The transcript in the agent's message format (spec section 4.1).
 
         With `include_ancestors` the rows of the whole lineage come root first (each
@@ -805,11 +857,11 @@ class MessageRepository:
         _, rows = self.store.read(
             lambda conn: _lineage_rows(conn, session_id, include_ancestors, include_inactive)
         )
-        return conversation(rows, include_ancestors, repair_alternation)
+        return _messages(conversation(rows, include_ancestors, repair_alternation))
 
     def get_resume_conversations(
         self, session_id: str
-    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    ) -> tuple[list[ConversationMessage], list[ConversationMessage]]:
         """(model_history, display_history) from one read of the lineage's active rows
         (spec section 4.2): what the model is sent is the session's own rows with the
         alternation repair; what the user sees is the whole lineage, root first, with
@@ -819,11 +871,11 @@ class MessageRepository:
         _, rows = self.store.read(lambda conn: _lineage_rows(conn, session_id, True, False))
         own = [r for r in rows if r["session_id"] == session_id]
         return (
-            conversation(own, dedupe_replays=False, repair_alternation=True),
-            conversation(rows, dedupe_replays=True, repair_alternation=False),
+            _messages(conversation(own, dedupe_replays=False, repair_alternation=True)),
+            _messages(conversation(rows, dedupe_replays=True, repair_alternation=False)),
         )
 
-    def get_ancestor_display_prefix(self, session_id: str) -> list[dict[str, Any]]:
+    def get_ancestor_display_prefix(self, session_id: str) -> list[ConversationMessage]:
         """The display rows of the session's ancestors only, root first, with replayed
         prompts de-duplicated among them (what a UI shows above the live session's own
         transcript); [] when the session has no parent (spec section 4.2)."""
@@ -831,7 +883,7 @@ class MessageRepository:
         if len(chain) < 2:
             return []
         ancestors = [r for r in rows if r["session_id"] != session_id]
-        return conversation(ancestors, dedupe_replays=True, repair_alternation=False)
+        return _messages(conversation(ancestors, dedupe_replays=True, repair_alternation=False))
 
 
 __all__ = [

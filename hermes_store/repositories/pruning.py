@@ -9,7 +9,7 @@ made the same change.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy import (
     ColumnElement,
@@ -66,6 +66,34 @@ FILTERS: dict[str, Callable[[Any], ColumnElement[bool]]] = {
     "max_tool_calls": lambda v: _TOOL_CALLS <= int(v),
 }
 PRUNE_FILTERS = frozenset(FILTERS)
+
+
+class PruneFilters(TypedDict, total=False):
+    """The keyword filters of prune_sessions, list_prune_candidates and archive_sessions
+    (behaviour.md 9), as type checkers see them; None means "not filtered"."""
+
+    last_active_before: float | None
+    last_active_after: float | None
+    started_before: float | None
+    started_after: float | None
+    title_like: str | None
+    end_reason: str | None
+    cwd_prefix: str | None
+    min_messages: int | None
+    max_messages: int | None
+    archived: bool | None
+    model_like: str | None
+    provider: str | None
+    user_id: str | None
+    chat_id: str | None
+    chat_type: str | None
+    branch_like: str | None
+    min_tokens: int | None
+    max_tokens: int | None
+    min_cost: float | None
+    max_cost: float | None
+    min_tool_calls: int | None
+    max_tool_calls: int | None
 
 
 def prune_conditions(

@@ -16,7 +16,7 @@ import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     ColumnElement,
@@ -34,6 +34,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..prepared import Prepared
+from ..rows import CompressionCooldown, ListingRow, SessionRow
 from ..store import Store
 from ._encoding import decode_content, flag, now, scrub
 from ._paging import limit_clause, offset_clause
@@ -78,23 +79,6 @@ BROWSER_LOCK_KEY = "browser_model_lock"
 GHOST_AGE = 24 * 3600.0
 ORPHANED_COMPRESSION_AGE = 7 * 86400.0
 ORPHANED_COMPRESSION = "orphaned_compression"
-
-CREATE_KWARGS = frozenset(
-    {
-        "model",
-        "model_config",
-        "system_prompt",
-        "user_id",
-        "session_key",
-        "chat_id",
-        "chat_type",
-        "thread_id",
-        "parent_session_id",
-        "cwd",
-        "profile_name",
-        "git_repo_root",
-    }
-)
 
 _UPSERT = Prepared(
     text(
@@ -286,26 +270,84 @@ class SessionRepository:
 
     # ----------------------------------------------------------------- lifecycle
 
-    def create_session(self, /, session_id: str, source: str, **kwargs: Any) -> str:
+    def create_session(
+        self,
+        /,
+        session_id: str,
+        source: str,
+        *,
+        model: str | None = None,
+        model_config: Mapping[str, Any] | None = None,
+        system_prompt: str | None = None,
+        user_id: str | None = None,
+        session_key: str | None = None,
+        chat_id: str | None = None,
+        chat_type: str | None = None,
+        thread_id: str | None = None,
+        parent_session_id: str | None = None,
+        cwd: str | None = None,
+        profile_name: str | None = None,
+        git_repo_root: str | None = None,
+    ) -> str:
         """Create the session, or fill the gaps of an existing row (its source, user and
         start time stay); a child inherits its parent's workspace fields, and a
         compression continuation also its gateway origin. Returns `session_id`."""
-        unknown = sorted(set(kwargs) - CREATE_KWARGS)
-        if unknown:
-            raise TypeError(f"create_session() got an unexpected keyword argument {unknown[0]!r}")
-        values = {name: _text(kwargs.get(name)) for name in CREATE_KWARGS}
-        config = kwargs.get("model_config")
-        values["model_config"] = json.dumps(config) if config else None
+        given = {
+            "model": model,
+            "system_prompt": system_prompt,
+            "user_id": user_id,
+            "session_key": session_key,
+            "chat_id": chat_id,
+            "chat_type": chat_type,
+            "thread_id": thread_id,
+            "parent_session_id": parent_session_id,
+            "cwd": cwd,
+            "profile_name": profile_name,
+            "git_repo_root": git_repo_root,
+        }
+        values = {name: _text(value) for name, value in given.items()}
+        values["model_config"] = json.dumps(model_config) if model_config else None
         values["id"] = session_id
         values["source"] = _text(source)
-        has_parent = bool(kwargs.get("parent_session_id"))
+        has_parent = bool(parent_session_id)
         return self.store.write(lambda conn: _create(conn, values, has_parent))
 
     def ensure_session(
-        self, /, session_id: str, source: str = "unknown", model: str | None = None, **kwargs: Any
+        self,
+        /,
+        session_id: str,
+        source: str = "unknown",
+        model: str | None = None,
+        *,
+        model_config: Mapping[str, Any] | None = None,
+        system_prompt: str | None = None,
+        user_id: str | None = None,
+        session_key: str | None = None,
+        chat_id: str | None = None,
+        chat_type: str | None = None,
+        thread_id: str | None = None,
+        parent_session_id: str | None = None,
+        cwd: str | None = None,
+        profile_name: str | None = None,
+        git_repo_root: str | None = None,
     ) -> str:
         """`create_session` with the original's defaults for a row that may not exist."""
-        return self.create_session(session_id, source, model=model, **kwargs)
+        return self.create_session(
+            session_id,
+            source,
+            model=model,
+            model_config=model_config,
+            system_prompt=system_prompt,
+            user_id=user_id,
+            session_key=session_key,
+            chat_id=chat_id,
+            chat_type=chat_type,
+            thread_id=thread_id,
+            parent_session_id=parent_session_id,
+            cwd=cwd,
+            profile_name=profile_name,
+            git_repo_root=git_repo_root,
+        )
 
     def end_session(self, session_id: str, end_reason: str) -> None:
         """Record the end; the first reason wins (an ended session keeps its time and
@@ -366,7 +408,7 @@ class SessionRepository:
     # ----------------------------------------------------------------- reads
 
     def get_session(self, session_id: str) -> Row | None:
-        """The whole row, or None for an unknown id."""
+        """The whole row (keys as `SessionRow` has them), or None for an unknown id."""
         self._flush()
         return self.store.read(lambda conn: full_row(conn, session_id))
 
@@ -498,7 +540,7 @@ class SessionRepository:
         except SQLAlchemyError as exc:  # a cooldown is advisory; never fail the turn
             log.warning("could not record compression cooldown for %s: %s", session_id, exc)
 
-    def get_compression_failure_cooldown(self, session_id: str) -> dict[str, Any] | None:
+    def get_compression_failure_cooldown(self, session_id: str) -> CompressionCooldown | None:
         """`{cooldown_until, remaining_seconds, error}` while a cooldown runs, else None."""
         row = self.store.read(
             lambda conn: conn.execute(
@@ -572,10 +614,11 @@ class SessionRepository:
         """The compression chain the session belongs to, root first ([] if unknown)."""
         return self.store.read(lambda conn: compression_lineage(conn, session_id))
 
-    def find_live_compression_child(self, parent_session_id: str) -> Row | None:
+    def find_live_compression_child(self, parent_session_id: str) -> SessionRow | None:
         """The unique open continuation of a compressed session; None when there is
         none or when several compete (the caller must not guess)."""
-        return self.store.read(lambda conn: _live_continuation_row(conn, parent_session_id))
+        found = self.store.read(lambda conn: _live_continuation_row(conn, parent_session_id))
+        return cast("SessionRow | None", found)
 
     def get_session_delete_targets(self, session_id: str) -> list[str]:
         """What deleting the session removes: itself, then its delegate runs."""
@@ -622,7 +665,7 @@ class SessionRepository:
         search_query: str | None = None,
         compact_rows: bool = False,
         include_pinned: bool = False,
-    ) -> list[Row]:
+    ) -> list[ListingRow]:
         """A page of listing rows (the full row or `compact_rows`, plus `preview` and
         `last_active`), newest start first or, with `order_by_last_active`, by the newest
         activity in each conversation's compression chain (where `id_query` and
@@ -633,7 +676,7 @@ class SessionRepository:
             source, sources, exclude_sources, cwd_prefix, min_message_count,
             include_archived, archived_only, not include_children,
         )  # fmt: skip
-        return self.store.read(
+        rows = self.store.read(
             lambda conn: list_page(
                 conn,
                 filters,
@@ -647,14 +690,17 @@ class SessionRepository:
                 project_tips=project_compression_tips,
             )
         )
+        return cast("list[ListingRow]", rows)
 
-    def get_session_rich_row(self, session_id: str, compact_rows: bool = False) -> Row | None:
+    def get_session_rich_row(
+        self, session_id: str, compact_rows: bool = False
+    ) -> ListingRow | None:
         """One listing row (not projected onto its tip), or None."""
         self._flush()
         rows = self.store.read(
             lambda conn: rich_rows(conn, rich_row_by_id(compact_rows), {"id": session_id})
         )
-        return rows[0] if rows else None
+        return cast("ListingRow", rows[0]) if rows else None
 
     def search_sessions_by_id(
         self,
@@ -664,7 +710,7 @@ class SessionRepository:
         source: str | None = None,
         sources: Sequence[str] | None = None,
         exclude_sources: Sequence[str] | None = None,
-    ) -> list[Row]:
+    ) -> list[ListingRow]:
         """Listing rows whose id (or an id of their forward compression chain) holds
         `query`, case-insensitively: exact ids first, then prefixes, then the rest, each
         group in last-activity order (spec section 6.6)."""
@@ -681,7 +727,7 @@ class SessionRepository:
             id_query=query.strip(),
         )
 
-        def rank(row: Row) -> int:
+        def rank(row: ListingRow) -> int:
             ids = [str(row[k]).lower() for k in ("id", "_lineage_root_id") if row.get(k)]
             if needle in ids:
                 return 0
@@ -697,7 +743,7 @@ class SessionRepository:
         limit: int | None = 20,
         offset: int = 0,
         workspace_key: str | None = None,
-    ) -> list[Row]:
+    ) -> list[ListingRow]:
         """Every session (children and archived included), most recently active first,
         optionally of one source or one workspace (a git root, else a directory tree).
         Despite its name this filters, it does not search text: see `SearchRepository`."""
@@ -717,7 +763,8 @@ class SessionRepository:
             )
         query = query.order_by(activity.desc(), s.c.started_at.desc(), s.c.id.desc())
         query = query.offset(offset_clause(offset)).limit(limit_clause(limit))
-        return self.store.read(lambda conn: [dict(row) for row in conn.execute(query).mappings()])
+        rows = self.store.read(lambda conn: [dict(row) for row in conn.execute(query).mappings()])
+        return cast("list[ListingRow]", rows)
 
     def session_count(
         self,

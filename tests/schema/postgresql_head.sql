@@ -1,4 +1,4 @@
--- hermes-store schema (postgresql), without hermes_store_version
+-- hermes-store schema (postgresql), without hermes_store_* tables
 CREATE EXTENSION pg_trgm;
 
 CREATE TABLE async_delegations (

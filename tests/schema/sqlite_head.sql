@@ -1,4 +1,4 @@
--- hermes-store schema (sqlite), without hermes_store_version
+-- hermes-store schema (sqlite), without hermes_store_* tables
 CREATE TABLE async_delegations (
     completed_at REAL,
     delegation_id TEXT,
