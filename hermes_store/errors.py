@@ -60,10 +60,7 @@ class SchemaBehind(NotAtHead):
         self.state = state
         self.missing = list(missing)
         self.command = command
-        shown = ", ".join(self.missing[:8]) + (
-            f" and {len(self.missing) - 8} more" if len(self.missing) > 8 else ""
-        )
-        lacks = f"; it lacks {shown}" if self.missing else ""
+        lacks = f"; it lacks {_grouped(self.missing)}" if self.missing else ""
         super().__init__(
             f"the database {where} is older than this hermes-store ({state}){lacks}. "
             f"Back it up, then upgrade it with: {command} (nothing was changed)"
@@ -71,6 +68,24 @@ class SchemaBehind(NotAtHead):
 
     def __reduce__(self) -> tuple[type, tuple[str, str, list[str], str]]:
         return (type(self), (self.where, self.state, self.missing, self.command))
+
+
+def _grouped(missing: list[str]) -> str:
+    """`table a, table b, column t.x, column t.y` as `the tables a, b; columns of t: x, y`."""
+    tables = [item.removeprefix("table ") for item in missing if item.startswith("table ")]
+    columns: dict[str, list[str]] = {}
+    others = []
+    for item in missing:
+        if item.startswith("column ") and "." in item:
+            table, _, column = item.removeprefix("column ").partition(".")
+            columns.setdefault(table, []).append(column)
+        elif not item.startswith("table "):
+            others.append(item)
+    parts = []
+    if tables:
+        parts.append(f"the table{'s' if len(tables) > 1 else ''} {', '.join(tables)}")
+    parts += [f"columns of {table}: {', '.join(names)}" for table, names in columns.items()]
+    return "; ".join(parts + others)
 
 
 class DatabaseMissing(StoreError):

@@ -41,6 +41,7 @@ from .errors import (
     StoreError,
 )
 from .inventory import INVENTORY
+from .models import metadata
 from .sqlite_file import refuse_directory
 
 log = logging.getLogger(__name__)
@@ -51,17 +52,27 @@ HEAD = f"{SCHEMA_VERSION:04d}"
 _COMPANIONS = ("-wal", "-shm")
 
 
-#: What the repositories read: every table and column upstream schema version 23 has,
-#: as INVENTORY lists them (the FTS tables aside: search falls back without them, and
-#: PostgreSQL has none).
-READ_NEEDS: tuple[tuple[str, str], ...] = tuple(
-    dict.fromkeys(
-        (table, name)
+
+def _read_needs() -> tuple[tuple[str, str], ...]:
+    """What the repositories read: every table of upstream schema version 23 that
+    INVENTORY names (the FTS tables aside: search falls back without them, and PostgreSQL
+    has none), as ("table", "") and each of its columns as the models declare them."""
+    tables = [
+        table
         for items in INVENTORY.values()
-        for kind, table, name in items
-        if kind in ("table", "column") and not table.startswith(FTS_TABLE)
-    )
-)
+        for kind, table, _ in items
+        if kind == "table" and not table.startswith(FTS_TABLE)
+    ]
+    needs: dict[tuple[str, str], None] = {}
+    for table in tables:
+        needs[(table, "")] = None
+        model = metadata.tables.get(table)
+        for column in [] if model is None else model.columns:
+            needs[(table, column.name)] = None
+    return tuple(needs)
+
+
+READ_NEEDS = _read_needs()
 
 
 @dataclass(frozen=True)
@@ -163,7 +174,9 @@ def judge_for_reading(conn: Connection, head: str) -> ReadVerdict:
         missing = tuple(
             f"table {table}" if not name else f"column {table}.{name}"
             for table, name in READ_NEEDS
-            if table not in columns or (name and name not in columns[table])
+            # a missing table is named once, not with each of its columns
+            if (not name and table not in columns)
+            or (name and table in columns and name not in columns[table])
         )
         behind = stored != SCHEMA_VERSION or (revision is not None and revision != head)
     return ReadVerdict(
