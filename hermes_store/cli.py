@@ -406,8 +406,8 @@ def _open_store(
         waiter = lock_waiter(resolve_url(url), None, wait, _report_wait, every=_wait_every())
         store = Store(url, retry=WaitingRetry.for_waiter(waiter))
         shorten_pg_lock_waits(store.engine, min(waiter.every, 2.0))
-        if waiter._holders is None:
-            waiter._holders = _pg_holders(store)
+        if waiter.find_holders is None:
+            waiter.find_holders = _pg_holders(store)
     try:
         yield store
     finally:

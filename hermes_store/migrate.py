@@ -248,9 +248,8 @@ def _pg_migration_lock(connection: Connection, cfg: Config) -> Iterator[None]:
     waiter = cfg.attributes.get(LOCK_WAITER_ATTR)
     if not isinstance(waiter, LockWaiter):
         waiter = LockWaiter(place_of(connection.engine.url), DEFAULT_WAIT_S)
-    if waiter._holders is None:
-        engine = connection.engine
-        waiter._holders = lambda: pg_lock_holders(engine, migration=True)
+    engine = connection.engine
+    waiter.find_holders = lambda: pg_lock_holders(engine, migration=True)
     waiter.what = "the migration lock"
     key = {"k": PG_MIGRATION_LOCK}
     while True:

@@ -78,7 +78,7 @@ class LockWaiter:
         self.place = place
         self.budget = budget
         self.on_wait = on_wait
-        self._holders = holders
+        self.find_holders = holders
         self.what = what
         self.every = every
         self.retry_hint = retry_hint
@@ -87,9 +87,9 @@ class LockWaiter:
         self.last_holders = ""
 
     def holders(self) -> str:
-        if self._holders is not None:
+        if self.find_holders is not None:
             try:
-                found = self._holders()
+                found = self.find_holders()
             except Exception as exc:  # noqa: BLE001 (naming them is best effort)
                 found = f"which one could not be found out: {exc}"
             if found:
