@@ -409,6 +409,7 @@ def lock_waiter(
         on_wait=on_wait,
         holders=holders,
         every=WAIT_REPORT_EVERY_S if every is None else every,
+        typed=on_wait is not None,
     )
 
 
@@ -474,9 +475,11 @@ def upgrade(
     instead). Running it twice changes nothing.
 
     A lock another process holds (SQLite's write lock, PostgreSQL's migration lock) is
-    waited for up to `wait` seconds per step, each wait reported to `on_wait` as it
-    happens, then LockTimeout. The report says what this run did: when another process
-    migrated the database while this one waited, `migrated_by_other`."""
+    waited for up to `wait` seconds per step; with `on_wait`, each wait is reported to it
+    as it happens and one that runs out ends in LockTimeout (without, SQLite's "database
+    is locked" is raised as the driver reports it, as the facade's callers expect). The
+    report says what this run did: when another process migrated the database while this
+    one waited, `migrated_by_other`."""
     started = time.monotonic()
     resolved = resolve_url(url)
     again = f"{upgrade_command(resolved)} (it continues where it stopped)"

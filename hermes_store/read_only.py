@@ -139,18 +139,25 @@ def too_new_error(
     return SchemaTooNew(found, f"revision {head}", place)
 
 
-def _column_names(conn: Connection) -> dict[str, set[str]]:
-    """Every table's column names (one catalogue query on PostgreSQL)."""
-    found = inspect(conn).get_multi_columns()
-    return {table: {str(c["name"]) for c in columns} for (_, table), columns in found.items()}
+def _catalogue(conn: Connection) -> tuple[set[str], dict[str, set[str]]]:
+    """Every table's name, and the column names of the tables reading needs and of
+    hermes-store's version table (one catalogue query each on PostgreSQL). Only those
+    columns: a virtual table whose module or tokenizer this SQLite lacks
+    (messages_fts_cjk) cannot even be listed."""
+    inspector = inspect(conn)
+    tables = set(inspector.get_table_names())
+    wanted = {table for table, _ in READ_NEEDS} | {VERSION_TABLE}
+    present = sorted(wanted & tables)
+    found = inspector.get_multi_columns(filter_names=present) if present else {}
+    columns = {table: {str(c["name"]) for c in cols} for (_, table), cols in found.items()}
+    return tables, columns
 
 
 def judge_for_reading(conn: Connection, head: str) -> ReadVerdict:
     """Can the repositories read this database as it is? By its shape, not by whether
     hermes-store adopted it: a `state.db` the original v23 code wrote is read as it is.
     Reads only (two or three catalogue statements)."""
-    columns = _column_names(conn)
-    tables = set(columns)
+    tables, columns = _catalogue(conn)
     stored: int | None = None
     if "schema_version" in tables:
         value = conn.execute(text("SELECT MAX(version) FROM schema_version")).scalar()

@@ -26,6 +26,7 @@ from sqlalchemy import Connection, Engine, event, text
 from sqlalchemy.exc import DBAPIError, PendingRollbackError
 
 from . import sqlite_driver
+from .config import shown_url
 from .contract import PG_MIGRATION_LOCK
 from .errors import DatabaseUnavailable, LockTimeout
 from .retry import RetryPolicy
@@ -74,6 +75,7 @@ class LockWaiter:
         what: str = "the write lock",
         every: float = WAIT_REPORT_EVERY_S,
         retry_hint: str = "run the same command again",
+        typed: bool = True,
     ) -> None:
         self.place = place
         self.budget = budget
@@ -82,6 +84,9 @@ class LockWaiter:
         self.what = what
         self.every = every
         self.retry_hint = retry_hint
+        #: end a wait of a retried unit of work with LockTimeout (else the driver's error,
+        #: for callers such as the SessionDB facade that expect the original's)
+        self.typed = typed
         self.started: float | None = None
         self._last_report = 0.0
         self.last_holders = ""
@@ -180,11 +185,11 @@ class WaitingRetry(RetryPolicy):
         try:
             return super().run(attempt, server=server, in_doubt=in_doubt)
         except DBAPIError as exc:
-            if is_lock_contention(exc):
+            if waiter.typed and is_lock_contention(exc):
                 raise waiter.timeout() from exc
             raise
         except DatabaseUnavailable as exc:
-            if exc.__cause__ is not None and is_lock_contention(exc.__cause__):
+            if waiter.typed and exc.__cause__ is not None and is_lock_contention(exc.__cause__):
                 raise waiter.timeout() from exc
             raise
 
@@ -201,7 +206,11 @@ def _command_line(pid: int) -> str:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return "?"
-    words = [w.decode("utf-8", "replace") for w in raw.split(b"\0") if w]
+    # a URL among the arguments is shown without its credentials
+    words = [
+        shown_url(w) if "://" in w else w
+        for w in (w.decode("utf-8", "replace") for w in raw.split(b"\0") if w)
+    ]
     line = " ".join(" ".join(words).split()) or "?"
     return line if len(line) <= 80 else line[:77] + "..."
 
