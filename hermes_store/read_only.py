@@ -52,7 +52,6 @@ HEAD = f"{SCHEMA_VERSION:04d}"
 _COMPANIONS = ("-wal", "-shm")
 
 
-
 def _read_needs() -> tuple[tuple[str, str], ...]:
     """What the repositories read: every table of upstream schema version 23 that
     INVENTORY names (the FTS tables aside: search falls back without them, and PostgreSQL
