@@ -16,27 +16,20 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
-from sqlalchemy import select
-from sqlalchemy.exc import SQLAlchemyError
-
-from . import migrate
-from .config import resolve_url, sqlite_path
-from .copy import DEFAULT_BATCH_SIZE, CopyProgress, copy_database
-from .engine import secure_file_modes
 from .errors import AmbiguousSessionPrefix, InvalidInput, SessionNotFound, StoreError
-from .models import HermesSession as SessionModel
-from .repositories._paging import MAX_ROWS
-from .repositories.maintenance import (
-    ImportSource,
-    MaintenanceRepository,
-)
-from .repositories.messages import MessageRepository
-from .repositories.sessions import SessionRepository
-from .repositories.usage import TOKEN_FIELDS, UsageRepository
-from .search.maintenance import BackfillStats, Progress
-from .store import Store
+
+if TYPE_CHECKING:
+    from . import migrate
+    from .copy import CopyProgress
+    from .search.maintenance import Progress
+    from .store import Store
+    from .waiting import Waiting
+
+# Only the standard library and hermes_store.errors are imported up here: `--help` and a
+# bad command line answer without importing SQLAlchemy, Alembic or the models (about 0.6 s
+# on a slow machine). Each command imports what it uses.
 
 DAY = 86400.0
 #: Sessions per prune_sessions call, so the prune's progress bar can move.
@@ -57,7 +50,9 @@ def _progress_every() -> float:
 
 
 class _ProgressLines:
-    """The backfill's progress as plain lines on stderr, for logs."""
+    """The backfill's progress as plain lines on stderr, for logs: a line once a phase has
+    run for the interval, then one per interval; a phase that ends sooner (every phase on
+    a small file) prints none."""
 
     def __init__(self, label: str) -> None:
         self.label = label
@@ -65,14 +60,21 @@ class _ProgressLines:
         self.started = time.monotonic()
         self.last_line = self.started
         self.phase = ""
+        self.phase_started = self.started
+        self.last_call: float | None = None
 
     def __call__(self, progress: Progress) -> None:
+        now = time.monotonic()
+        previous, self.last_call = self.last_call, now
         if progress.total <= 0 or progress.phase == "done":
             return
-        now = time.monotonic()
-        if progress.phase == self.phase and now - self.last_line < self.every:
+        if progress.phase != self.phase:
+            # reported after its first step: the phase began when the last one ended
+            self.phase, self.phase_started = progress.phase, previous or now
+            self.last_line = self.phase_started
+        if now - self.last_line < self.every:
             return
-        self.phase, self.last_line = progress.phase, now
+        self.last_line = now
         if progress.phase == "backfill":
             name = self.label
             what = f"{progress.indexed}/{progress.total} ids ({progress.percent}%)"
@@ -140,12 +142,49 @@ def _revision_span(revisions: Sequence[str]) -> str:
     return f"{len(revisions)} revision{'s' if len(revisions) > 1 else ''} applied ({span})"
 
 
+#: Without HERMES_STORE_PROGRESS_EVERY, a line about a wait for a lock this often.
+WAIT_EVERY_S = 5.0
+
+
+def _wait_every() -> float:
+    if PROGRESS_EVERY_ENV in os.environ:
+        return _progress_every()
+    return WAIT_EVERY_S
+
+
+def _report_wait(waiting: Waiting) -> None:
+    """A wait for another process's lock, as it happens: a line on stderr when it begins
+    and every few seconds after."""
+    place = _printable(waiting.place, lines=False)
+    holders = _printable(waiting.holders, lines=False)
+    if waiting.first:
+        line = (
+            f"another process holds {waiting.what} on {place} ({holders}); waiting for it "
+            f"for up to {waiting.budget:g} s (--wait SECONDS changes that)"
+        )
+    else:
+        line = (
+            f"still waiting for {waiting.what} on {place}: {waiting.waited:.0f} s of "
+            f"{waiting.budget:g} s ({holders})"
+        )
+    print(f"hermes-store: {line}", file=sys.stderr, flush=True)
+
+
 def _cmd_upgrade(args: argparse.Namespace) -> int:
+    from . import migrate
+    from .config import resolve_url, sqlite_path
+    from .engine import secure_file_modes
+
     path = sqlite_path(resolve_url(args.url))
     new_directory = path is not None and not path.parent.is_dir()
     with _progress_bar("fts backfill") as progress:
         report = migrate.upgrade(
-            args.url, defer_fts_backfill=args.defer_fts_backfill, on_progress=progress
+            args.url,
+            defer_fts_backfill=args.defer_fts_backfill,
+            on_progress=progress,
+            wait=args.wait,
+            on_wait=_report_wait,
+            wait_report_every=_wait_every(),
         )
     if path is not None:
         # also a file already at head, which the upgrade did not write: this is the
@@ -153,7 +192,12 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
         secure_file_modes(path)
     moved = f"revision {report.before or 'none'} -> {report.after}"
     location = _printable(report.location, lines=False)
-    if report.created and path is not None:
+    if report.migrated_by_other:
+        print(
+            f"{location} was upgraded by another process while this one waited for the "
+            f"lock: {moved}; this process applied no revision"
+        )
+    elif report.created and path is not None:
         parent = _printable(str(path.parent), lines=False)
         directory = f" (and its directory {parent})" if new_directory else ""
         print(f"created a new database at {location}{directory}: {moved}")
@@ -187,6 +231,8 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
 
 
 def _cmd_current(args: argparse.Namespace) -> int:
+    from . import migrate
+
     status = migrate.current(args.url)
     if args.json:
         _print_json(status.as_dict())
@@ -200,6 +246,13 @@ def _cmd_current(args: argparse.Namespace) -> int:
             if status.stamp_revision
             else "adopt at:        base (every revision runs)"
         )
+    if status.kind in ("legacy", "managed"):
+        readable = (
+            "yes, as it is (read-only commands and Store(url, read_only=True))"
+            if status.readable
+            else "no: run hermes-store upgrade first"
+        )
+        print(f"readable:        {readable}")
     if status.fts is not None:
         print(f"fts:             {_cell(status.fts.describe())}")
     return 0
@@ -212,12 +265,14 @@ def _drift_not_judged(status: migrate.Status) -> str | None:
     would be a false all-clear."""
     if status.error is not None:
         return "not checked"
-    if not status.at_head:
+    if not status.head_shaped:
         return "not judged before the upgrade (run hermes-store upgrade, then check again)"
     return None
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    from . import migrate
+
     report = migrate.check(args.url)
     not_judged = _drift_not_judged(report.status)
     if args.json:
@@ -236,8 +291,15 @@ def _cmd_check(args: argparse.Namespace) -> int:
     else:
         if report.status.error is not None:
             at_head = "unknown (the schema cannot be read)"
+        elif report.status.at_head:
+            at_head = "yes"
+        elif report.status.head_shaped:
+            at_head = (
+                "yes: schema_version 23 as Hermes wrote it, read as it is (hermes-store "
+                "upgrade adopts it for writing with a Store)"
+            )
         else:
-            at_head = "yes" if report.status.at_head else "no (run hermes-store upgrade)"
+            at_head = "no (run hermes-store upgrade)"
         print(f"at head:       {at_head}")
         print(f"quick_check:   {_cell('; '.join(report.quick_check))}")
         unread = report.status.error is not None
@@ -271,6 +333,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_fts(args: argparse.Namespace) -> int:
+    from . import migrate
+    from .search.maintenance import BackfillStats
+
     if args.fts_command == "rebuild":
         migrate.rebuild_fts(args.url)
         print("fts: rebuilt both indexes")
@@ -288,6 +353,7 @@ def _cmd_fts(args: argparse.Namespace) -> int:
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
+    from . import migrate
     from .search import search_messages
 
     engine = migrate.open_engine_at_head(args.url, read_only=True)
@@ -317,14 +383,31 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
 
 @contextmanager
-def _open_store(url: str | None, *, write: bool = False) -> Iterator[Store]:
-    """The database at `url`, refused unless it is at head. The store makes its own pooled
-    engine (an export reads once per session; a new connection each time costs twice as
-    long). A command that only reads opens the file read-only, so it changes nothing (not
-    the journal mode, not the file mode) and works on a file it may not write; one that
-    writes closes the store at the end (its TRUNCATE checkpoint)."""
-    migrate.open_engine_at_head(url, read_only=not write).dispose()
-    store = Store(url, read_only=not write)
+def _open_store(
+    url: str | None, *, write: bool = False, wait: float | None = None
+) -> Iterator[Store]:
+    """The database at `url`, refused (with what to do) unless the repositories can serve
+    it. The store makes its own pooled engine (an export reads once per session; a new
+    connection each time costs twice as long). A command that only reads opens the file
+    read-only, so it changes nothing (not its bytes, its mode, its journal mode, nor the
+    -wal/-shm files it had) and works on a file it may not write and on a state.db the
+    original v23 code wrote that hermes-store has not adopted; one that writes closes the
+    store at the end (its TRUNCATE checkpoint). With `wait`, a write waits for another
+    process's lock that long, saying so (`_report_wait`), then ends with LockTimeout."""
+    from .config import resolve_url
+    from .store import Store
+
+    if wait is None or not write:
+        store = Store(url, read_only=not write)
+    else:
+        from .migrate import lock_waiter
+        from .waiting import WaitingRetry, shorten_pg_lock_waits
+
+        waiter = lock_waiter(resolve_url(url), None, wait, _report_wait, every=_wait_every())
+        store = Store(url, retry=WaitingRetry.for_waiter(waiter))
+        shorten_pg_lock_waits(store.engine, min(waiter.every, 2.0))
+        if waiter.find_holders is None:
+            waiter.find_holders = _pg_holders(store)
     try:
         yield store
     finally:
@@ -334,23 +417,32 @@ def _open_store(url: str | None, *, write: bool = False) -> Iterator[Store]:
             store.engine.dispose()
 
 
+def _pg_holders(store: Store) -> Callable[[], str]:
+    from .waiting import pg_lock_holders
+
+    return lambda: pg_lock_holders(store.engine, migration=False)
+
+
 def _is_epoch(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _iso(value: Any) -> Any:
-    """Epoch seconds as ISO 8601 UTC; anything else (None, a legacy oddity) as it is."""
+    """Epoch seconds as ISO 8601 in UTC with microseconds and the offset
+    (`2026-12-02T13:43:33.034504+00:00`: what a float of epoch seconds holds, and read
+    back by `datetime.fromisoformat`); anything else (None, a legacy oddity) as it is."""
     if not _is_epoch(value):
         return value
     try:
-        return datetime.fromtimestamp(float(value), UTC).isoformat(timespec="seconds")
+        return datetime.fromtimestamp(float(value), UTC).isoformat(timespec="microseconds")
     except (OverflowError, OSError, ValueError):
         return value
 
 
 #: Fields that hold epoch seconds wherever a command prints them. Every `--json` output
-#: shows them as ISO 8601 in UTC (`_iso`), as the tables do; `sessions export` alone
-#: keeps the stored epoch seconds, because `sessions import` reads them back.
+#: shows them as ISO 8601 in UTC with microseconds (`_iso`); tables show them to the
+#: second; `sessions export` alone keeps the stored epoch seconds, because `sessions
+#: import` reads them back.
 TIME_FIELDS = frozenset(
     {
         "started_at",
@@ -471,6 +563,11 @@ PREFIX_MATCHES_SHOWN = 5
 def _resolve(store: Store, id_or_prefix: str) -> str:
     """An exact id, else the one id that starts with the prefix (read-only commands);
     SessionNotFound, or AmbiguousSessionPrefix naming the sessions it matches."""
+    from sqlalchemy import select
+
+    from .models import HermesSession as SessionModel
+    from .repositories.sessions import SessionRepository
+
     found = SessionRepository(store).resolve_session_id(id_or_prefix)
     if found is not None:
         return found
@@ -493,9 +590,13 @@ def _resolve(store: Store, id_or_prefix: str) -> str:
 
 
 def _cmd_sessions_list(args: argparse.Namespace) -> int:
+    from .repositories.sessions import SessionRepository
+
     with _open_store(args.url) as store:
         rows = SessionRepository(store).list_sessions_rich(
-            source=args.source, limit=args.limit or None
+            source=args.source,
+            limit=args.limit or None,
+            include_delegates=args.include_delegates,
         )
     listed = [
         {
@@ -567,6 +668,9 @@ def _tool_call_names(tool_calls: Any) -> list[str]:
 
 
 def _cmd_sessions_show(args: argparse.Namespace) -> int:
+    from .repositories.messages import MessageRepository
+    from .repositories.sessions import SessionRepository
+
     with _open_store(args.url) as store:
         session_id = _resolve(store, args.id)
         row = SessionRepository(store).get_session(session_id)
@@ -704,6 +808,8 @@ def _write_sessions(
     """JSONL (one session per line), one JSON object, or a JSON list written item by item
     (memory stays at one session either way)."""
     if fmt == "jsonl":
+        from .repositories.maintenance import MaintenanceRepository
+
         return MaintenanceRepository.write_jsonl(fp, sessions)
     count = 0
     if single:
@@ -726,6 +832,9 @@ def _counting(items: Iterable[dict[str, Any]], advance: Callable[[int], Any]) ->
 
 
 def _cmd_sessions_export(args: argparse.Namespace) -> int:
+    from .repositories.maintenance import MaintenanceRepository
+    from .repositories.sessions import SessionRepository
+
     fmt = args.format or ("json" if args.id is not None else "jsonl")
     with _open_store(args.url) as store:
         repo = MaintenanceRepository(store)
@@ -747,6 +856,8 @@ def _cmd_sessions_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_sessions_import(args: argparse.Namespace) -> int:
+    from .repositories.maintenance import ImportSource, MaintenanceRepository
+
     path = Path(args.file)
     with _open_store(args.url, write=True) as store, path.open("rb") as fp:
         source = ImportSource.from_file(fp, str(path))
@@ -784,9 +895,11 @@ def _prune_bounds(candidates: Sequence[dict[str, Any]], cutoff: float) -> list[f
 
 
 def _cmd_sessions_prune(args: argparse.Namespace) -> int:
+    from .repositories.maintenance import MaintenanceRepository
+
     cutoff = time.time() - args.older_than * DAY
     deleting = args.yes and not args.dry_run
-    with _open_store(args.url, write=deleting) as store:
+    with _open_store(args.url, write=deleting, wait=args.wait) as store:
         repo = MaintenanceRepository(store)
         candidates = repo.list_prune_candidates(source=args.source, last_active_before=cutoff)
         if args.dry_run:
@@ -834,6 +947,9 @@ def _print_prune_candidates(candidates: Sequence[dict[str, Any]], as_json: bool)
 
 
 def _cmd_sessions_delete(args: argparse.Namespace) -> int:
+    from .repositories.maintenance import MaintenanceRepository
+    from .repositories.sessions import SessionRepository
+
     with _open_store(args.url, write=args.yes) as store:
         targets = SessionRepository(store).get_session_delete_targets(args.id)
         if not targets:
@@ -853,10 +969,14 @@ _COST_FIELDS = ("estimated_cost_usd", "actual_cost_usd")
 
 
 def _usage_cells(row: dict[str, Any]) -> list[str]:
+    from .repositories.usage import TOKEN_FIELDS
+
     return [*(_num(row.get(f)) for f in TOKEN_FIELDS), *(_usd(row.get(f)) for f in _COST_FIELDS)]
 
 
 def _totals(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    from .repositories.usage import TOKEN_FIELDS
+
     return {f: sum(r.get(f) or 0 for r in rows) for f in (*TOKEN_FIELDS, *_COST_FIELDS)}
 
 
@@ -874,11 +994,16 @@ def _stats_view(text: str) -> str:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
+    from .repositories.usage import UsageRepository
+
+    zone = args.tz
     with _open_store(args.url) as store:
         usage = UsageRepository(store)
         by_model = usage.usage_by_model() if args.by in (None, "model") else None
-        by_day = usage.usage_by_day() if args.by in (None, "day") else None
-        by_model_day = usage.usage_by_model_and_day() if args.by == "model,day" else None
+        by_day = usage.usage_by_day(time_zone=zone) if args.by in (None, "day") else None
+        by_model_day = (
+            usage.usage_by_model_and_day(time_zone=zone) if args.by == "model,day" else None
+        )
     if args.json:
         out: dict[str, Any] = {}
         if by_model is not None:
@@ -891,7 +1016,10 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         return 0
     usage_headers = (*_TOKEN_HEADERS, "EST. COST", "ACTUAL COST")
     if by_model_day is not None:
-        print("tokens and cost by UTC day the session started, and model (auxiliary tasks too)")
+        print(
+            f"tokens and cost by day the session started ({_cell(zone)}), and model "
+            "(auxiliary tasks too)"
+        )
         if by_model_day:
             _print_table(
                 ("DAY", "MODEL", "SESSIONS", *usage_headers),
@@ -924,7 +1052,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     if by_model is not None and by_day is not None:
         print()
     if by_day is not None:
-        print("tokens and cost by day (UTC day the session started)")
+        print(f"tokens and cost by day the session started ({_cell(zone)})")
         if by_day:
             _print_table(
                 ("DAY", "SESSIONS", *usage_headers),
@@ -946,6 +1074,8 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 def _cmd_copy(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from .copy import DEFAULT_BATCH_SIZE, copy_database
+
     bar: Any = None
 
     def progress(p: CopyProgress) -> None:
@@ -961,7 +1091,7 @@ def _cmd_copy(args: argparse.Namespace) -> int:
             args.source,
             args.target,
             resume=args.resume,
-            batch_size=args.batch_size,
+            batch_size=args.batch_size or DEFAULT_BATCH_SIZE,
             on_progress=progress,
         )
     except KeyboardInterrupt:
@@ -1027,6 +1157,8 @@ def _whole_number(text: str, minimum: int) -> int:
         value = int(text)
     except ValueError:
         value = minimum - 1
+    from .repositories._paging import MAX_ROWS
+
     if not minimum <= value <= MAX_ROWS:
         raise argparse.ArgumentTypeError(
             f"expected a whole number from {minimum} to {MAX_ROWS}, got {text!r}"
@@ -1054,11 +1186,57 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+class _Version(argparse.Action):
+    """`--version`: the package's version and the schema it reads and writes."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: Any) -> NoReturn:
+        from . import __version__
+        from .config import SCHEMA_VERSION
+
+        print(
+            f"hermes-store {__version__} (upstream schema_version {SCHEMA_VERSION}, "
+            f"revision {SCHEMA_VERSION:04d})"
+        )
+        parser.exit()
+
+
+def _wait_arg(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
+    return value
+
+
+def _zone_arg(text: str) -> str:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(text)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise argparse.ArgumentTypeError(
+            f"expected a time zone name such as UTC or Europe/Berlin, got {text!r}"
+        ) from None
+    return text
+
+
+#: What `--wait` waits for, and how long by default (waiting.DEFAULT_WAIT_S).
+_WAIT_HELP = (
+    "wait this long for a lock another process holds, saying so every few seconds (default 20)"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="hermes-store",
         description="Hermes Agent session store: migrations, checks, sessions and usage",
     )
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True)
 
     def with_url(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -1074,6 +1252,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="leave the chunked FTS backfill for `hermes-store fts backfill`",
     )
+    up.add_argument("--wait", type=_wait_arg, default=20.0, metavar="SECONDS", help=_WAIT_HELP)
     up.set_defaults(func=_cmd_upgrade)
 
     cur = with_url(sub.add_parser("current", help="revision, schema_version and FTS state"))
@@ -1101,6 +1280,12 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--source", help="only sessions from this source (cli, telegram, ...)")
     ls.add_argument(
         "--limit", type=_count_arg, default=20, help="at most N sessions (default 20; 0: all)"
+    )
+    ls.add_argument(
+        "--include-delegates",
+        action="store_true",
+        help="also list delegate runs, including untitled root sessions that migration "
+        "0016 (like the original) tagged as orphaned delegate runs",
     )
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=_cmd_sessions_list)
@@ -1134,6 +1319,7 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--source", help="only sessions from this source")
     prune.add_argument("--dry-run", action="store_true", help="list what would be deleted")
     prune.add_argument("--yes", action="store_true", help="really delete")
+    prune.add_argument("--wait", type=_wait_arg, default=20.0, metavar="SECONDS", help=_WAIT_HELP)
     prune.add_argument("--json", action="store_true")
     prune.set_defaults(func=_cmd_sessions_prune)
 
@@ -1148,6 +1334,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=_stats_view,
         metavar="VIEW",
         help="model, day, or model,day (one row per day and model); default: by model and by day",
+    )
+    stats.add_argument(
+        "--tz",
+        type=_zone_arg,
+        default="UTC",
+        metavar="ZONE",
+        help="the time zone whose days the by-day views count in (default UTC)",
     )
     stats.add_argument("--json", action="store_true")
     stats.set_defaults(func=_cmd_stats)
@@ -1165,9 +1358,8 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument(
         "--batch-size",
         type=_batch_arg,
-        default=DEFAULT_BATCH_SIZE,
         metavar="N",
-        help=f"rows per transaction (default {DEFAULT_BATCH_SIZE})",
+        help="rows per transaction (default 1000)",
     )
     cp.add_argument("--json", action="store_true")
     cp.set_defaults(func=_cmd_copy)
@@ -1196,9 +1388,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except StoreError as exc:
         _error(str(exc))
-    except SQLAlchemyError as exc:
-        detail = (str(getattr(exc, "orig", None) or exc).splitlines() or [""])[0]
-        _error(f"database error: {detail}")
     except BrokenPipeError:
         # The reader went away (`hermes-store sessions export | head`): no message, and
         # stdout goes to /dev/null so the interpreter's final flush cannot fail again.
@@ -1206,6 +1395,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 141
     except OSError as exc:
         _error(str(exc))
+    except Exception as exc:
+        # SQLAlchemy is imported by the commands, not here: an error of its types can
+        # only have been raised once it was
+        errors = sys.modules.get("sqlalchemy.exc")
+        if errors is None or not isinstance(exc, errors.SQLAlchemyError):
+            raise
+        detail = (str(getattr(exc, "orig", None) or exc).splitlines() or [""])[0]
+        _error(f"database error: {detail}")
     except KeyboardInterrupt:
         print("hermes-store: interrupted; run the same command again to resume", file=sys.stderr)
         return 130

@@ -7,17 +7,39 @@ class StoreError(Exception):
     """Base class of every error hermes-store raises on purpose."""
 
 
-class SchemaTooNew(StoreError):
-    """The database was written by a newer schema than this code knows."""
+def newer_than_this_code(where: str, found: str, supported: str) -> str:
+    """The one message every command and entry point gives for a database written by a
+    newer hermes-store or Hermes: `found` is what the file records (`schema_version 24`,
+    `revision 0025`), `supported` the newest this code knows."""
+    place = f" {where}" if where else ""
+    return (
+        f"the database{place} is newer than this hermes-store: it records {found}, and this "
+        f"hermes-store knows up to {supported}. Upgrade hermes-store (pip install --upgrade "
+        "hermes-store), then run the command again; nothing was changed"
+    )
 
-    def __init__(self, found: int, supported: int, url: str = "") -> None:
+
+class SchemaTooNew(StoreError):
+    """The database was written by a newer schema than this code knows (a newer
+    upstream `schema_version`, or a hermes-store revision this code does not have)."""
+
+    def __init__(self, found: int | str, supported: int | str, url: str = "") -> None:
         self.found = found
         self.supported = supported
-        where = f" at {url}" if url else ""
+        self.where = url
         super().__init__(
-            f"the database{where} has schema_version {found}, newer than the {supported} "
-            f"this hermes-store supports; upgrade hermes-store (nothing was changed)"
+            newer_than_this_code(
+                url, _recorded(found, "schema_version"), _recorded(supported, "schema_version")
+            )
         )
+
+    def __reduce__(self) -> tuple[type, tuple[int | str, int | str, str]]:
+        return (type(self), (self.found, self.supported, self.where))
+
+
+def _recorded(value: int | str, name: str) -> str:
+    """`schema_version 24` for a number, the text as it is otherwise (`revision 0025`)."""
+    return f"{name} {value}" if isinstance(value, int) else value
 
 
 class NotAHermesDatabase(StoreError):
@@ -26,6 +48,90 @@ class NotAHermesDatabase(StoreError):
 
 class NotAtHead(StoreError):
     """The schema is behind the code; `hermes-store upgrade` fixes it."""
+
+
+class SchemaBehind(NotAtHead):
+    """A database older than the schema this code reads and writes: `missing` names the
+    tables and columns (or the version) it lacks, `command` the upgrade that adds them.
+    Nothing was changed."""
+
+    def __init__(self, where: str, state: str, missing: list[str], command: str) -> None:
+        self.where = where
+        self.state = state
+        self.missing = list(missing)
+        self.command = command
+        lacks = f"; it lacks {_grouped(self.missing)}" if self.missing else ""
+        super().__init__(
+            f"the database {where} is older than this hermes-store ({state}){lacks}. "
+            f"Back it up, then upgrade it with: {command} (nothing was changed)"
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, list[str], str]]:
+        return (type(self), (self.where, self.state, self.missing, self.command))
+
+
+def _grouped(missing: list[str]) -> str:
+    """`table a, table b, column t.x, column t.y` as `the tables a, b; columns of t: x, y`."""
+    tables = [item.removeprefix("table ") for item in missing if item.startswith("table ")]
+    columns: dict[str, list[str]] = {}
+    others = []
+    for item in missing:
+        if item.startswith("column ") and "." in item:
+            table, _, column = item.removeprefix("column ").partition(".")
+            columns.setdefault(table, []).append(column)
+        elif not item.startswith("table "):
+            others.append(item)
+    parts = []
+    if tables:
+        parts.append(f"the table{'s' if len(tables) > 1 else ''} {', '.join(tables)}")
+    parts += [f"columns of {table}: {', '.join(names)}" for table, names in columns.items()]
+    return "; ".join(parts + others)
+
+
+class DatabaseMissing(StoreError):
+    """The PostgreSQL server has no database of the name in the URL."""
+
+    def __init__(self, name: str, server: str, then: str = "hermes-store upgrade") -> None:
+        self.name = name
+        self.server = server
+        self.then = then
+        super().__init__(
+            f"the PostgreSQL server {server} has no database {name!r}; create it with: "
+            f"createdb -E UTF8 -T template0 {name} (as a role that may create databases; "
+            f"add -h/-p/-U for another server or user), then run: {then}"
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, str]]:
+        return (type(self), (self.name, self.server, self.then))
+
+
+class LockTimeout(StoreError):
+    """Another process held a lock this operation needed (SQLite's write lock, the
+    PostgreSQL migration lock or a row lock) for the whole wait. The step that waited
+    changed nothing; steps committed before it stay."""
+
+    def __init__(
+        self,
+        where: str,
+        waited: float,
+        holders: str,
+        retry_hint: str,
+        what: str = "the write lock",
+    ) -> None:
+        self.where = where
+        self.waited = waited
+        self.holders = holders
+        self.retry_hint = retry_hint
+        self.what = what
+        super().__init__(
+            f"another process held {what} on {where} for the whole {waited:.0f} s this "
+            f"command waited ({holders}); the step that waited changed nothing. Let that "
+            f"process finish (a long import, prune or upgrade, or a transaction left open), "
+            f"then {retry_hint}"
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[str, float, str, str, str]]:
+        return (type(self), (self.where, self.waited, self.holders, self.retry_hint, self.what))
 
 
 class StoreClosed(StoreError):

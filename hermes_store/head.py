@@ -8,6 +8,8 @@ revision (tests/test_own_tables.py checks it is the script directory's single he
 
 from __future__ import annotations
 
+from functools import cache
+from pathlib import Path
 from typing import Final
 
 HEAD_REVISION: Final = "hs0001"
@@ -17,3 +19,16 @@ HEAD_REVISION: Final = "hs0001"
 #: revisions follow it, named hs0001, hs0002, ... so that no upstream number is ever
 #: taken by one of them.
 UPSTREAM_HEAD_REVISION: Final = "0023"
+
+
+@cache
+def known_revisions() -> frozenset[str]:
+    """Every revision this code has, from the revision files' names (`0007_...`,
+    `hs0001_...`; tests/test_own_tables.py checks them against Alembic's own reading).
+    A database at a revision outside this set was written by a newer hermes-store."""
+    versions = Path(__file__).resolve().parent / "_migrations" / "versions"
+    return frozenset(
+        path.name.split("_", 1)[0]
+        for path in versions.glob("*.py")
+        if "_" in path.stem and not path.name.startswith("_")
+    )

@@ -7,9 +7,12 @@ from __future__ import annotations
 import functools
 import importlib.util
 import logging
+import os
+import random
+import sqlite3
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,24 +37,50 @@ from .config import (
     shown_url,
     sqlite_path,
 )
-from .contract import FTS_REBUILT_LATER_ATTR, HERMES_HOME_ATTR, PG_SEARCH_COLUMNS, PG_SEARCH_INDEXES
+from .contract import (
+    FTS_REBUILT_LATER_ATTR,
+    HERMES_HOME_ATTR,
+    OWN_TABLE_PREFIX,
+    PG_SEARCH_COLUMNS,
+    PG_SEARCH_INDEXES,
+)
 from .contract import PG_MIGRATION_LOCK as PG_MIGRATION_LOCK
 from .contract import VERSION_TABLE as VERSION_TABLE
-from .dialects import backend_for
+from .dialects import PostgreSQLBackend, backend_for
 from .engine import check_writable, journal_choice, make_engine, write_connection
 from .errors import (
     DatabaseCorrupt,
-    NotAHermesDatabase,
     NotAtHead,
-    SchemaTooNew,
+    StorageFull,
+    StoreError,
 )
 from .head import HEAD_REVISION, UPSTREAM_HEAD_REVISION
 from .models import metadata
+from .read_only import (
+    explained_connection_errors,
+    judge_for_reading,
+    place_of,
+    read_only_engine,
+    reading_engine,
+    refuse_missing_file,
+    require_readable,
+    too_new_error,
+    upgrade_command,
+)
 from .retry import RetryPolicy
 from .search import maintenance
 from .search.layout import FTSState, fts_state
-from .sqlite_damage import classify, quick_check, where
+from .sqlite_damage import classify, quick_check, sqlite_error, where
 from .sqlite_file import not_a_database_error, refuse_directory
+from .waiting import (
+    DEFAULT_WAIT_S,
+    WAIT_REPORT_EVERY_S,
+    LockWaiter,
+    WaitCallback,
+    WaitingRetry,
+    pg_lock_holders,
+    sqlite_lock_holders,
+)
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +90,12 @@ OPEN_RETRY = RetryPolicy(budget_seconds=20.0)
 
 #: The project's head: the upstream chain 0001..0023, then its own revisions.
 HEAD = HEAD_REVISION
+
+#: Config attributes a run shares with its caller: the shape the migration found once it
+#: held the lock (what this process then did), and the LockWaiter for the PostgreSQL
+#: migration lock.
+LOCKED_SHAPE_ATTR = "hermes_locked_shape"
+LOCK_WAITER_ATTR = "hermes_lock_waiter"
 
 
 def script_location() -> str:
@@ -114,7 +149,6 @@ def drop_reflection_gaps(conn: Connection, upgrade_ops: ops.UpgradeOps) -> None:
     backend_for(conn).drop_reflection_gaps(conn, upgrade_ops)
 
 
-
 def _tolerated(diff: Any, conn: Connection) -> bool:
     """Shapes the original leaves in real files and that must be kept, never "fixed":
     extra columns and indexes from short-lived or later builds (spec/schema.md 10, rule
@@ -136,6 +170,15 @@ def _tolerated(diff: Any, conn: Connection) -> bool:
         nulls = conn.exec_driver_sql("SELECT COUNT(*) FROM messages WHERE active IS NULL")
         return nulls.scalar() == 0
     return False
+
+
+def _own_table_to_come(diff: Any) -> bool:
+    """A table of hermes-store's own that a database below the head does not have yet."""
+    return (
+        isinstance(diff, tuple)
+        and diff[0] == "add_table"
+        and str(diff[1].name).startswith(OWN_TABLE_PREFIX)
+    )
 
 
 def schema_drift(conn: Connection) -> list[Any]:
@@ -202,19 +245,61 @@ def migration_run(
     connection: Connection, run: MigrationContext, cfg: Config, *, adopt: bool
 ) -> Iterator[None]:
     """One transaction around a whole Alembic run (the backend's: foreign keys checked
-    before commit on SQLite, an advisory lock on PostgreSQL). Refuses a newer database
-    and one the backend does not migrate; stamps an adopted one."""
+    before commit on SQLite, an advisory lock on PostgreSQL, waited for out loud). Refuses
+    a newer database and one the backend does not migrate; stamps an adopted one. The
+    shape found under the lock is left in `cfg.attributes[LOCKED_SHAPE_ATTR]`: another
+    process may have migrated the database while this one waited."""
     backend = backend_for(connection)
-    with backend.migration_transaction(connection, run):
+    # SQLite's BEGIN IMMEDIATE is waited for by the retry around the run; PostgreSQL's
+    # advisory lock here
+    on_a_server = isinstance(backend, PostgreSQLBackend)
+    waiting = _pg_migration_lock(connection, cfg) if on_a_server else nullcontext()
+    with waiting, backend.migration_transaction(connection, run):
         shape = adoption.inspect_shape(connection)
-        if shape.too_new:
-            raise SchemaTooNew(shape.stored_version or 0, SCHEMA_VERSION)
+        cfg.attributes[LOCKED_SHAPE_ATTR] = shape
+        place = place_of(connection.engine.url)
+        newer = too_new_error(shape.stored_version, shape.alembic_revision, HEAD, place)
+        if newer is not None:
+            raise newer
         backend.refuse(shape)
         cfg.attributes[FTS_REBUILT_LATER_ATTR] = backend.has_fts5 and _run_reaches_head(run)
         if adopt and shape.kind == "legacy":
             _adopt(connection, run, shape)
         yield
         _leave_nothing_at_base(connection, run)
+
+
+@contextmanager
+def _pg_migration_lock(connection: Connection, cfg: Config) -> Iterator[None]:
+    """Hold hermes-store's migration lock for the run, as a session lock taken before the
+    run's transaction (whose own transaction-scoped lock on the same key is then granted
+    at once): taken with pg_try_advisory_lock, polled, so that a wait for another
+    process's upgrade is reported as it happens and ends after the waiter's budget with
+    LockTimeout naming who holds it, rather than blocking silently."""
+    waiter = cfg.attributes.get(LOCK_WAITER_ATTR)
+    if not isinstance(waiter, LockWaiter):
+        waiter = LockWaiter(place_of(connection.engine.url), DEFAULT_WAIT_S)
+    engine = connection.engine
+    waiter.find_holders = lambda: pg_lock_holders(engine, migration=True)
+    waiter.what = "the migration lock"
+    key = {"k": PG_MIGRATION_LOCK}
+    while True:
+        taken = connection.execute(text("SELECT pg_try_advisory_lock(:k)"), key).scalar()
+        connection.commit()
+        if taken:
+            break
+        waiter.blocked()
+        if waiter.waited() >= waiter.budget:
+            raise waiter.timeout()
+        time.sleep(random.uniform(0.1, 0.3))
+    try:
+        yield
+    finally:
+        with suppress(DBAPIError):
+            if connection.in_transaction():
+                connection.rollback()
+            connection.execute(text("SELECT pg_advisory_unlock(:k)"), key)
+            connection.commit()
 
 
 def _adopt(connection: Connection, run: MigrationContext, shape: adoption.DatabaseShape) -> None:
@@ -236,7 +321,6 @@ def _adopt(connection: Connection, run: MigrationContext, shape: adoption.Databa
     if stamp is not None:
         assert run.script is not None  # env.py's context always has one
         run.stamp(run.script, stamp)
-
 
 
 def _look_before_opening(url: URL, *, backfilling: bool) -> None:
@@ -269,7 +353,8 @@ def _look_before_opening(url: URL, *, backfilling: bool) -> None:
             at_head = shape.alembic_revision == HEAD and shape.stored_version == SCHEMA_VERSION
             pending = shape.kind != "empty" and backfilling and fts_state(conn).backfill_pending
             problems = []
-            if not shape.too_new and (not at_head or pending):
+            newer = too_new_error(shape.stored_version, shape.alembic_revision, HEAD, "")
+            if newer is None and (not at_head or pending):
                 problems = quick_check(conn)
             conn.rollback()
             return shape, problems
@@ -286,8 +371,9 @@ def _look_before_opening(url: URL, *, backfilling: bool) -> None:
         ) from exc
     finally:
         engine.dispose()
-    if shape.too_new:
-        raise SchemaTooNew(shape.stored_version or 0, SCHEMA_VERSION, str(path))
+    newer = too_new_error(shape.stored_version, shape.alembic_revision, HEAD, str(path))
+    if newer is not None:
+        raise newer
     if problems and problems != ["ok"]:
         shown = "; ".join(problems[:3]) + (" ..." if len(problems) > 3 else "")
         raise DatabaseCorrupt(str(path), f"quick_check: {shown}")
@@ -299,7 +385,7 @@ class UpgradeReport:
     after: str | None
     adopted_from: int | None
     fts: FTSState | None
-    #: the database did not exist (or was empty) and was created
+    #: the database did not exist (or was empty) and this run created it
     created: bool = False
     #: where: the file's path, or the URL without its password
     location: str = ""
@@ -310,6 +396,9 @@ class UpgradeReport:
     backfill: maintenance.BackfillStats | None = None
     backfill_s: float = 0.0
     total_s: float = 0.0
+    #: another process migrated the database while this one waited for the lock: this
+    #: run found it at `after` and applied nothing
+    migrated_by_other: bool = False
 
 
 def _applied(start: str | None, end: str | None) -> tuple[str, ...]:
@@ -324,6 +413,81 @@ def _applied(start: str | None, end: str | None) -> tuple[str, ...]:
     return tuple(reversed([str(r) for r in walked if r is not None]))
 
 
+def _at_head(shape: adoption.DatabaseShape) -> bool:
+    return shape.alembic_revision == HEAD and shape.stored_version == SCHEMA_VERSION
+
+
+def lock_waiter(
+    url: URL,
+    engine: Engine | None,
+    wait: float = DEFAULT_WAIT_S,
+    on_wait: WaitCallback | None = None,
+    *,
+    every: float | None = None,
+) -> LockWaiter:
+    """The LockWaiter of a command writing to the database at `url`: it names who holds
+    the lock (/proc/locks for a SQLite file, pg_stat_activity on PostgreSQL)."""
+    path = sqlite_path(url)
+    if path is not None:
+        holders = lambda: sqlite_lock_holders(path)  # noqa: E731
+    elif engine is not None:
+        holders = lambda: pg_lock_holders(engine, migration=False)  # noqa: E731
+    else:
+        holders = None
+    return LockWaiter(
+        place_of(url),
+        wait,
+        on_wait=on_wait,
+        holders=holders,
+        every=WAIT_REPORT_EVERY_S if every is None else every,
+        typed=on_wait is not None,
+    )
+
+
+#: An I/O error of SQLite is taken for a full disk when its file system has less room
+#: than this (SQLite reports a -shm file it cannot grow as a bare "disk I/O error").
+FULL_DISK_MARGIN = 1 << 20
+
+
+def storage_error(exc: BaseException, url: URL, then: str) -> StoreError | None:
+    """StorageFull when SQLite ran out of disk for the database at `url` (SQLITE_FULL, or
+    an I/O error while its file system is all but full): what failed was rolled back,
+    what committed before stays, and `then` is what to run once there is room."""
+    orig = sqlite_error(exc)
+    code = getattr(orig, "sqlite_errorcode", None)
+    path = sqlite_path(url)
+    if orig is None or path is None:
+        return None
+    try:
+        stat = os.statvfs(path.parent)
+        free = stat.f_bavail * stat.f_frsize
+    except OSError:
+        free = None
+    full = code is not None and code & 0xFF == sqlite3.SQLITE_FULL
+    io_error = (code is not None and code & 0xFF == sqlite3.SQLITE_IOERR) or (
+        code is None and "disk I/O error" in str(orig)
+    )
+    if not (full or (io_error and free is not None and free < FULL_DISK_MARGIN)):
+        return None
+    room = "" if free is None else f", {free:,} bytes free"
+    return StorageFull(
+        f"the disk holding the database {path} is full ({orig}{room}); what needed the space "
+        "was rolled back and the database is intact. Free some space, then run: "
+        f"{then}"
+    )
+
+
+@contextmanager
+def _typed_storage_errors(url: URL, then: str) -> Iterator[None]:
+    try:
+        yield
+    except DBAPIError as exc:
+        typed = storage_error(exc, url, then)
+        if typed is None:
+            raise
+        raise typed from exc
+
+
 def upgrade(
     url: str | URL | None = None,
     *,
@@ -332,18 +496,33 @@ def upgrade(
     on_progress: maintenance.ProgressCallback | None = None,
     fts_min_pause: float | None = None,
     fts_pacing: maintenance.Pacing | None = None,
+    wait: float = DEFAULT_WAIT_S,
+    on_wait: WaitCallback | None = None,
+    wait_report_every: float | None = None,
 ) -> UpgradeReport:
     """Create, adopt or upgrade the database at `url`, then (unless deferred) finish the
     chunked FTS backfill, sharing the write lock by `fts_pacing` (default
     maintenance.DEFAULT_PACING; `fts_min_pause` asks for the original's fixed throttle
-    instead). Running it twice changes nothing."""
+    instead). Running it twice changes nothing.
+
+    A lock another process holds (SQLite's write lock, PostgreSQL's migration lock) is
+    waited for up to `wait` seconds per step; with `on_wait`, each wait is reported to it
+    as it happens and one that runs out ends in LockTimeout (without, SQLite's "database
+    is locked" is raised as the driver reports it, as the facade's callers expect). The
+    report says what this run did: when another process migrated the database while this
+    one waited, `migrated_by_other`."""
     started = time.monotonic()
     resolved = resolve_url(url)
-    _look_before_opening(
-        resolved, backfilling=not defer_fts_backfill and _reaches_fts_layout(revision)
-    )
-    engine = make_engine(resolved)
+    again = f"{upgrade_command(resolved)} (it continues where it stopped)"
+    with explained_connection_errors(resolved), _typed_storage_errors(resolved, again):
+        _look_before_opening(
+            resolved, backfilling=not defer_fts_backfill and _reaches_fts_layout(revision)
+        )
+        engine = make_engine(resolved)
     backend = backend_for(engine)
+    waiter = lock_waiter(resolved, engine, wait, on_wait, every=wait_report_every)
+    policy = WaitingRetry.for_waiter(waiter)
+    locked: list[adoption.DatabaseShape] = []
     try:
 
         def inspect() -> adoption.DatabaseShape:
@@ -357,7 +536,13 @@ def upgrade(
             with write_connection(engine) as conn:
                 cfg = make_config(conn, command_name="upgrade")
                 cfg.attributes[HERMES_HOME_ATTR] = _hermes_home_for(resolved)
-                command.upgrade(cfg, revision)
+                cfg.attributes[LOCK_WAITER_ATTR] = waiter
+                try:
+                    command.upgrade(cfg, revision)
+                finally:
+                    found = cfg.attributes.get(LOCKED_SHAPE_ATTR)
+                    if isinstance(found, adoption.DatabaseShape):
+                        locked[:] = [found]
 
         def repair_triggers() -> None:
             with engine.connect() as conn:
@@ -371,49 +556,56 @@ def upgrade(
 
         # Every step is one transaction that either commits whole or changes nothing, so
         # each is retried alone while other processes keep the file busy.
-        shape = OPEN_RETRY.run(inspect)
-        at_head = shape.alembic_revision == HEAD and shape.stored_version == SCHEMA_VERSION
-        migration_started = time.monotonic()
-        if not (at_head and revision in ("head", HEAD)):
-            OPEN_RETRY.run(migrate)
-        migration_s = time.monotonic() - migration_started
-        if _reaches_fts_layout(revision) and backend.has_fts5:
-            OPEN_RETRY.run(repair_triggers)
-        backfill: maintenance.BackfillStats | None = None
-        backfill_started = time.monotonic()
-        if backend.has_fts5 and not defer_fts_backfill and _reaches_fts_layout(revision):
-            backfill = maintenance.BackfillStats()
-            maintenance.run_backfill(
-                engine,
-                on_progress=on_progress,
-                pacing=fts_pacing,
-                min_pause=fts_min_pause,
-                stats=backfill,
-            )
-        backfill_s = time.monotonic() - backfill_started
+        with _typed_storage_errors(resolved, again):
+            with explained_connection_errors(resolved):
+                shape = OPEN_RETRY.run(inspect)
+            migration_started = time.monotonic()
+            if not (_at_head(shape) and revision in ("head", HEAD)):
+                policy.run(migrate)
+            migration_s = time.monotonic() - migration_started
+            if _reaches_fts_layout(revision) and backend.has_fts5:
+                policy.run(repair_triggers)
+            backfill: maintenance.BackfillStats | None = None
+            backfill_started = time.monotonic()
+            if backend.has_fts5 and not defer_fts_backfill and _reaches_fts_layout(revision):
+                backfill = maintenance.BackfillStats()
+                maintenance.run_backfill(
+                    engine,
+                    on_progress=on_progress,
+                    pacing=fts_pacing,
+                    min_pause=fts_min_pause,
+                    stats=backfill,
+                    retry=policy,
+                )
+            backfill_s = time.monotonic() - backfill_started
 
-        def look() -> tuple[str | None, FTSState]:
-            with engine.connect() as conn:
-                return _alembic_revision(conn), fts_state(conn)
+            def look() -> tuple[str | None, FTSState]:
+                with engine.connect() as conn:
+                    return _alembic_revision(conn), fts_state(conn)
 
-        after, state = OPEN_RETRY.run(look)
+            after, state = OPEN_RETRY.run(look)
     finally:
         engine.dispose()
-    legacy = shape.kind == "legacy"
-    start = adoption.revision_id(shape.stamp_revision or 0) if legacy else shape.alembic_revision
+    # What this run did is what it found once it held the lock, which another process
+    # may have released only after migrating the database itself.
+    ran = locked[0] if locked else shape
+    by_other = bool(locked) and not _at_head(shape) and _at_head(ran)
+    legacy = ran.kind == "legacy"
+    start = adoption.revision_id(ran.stamp_revision or 0) if legacy else ran.alembic_revision
     path = sqlite_path(resolved)
     return UpgradeReport(
         before=shape.alembic_revision,
         after=after,
-        adopted_from=shape.stored_version if legacy else None,
+        adopted_from=ran.stored_version if legacy else None,
         fts=state,
-        created=shape.kind == "empty",
+        created=ran.kind == "empty",
         location=str(path) if path is not None else shown_url(resolved),
-        revisions=_applied(start, after),
+        revisions=() if by_other else _applied(start, after),
         migration_s=migration_s,
         backfill=backfill,
         backfill_s=backfill_s if backfill is not None else 0.0,
         total_s=time.monotonic() - started,
+        migrated_by_other=by_other,
     )
 
 
@@ -453,10 +645,19 @@ class Status:
     missing: dict[int, list[str]]
     fts: FTSState | None
     error: str | None = None  # set when the file is too damaged to say what it holds
+    #: the repositories read it as it is: its shape is head, whether or not hermes-store
+    #: adopted it (a state.db the original v23 code wrote)
+    readable: bool = False
 
     @property
     def at_head(self) -> bool:
         return self.alembic_revision == HEAD and self.schema_version == SCHEMA_VERSION
+
+    @property
+    def head_shaped(self) -> bool:
+        """At head, or a file the original wrote at schema version 23 that hermes-store
+        has not adopted: nothing to upgrade (`hermes-store upgrade` only records it)."""
+        return self.at_head or (self.kind == "legacy" and self.readable)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -465,6 +666,7 @@ class Status:
             "alembic_revision": self.alembic_revision,
             "head": self.head,
             "at_head": self.at_head,
+            "readable_as_is": self.readable,
             "schema_version": self.schema_version,
             "adopt_at_revision": self.stamp_revision,
             "missing": {str(k): v for k, v in self.missing.items()},
@@ -484,26 +686,27 @@ class Status:
         }
 
 
-def _open_for_reading(url: URL) -> Engine:
-    path = sqlite_path(url)
-    if path is not None and not path.exists():
-        raise NotAHermesDatabase(f"no database at {path}; `hermes-store upgrade` creates one")
-    return make_engine(url, read_only=path is not None)
-
-
 def current(url: str | URL | None = None) -> Status:
+    """What the database at `url` holds and where it stands, read without writing to it.
+    A database newer than this code is refused (SchemaTooNew), as every command does."""
     resolved = resolve_url(url)
-    engine = _open_for_reading(resolved)
-    try:
-        with engine.connect() as conn:
-            shape = adoption.inspect_shape(conn)
-            state = fts_state(conn) if shape.kind != "empty" else None
-    except DBAPIError as exc:
-        if classify(exc) in (None, "suspect_fts"):
-            raise
-        raise DatabaseCorrupt(where(resolved), str(exc.orig)) from exc
-    finally:
-        engine.dispose()
+    again = "the same command again"
+    with explained_connection_errors(resolved), _typed_storage_errors(resolved, again):
+        engine = reading_engine(resolved, refuse_empty=False)
+        try:
+            with engine.connect() as conn:
+                shape = adoption.inspect_shape(conn)
+                verdict = judge_for_reading(conn, HEAD)
+                state = fts_state(conn) if shape.kind != "empty" else None
+        except DBAPIError as exc:
+            if classify(exc) in (None, "suspect_fts"):
+                raise
+            raise DatabaseCorrupt(where(resolved), str(exc.orig)) from exc
+        finally:
+            engine.dispose()
+    newer = too_new_error(shape.stored_version, shape.alembic_revision, HEAD, place_of(resolved))
+    if newer is not None:
+        raise newer
     return Status(
         url=shown_url(resolved),
         kind=shape.kind,
@@ -513,6 +716,7 @@ def current(url: str | URL | None = None) -> Status:
         stamp_revision=shape.stamp_revision,
         missing=shape.missing,
         fts=state,
+        readable=verdict.readable,
     )
 
 
@@ -562,7 +766,7 @@ class CheckReport:
     def ok(self) -> bool:
         fts_ok = not self.fts_errors
         return (
-            self.status.at_head
+            self.status.head_shaped
             and self.quick_check == ["ok"]
             and fts_ok
             and not self.schema_drift
@@ -570,9 +774,27 @@ class CheckReport:
         )
 
 
+def unfinished_fts_work(state: FTSState, url: URL) -> list[str]:
+    """What an upgrade left of the FTS conversion (a backfill, legacy tables to tear
+    down), with the command that finishes it; [] when nothing is left."""
+    left = []
+    if state.backfill_pending:
+        left.append(f"FTS backfill pending ({state.percent}%)")
+    if state.trash_tables:
+        left.append(
+            f"{len(state.trash_tables)} legacy FTS table(s) ({state.trash_tables[0]}, ...) "
+            "left to tear down"
+        )
+    if not left:
+        return []
+    return [f"{', then '.join(left)}: run `hermes-store fts backfill --url '{place_of(url)}'`"]
+
+
 def check(url: str | URL | None = None) -> CheckReport:
-    """At head? `PRAGMA quick_check`; FTS integrity-check (rank=1); models vs database.
-    Damage is reported, never raised: whatever can still be checked is."""
+    """At head? `PRAGMA quick_check`; FTS integrity-check (rank=1) and what an upgrade left
+    of the FTS conversion; models vs database. Reads only (the FTS integrity-check, an
+    FTS5 command written as an INSERT, runs on a plain connection that may write and is
+    rolled back). Damage is reported, never raised: whatever can still be checked is."""
     resolved = resolve_url(url)
     try:
         status = current(resolved)
@@ -588,7 +810,8 @@ def check(url: str | URL | None = None) -> CheckReport:
             fts=None,
             error=exc.detail,
         )
-    engine = _open_for_reading(resolved)
+    with _typed_storage_errors(resolved, "the same command again"):
+        engine = reading_engine(resolved, refuse_empty=False)
     quick: list[str] = []  # stays empty (not ok) if it never ran
     fts_errors: list[str] = []
     drift: list[str] = []
@@ -604,16 +827,18 @@ def check(url: str | URL | None = None) -> CheckReport:
                 storage = sqlite_storage(conn)
                 conn.rollback()
             if status.fts is not None and status.fts.layout not in ("none", "tsvector"):
-                if status.fts.backfill_pending:
-                    fts_errors = [
-                        f"FTS backfill pending ({status.fts.percent}%): "
-                        "run `hermes-store fts backfill`"
-                    ]
-                else:
-                    fts_errors = _fts_integrity(resolved)
-            if status.kind == "managed":
+                fts_errors = unfinished_fts_work(status.fts, resolved)
+                if not status.fts.backfill_pending:
+                    checked, why_not = _fts_integrity(resolved)
+                    fts_errors = checked + fts_errors
+                    if why_not:
+                        errors.append(why_not)
+            if status.kind == "managed" or status.head_shaped:
                 for d in schema_drift(conn):
+                    if status.alembic_revision != HEAD and _own_table_to_come(d):
+                        continue  # the upgrade that records the head creates it
                     (tolerated if _tolerated(d, conn) else drift).append(repr(d))
+            conn.rollback()
     except DBAPIError as exc:
         if classify(exc) in (None, "suspect_fts"):
             raise
@@ -633,15 +858,31 @@ def check(url: str | URL | None = None) -> CheckReport:
     )
 
 
-def _fts_integrity(url: URL) -> list[str]:
-    # The integrity-check is an FTS5 command (an INSERT), so it needs a writable handle;
-    # it changes nothing and its transaction is rolled back.
-    engine = make_engine(url)
+def _fts_integrity(url: URL) -> tuple[list[str], str | None]:
+    """The FTS5 integrity-check of both indexes, and why it could not run (or None).
+
+    It is an FTS5 command written as an INSERT, which SQLite refuses on a read-only
+    connection although it changes nothing: it runs on a plain connection that may write
+    (no pragmas, no journal-mode change, no chmod) and is rolled back; as the file's last
+    connection that one also removes the -wal/-shm files it created."""
+    path = sqlite_path(url)
+    if path is None:
+        return [], None
+    if not os.access(path, os.W_OK) or not os.access(path.parent, os.W_OK | os.X_OK):
+        return [], (
+            f"FTS integrity not checked: its FTS5 command needs write access to {path} and "
+            "its directory (it changes nothing); run check as a user who may write them"
+        )
+    engine = create_engine(
+        URL.create("sqlite", database=str(path)),
+        poolclass=NullPool,
+        module=sqlite_driver.current().module,
+    )
     try:
         with engine.connect() as conn:
             errors = maintenance.integrity_errors(conn)
             conn.rollback()
-        return errors
+        return errors, None
     finally:
         engine.dispose()
 
@@ -659,13 +900,16 @@ def finish_fts(
     stats: maintenance.BackfillStats | None = None,
 ) -> maintenance.Progress:
     """Finish a pending chunked backfill and teardown (maintenance.run_backfill)."""
-    engine = open_engine_at_head(url)
-    try:
-        return maintenance.run_backfill(
-            engine, on_progress=on_progress, pacing=pacing, min_pause=min_pause, stats=stats
-        )
-    finally:
-        engine.dispose()
+    resolved = resolve_url(url)
+    again = f"hermes-store fts backfill --url '{place_of(resolved)}' (it resumes)"
+    with _typed_storage_errors(resolved, again):
+        engine = open_engine_at_head(resolved)
+        try:
+            return maintenance.run_backfill(
+                engine, on_progress=on_progress, pacing=pacing, min_pause=min_pause, stats=stats
+            )
+        finally:
+            engine.dispose()
 
 
 def rebuild_fts(url: str | URL | None = None) -> None:
@@ -677,18 +921,27 @@ def rebuild_fts(url: str | URL | None = None) -> None:
 
 
 def open_engine_at_head(url: str | URL | None = None, *, read_only: bool = False) -> Engine:
-    """An engine for a database that is at head (else NotAtHead with the command to run)."""
+    """An engine for a database the repositories can serve, else the typed refusal that
+    says what to do (SchemaTooNew, SchemaBehind with what is missing, NotAtHead). Reading
+    (`read_only`) takes any database whose shape is head, adopted or not, and leaves it
+    as it was; writing needs a database hermes-store has adopted."""
     resolved = resolve_url(url)
-    path = sqlite_path(resolved)
-    if path is not None and not path.exists():
-        raise NotAHermesDatabase(f"no database at {path}; `hermes-store upgrade` creates one")
-    engine = make_engine(resolved, read_only=read_only)
-    with engine.connect() as conn:
-        revision = _alembic_revision(conn)
-    if revision != HEAD:
-        engine.dispose()
-        raise NotAtHead(
-            f"the database is at revision {revision or 'none'}, not {HEAD}; "
-            f"run: hermes-store upgrade --url '{shown_url(resolved)}'"
-        )
+    if read_only:
+        return read_only_engine(resolved)
+    with explained_connection_errors(resolved):
+        refuse_missing_file(resolved)
+        engine = make_engine(resolved)
+        try:
+            with engine.connect() as conn:
+                verdict = require_readable(conn, resolved, HEAD)
+                conn.rollback()
+            if not verdict.adopted:
+                raise NotAtHead(
+                    f"the database {place_of(resolved)} has the shape of schema_version "
+                    f"{SCHEMA_VERSION} but hermes-store has not adopted it; adopt it with: "
+                    f"{upgrade_command(resolved)}"
+                )
+        except BaseException:
+            engine.dispose()
+            raise
     return engine

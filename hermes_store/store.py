@@ -30,7 +30,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, PendingRollbackError
 from sqlalchemy.pool import QueuePool
 
-from .config import JournalPolicy, resolve_url, sqlite_path
+from .config import SCHEMA_VERSION, JournalPolicy, resolve_url, sqlite_path
 from .contract import VERSION_TABLE
 from .engine import BEGIN_MODE, make_engine
 from .errors import (
@@ -39,9 +39,14 @@ from .errors import (
     StoreClosed,
 )
 from .head import HEAD_REVISION
+from .read_only import (
+    explained_connection_errors,
+    leave_no_companions,
+    refuse_missing_file,
+    require_readable,
+)
 from .retry import DEFAULT_RETRY, RetryPolicy
 from .sqlite_damage import where
-from .sqlite_file import refuse_directory
 from .store_backends import store_backend_for
 
 log = logging.getLogger(__name__)
@@ -56,15 +61,7 @@ HEAD = HEAD_REVISION
 def refuse_missing_database(url: URL) -> None:
     """NotAtHead, before anything is created, for a SQLite path that holds no database:
     opening one would leave an empty file (and its directory) behind."""
-    path = sqlite_path(url)
-    if path is None:
-        return
-    refuse_directory(path)
-    if not path.exists() or path.stat().st_size == 0:
-        raise NotAtHead(
-            f"there is no hermes-store database at {path}; create it with: "
-            f"hermes-store upgrade --url '{path}'"
-        )
+    refuse_missing_file(url)
 
 
 def stored_revision(conn: Connection) -> str | None:
@@ -121,6 +118,10 @@ class Store:
             # reusing one connection, whose page and statement caches are warm
             pool_use_lifo=True,
         )
+        path = sqlite_path(self.url)
+        if read_only and engine is None and path is not None:
+            # reading leaves the file as it was, without -wal/-shm it did not have
+            leave_no_companions(self.engine, path)
         self._writer = self.engine.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
         self._write_lock = threading.Lock()
         self._backend = store_backend_for(
@@ -136,15 +137,30 @@ class Store:
                 raise
 
     def _require_head(self) -> None:
-        """Refuse a database the repositories cannot serve: one that is not at the
-        schema this code writes (a legacy file before its upgrade, a newer one)."""
-        with self._typed_errors(), self._read_transaction() as conn:
-            revision = stored_revision(conn)
-        if revision != HEAD:
+        """Refuse a database the repositories cannot serve, with what to do: a newer one
+        (upgrade hermes-store), an older one (what it lacks, and the upgrade command), one
+        that is not there. A read-only store reads any database whose shape is head, also
+        one hermes-store has not adopted (a live state.db of Hermes v23); writing needs
+        the adoption that `hermes-store upgrade` records."""
+        with explained_connection_errors(self.url):
+            with self._typed_errors(), self._read_transaction() as conn:
+                verdict = require_readable(conn, self.url, HEAD)
+        if self.read_only or verdict.revision == HEAD:
+            return
+        place = where(self.url)
+        if not verdict.adopted:
             raise NotAtHead(
-                f"the database {where(self.url)} is at revision {revision or 'none'}, not "
-                f"{HEAD}; upgrade it first: hermes-store upgrade --url '{where(self.url)}'"
+                f"the database {place} has the shape of schema_version {SCHEMA_VERSION} but "
+                "hermes-store has not adopted it, so it is not opened for writing; adopt it "
+                f"with: hermes-store upgrade --url '{place}' (it records the revision and adds "
+                "hermes-store's own tables; the v23 tables stay as they are), or open it "
+                "with read_only=True"
             )
+        raise NotAtHead(
+            f"the database {place} is at revision {verdict.revision}, not {HEAD}, so it is "
+            "not opened for writing; upgrade it first: hermes-store "
+            f"upgrade --url '{place}', or open it with read_only=True"
+        )
 
     def check_open(self) -> None:
         """Raise StoreClosed once `close()` has run."""

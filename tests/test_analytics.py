@@ -108,7 +108,7 @@ def expected(path: Path, sql: str) -> list[tuple[Any, ...]]:
 
 def test_page_has_the_examples() -> None:
     assert SETUP.section.startswith("Setup")
-    assert "HERMES_DB" in SETUP.code and "read_only=True" in SETUP.code
+    assert "HERMES_DB" in SETUP.code and "read_only_engine(" in SETUP.code
     # the model of `sessions` under the name that does not shadow sqlalchemy.orm.Session
     assert "import HermesSession" in SETUP.code
     bare = [b.line for b in BLOCKS if re.search(r"(?<![\w.])Session\b", b.code)]

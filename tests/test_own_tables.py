@@ -87,6 +87,10 @@ def test_a_database_at_0023_is_refused_then_upgrades_cleanly(
     _at_0023(url)
     with pytest.raises(NotAtHead, match=r"at revision 0023, not hs0001.*hermes-store upgrade"):
         Store(url)
+    # reading needs the v23 shape only, which 0023 has: read as it is, nothing changed
+    with Store(url, read_only=True) as reading:
+        assert SessionRepository(reading).list_sessions_rich() == []
+    assert migrate.current(url).alembic_revision == "0023"
     upgraded = _cli("upgrade", "--url", url)
     assert upgraded.returncode == 0, upgraded.stderr
     assert f"0023 -> {HEAD_REVISION}" in upgraded.stdout, upgraded.stdout
@@ -219,3 +223,15 @@ def test_a_copy_carries_the_keys(fresh_db: str, pg_url: str, tmp_path: Path) -> 
             )
             assert again == first
             assert MessageRepository(copied).message_count("s1") == 2
+
+
+def test_the_known_revisions_are_alembics() -> None:
+    """head.known_revisions (read from the file names, without importing Alembic) is the
+    script directory's own list of revisions."""
+    from alembic.script import ScriptDirectory
+
+    from hermes_store.head import known_revisions
+    from hermes_store.migrate import make_config
+
+    script = ScriptDirectory.from_config(make_config())
+    assert known_revisions() == {rev.revision for rev in script.walk_revisions()}

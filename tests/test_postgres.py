@@ -121,17 +121,19 @@ def test_concurrent_upgrades_are_serialised_by_the_advisory_lock(pg_url: str) ->
             pending = [pool.apply_async(_upgrade_in_child, (pg_url,)) for _ in range(2)]
             deadline = time.monotonic() + 30
             waiting = 0
+            # an upgrade waits for the lock by polling pg_try_advisory_lock (so that it can
+            # report the wait): both are connected, and neither has created anything
             while time.monotonic() < deadline and waiting < 2:
                 waiting = int(
                     _scalar(
                         pg_url,
-                        "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' "
-                        "AND NOT granted AND database = "
-                        "(SELECT oid FROM pg_database WHERE datname = current_database())",
+                        "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = "
+                        "current_database() AND application_name = 'hermes-store'",
                     )
                 )
                 time.sleep(0.1)
             assert waiting == 2, "both upgrades should wait on the migration lock"
+            time.sleep(1.0)  # polling meanwhile, not migrating
             assert _scalar(pg_url, "SELECT to_regclass('sessions')") is None
             trans.rollback()
             results = [p.get(timeout=120) for p in pending]

@@ -76,11 +76,15 @@ def test_upgrade_without_a_terminal_prints_progress_lines_and_a_summary(
 
 
 def test_progress_lines_are_periodic_not_per_step(grown_v22: Path, tmp_path: Path) -> None:
-    """With the default period (10 s) a run this short prints one line per phase."""
-    result = _cli("upgrade", "--url", str(grown_v22), cwd=tmp_path)
+    """A phase that ends within the period prints no progress line at all (a tiny file's
+    `fts teardown: 0/4` was noise); a generous period keeps this run's phases within it."""
+    result = _cli(
+        "upgrade", "--url", str(grown_v22), cwd=tmp_path, HERMES_STORE_PROGRESS_EVERY="600"
+    )
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.startswith("fts ")]
-    assert [line.split(":")[0] for line in lines] == ["fts backfill", "fts teardown"]
+    assert lines == []
+    assert "10 legacy FTS tables removed" in result.stdout
 
 
 def test_a_typo_creates_a_database_and_says_so(tmp_path: Path) -> None:

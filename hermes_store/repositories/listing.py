@@ -37,7 +37,15 @@ from ._paging import row_limit, row_offset
 from ._preview import first_user_excerpt, shape_session_preview
 from ._sql import alias, contains_caseless, path_prefix_values, path_under
 from ._tables import SESSIONS
-from .lineage import COMPRESSION, compression_tip, is_continuation, is_listable, last_active
+from .lineage import (
+    COMPRESSION,
+    DELEGATE_MARKER,
+    compression_tip,
+    is_continuation,
+    is_listable,
+    last_active,
+    marker,
+)
 
 Row = dict[str, Any]
 
@@ -88,6 +96,9 @@ class ListingFilters:
     include_archived: bool = False
     archived_only: bool = False
     listable_only: bool = True
+    #: with listable_only: also rows tagged as delegate runs (`_delegate_from`), among them
+    #: untitled roots that migration 0016 (as the original) tagged as orphaned delegates
+    include_delegates: bool = False
     wanted: tuple[str, ...] = field(init=False)
     excluded: tuple[str, ...] = field(init=False)
 
@@ -105,6 +116,7 @@ class ListingFilters:
             bool(self.min_message_count and self.min_message_count > 0),
             archived,
             self.listable_only,
+            self.include_delegates,
         )
 
     def params(self) -> dict[str, Any]:
@@ -122,9 +134,11 @@ class ListingFilters:
 def filter_conditions(a: NamedFromClause, shape: tuple[Any, ...]) -> list[ColumnElement[bool]]:
     """The WHERE conditions of a `ListingFilters.shape()`, over the alias `a`, with the
     values as bound parameters named as `ListingFilters.params()` names them."""
-    n_wanted, n_excluded, has_cwd, has_min, archived, listable_only = shape
+    n_wanted, n_excluded, has_cwd, has_min, archived, listable_only, delegates = shape
     conds: list[ColumnElement[bool]] = []
-    if listable_only:
+    if listable_only and delegates:
+        conds.append(or_(is_listable(a), marker(a.c.model_config, DELEGATE_MARKER).is_not(None)))
+    elif listable_only:
         conds.append(is_listable(a))
     if n_wanted:
         conds.append(a.c.source.in_([_text_param(f"f_source_{i}") for i in range(n_wanted)]))

@@ -665,16 +665,23 @@ class SessionRepository:
         search_query: str | None = None,
         compact_rows: bool = False,
         include_pinned: bool = False,
+        include_delegates: bool = False,
     ) -> list[ListingRow]:
         """A page of listing rows (the full row or `compact_rows`, plus `preview` and
         `last_active`), newest start first or, with `order_by_last_active`, by the newest
         activity in each conversation's compression chain (where `id_query` and
         `search_query` filter by id / title over the chain). Roots and branches only
-        unless `include_children`; a compressed root is shown as its live tip."""
+        unless `include_children`; a compressed root is shown as its live tip.
+
+        `include_delegates` (hermes-store's, not the original's) also lists the sessions
+        tagged as delegate runs (`_delegate_from` in `model_config`), which the original
+        hides: among them untitled root sessions with tool calls and at most 25 messages,
+        a cron job's run say, that revision 0016, like the original's v16 migration,
+        tagged as orphaned delegate runs (`_delegate_from = '__orphaned__'`)."""
         self._flush()
         filters = ListingFilters(  # positional: the dataclass's field order
             source, sources, exclude_sources, cwd_prefix, min_message_count,
-            include_archived, archived_only, not include_children,
+            include_archived, archived_only, not include_children, include_delegates,
         )  # fmt: skip
         rows = self.store.read(
             lambda conn: list_page(

@@ -23,6 +23,8 @@ from sqlalchemy import (
     update,
 )
 
+from ..analytics import local_day
+from ..errors import InvalidInput
 from ..models import Message, SessionModelUsage
 from ..models import Session as SessionRow
 from ..prepared import Prepared
@@ -386,11 +388,14 @@ class UsageRepository:
         until: float | None = None,
         source: str | None = None,
         utc_offset_seconds: float = 0.0,
+        time_zone: str | None = None,
     ) -> list[dict[str, Any]]:
-        """Per-day sums of the session totals, bucketed by the day a session started
-        (`utc_offset_seconds` shifts the day boundary to local time), oldest day first.
-        `since` is inclusive and `until` exclusive, both on `started_at`."""
-        day = utc_day(SessionRow.started_at + utc_offset_seconds)
+        """Per-day sums of the session totals, bucketed by the day a session started in
+        the time zone `time_zone` (an IANA name such as "Europe/Berlin", daylight saving
+        time included; default UTC), oldest day first. `utc_offset_seconds`, a fixed shift
+        of the day boundary, is kept for compatibility (give one or the other). `since` is
+        inclusive and `until` exclusive, both on `started_at`."""
+        day = _day(SessionRow.started_at, utc_offset_seconds, time_zone)
         stmt = (
             select(
                 day.label("day"),
@@ -417,12 +422,15 @@ class UsageRepository:
             stmt = stmt.where(SessionRow.source == source)
         return self.store.read(lambda s: [_numbers(dict(r)) for r in s.execute(stmt).mappings()])
 
-    def usage_by_model_and_day(self, *, utc_offset_seconds: float = 0.0) -> list[dict[str, Any]]:
+    def usage_by_model_and_day(
+        self, *, utc_offset_seconds: float = 0.0, time_zone: str | None = None
+    ) -> list[dict[str, Any]]:
         """usage_by_model split by the day each session started (the day usage_by_day
-        uses, so the two agree per day): one row per day and model, oldest day first,
-        then the most expensive model first."""
+        uses, in the same `time_zone` or by the same `utc_offset_seconds`, so the two agree
+        per day): one row per day and model, oldest day first, then the most expensive
+        model first."""
         u = SessionModelUsage
-        day = utc_day(SessionRow.started_at + utc_offset_seconds)
+        day = _day(SessionRow.started_at, utc_offset_seconds, time_zone)
         cost = func.sum(u.estimated_cost_usd)
         stmt = (
             select(
@@ -440,9 +448,12 @@ class UsageRepository:
         )
         return self.store.read(lambda s: [_numbers(dict(r)) for r in s.execute(stmt).mappings()])
 
-    def message_activity_by_day(self, *, utc_offset_seconds: float = 0.0) -> list[dict[str, Any]]:
-        """Messages per day by message timestamp (activity, not session start)."""
-        day = utc_day(Message.timestamp + utc_offset_seconds)
+    def message_activity_by_day(
+        self, *, utc_offset_seconds: float = 0.0, time_zone: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Messages per day by message timestamp (activity, not session start), in the
+        time zone `time_zone` (or shifted by `utc_offset_seconds`, as usage_by_day)."""
+        day = _day(Message.timestamp, utc_offset_seconds, time_zone)
         stmt = (
             select(
                 day.label("day"),
@@ -453,6 +464,19 @@ class UsageRepository:
             .order_by(day)
         )
         return self.store.read(lambda s: [dict(r) for r in s.execute(stmt).mappings()])
+
+
+def _day(epoch: Any, utc_offset_seconds: float, time_zone: str | None) -> Any:
+    """The `YYYY-MM-DD` of `epoch` in `time_zone`, or (the older parameter, a fixed
+    shift) in UTC after adding `utc_offset_seconds`."""
+    if time_zone is None:
+        return utc_day(epoch + utc_offset_seconds)
+    if utc_offset_seconds:
+        raise InvalidInput(
+            "give time_zone or utc_offset_seconds, not both: time_zone follows daylight "
+            "saving time, utc_offset_seconds is a fixed shift kept for compatibility"
+        )
+    return local_day(epoch, time_zone)
 
 
 def _upsert_usage(
