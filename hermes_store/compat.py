@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import os
 import sqlite3
 import threading
@@ -51,6 +52,7 @@ from .errors import (
     CompressionSessionBusyError,
     CompressionSessionClosedError,
     DatabaseCorrupt,
+    QueryTooComplex,
     SessionNotFound,
     SQLiteOnly,
 )
@@ -190,20 +192,28 @@ def preflight_db_writability(
     check_writable(Path(db_path))
 
 
+log = logging.getLogger(__name__)
+
+
 def _forward(
     repository: str,
     method: Callable[Concatenate[Any, P], R],
     *,
     translate: Callable[[Exception], BaseException | None] | None = None,
+    refused: tuple[type[Exception], Callable[[], R]] | None = None,
 ) -> Callable[Concatenate[SessionDB, P], R]:
     """A facade method calling `method` on the repository held in `self.<repository>`,
     with its signature and docstring; `translate` turns a repository error into the one
-    the original raises (None keeps the error as it is)."""
+    the original raises (None keeps the error as it is); `refused` is an error type the
+    original never raises there and the answer it gives instead (logged as a warning)."""
 
     def call(self: SessionDB, /, *args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return method(getattr(self, repository), *args, **kwargs)
         except Exception as exc:
+            if refused is not None and isinstance(exc, refused[0]):
+                log.warning("%s: %s", method.__name__, exc)
+                return refused[1]()
             translated = translate(exc) if translate is not None else None
             if translated is None:
                 raise
@@ -414,7 +424,11 @@ class SessionDB:
 
     # -- search --------------------------------------------------------------------------
 
-    search_messages = _forward("_search", SearchRepository.search_messages)
+    # spec/behaviour.md 6.2: the facade's search never raises on any input, so a query
+    # beyond the search bounds (search/limits.py) finds nothing, as an unreadable one does
+    search_messages = _forward(
+        "_search", SearchRepository.search_messages, refused=(QueryTooComplex, list)
+    )
 
     # -- small helpers of the original ----------------------------------------------------
 
@@ -482,13 +496,9 @@ class SessionDB:
     find_live_compression_child = _forward(
         "_sessions", SessionRepository.find_live_compression_child
     )
-    get_session_delete_targets = _forward(
-        "_sessions", SessionRepository.get_session_delete_targets
-    )
+    get_session_delete_targets = _forward("_sessions", SessionRepository.get_session_delete_targets)
     get_conversation_root = _forward("_sessions", SessionRepository.get_conversation_root)
-    resolve_resume_session_id = _forward(
-        "_sessions", SessionRepository.resolve_resume_session_id
-    )
+    resolve_resume_session_id = _forward("_sessions", SessionRepository.resolve_resume_session_id)
     list_sessions_rich = _forward("_sessions", SessionRepository.list_sessions_rich)
     search_sessions = _forward("_sessions", SessionRepository.search_sessions)
     search_sessions_by_id = _forward("_sessions", SessionRepository.search_sessions_by_id)
@@ -497,9 +507,7 @@ class SessionDB:
     get_session_rich_row = _forward("_sessions", SessionRepository.get_session_rich_row)
     list_cron_job_runs = _forward("_sessions", SessionRepository.list_cron_job_runs)
     distinct_session_cwds = _forward("_sessions", SessionRepository.distinct_session_cwds)
-    prune_empty_ghost_sessions = _forward(
-        "_sessions", SessionRepository.prune_empty_ghost_sessions
-    )
+    prune_empty_ghost_sessions = _forward("_sessions", SessionRepository.prune_empty_ghost_sessions)
     finalize_orphaned_compression_sessions = _forward(
         "_sessions", SessionRepository.finalize_orphaned_compression_sessions
     )
@@ -563,9 +571,7 @@ class SessionDB:
     release_compression_lock = _forward("_locks", CompressionLockRepository.release)
     get_compression_lock_holder = _forward("_locks", CompressionLockRepository.get_holder)
     save_gateway_routing_entry = _forward("_gateway", GatewayRoutingRepository.save_entry)
-    replace_gateway_routing_entries = _forward(
-        "_gateway", GatewayRoutingRepository.replace_entries
-    )
+    replace_gateway_routing_entries = _forward("_gateway", GatewayRoutingRepository.replace_entries)
     load_gateway_routing_entries = _forward("_gateway", GatewayRoutingRepository.load_entries)
     delete_gateway_routing_entries = _forward("_gateway", GatewayRoutingRepository.delete_entries)
     record_gateway_session_peer = _forward(
