@@ -353,21 +353,13 @@ def _cmd_fts(args: argparse.Namespace) -> int:
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
-    from . import migrate
-    from .search import search_messages
+    from .repositories.search import SearchRepository
 
-    engine = migrate.open_engine_at_head(args.url, read_only=True)
-    try:
-        with engine.connect() as conn:
-            hits = search_messages(
-                conn,
-                args.query,
-                source_filter=args.source,
-                role_filter=args.role,
-                limit=args.limit,
-            )
-    finally:
-        engine.dispose()
+    # one read unit of the store: a PostgreSQL fault mid-search runs the search again
+    with _open_store(args.url) as store:
+        hits = SearchRepository(store).search_messages(
+            args.query, source_filter=args.source, role_filter=args.role, limit=args.limit
+        )
     if args.json:
         _print_json([_iso_times(hit) for hit in hits])
         return 0

@@ -941,6 +941,11 @@ def open_engine_at_head(url: str | URL | None = None, *, read_only: bool = False
                     f"{SCHEMA_VERSION} but hermes-store has not adopted it; adopt it with: "
                     f"{upgrade_command(resolved)}"
                 )
+            if verdict.revision != HEAD:
+                raise NotAtHead(
+                    f"the database {place_of(resolved)} is at revision {verdict.revision}, "
+                    f"not {HEAD}; upgrade it first: {upgrade_command(resolved)}"
+                )
         except BaseException:
             engine.dispose()
             raise

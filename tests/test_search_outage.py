@@ -242,3 +242,26 @@ def test_a_block_that_goes_on_after_losing_its_connection_gets_a_typed_error(
                 pass
             conn.execute(text("SELECT 1"))
         assert store.read(lambda c: c.execute(text("SELECT 1")).scalar_one()) == 1
+
+
+def test_the_search_command_waits_for_a_server_that_comes_back(cluster: Cluster) -> None:
+    """`hermes-store search` runs as one retried read of a store: started while the server
+    is down, it finds its hits once the server is back, within the retry budget."""
+    import subprocess
+    import sys
+
+    url = cluster.url("hermes")
+    cluster.stop("fast")
+    try:
+        search = subprocess.Popen(
+            [sys.executable, "-m", "hermes_store.cli", "search", "kyoto", "--url", url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(2.0)
+    finally:
+        cluster.start()
+    out, err = search.communicate(timeout=60)
+    assert search.returncode == 0, err
+    assert "kyoto" in out.lower()
