@@ -28,17 +28,24 @@ from .errors import DatabaseUnavailable
 T = TypeVar("T")
 
 
+def sqlite_busy(exc: BaseException) -> bool | None:
+    """For an error SQLite raised: whether it is lock contention (busy or locked); None
+    for an error that is not SQLite's."""
+    orig = exc.orig if isinstance(exc, DBAPIError) else exc
+    if not isinstance(orig, sqlite_driver.OperationalError):
+        return None
+    code = getattr(orig, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    text = str(orig).lower()
+    return "locked" in text or "busy" in text
+
+
 def is_retryable(exc: BaseException) -> bool:
     """SQLite lock contention, or a transient PostgreSQL fault (a lost connection
     included, whether the driver or SQLAlchemy reports it)."""
-    orig = exc.orig if isinstance(exc, DBAPIError) else exc
-    if isinstance(orig, sqlite_driver.OperationalError):
-        code = getattr(orig, "sqlite_errorcode", None)
-        if code is not None:
-            return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-        text = str(orig).lower()
-        return "locked" in text or "busy" in text
-    return pg_faults.is_transient(exc)
+    busy = sqlite_busy(exc)
+    return pg_faults.is_transient(exc) if busy is None else busy
 
 
 def first_line(exc: BaseException) -> str:

@@ -15,7 +15,6 @@ hermes-store's migration lock, or else the transactions open on the database.
 from __future__ import annotations
 
 import os
-import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,11 +24,10 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine, event, text
 from sqlalchemy.exc import DBAPIError, PendingRollbackError
 
-from . import sqlite_driver
 from .config import shown_url
 from .contract import PG_MIGRATION_LOCK
 from .errors import DatabaseUnavailable, LockTimeout
-from .retry import RetryPolicy
+from .retry import RetryPolicy, sqlite_busy
 
 T = TypeVar("T")
 
@@ -138,13 +136,10 @@ class LockWaiter:
 def is_lock_contention(exc: BaseException) -> bool:
     """Another process holds a lock this one needs: SQLite's busy/locked, PostgreSQL's
     lock_timeout (55P03)."""
+    busy = sqlite_busy(exc)
+    if busy is not None:
+        return busy
     orig = exc.orig if isinstance(exc, DBAPIError) else exc
-    if isinstance(orig, sqlite_driver.OperationalError):
-        code = getattr(orig, "sqlite_errorcode", None)
-        if code is not None:
-            return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-        message = str(orig).lower()
-        return "locked" in message or "busy" in message
     return getattr(orig, "sqlstate", None) == "55P03"
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 from helpers.databases import journal_mode, set_journal_mode
-from helpers.filesystem import read_only_path
+from helpers.filesystem import read_only_path, tmpfs
 from helpers.processes import run_cli, start_hanging_writer
 
 from hermes_store import migrate
@@ -522,24 +522,8 @@ def test_kill_writer_inside_transaction(journal_db: str) -> None:
 
 @pytest.fixture
 def tiny_fs(tmp_path: Path) -> Iterator[Path]:
-    if not hasattr(os, "geteuid") or os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mount_point = tmp_path / "tiny"
-    mount_point.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(mount_point)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip() or done.returncode}")
-    try:
+    with tmpfs(tmp_path / "tiny", "600k") as mount_point:
         yield mount_point
-    finally:
-        result = subprocess.run(["umount", str(mount_point)], capture_output=True, check=False)
-        if result.returncode != 0:
-            subprocess.run(["umount", "-l", str(mount_point)], capture_output=True, check=False)
 
 
 def test_full_disk_is_an_error_not_a_crash(tiny_fs: Path, journal: str) -> None:

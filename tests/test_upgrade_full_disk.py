@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from helpers.databases import fixture_file, set_journal_mode
+from helpers.filesystem import tmpfs
 
 from hermes_store import migrate
 from hermes_store.errors import StorageFull
@@ -25,24 +26,8 @@ pytestmark = pytest.mark.sqlite_only
 
 @pytest.fixture
 def tiny_fs(tmp_path: Path) -> Iterator[Path]:
-    if not hasattr(os, "geteuid") or os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mount_point = tmp_path / "tiny"
-    mount_point.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip() or done.returncode}")
-    try:
+    with tmpfs(tmp_path / "tiny", "1m") as mount_point:
         yield mount_point
-    finally:
-        result = subprocess.run(["umount", str(mount_point)], capture_output=True, check=False)
-        if result.returncode != 0:
-            subprocess.run(["umount", "-l", str(mount_point)], capture_output=True, check=False)
 
 
 def _fill(directory: Path) -> Path:

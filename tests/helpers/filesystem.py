@@ -36,3 +36,27 @@ def read_only_path(target: Path) -> Iterator[None]:
     finally:
         if subprocess.run(["umount", str(target)], capture_output=True).returncode != 0:
             subprocess.run(["umount", "-l", str(target)], capture_output=True, check=False)
+
+
+@contextmanager
+def tmpfs(mount_point: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` (as mount's `size=` takes it: 600k, 1m) mounted at `mount_point`
+    (created), unmounted afterwards: a small disk to fill. Skips where it cannot mount
+    (not root, no mount permission)."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount_point.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip() or done.returncode}")
+    try:
+        yield mount_point
+    finally:
+        result = subprocess.run(["umount", str(mount_point)], capture_output=True, check=False)
+        if result.returncode != 0:
+            subprocess.run(["umount", "-l", str(mount_point)], capture_output=True, check=False)
