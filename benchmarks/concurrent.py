@@ -124,10 +124,11 @@ async def _run_chats(
 def _opener(backend: str, mode: str, url: str) -> Callable[[], Awaitable[Any]]:
     from hermes_store.aio import AsyncStore
 
-    from .native import NativeAsyncStore, without_write_lock
-
     if mode == "thread pool":
         return lambda: AsyncStore.open(url)
+    # Every other mode needs native.py, whose asyncio engine needs greenlet.
+    from .native import NativeAsyncStore, without_write_lock
+
     if mode.startswith("thread pool"):
 
         async def unserialised() -> AsyncStore:
@@ -168,7 +169,7 @@ def run(chats_list: list[int], turns: int) -> dict[str, Any]:
                 if backend == "postgresql" and pg_missing:
                     skipped[label] = pg_missing
                     continue
-                if mode.startswith("native") and native_missing:
+                if mode != "thread pool" and native_missing:
                     skipped[label] = native_missing
                     continue
                 if backend == "sqlite":
