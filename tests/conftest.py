@@ -27,11 +27,14 @@ from helpers.databases import (  # noqa: E402
     _require_fixtures,
     available_versions,
     fixture_file,
+    fixtures_dir,
     set_journal_mode,
     url_for,
 )
 from helpers.postgres import _admin_execute, _pg_state, pg_database
 from helpers.raw_sql import RawConnection
+
+_FIXTURES_AT_START = pytest.StashKey[dict[str, tuple[int, int]]]()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -188,7 +191,30 @@ def sqlite_store(fresh_db: str) -> Iterator[Any]:
     s.close()
 
 
+def _fixture_listing() -> dict[str, tuple[int, int]]:
+    directory = fixtures_dir()
+    if not directory.is_dir():
+        return {}
+    return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in directory.iterdir()}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_FIXTURES_AT_START] = _fixture_listing()
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # The legacy fixtures are shared by every run (and every xdist worker): a test that opens
+    # one in place, even read-only, can leave -wal/-shm files beside it or change it. The
+    # controller process (not an xdist worker) fails the run when that happened.
+    if not hasattr(session.config, "workerinput"):
+        before = session.config.stash.get(_FIXTURES_AT_START, {})
+        after = _fixture_listing()
+        if after != before:
+            changed = sorted(set(before.items()) ^ set(after.items()))
+            print(
+                f"\nthe legacy fixtures changed during the run (open them from a copy): {changed}"
+            )
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
     template = _pg_state.get("template")
     if template:
         _admin_execute(f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)')

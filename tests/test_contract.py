@@ -90,8 +90,8 @@ def test_shipped_values_never_change():
     assert not added, f"pin the new constants {added} in SHIPPED here once they ship"
 
 
-def test_the_reference_database_holds_the_sqlite_names(fixtures_path):
-    con = sqlite3.connect(f"file:{fixtures_path / 'state_v23.db'}?mode=ro", uri=True)
+def test_the_reference_database_holds_the_sqlite_names(legacy_db):
+    con = sqlite3.connect(f"file:{legacy_db(23)}?mode=ro", uri=True)
     try:
         names = {r[0]: r[1] for r in con.execute("SELECT name, type FROM sqlite_master")}
     finally:

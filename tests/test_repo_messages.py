@@ -1215,7 +1215,7 @@ def test_v23_fixture_append_is_refused_on_the_compressed_parent(v23):
 
 @pytest.mark.sqlite_only  # compares with the SQLite fixture file
 def test_replaying_the_fixture_calls_reproduces_its_messages(
-    store, repo, legacy_json, fixtures_path, db
+    store, repo, legacy_json, legacy_db, db
 ):
     """Every append_message call that wrote state_v23.db, replayed through the repository,
     stores byte-identical role/content and the same counters."""
@@ -1234,7 +1234,7 @@ def test_replaying_the_fixture_calls_reproduces_its_messages(
         elif call["method"] == "append_message":
             assert repo.append_message(**kwargs) == call["result"]
 
-    original = sqlite3.connect(f"file:{fixtures_path / 'state_v23.db'}?mode=ro", uri=True)
+    original = sqlite3.connect(f"file:{legacy_db(23)}?mode=ro", uri=True)
     mine = sqlite3.connect(str(store.url.database))
     try:
         for sid, info in fixture["counts"]["per_session"].items():
