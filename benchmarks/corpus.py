@@ -78,7 +78,7 @@ QUERIES: dict[str, str] = {
     "cjk3": PLANTED_CJK3,
     # literals: planted (rare), from the code snippets (frequent), mixed with a word,
     # shorter than a trigram (the word-boundary route), of common letters. Not here: a
-    # literal of punctuation only (`&&`; `-->` on PostgreSQL), answered by a scan (README)
+    # literal of punctuation only (`&&`; `-->` on PostgreSQL), answered by a scan (docs/search.md)
     "literal contraction": PLANTED_LITERALS[0],
     "literal percent": PLANTED_LITERALS[1],
     "literal e-mail": PLANTED_LITERALS[2],

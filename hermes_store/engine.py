@@ -509,7 +509,7 @@ def _postgresql_engine(url: URL, *, read_only: bool, **engine_kwargs: Any) -> En
     connect_args: dict[str, Any] = {"application_name": "hermes-store"}
     if "options" not in url.query:
         # A URL that sets `options` (empty, say, for a pooler that refuses startup
-        # options) takes responsibility for these settings (see the README).
+        # options) takes responsibility for these settings (docs/postgresql.md, "Behind PgBouncer").
         options = f"-c lock_timeout={PG_LOCK_TIMEOUT_MS}"
         if read_only:
             options += " -c default_transaction_read_only=on"

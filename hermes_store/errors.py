@@ -195,8 +195,8 @@ class InvalidInput(StoreError, ValueError):
 
 
 class QueryTooComplex(InvalidInput):
-    """A search query past a limit on the work of one search (README, "How search reads
-    a query"); `limit` is that limit, and the message names it."""
+    """A search query past a limit on the work of one search (docs/search.md); `limit`
+    is that limit, and the message names it."""
 
     def __init__(self, message: str, limit: float) -> None:
         self.limit = limit

@@ -133,7 +133,7 @@ def test_ten_megabytes_of_words_are_stored_exactly_and_searchable(store: Store, 
     """Real words, not one long token (PostgreSQL's tsvector has a 1 MB limit), with a word
     of their own at the very end. On PostgreSQL only the first 100,000 characters of a
     message are word-indexed; the trigram route covers the rest of non-tool rows, so the
-    last word of a tool row is found on SQLite only (README, "Search")."""
+    last word of a tool row is found on SQLite only (docs/postgresql.md)."""
     _, messages, _ = repos
     words = " ".join(f"w{i}x" for i in range(1_200_000))
     big = words[: 10 * 1024 * 1024 - len(" zzlastword")] + " zzlastword"
@@ -193,8 +193,8 @@ def test_every_ascii_punctuation_character(store: Store, repos: Any) -> None:
         assert (hit_ids(store, f"needle{c}") == {mid}) is (c in FINDS_THE_WORD), c
     assert hit_ids(store, string.punctuation) <= {mid}
     assert hit_ids(store, "foo.bar-baz_qux") == {mid}
-    # each character alone, and the whole run, is a literal the row holds (README, "How
-    # search reads a query"); the tool row holds none of them
+    # each character alone, and the whole run, is a literal the row holds (docs/search.md,
+    # "Literals"); the tool row holds none of them
     for c in string.punctuation:
         assert hit_ids(store, c) == {mid}, c
     assert hit_ids(store, string.punctuation) == {mid}
@@ -216,9 +216,10 @@ def test_punctuation_queries_find_the_same_rows_on_both_backends(
     fresh_db: str, pg_fresh_db: str
 ) -> None:
     """The PostgreSQL route rebuilds FTS5's reading of the query: for every punctuation
-    query the two backends return the same hits (ranking and snippets may differ: README,
-    "Search"). `chat*send` was the first difference found: FTS5's lexer ends a bareword
-    at `*` (`chat*` AND `send`), PostgreSQL's reading took it for one word and failed."""
+    query the two backends return the same hits (ranking and snippets may differ:
+    docs/postgresql.md, "What differs from SQLite"). `chat*send` was the first difference
+    found: FTS5's lexer ends a bareword at `*` (`chat*` AND `send`), PostgreSQL's reading
+    took it for one word and failed."""
     contents = [
         f"needle haystack {string.punctuation}",
         "chat-send failed: error:timeout at src/main.py",

@@ -374,7 +374,7 @@ def test_the_store_works_behind_pgbouncer_in_transaction_mode(
 ) -> None:
     """Upgrade, the facade's writes, reads and searches from three clients at once, each
     statement run often enough that psycopg would prepare it (5 times), through one pooled
-    server connection, with the settings the README gives."""
+    server connection, with the settings docs/postgresql.md gives."""
     from hermes_store.compat import SessionDB
 
     cluster.admin(f'DROP DATABASE "{cluster.database}" WITH (FORCE)')
@@ -497,7 +497,7 @@ def test_copy_survives_a_server_restart(cluster: Cluster, tmp_path: Any) -> None
 def test_copy_interrupted_by_an_outage_finishes_with_resume(
     cluster: Cluster, tmp_path: Any
 ) -> None:
-    """As the README says: a copy stopped during an outage (here killed while the server
+    """As docs/postgresql.md says: a copy stopped during an outage (here killed while the server
     is down and it waits) leaves its committed batches; the same command with --resume
     finishes it, verified."""
     import signal

@@ -1,5 +1,5 @@
-"""The work of one search is bounded whatever its query (issue 28, item 5; README, "How
-search reads a query"): a repeated term is read once, a query holds at most
+"""The work of one search is bounded whatever its query (issue 28, item 5;
+docs/search.md): a repeated term is read once, a query holds at most
 `limits.MAX_TERMS` terms, and a search stops at HERMES_SEARCH_TIMEOUT_MS with a typed
 error, on SQLite and on PostgreSQL. Time is never asserted here (benchmarks measure it):
 what is asserted is the work sent to the database, the typed errors, and the answers."""
@@ -77,8 +77,8 @@ def _search(store: Store, query: str, **options: Any) -> list[int]:
     return [int(h["id"]) for h in SearchRepository(store).search_messages(query, **options)]
 
 
-#: (a query, the term it repeats, how many times): every route (README, "How search reads
-#: a query"), the term typed over and over, within the 2,048 characters a query keeps
+#: (a query, the term it repeats, how many times): every route (docs/search.md), the
+#: term typed over and over, within the 2,048 characters a query keeps
 REPEATED = [
     ("kyoto", "kyoto", 300),  # the word index
     ("kyoto OR osaka", "osaka", 100),  # OR (typed over and over with OR between)

@@ -30,8 +30,8 @@ from hermes_store.search.reading import (
 from hermes_store.store import Store
 
 #: (query, the message holding it literally, its role). Tool rows are only in the word
-#: index: their literals start and end on word boundaries (README, "How search reads a
-#: query").
+#: index: their literals start and end on word boundaries (docs/search.md,
+#: "Literals").
 RECALL: list[tuple[str, str, str]] = [
     # shell commands
     ("rm -rf node_modules", "$ rm -rf node_modules\nremoved 1200 entries", "tool"),
@@ -253,7 +253,7 @@ def test_any_token_of_a_message_finds_it(
         return
     found = {h["id"] for h in search(store, token, limit=1000)}
     if role == "tool" and len(token) >= TRIGRAM_CHARS and not words_of(token):
-        # the documented limit (README, "How search reads a query"): no index holds
+        # the documented limit (docs/search.md, "Literals"): no index holds
         # punctuation of tool output, and 3+ characters of it are not scanned for
         return
     assert mid in found, (token, text, role)

@@ -24,7 +24,7 @@ from hermes_store.repositories.search import SearchRepository
 from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.store import Store
 
-#: One query per route (README, "How search reads a query"), each with hits.
+#: One query per route (docs/search.md), each with hits.
 QUERIES: dict[str, tuple[str, dict[str, Any]]] = {
     "word": ("kyoto", {}),
     "phrase": ('"connection pool"', {}),

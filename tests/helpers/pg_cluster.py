@@ -332,7 +332,7 @@ class CommitCutter:
 
 class PgBouncer:
     """PgBouncer on 127.0.0.1 in front of `cluster`, transaction pooling, with the settings
-    the README gives hermes-store users."""
+    docs/postgresql.md gives hermes-store users."""
 
     def __init__(self, cluster: Cluster, pool_size: int = 2) -> None:
         binary = shutil.which("pgbouncer") or (
