@@ -2,7 +2,7 @@
 
 SQLite: the original's 15 attempts with 20-150 ms random sleeps on "database is
 locked/busy" (random, so waiting writers do not wake in lockstep, #3385). Optionally a
-time budget instead of an attempt count (upstream later moved to 20 s, #74478).
+time budget instead of an attempt count, the form later upstream versions use (#74478).
 
 PostgreSQL: the faults of a server (it restarts, fails over, terminates connections, or
 a transaction meets contention; `pg_faults` says which) are waited out for a time budget,

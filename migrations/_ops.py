@@ -290,11 +290,12 @@ def _free_trash_name(shadow: str) -> str:
 def demote_fts_tables(names: Iterable[str]) -> list[str]:
     """Take FTS5 virtual tables out of the schema in O(1), inside the caller's transaction:
     the original's demotion (spec/schema.md 5.5 step 2). A `DROP TABLE` of a large FTS
-    table frees every page of its shadow tables while holding the write lock (95 s for
-    4.4 GB, #65798); instead the virtual table's `sqlite_master` row is deleted under
-    `PRAGMA writable_schema`, and its shadow tables, now plain tables, are renamed to
-    `fts_v22_trash_<name>`. The chunked teardown (hermes_store.search.maintenance,
-    at most 500 rows per write transaction) empties and drops them later.
+    table frees every page of its shadow tables while holding the write lock, for as long
+    as that takes on a multi-gigabyte index (#65798; docs/benchmarks.md); instead the
+    virtual table's `sqlite_master` row is deleted under `PRAGMA writable_schema`, and its
+    shadow tables, now plain tables, are renamed to `fts_v22_trash_<name>`. The chunked
+    teardown (hermes_store.search.maintenance, at most 500 rows per write transaction)
+    empties and drops them later.
 
     Before that, a SAVEPOINT makes FTS5 flush what it still holds in memory for this
     transaction (pending index data, the totals record); otherwise it would write that at

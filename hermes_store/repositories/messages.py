@@ -107,8 +107,8 @@ def _non_empty_content() -> Any:
 
 
 # The statements every append runs, compiled once per dialect: building and executing
-# them through SQLAlchemy per call cost the append path more than SQLite spends on it
-# (benchmarks/, "append one").
+# them through SQLAlchemy on every call costs more than SQLite spends on the append
+# itself (docs/benchmarks.md, "append one").
 _LEASE_HOLDER = Prepared(
     select(L.holder).where(L.session_id == bindparam("session_id"), L.expires_at > bindparam("at"))
 )
