@@ -359,6 +359,7 @@ class AsyncSessions(_AsyncRepository[SessionRepository]):
     )
     get_session = awaitable(SessionRepository.get_session)
     resolve_session_id = awaitable(SessionRepository.resolve_session_id)
+    session_ids_with_prefix = awaitable(SessionRepository.session_ids_with_prefix)
     update_system_prompt = awaitable(SessionRepository.update_system_prompt)
     update_session_meta = awaitable(SessionRepository.update_session_meta)
     update_session_model = awaitable(SessionRepository.update_session_model)

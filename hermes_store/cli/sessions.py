@@ -46,24 +46,15 @@ PREFIX_MATCHES_SHOWN = 5
 
 def _resolve(store: Store, id_or_prefix: str) -> str:
     """An exact id, else the one id that starts with the prefix (read-only commands);
-    SessionNotFound, or AmbiguousSessionPrefix naming the sessions it matches."""
-    from sqlalchemy import select
-
-    from ..models import HermesSession as SessionModel
+    SessionNotFound, or AmbiguousSessionPrefix naming the first sessions it matches in
+    the repository's prefix order (id order)."""
     from ..repositories.sessions import SessionRepository
 
-    found = SessionRepository(store).resolve_session_id(id_or_prefix)
+    sessions = SessionRepository(store)
+    found = sessions.resolve_session_id(id_or_prefix)
     if found is not None:
         return found
-    with store.read() as conn:
-        matches = list(
-            conn.execute(
-                select(SessionModel.id)
-                .where(SessionModel.id.startswith(id_or_prefix, autoescape=True))
-                .order_by(SessionModel.id)
-                .limit(PREFIX_MATCHES_SHOWN + 1)
-            ).scalars()
-        )
+    matches = sessions.session_ids_with_prefix(id_or_prefix, PREFIX_MATCHES_SHOWN + 1)
     if len(matches) > 1:
         raise AmbiguousSessionPrefix(
             id_or_prefix,

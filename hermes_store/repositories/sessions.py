@@ -221,20 +221,20 @@ def _backfill_repo_roots(conn: Connection, pairs: list[tuple[str, str]]) -> int:
     return changed
 
 
+def _prefix_matches(conn: Connection, prefix: str, limit: int) -> list[str]:
+    """At most `limit` ids that start with `prefix` (LIKE wildcards in it taken
+    literally), in id order: the one order every prefix lookup uses, so an ambiguous
+    prefix names the same sessions each time (Hermes ids begin with their start time,
+    so id order is also oldest first)."""
+    pattern = escape_like(prefix) + "%"
+    statement = select(S.id).where(S.id.like(pattern, escape="\\")).order_by(S.id).limit(limit)
+    return list(conn.execute(statement).scalars())
+
+
 def _unique_prefix_match(conn: Connection, prefix: str) -> str | None:
     if session_exists(conn, prefix):
         return prefix
-    pattern = escape_like(prefix) + "%"
-    matches = (
-        conn.execute(
-            select(S.id)
-            .where(S.id.like(pattern, escape="\\"))
-            .order_by(S.started_at.desc())
-            .limit(2)
-        )
-        .scalars()
-        .all()
-    )
+    matches = _prefix_matches(conn, prefix, 2)
     return matches[0] if len(matches) == 1 else None
 
 
@@ -417,6 +417,15 @@ class SessionRepository:
         if not id_or_prefix:
             return None
         return self.store.read(lambda conn: _unique_prefix_match(conn, id_or_prefix))
+
+    def session_ids_with_prefix(self, prefix: str, limit: int) -> list[str]:
+        """The ids that start with `prefix`, in id order.
+
+        Args:
+            prefix: the start of a session id; `%`, `_` and `\\` in it are literal.
+            limit: at most this many ids are returned.
+        """
+        return self.store.read(lambda conn: _prefix_matches(conn, prefix, limit))
 
     # ----------------------------------------------------------------- settings
 
