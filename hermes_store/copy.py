@@ -62,10 +62,11 @@ from sqlalchemy.sql.expression import TableClause
 from sqlalchemy.types import TEXT
 
 from . import migrate
+from .backends import dialect_for
 from .config import SCHEMA_VERSION, resolve_url, shown_url, sqlite_path
 from .contract import FTS_TABLE, FTS_TRASH_PREFIX, VERSION_TABLE
 from .contract import META_FTS_LOCAL_KEYS as FTS_LOCAL_KEYS
-from .dialects import Backend, backend_for
+from .dialects import Backend
 from .engine import make_engine
 from .errors import CopyError, CopyValueError
 from .models import metadata
@@ -236,7 +237,7 @@ def _filters(spec: _Spec, t: TableClause) -> list[ColumnElement[bool]]:
 
 
 def _key_columns(spec: _Spec, t: TableClause, conn: Connection) -> list[ColumnElement[Any]]:
-    backend = backend_for(conn)
+    backend = dialect_for(conn).migration
     return [
         backend.key_order(t.c[name], is_text=isinstance(spec.model.c[name].type, TEXT))
         for name in spec.pk
@@ -389,7 +390,7 @@ def _open_read_only(url: URL, role: str = "source") -> Engine:
 def _snapshot(engine: Engine) -> Iterator[Connection]:
     """One read transaction, so every batch read through it sees the same state."""
     with engine.connect() as conn:
-        conn = backend_for(conn).snapshot(conn)
+        conn = dialect_for(conn).migration.snapshot(conn)
         try:
             yield conn
         finally:
@@ -487,14 +488,14 @@ def _create_telegram_tables(conn: Connection, specs: list[_Spec]) -> None:
     if not wanted or wanted <= present:
         return
     with conn.begin():
-        backend_for(conn).create_telegram_tables(conn, TELEGRAM_TABLES)
+        dialect_for(conn).migration.create_telegram_tables(conn, TELEGRAM_TABLES)
 
 
 @contextmanager
 def _target_connection(engine: Engine) -> Iterator[Connection]:
     """A connection for the copy's write transactions (see Backend.copy_target)."""
     with engine.connect() as conn:
-        yield backend_for(conn).copy_target(conn)
+        yield dialect_for(conn).migration.copy_target(conn)
 
 
 def _check_values(
@@ -540,7 +541,7 @@ class _Writer:
         self.conn = conn
         self.spec = spec
         self.target = target
-        self.backend = backend = backend_for(conn)
+        self.backend = backend = dialect_for(conn).migration
         self.types = backend.value_types(conn, spec.name)
         # a parent later in key order is linked afterwards by _fix_self_references
         per_statement = backend.checks_foreign_keys_per_statement
@@ -582,7 +583,7 @@ class _Writer:
 def _fix_self_references(src: Connection, dst: Connection, spec: _Spec, batch_size: int) -> None:
     """Set the self-references held back while their parent was not yet copied."""
     refs = spec.self_references()
-    if not refs or not backend_for(dst).checks_foreign_keys_per_statement:
+    if not refs or not dialect_for(dst).migration.checks_foreign_keys_per_statement:
         return
     t = spec.clause()
     positions = spec.key_positions()
@@ -639,12 +640,12 @@ def _sequence_floor(conn: Connection, spec: _Spec, col: str) -> int:
     sequence)."""
     t = spec.clause()
     highest = int(conn.execute(select(func.max(t.c[col]))).scalar() or 0)
-    return max(highest, backend_for(conn).ids_handed_out(conn, spec.name, col))
+    return max(highest, dialect_for(conn).migration.ids_handed_out(conn, spec.name, col))
 
 
 def _raise_sequence(conn: Connection, spec: _Spec, col: str, floor: int) -> None:
     """Make the target's next id larger than every id the source handed out."""
-    backend_for(conn).raise_id_counter(conn, spec.name, col, floor)
+    dialect_for(conn).migration.raise_id_counter(conn, spec.name, col, floor)
 
 
 # --------------------------------------------------------------------------- public API
@@ -688,7 +689,7 @@ def copy_database(
             dst_engine = make_engine(target)
             try:
                 _copy_rows(src, src_tables, dst_engine, specs, batch_size, report, on_progress)
-                backend_for(dst_engine).finish_copy(dst_engine)
+                dialect_for(dst_engine).migration.finish_copy(dst_engine)
             finally:
                 dst_engine.dispose()
     finally:

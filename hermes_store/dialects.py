@@ -1,7 +1,7 @@
 """What differs between SQLite and PostgreSQL when hermes-store migrates, adopts, checks
-and copies a database: one class per backend, chosen by the dialect name of a connection
-or engine (as Alembic picks its `DefaultImpl`). Every such difference of `migrate`,
-`adoption` and `copy` lives here, once; those modules ask `backend_for(bind)` and stay
+and copies a database: one class per backend, registered in the one
+dialect bundle (backends.py) and reached as `dialect_for(bind).migration`. Every such
+difference of `migrate`, `adoption` and `copy` lives here, once; those modules stay
 written once for both.
 
 The revisions have their own frozen counterpart (migrations/_dialects.py): what a
@@ -22,6 +22,7 @@ from alembic.operations import ops
 from sqlalchemy import Connection, Engine, Identity, Table, inspect, text
 from sqlalchemy.sql.elements import ColumnElement
 
+from .backends import bundle
 from .contract import PG_MIGRATION_LOCK
 from .errors import CopyError, FTSUnavailable, MigrationError, NotAHermesDatabase
 from .models import metadata
@@ -493,15 +494,5 @@ class PostgreSQLBackend(Backend):
                 )
 
 
-_BACKENDS: dict[str, Backend] = {b.name: b for b in (SQLiteBackend(), PostgreSQLBackend())}
-
-
-def backend_for(bind: Connection | Engine) -> Backend:
-    """The backend of `bind`'s dialect (MigrationError for one hermes-store does not run
-    on)."""
-    try:
-        return _BACKENDS[bind.dialect.name]
-    except KeyError:
-        raise MigrationError(
-            f"hermes-store runs on SQLite and PostgreSQL, not {bind.dialect.name}"
-        ) from None
+bundle("sqlite").migration = SQLiteBackend()
+bundle("postgresql").migration = PostgreSQLBackend()

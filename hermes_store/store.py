@@ -14,7 +14,8 @@ ORM users bind a Session to the connection they are given (`orm.Session(bind=con
 
 What differs per dialect (the writer connection, damage and the FTS repair on SQLite,
 an unanswered COMMIT on PostgreSQL, checkpoints) is the StoreBackend's, in
-store_backends.py; this module is written once for both.
+store_backends.py, picked from the engine's dialect bundle (backends.py); this module is
+written once for both.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, PendingRollbackError
 from sqlalchemy.pool import QueuePool
 
+from .backends import dialect_for
 from .config import SCHEMA_VERSION, JournalPolicy, resolve_url, sqlite_path
 from .contract import VERSION_TABLE
 from .engine import BEGIN_MODE, make_engine
@@ -47,7 +49,7 @@ from .read_only import (
 )
 from .retry import DEFAULT_RETRY, RetryPolicy
 from .sqlite_damage import where
-from .store_backends import store_backend_for
+from .store_backends import StoreBackend
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +126,7 @@ class Store:
             leave_no_companions(self.engine, path)
         self._writer = self.engine.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
         self._write_lock = threading.Lock()
-        self._backend = store_backend_for(
+        self._backend: StoreBackend = dialect_for(self.engine).store(
             self.engine, self.url, read_only=read_only, retry=retry, write_lock=self._write_lock
         )
         self._write_conn: Connection | None = None
