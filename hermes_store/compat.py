@@ -133,12 +133,6 @@ def get_last_init_error() -> str | None:
     return _last_init_error
 
 
-def _set_last_init_error(message: str | None) -> None:
-    """Record (or, with None, clear) the cause `get_last_init_error` reports."""
-    global _last_init_error
-    _last_init_error = message
-
-
 def _default_db_path() -> Path:
     if DEFAULT_DB_PATH != _IMPORT_DEFAULT_DB_PATH:
         return Path(DEFAULT_DB_PATH)

@@ -38,10 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
-    Column,
     Connection,
     Engine,
-    MetaData,
     Table,
     bindparam,
     column,
@@ -51,7 +49,6 @@ from sqlalchemy import (
     inspect,
     select,
     table,
-    text,
     tuple_,
     update,
 )
@@ -70,44 +67,13 @@ from .dialects import Backend
 from .engine import make_engine
 from .errors import CopyError, CopyValueError
 from .models import metadata
-from .models.base import Integer_, Real_, Text_
 from .repositories import telegram
 from .retry import DEFAULT_RETRY
 
 DEFAULT_BATCH_SIZE = 1000
 
-# The Telegram topic tables are owned by another module and are not in the models; their
-# SQLite DDL is the repository's. These Core descriptions give the column list and the
-# PostgreSQL shape (8-byte integers and floats, as the migrations use there).
-_telegram_metadata = MetaData()
-_TELEGRAM_MODE = Table(
-    telegram.MODE_TABLE,
-    _telegram_metadata,
-    Column("chat_id", Text_, primary_key=True),
-    Column("user_id", Text_, nullable=False),
-    Column("enabled", Integer_, nullable=False, server_default=text("1")),
-    Column("activated_at", Real_, nullable=False),
-    Column("updated_at", Real_, nullable=False),
-    Column("has_topics_enabled", Integer_),
-    Column("allows_users_to_create_topics", Integer_),
-    Column("capability_checked_at", Real_),
-    Column("intro_message_id", Text_),
-    Column("pinned_message_id", Text_),
-)
-_sessions_ref = Table("sessions", _telegram_metadata, Column("id", Text_, primary_key=True))
-_TELEGRAM_BINDINGS = Table(
-    telegram.BINDINGS_TABLE,
-    _telegram_metadata,
-    Column("chat_id", Text_, primary_key=True),
-    Column("thread_id", Text_, primary_key=True),
-    Column("user_id", Text_, nullable=False),
-    Column("session_key", Text_, nullable=False),
-    Column("session_id", Text_, nullable=False),
-    Column("managed_mode", Text_, nullable=False, server_default=text("'auto'")),
-    Column("linked_at", Real_, nullable=False),
-    Column("updated_at", Real_, nullable=False),
-)
-TELEGRAM_TABLES = (_TELEGRAM_MODE, _TELEGRAM_BINDINGS)
+#: The Telegram topic tables, defined by their owner (not in the models).
+TELEGRAM_TABLES = telegram.TABLES
 
 # --------------------------------------------------------------------------- results
 
@@ -488,7 +454,7 @@ def _create_telegram_tables(conn: Connection, specs: list[_Spec]) -> None:
     if not wanted or wanted <= present:
         return
     with conn.begin():
-        dialect_for(conn).migration.create_telegram_tables(conn, TELEGRAM_TABLES)
+        telegram.create_tables(conn)
 
 
 @contextmanager

@@ -13,20 +13,19 @@ from __future__ import annotations
 import hashlib
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from alembic.migration import MigrationContext
 from alembic.operations import ops
-from sqlalchemy import Connection, Engine, Identity, Table, inspect, text
+from sqlalchemy import Connection, Engine, Identity, inspect, text
 from sqlalchemy.sql.elements import ColumnElement
 
 from .backends import bundle
 from .contract import PG_MIGRATION_LOCK
 from .errors import CopyError, FTSUnavailable, MigrationError, NotAHermesDatabase
 from .models import metadata
-from .repositories import telegram
 from .search import maintenance
 from .sqlite_damage import quick_check
 
@@ -104,10 +103,6 @@ class Backend(ABC):
     def copy_target(self, conn: Connection) -> Connection:
         """`conn` set up for the copy's write transactions."""
         return conn
-
-    @abstractmethod
-    def create_telegram_tables(self, conn: Connection, tables: Sequence[Table]) -> None:
-        """The opt-in Telegram topic tables, as that backend's repository would make them."""
 
     def value_types(self, conn: Connection, table: str) -> dict[str, str] | None:
         """column -> type for the columns whose values copy must check before writing
@@ -255,13 +250,6 @@ class SQLiteBackend(Backend):
         assert driver is not None
         driver.execute("PRAGMA foreign_keys=OFF")
         return conn.execution_options(hermes_begin="IMMEDIATE")
-
-    def create_telegram_tables(self, conn: Connection, tables: Sequence[Table]) -> None:
-        # The repository's own DDL, so the file looks as if it had opted in itself.
-        conn.exec_driver_sql(telegram.MODE_DDL)
-        conn.exec_driver_sql(telegram.BINDINGS_DDL)
-        for ddl in telegram.INDEX_DDL:
-            conn.exec_driver_sql(ddl)
 
     def ids_handed_out(self, conn: Connection, table: str, column: str) -> int:
         has_sequence = conn.execute(
@@ -433,15 +421,6 @@ class PostgreSQLBackend(Backend):
 
     def snapshot(self, conn: Connection) -> Connection:
         return conn.execution_options(isolation_level="REPEATABLE READ")
-
-    def create_telegram_tables(self, conn: Connection, tables: Sequence[Table]) -> None:
-        tables[0].metadata.create_all(conn, tables=list(tables), checkfirst=True)
-        conn.exec_driver_sql(
-            "ALTER TABLE telegram_dm_topic_bindings ADD FOREIGN KEY (session_id) "
-            "REFERENCES sessions(id) ON DELETE CASCADE"
-        )
-        for ddl in telegram.INDEX_DDL:
-            conn.exec_driver_sql(ddl)
 
     def value_types(self, conn: Connection, table: str) -> dict[str, str] | None:
         rows = conn.execute(

@@ -4,14 +4,10 @@ history (spec/behaviour.md section 6). The query language and the routes are
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..search import planner
 from ..search.backend import TRANSACTION_ENDS_WITH_SEARCH
 from ..store import Store
 from ._units import read_method
-
-Hit = dict[str, Any]
 
 
 class SearchRepository:

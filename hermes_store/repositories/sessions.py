@@ -688,10 +688,17 @@ class SessionRepository:
         a cron job's run say, that revision 0016, like the original's v16 migration,
         tagged as orphaned delegate runs (`_delegate_from = '__orphaned__'`)."""
         self._flush()
-        filters = ListingFilters(  # positional: the dataclass's field order
-            source, sources, exclude_sources, cwd_prefix, min_message_count,
-            include_archived, archived_only, not include_children, include_delegates,
-        )  # fmt: skip
+        filters = ListingFilters(
+            source=source,
+            sources=sources,
+            exclude_sources=exclude_sources,
+            cwd_prefix=cwd_prefix,
+            min_message_count=min_message_count,
+            include_archived=include_archived,
+            archived_only=archived_only,
+            listable_only=not include_children,
+            include_delegates=include_delegates,
+        )
         rows = self.store.read(
             lambda conn: list_page(
                 conn,
@@ -794,10 +801,16 @@ class SessionRepository:
         exclude_sources: Sequence[str] | None = None,
     ) -> int:
         """How many sessions the listing filters select."""
-        filters = ListingFilters(  # positional: the dataclass's field order
-            source, sources, exclude_sources, cwd_prefix, min_message_count,
-            include_archived, archived_only, exclude_children,
-        )  # fmt: skip
+        filters = ListingFilters(
+            source=source,
+            sources=sources,
+            exclude_sources=exclude_sources,
+            cwd_prefix=cwd_prefix,
+            min_message_count=min_message_count,
+            include_archived=include_archived,
+            archived_only=archived_only,
+            listable_only=exclude_children,
+        )
         return self.store.read(
             lambda conn: int(
                 conn.execute(count_statement(filters.shape()), filters.params()).scalar_one()

@@ -6,24 +6,30 @@ in (`/topic`): nothing here creates them implicitly except the explicit opt-in p
 (`apply_telegram_topic_migration`, `enable_telegram_topic_mode`, `bind_telegram_topic`).
 Every reader returns an empty result (None, False, []) while the tables are missing.
 
-The DDL is raw text, exactly as the original writes it, because these tables are owned
-by the Telegram module and are excluded from the ORM metadata and from Alembic. On SQLite
+These tables are owned by the Telegram module and are excluded from the ORM metadata and
+from Alembic; this module holds their one definition. On SQLite they are created from raw
+DDL, exactly the text the original writes (SQLite keeps that text in sqlite_master), and
 the migration also rebuilds a v1 bindings table (it needs `PRAGMA foreign_keys` and
-`PRAGMA foreign_key_list`); on PostgreSQL, which the original never wrote, the tables
-are simply created with that dialect's types.
+`PRAGMA foreign_key_list`). `TABLES` describes the same columns for SQLAlchemy Core: the
+column list `hermes-store copy` reads and writes, and, compiled, the PostgreSQL DDL (a
+database the original never wrote: 8-byte integers and floats, as the migrations use
+there). A test keeps the raw text and `TABLES` in step.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import sqlite3
 from functools import cache
 from typing import Any, cast
 
 from sqlalchemy import (
     BigInteger,
+    Column,
     Connection,
+    ForeignKey,
+    MetaData,
+    Table,
     bindparam,
     column,
     exists,
@@ -33,8 +39,12 @@ from sqlalchemy import (
     table,
     text,
 )
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Dialect
+from sqlalchemy.schema import CreateTable
 
 from ..errors import MigrationError, SessionNotFound
+from ..models.base import Integer_, Real_, Text_
 from ..prepared import Prepared
 from ..store import Store
 from ._encoding import now, scrub
@@ -86,14 +96,56 @@ INDEX_DDL = (
 )
 
 
-def _for_postgresql(ddl: str) -> str:
-    """The same table on PostgreSQL: 8-byte integers and floats (its REAL has 4 bytes and
-    would lose epoch seconds), as the migrations use there."""
-    return re.sub(r"\bINTEGER\b", "BIGINT", re.sub(r"\bREAL\b", "DOUBLE PRECISION", ddl))
-
+_METADATA = MetaData()
+# the parent of the bindings' foreign key, for compiling it (copy never reads it here)
+Table("sessions", _METADATA, Column("id", Text_, primary_key=True))
+MODE = Table(
+    MODE_TABLE,
+    _METADATA,
+    Column("chat_id", Text_, primary_key=True),
+    Column("user_id", Text_, nullable=False),
+    Column("enabled", Integer_, nullable=False, server_default=text("1")),
+    Column("activated_at", Real_, nullable=False),
+    Column("updated_at", Real_, nullable=False),
+    Column("has_topics_enabled", Integer_),
+    Column("allows_users_to_create_topics", Integer_),
+    Column("capability_checked_at", Real_),
+    Column("intro_message_id", Text_),
+    Column("pinned_message_id", Text_),
+)
+BINDINGS = Table(
+    BINDINGS_TABLE,
+    _METADATA,
+    Column("chat_id", Text_, primary_key=True),
+    Column("thread_id", Text_, primary_key=True),
+    Column("user_id", Text_, nullable=False),
+    Column("session_key", Text_, nullable=False),
+    Column("session_id", Text_, ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False),
+    Column("managed_mode", Text_, nullable=False, server_default=text("'auto'")),
+    Column("linked_at", Real_, nullable=False),
+    Column("updated_at", Real_, nullable=False),
+)
+#: Both tables, parents first.
+TABLES = (MODE, BINDINGS)
 
 #: No v1 shape ever existed on PostgreSQL, so there is nothing to rebuild there.
-POSTGRESQL_DDL = (_for_postgresql(MODE_DDL), _for_postgresql(BINDINGS_DDL), *INDEX_DDL)
+_PG: Dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
+POSTGRESQL_DDL = (
+    *(str(CreateTable(t, if_not_exists=True).compile(dialect=_PG)) for t in TABLES),
+    *INDEX_DDL,
+)
+
+
+def create_tables(conn: Connection) -> None:
+    """Both tables and their indexes as this dialect's opt-in makes them (no lock, no
+    schema-version row: for a copy target, which receives state_meta from its source)."""
+    if conn.dialect.name == "postgresql":
+        for ddl in POSTGRESQL_DDL:
+            conn.exec_driver_sql(ddl)
+        return
+    for ddl in (MODE_DDL, BINDINGS_DDL, *INDEX_DDL):
+        conn.exec_driver_sql(ddl)
+
 
 #: Serialises concurrent opt-ins on PostgreSQL (two CREATE TABLE IF NOT EXISTS racing can
 #: both pass the check and one then fails on the catalog's unique index).
