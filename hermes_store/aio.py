@@ -72,7 +72,7 @@ class _Call(asyncio.Future[Any]):
     cancellation (a worker takes a call under the pool's lock, so it either started
     before or never starts); a started call is left to finish."""
 
-    def __init__(self, work: Callable[[], Any], pool: _Pool, loop: asyncio.AbstractEventLoop):
+    def __init__(self, work: Callable[[], Any], pool: WorkerPool, loop: asyncio.AbstractEventLoop):
         super().__init__(loop=loop)
         self.work = work
         self.pool = pool
@@ -95,7 +95,7 @@ class _Call(asyncio.Future[Any]):
             self.set_result(result)
 
 
-class _Pool:
+class WorkerPool:
     """Worker threads serving one store's calls in order of arrival, started as calls
     need them (up to `workers`). Unlike an executor behind `run_in_executor`, whose
     futures learn of a cancellation one loop step later (when a free worker may already
@@ -266,7 +266,7 @@ class AsyncStore:
                 check_schema=check_schema,
             )
         self.sync = store
-        self._pool = _Pool(workers, "hermes-store")
+        self._pool = WorkerPool(workers, "hermes-store")
         self._closing: asyncio.Future[None] | None = None
         self.sessions = AsyncSessions(self)
         self.titles = AsyncTitles(self)

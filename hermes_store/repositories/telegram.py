@@ -47,6 +47,7 @@ from ..errors import MigrationError, SessionNotFound
 from ..models.base import Integer_, Real_, Text_
 from ..prepared import Prepared
 from ..store import Store
+from . import meta
 from ._encoding import now, scrub
 from ._paging import bound_limit
 from ._sql import alias
@@ -151,11 +152,6 @@ def create_tables(conn: Connection) -> None:
 #: both pass the check and one then fails on the catalog's unique index).
 _PG_MIGRATION_LOCK = "SELECT pg_advisory_xact_lock(hashtext('hermes_store.telegram_topics'))"
 
-_SET_SCHEMA_VERSION = text(
-    "INSERT INTO state_meta (key, value) VALUES (:k, :v) "
-    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
-)
-
 _BINDING_FIELDS = (
     "chat_id, thread_id, user_id, session_key, session_id, managed_mode, linked_at, updated_at"
 )
@@ -194,7 +190,7 @@ def _create_on_postgresql(conn: Connection) -> None:
     conn.execute(text(_PG_MIGRATION_LOCK))
     for ddl in POSTGRESQL_DDL:
         conn.execute(text(ddl))
-    conn.execute(_SET_SCHEMA_VERSION, {"k": SCHEMA_VERSION_KEY, "v": SCHEMA_VERSION})
+    meta.set_value(conn, SCHEMA_VERSION_KEY, SCHEMA_VERSION)
 
 
 def _enable_mode(conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
@@ -437,11 +433,7 @@ class TelegramTopicRepository:
             con.execute(BINDINGS_DDL)
         for ddl in INDEX_DDL:
             con.execute(ddl)
-        con.execute(
-            "INSERT INTO state_meta (key, value) VALUES (?, ?) "
-            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            (SCHEMA_VERSION_KEY, SCHEMA_VERSION),
-        )
+        con.execute(meta.SQLITE_SET_SQL, (SCHEMA_VERSION_KEY, SCHEMA_VERSION))
         orphans = con.execute(f"PRAGMA foreign_key_check('{BINDINGS_TABLE}')").fetchall()
         if orphans:
             raise MigrationError(
