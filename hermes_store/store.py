@@ -91,6 +91,25 @@ def _surrogate_error(exc: UnicodeEncodeError) -> InvalidInput | None:
 
 
 class Store:
+    """A database opened for the repositories: one engine, its pooled connections, and
+    units of work (`read`, `write`) run under the retry policy; what differs per dialect is
+    the dialect bundle's store part (store_backends.py).
+
+    Args:
+        url: a database URL or a SQLite path (default: $HERMES_STORE_URL, else
+            $HERMES_HOME/state.db).
+        retry: how lock contention and transient server faults are retried.
+        checkpoint_every: on SQLite, a PASSIVE WAL checkpoint after this many writes (0:
+            never).
+        journal: how the SQLite file's journal mode is chosen (None: the default policy).
+        read_only: open for reading only: every write is refused and the file is left as it
+            is.
+        engine: an engine to use instead of building one from `url` (its owner disposes of
+            it).
+        check_schema: refuse a database that is missing or not at head when opening (False
+            skips the check).
+    """
+
     def __init__(
         self,
         url: str | URL | None = None,
@@ -171,6 +190,7 @@ class Store:
 
     @property
     def dialect(self) -> str:
+        """The SQLAlchemy dialect name of the engine: 'sqlite' or 'postgresql'."""
         return self.engine.dialect.name
 
     @property
@@ -203,7 +223,11 @@ class Store:
                 log.debug("closing the writer connection failed: %s", exc)
 
     def write(self, work: Callable[[Connection], T]) -> T:
-        """Run `work` in one write transaction, retried as a unit on lock contention."""
+        """Run `work` in one write transaction, retried as a unit on lock contention.
+
+        Args:
+            work: a function of one Connection; it runs in one transaction.
+        """
         self.check_open()
 
         # PostgreSQL: a retry after a COMMIT that got no answer first asks the server
@@ -276,7 +300,12 @@ class Store:
         transaction ends when the block does; on PostgreSQL getting its connection is
         retried through server faults, a fault inside the block raises DatabaseUnavailable.
         `store.read(work)` runs `work(conn)` the same way, retried as a whole (so `work`
-        must have no side effects outside the database), and returns what it returns."""
+        must have no side effects outside the database), and returns what it returns.
+
+        Args:
+            work: a function of one Connection, run in one read transaction; without it, a
+                context manager that yields the Connection.
+        """
         self.check_open()
         if work is None:
             return self._read_block()
@@ -313,14 +342,21 @@ class Store:
                 conn.rollback()
 
     def checkpoint(self, mode: str = "PASSIVE") -> None:
-        """SQLite: `PRAGMA wal_checkpoint(mode)`, best effort; nothing on a server."""
+        """SQLite: `PRAGMA wal_checkpoint(mode)`, best effort; nothing on a server.
+
+        Args:
+            mode: the WAL checkpoint mode: PASSIVE, FULL, RESTART or TRUNCATE.
+        """
         self._backend.checkpoint(mode)
 
     @property
     def writes(self) -> int:
+        """How many write units of work this store has committed."""
         return self._writes
 
     def close(self) -> None:
+        """Close the store: drop the writer connection, checkpoint (TRUNCATE on SQLite) and
+        dispose of the engine; idempotent."""
         if self._closed:
             return
         self._closed = True

@@ -56,33 +56,62 @@ def _delete(conn: Connection, key: str) -> bool:
 
 
 class MetaRepository:
+    """`state_meta`: string key/value pairs, read and written one key at a time.
+
+    Args:
+        store: the Store the repository works on.
+    """
+
     def __init__(self, store: Store) -> None:
         self.store = store
 
     def get_meta(self, key: str, *, conn: Connection | None = None) -> str | None:
         """The value, or None when the key is missing. With `conn`, read inside that
-        unit of work (so it sees the caller's own uncommitted writes)."""
+        unit of work (so it sees the caller's own uncommitted writes).
+
+        Args:
+            key: the key.
+            conn: a Connection of a unit of work to run in (its transaction is joined);
+                None: a unit of work of its own.
+        """
         if conn is not None:
             return _get(conn, key)
         return self.store.read(lambda unit: _get(unit, key))
 
     def set_meta(self, key: str, value: MetaValue, *, conn: Connection | None = None) -> None:
         """Upsert; with `conn` the statement joins the caller's transaction (the
-        original's `cursor=` argument), otherwise it is its own write."""
+        original's `cursor=` argument), otherwise it is its own write.
+
+        Args:
+            key: the key.
+            value: the value (stored as text; None stores NULL).
+            conn: a Connection of a unit of work to run in (its transaction is joined);
+                None: a unit of work of its own.
+        """
         if conn is not None:
             set_value(conn, key, value)
         else:
             self.store.write(lambda unit: set_value(unit, key, value))
 
     def delete_meta(self, key: str, *, conn: Connection | None = None) -> bool:
-        """True if the key existed."""
+        """True if the key existed.
+
+        Args:
+            key: the key.
+            conn: a Connection of a unit of work to run in (its transaction is joined);
+                None: a unit of work of its own.
+        """
         if conn is not None:
             return _delete(conn, key)
         return self.store.write(lambda unit: _delete(unit, key))
 
     def list_meta_prefix(self, prefix: str) -> dict[str, str | None]:
         """Every key starting with `prefix` (taken literally: `%` and `_` are not
-        wildcards), ordered by key."""
+        wildcards), ordered by key.
+
+        Args:
+            prefix: the start of the ids (taken literally: no wildcards).
+        """
         stmt = (
             select(K.key, K.value).where(K.key.startswith(prefix, autoescape=True)).order_by(K.key)
         )

@@ -371,6 +371,9 @@ class TelegramTopicRepository:
 
     A session is bound to at most one topic (unique index on session_id); deleting a
     session removes its binding by cascade (the Store's connections run with FKs on).
+
+    Args:
+        store: the Store the repository works on.
     """
 
     def __init__(self, store: Store) -> None:
@@ -466,7 +469,17 @@ class TelegramTopicRepository:
         re-enable, `user_id`/`updated_at` are overwritten, and `enabled` becomes 1.
         The capability flags are stored as 0/1 and stamp `capability_checked_at` when
         either is given; a None flag or message id keeps the stored value. Returns the
-        stored row."""
+        stored row.
+
+        Args:
+            chat_id: the gateway chat's id.
+            user_id: the user's id on the platform.
+            has_topics_enabled: whether the chat has topics enabled (None: unknown).
+            allows_users_to_create_topics: whether the chat lets users create topics (None:
+                unknown).
+            intro_message_id: the id of the bot's introduction message in the chat.
+            pinned_message_id: the id of the message pinned in the chat.
+        """
         self._ensure_migrated()
         checked = has_topics_enabled is not None or allows_users_to_create_topics is not None
         ts = now()
@@ -488,7 +501,12 @@ class TelegramTopicRepository:
     ) -> bool:
         """Set `enabled = 0` for the chat and, unless `clear_bindings` is False, delete
         every binding of that chat (so a later re-enable starts clean). Never creates
-        the tables: without them this is a no-op. Returns True iff a mode row existed."""
+        the tables: without them this is a no-op. Returns True iff a mode row existed.
+
+        Args:
+            chat_id: the gateway chat's id.
+            clear_bindings: also delete the chat's topic-to-session bindings.
+        """
         chat = _id(chat_id)
 
         return self.store.write(lambda conn: _disable_mode(conn, chat, clear_bindings))
@@ -497,7 +515,12 @@ class TelegramTopicRepository:
         self, chat_id: str | int, user_id: str | int | None = None
     ) -> bool:
         """True iff the chat has topic mode on (and, with `user_id`, was enabled by that
-        user). False when the table does not exist."""
+        user). False when the table does not exist.
+
+        Args:
+            chat_id: the gateway chat's id.
+            user_id: the user's id on the platform.
+        """
         sql = "SELECT enabled FROM telegram_dm_topic_mode WHERE chat_id = :c"
         params: dict[str, Any] = {"c": _id(chat_id)}
         if user_id is not None:
@@ -512,14 +535,23 @@ class TelegramTopicRepository:
     def get_telegram_topic_binding(
         self, chat_id: str | int, thread_id: str | int
     ) -> dict[str, Any] | None:
-        """The binding row of one topic, or None (also when the table is missing)."""
+        """The binding row of one topic, or None (also when the table is missing).
+
+        Args:
+            chat_id: the gateway chat's id.
+            thread_id: the gateway thread's id (a Telegram topic).
+        """
         return self._one(
             "SELECT * FROM telegram_dm_topic_bindings WHERE chat_id = :c AND thread_id = :t",
             {"c": _id(chat_id), "t": _id(thread_id)},
         )
 
     def get_telegram_topic_binding_by_session(self, session_id: str) -> dict[str, Any] | None:
-        """The binding row of a session (at most one), or None."""
+        """The binding row of a session (at most one), or None.
+
+        Args:
+            session_id: the session's id.
+        """
         return self._one(
             "SELECT * FROM telegram_dm_topic_bindings WHERE session_id = :s",
             {"s": str(session_id)},
@@ -527,17 +559,30 @@ class TelegramTopicRepository:
 
     def list_telegram_topic_bindings_for_chat(self, chat_id: str | int) -> list[dict[str, Any]]:
         """Every binding of one chat, most recently updated first (ties by thread_id);
-        [] when the table is missing."""
+        [] when the table is missing.
+
+        Args:
+            chat_id: the gateway chat's id.
+        """
         return self.store.read(lambda conn: _bindings_of_chat(conn, _id(chat_id)))
 
     def is_telegram_session_linked_to_topic(self, session_id: str) -> bool:
-        """True iff the session is bound to any topic; False when the table is missing."""
+        """True iff the session is bound to any topic; False when the table is missing.
+
+        Args:
+            session_id: the session's id.
+        """
         return self.get_telegram_topic_binding_by_session(session_id) is not None
 
     def delete_telegram_topic_binding(self, chat_id: str | int, thread_id: str | int) -> bool:
         """Remove one topic's binding (the session itself is kept); removing the chat's
         last binding turns topic mode off for the chat, as the original does. True iff a
-        row was deleted; False, without creating anything, when the table is missing."""
+        row was deleted; False, without creating anything, when the table is missing.
+
+        Args:
+            chat_id: the gateway chat's id.
+            thread_id: the gateway thread's id (a Telegram topic).
+        """
         params = {"c": _id(chat_id), "t": _id(thread_id)}
 
         return self.store.write(lambda conn: _delete_binding(conn, params))
@@ -559,7 +604,16 @@ class TelegramTopicRepository:
 
         Raises ValueError("session is already linked to another Telegram topic") when
         the session is bound to a different topic, and SessionNotFound when the session
-        row does not exist (the FK would reject it). Returns the stored row."""
+        row does not exist (the FK would reject it). Returns the stored row.
+
+        Args:
+            chat_id: the gateway chat's id.
+            thread_id: the gateway thread's id (a Telegram topic).
+            user_id: the user's id on the platform.
+            session_key: the gateway's key for the conversation.
+            session_id: the session's id.
+            managed_mode: the binding's management mode (default 'auto').
+        """
         self._ensure_migrated()
         params = {
             "chat_id": _id(chat_id),
@@ -581,7 +635,13 @@ class TelegramTopicRepository:
         with no chat_id recorded are included. Full session rows plus `last_active`
         (latest message timestamp, else `started_at`), most recently active first,
         at most `limit` rows, each with the listing's `preview`. Read-only: without the
-        bindings table every matching session counts as unlinked."""
+        bindings table every matching session counts as unlinked.
+
+        Args:
+            chat_id: the gateway chat's id.
+            user_id: the user's id on the platform.
+            limit: at most this many rows.
+        """
         params = {"user_id": _id(user_id), "chat_id": _id(chat_id), "limit": bound_limit(limit)}
         return self.store.read(lambda conn: _unlinked_sessions(conn, params))
 
