@@ -45,24 +45,23 @@ def _whole_number(text: str, minimum: int) -> int:
     return value
 
 
-def _days_arg(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of days >= 0, got {text!r}")
-    return value
-
-
-def _wait_arg(text: str) -> float:
+def _finite_amount(text: str, unit: str) -> float:
+    """A finite number >= 0 given on the command line (NaN and infinity refused)."""
     try:
         value = float(text)
     except ValueError:
         value = -1.0
     if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a number of {unit} >= 0, got {text!r}")
     return value
+
+
+def _days_arg(text: str) -> float:
+    return _finite_amount(text, "days")
+
+
+def _wait_arg(text: str) -> float:
+    return _finite_amount(text, "seconds")
 
 
 def _zone_arg(text: str) -> str:
