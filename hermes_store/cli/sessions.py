@@ -37,8 +37,6 @@ if TYPE_CHECKING:
 
 
 DAY = 86400.0
-#: Sessions per prune_sessions call, so the prune's progress bar can move.
-PRUNE_STEP = 1000
 
 
 PREFIX_MATCHES_SHOWN = 5
@@ -357,20 +355,13 @@ def _cmd_sessions_import(args: argparse.Namespace) -> int:
     return 0
 
 
-def _prune_bounds(candidates: Sequence[dict[str, Any]], cutoff: float) -> list[float]:
-    """Growing `last_active_before` bounds, about PRUNE_STEP candidates apart (they come
-    least recently active first) and ending at `cutoff`: pruning up to each bound in turn
-    deletes exactly what one prune up to `cutoff` would, in steps a bar can count."""
-    bounds: list[float] = []
-    for index in range(PRUNE_STEP, len(candidates), PRUNE_STEP):
-        bound = float(candidates[index]["last_active"])
-        if not bounds or bound > bounds[-1]:
-            bounds.append(bound)
-    return [*bounds, cutoff]
+#: Sessions per prune_sessions call, so the prune's progress bar can move.
+PRUNE_STEP = 1000
 
 
 def _cmd_sessions_prune(args: argparse.Namespace) -> int:
     from ..repositories.maintenance import MaintenanceRepository
+    from ..repositories.pruning import prune_bounds
 
     cutoff = time.time() - args.older_than * DAY
     deleting = args.yes and not args.dry_run
@@ -388,7 +379,7 @@ def _cmd_sessions_prune(args: argparse.Namespace) -> int:
             )
         deleted = 0
         with _count_bar("prune", len(candidates), "session") as advance:
-            for bound in _prune_bounds(candidates, cutoff):
+            for bound in prune_bounds(candidates, cutoff, PRUNE_STEP):
                 count = repo.prune_sessions(None, args.source, last_active_before=bound)
                 deleted += count
                 advance(count)
