@@ -311,8 +311,8 @@ class Store:
             return self._read_block()
 
         def attempt() -> T:
-            with self._read_transaction() as session:
-                return work(session)
+            with self._read_transaction() as conn:
+                return work(conn)
 
         with self._typed_errors():
             return self.retry.run(attempt, server=self._server)
