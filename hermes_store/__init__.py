@@ -1,8 +1,19 @@
 """hermes-store: a SQLAlchemy 2 data access layer for Hermes Agent's `state.db`.
 
-Public API: `make_engine`, `read_only_engine` (a database read as it is, for notebooks),
-`migrate` (upgrade / current / check), the models in
-`hermes_store.models`, search in `hermes_store.search`, and the error types.
+Public API, importable from here::
+
+    from hermes_store import Store, AsyncStore, SessionRepository, MessageRepository
+
+- `Store` (a database opened for the repositories) and `AsyncStore` (the same for
+  asyncio, on its own thread pool);
+- the repositories: `SessionRepository`, `MessageRepository`, `SearchRepository`,
+  `UsageRepository`, `TitleRepository`, `MetaRepository`, `MaintenanceRepository`,
+  `HousekeepingRepository`, `TelegramTopicRepository`, `CompressionLockRepository`,
+  `GatewayRoutingRepository`, `AsyncDelegationRepository`;
+- `make_engine`, `read_only_engine` (a database read as it is, for notebooks),
+  `resolve_url`, `SCHEMA_VERSION`, and the error types;
+- `hermes_store.migrate` (upgrade / current / check), the models in
+  `hermes_store.models`, search in `hermes_store.search`.
 
 The names below are imported when first used (PEP 562), so that importing the package,
 as `hermes-store --help` does, does not import SQLAlchemy.
@@ -14,6 +25,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .aio import AsyncStore
     from .config import SCHEMA_VERSION, resolve_url
     from .engine import make_engine
     from .errors import (
@@ -29,11 +41,58 @@ if TYPE_CHECKING:
         StoreError,
     )
     from .read_only import read_only_engine
+    from .repositories.coordination import (
+        AsyncDelegationRepository,
+        CompressionLockRepository,
+        GatewayRoutingRepository,
+    )
+    from .repositories.housekeeping import HousekeepingRepository
+    from .repositories.maintenance import MaintenanceRepository
+    from .repositories.messages import MessageRepository
+    from .repositories.meta import MetaRepository
+    from .repositories.search import SearchRepository
+    from .repositories.sessions import SessionRepository
+    from .repositories.telegram import TelegramTopicRepository
+    from .repositories.titles import TitleRepository
+    from .repositories.usage import UsageRepository
+    from .store import Store
 
 __version__ = "0.1.0"
 
+#: The store and the repositories, by the module each lives in.
+_CLASSES = {
+    "Store": "store",
+    "AsyncStore": "aio",
+    "AsyncDelegationRepository": "repositories.coordination",
+    "CompressionLockRepository": "repositories.coordination",
+    "GatewayRoutingRepository": "repositories.coordination",
+    "HousekeepingRepository": "repositories.housekeeping",
+    "MaintenanceRepository": "repositories.maintenance",
+    "MessageRepository": "repositories.messages",
+    "MetaRepository": "repositories.meta",
+    "SearchRepository": "repositories.search",
+    "SessionRepository": "repositories.sessions",
+    "TelegramTopicRepository": "repositories.telegram",
+    "TitleRepository": "repositories.titles",
+    "UsageRepository": "repositories.usage",
+}
+
 __all__ = [
     "SCHEMA_VERSION",
+    "AsyncDelegationRepository",
+    "AsyncStore",
+    "CompressionLockRepository",
+    "GatewayRoutingRepository",
+    "HousekeepingRepository",
+    "MaintenanceRepository",
+    "MessageRepository",
+    "MetaRepository",
+    "SearchRepository",
+    "SessionRepository",
+    "Store",
+    "TelegramTopicRepository",
+    "TitleRepository",
+    "UsageRepository",
     "DatabaseCorrupt",
     "DatabaseNotWritable",
     "FTSUnavailable",
@@ -55,7 +114,12 @@ _HOMES = {
     "resolve_url": "config",
     "make_engine": "engine",
     "read_only_engine": "read_only",
-    **{name: "errors" for name in __all__ if name[0].isupper() and name != "SCHEMA_VERSION"},
+    **{
+        name: "errors"
+        for name in __all__
+        if name[0].isupper() and name != "SCHEMA_VERSION" and name not in _CLASSES
+    },
+    **_CLASSES,
 }
 
 

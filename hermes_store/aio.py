@@ -72,7 +72,7 @@ class _Call(asyncio.Future[Any]):
     cancellation (a worker takes a call under the pool's lock, so it either started
     before or never starts); a started call is left to finish."""
 
-    def __init__(self, work: Callable[[], Any], pool: _Pool, loop: asyncio.AbstractEventLoop):
+    def __init__(self, work: Callable[[], Any], pool: WorkerPool, loop: asyncio.AbstractEventLoop):
         super().__init__(loop=loop)
         self.work = work
         self.pool = pool
@@ -95,7 +95,7 @@ class _Call(asyncio.Future[Any]):
             self.set_result(result)
 
 
-class _Pool:
+class WorkerPool:
     """Worker threads serving one store's calls in order of arrival, started as calls
     need them (up to `workers`). Unlike an executor behind `run_in_executor`, whose
     futures learn of a cancellation one loop step later (when a free worker may already
@@ -240,7 +240,24 @@ class AsyncStore:
     `await AsyncStore.open(url)` (the engine is built and the schema checked off the
     event loop) and close it with `await store.aclose()`, or `async with` either form;
     `AsyncStore(url)` opens on the calling thread. The keyword arguments are `Store`'s,
-    plus `workers` (threads serving calls)."""
+    plus `workers` (threads serving calls).
+
+    Args:
+        url: a database URL or a SQLite path (default: $HERMES_STORE_URL, else
+            $HERMES_HOME/state.db).
+        workers: worker threads for the blocking calls.
+        store: the Store the repository works on.
+        retry: how lock contention and transient server faults are retried.
+        checkpoint_every: on SQLite, a PASSIVE WAL checkpoint after this many writes (0:
+            never).
+        journal: how the SQLite file's journal mode is chosen (None: the default policy).
+        read_only: open for reading only: every write is refused and the file is left as it
+            is.
+        engine: an engine to use instead of building one from `url` (its owner disposes of
+            it).
+        check_schema: refuse a database that is missing or not at head when opening (False
+            skips the check).
+    """
 
     def __init__(
         self,
@@ -266,7 +283,7 @@ class AsyncStore:
                 check_schema=check_schema,
             )
         self.sync = store
-        self._pool = _Pool(workers, "hermes-store")
+        self._pool = WorkerPool(workers, "hermes-store")
         self._closing: asyncio.Future[None] | None = None
         self.sessions = AsyncSessions(self)
         self.titles = AsyncTitles(self)
@@ -296,7 +313,24 @@ class AsyncStore:
         """Open the store without blocking the event loop: the engine, the first
         connection and the schema check (which may wait for a server, up to its
         `connect_timeout` and the retry budget) run in a thread. Cancelling the open
-        closes the store once it exists."""
+        closes the store once it exists.
+
+        Args:
+            url: a database URL or a SQLite path (default: $HERMES_STORE_URL, else
+                $HERMES_HOME/state.db).
+            workers: worker threads for the blocking calls.
+            retry: how lock contention and transient server faults are retried.
+            checkpoint_every: on SQLite, a PASSIVE WAL checkpoint after this many writes (0:
+                never).
+            journal: how the SQLite file's journal mode is chosen (None: the default
+                policy).
+            read_only: open for reading only: every write is refused and the file is left as
+                it is.
+            engine: an engine to use instead of building one from `url` (its owner disposes
+                of it).
+            check_schema: refuse a database that is missing or not at head when opening
+                (False skips the check).
+        """
         store = await _off_loop(
             lambda: Store(
                 url,
@@ -318,7 +352,11 @@ class AsyncStore:
 
     async def run(self, call: Callable[[], T]) -> T:
         """Run a blocking call on the store's worker threads (StoreClosed once `aclose()`
-        has begun)."""
+        has begun).
+
+        Args:
+            call: a blocking callable taking no arguments.
+        """
         result: T = await self._pool.submit(call, self._closed_error)
         return result
 
@@ -359,6 +397,7 @@ class AsyncSessions(_AsyncRepository[SessionRepository]):
     )
     get_session = awaitable(SessionRepository.get_session)
     resolve_session_id = awaitable(SessionRepository.resolve_session_id)
+    session_ids_with_prefix = awaitable(SessionRepository.session_ids_with_prefix)
     update_system_prompt = awaitable(SessionRepository.update_system_prompt)
     update_session_meta = awaitable(SessionRepository.update_session_meta)
     update_session_model = awaitable(SessionRepository.update_session_model)

@@ -23,7 +23,6 @@ Differences from the original are listed in docs/compat.md.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import os
@@ -37,6 +36,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import OperationalError
 
 from . import migrate, sqlite_driver, sqlite_recovery
+from .aio import DEFAULT_WORKERS, WorkerPool
 from .config import (
     SCHEMA_VERSION,
     JournalPolicy,
@@ -55,6 +55,7 @@ from .errors import (
     QueryTooComplex,
     SessionNotFound,
     SQLiteOnly,
+    StoreClosed,
 )
 from .repositories.coordination import (
     AsyncDelegationRepository,
@@ -131,12 +132,6 @@ _INSTEAD = {
 def get_last_init_error() -> str | None:
     """The cause of the last failed open in this process (the original's helper)."""
     return _last_init_error
-
-
-def _set_last_init_error(message: str | None) -> None:
-    """Record (or, with None, clear) the cause `get_last_init_error` reports."""
-    global _last_init_error
-    _last_init_error = message
 
 
 def _default_db_path() -> Path:
@@ -672,19 +667,36 @@ for _name, _value in vars(SessionDB).items():
 
 
 class AsyncSessionDB:
-    """Every callable attribute of the wrapped SessionDB as a coroutine run in a worker
-    thread (`asyncio.to_thread`); other attributes pass through."""
+    """Every callable attribute of the wrapped SessionDB as a coroutine run on worker
+    threads of its own (`aio.WorkerPool`, as an AsyncStore runs its calls: never the event
+    loop's default executor, which the application may need for other work); other
+    attributes pass through. Calling `close()` through it also ends its workers once the
+    calls already made are done.
 
-    def __init__(self, db: SessionDB) -> None:
+    Args:
+        db: the SessionDB whose methods are offered as coroutines.
+        workers: at most this many calls run at once.
+    """
+
+    def __init__(self, db: SessionDB, workers: int = DEFAULT_WORKERS) -> None:
         self._db = db
+        self._pool = WorkerPool(workers, "hermes-store-compat")
+
+    def _closed(self) -> StoreClosed:
+        return StoreClosed("this AsyncSessionDB was closed")
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._db, name)
         if not callable(value):
             return value
+        pool = self._pool
 
         @functools.wraps(value)
         async def call(*args: Any, **kwargs: Any) -> Any:
-            return await asyncio.to_thread(value, *args, **kwargs)
+            try:
+                return await pool.submit(functools.partial(value, *args, **kwargs), self._closed)
+            finally:
+                if name == "close":
+                    pool.close()
 
         return call

@@ -38,10 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
-    Column,
     Connection,
     Engine,
-    MetaData,
     Table,
     bindparam,
     column,
@@ -51,7 +49,6 @@ from sqlalchemy import (
     inspect,
     select,
     table,
-    text,
     tuple_,
     update,
 )
@@ -62,51 +59,21 @@ from sqlalchemy.sql.expression import TableClause
 from sqlalchemy.types import TEXT
 
 from . import migrate
+from .backends import dialect_for
 from .config import SCHEMA_VERSION, resolve_url, shown_url, sqlite_path
 from .contract import FTS_TABLE, FTS_TRASH_PREFIX, VERSION_TABLE
 from .contract import META_FTS_LOCAL_KEYS as FTS_LOCAL_KEYS
-from .dialects import Backend, backend_for
+from .dialects import Backend
 from .engine import make_engine
 from .errors import CopyError, CopyValueError
 from .models import metadata
-from .models.base import Integer_, Real_, Text_
 from .repositories import telegram
 from .retry import DEFAULT_RETRY
 
 DEFAULT_BATCH_SIZE = 1000
 
-# The Telegram topic tables are owned by another module and are not in the models; their
-# SQLite DDL is the repository's. These Core descriptions give the column list and the
-# PostgreSQL shape (8-byte integers and floats, as the migrations use there).
-_telegram_metadata = MetaData()
-_TELEGRAM_MODE = Table(
-    telegram.MODE_TABLE,
-    _telegram_metadata,
-    Column("chat_id", Text_, primary_key=True),
-    Column("user_id", Text_, nullable=False),
-    Column("enabled", Integer_, nullable=False, server_default=text("1")),
-    Column("activated_at", Real_, nullable=False),
-    Column("updated_at", Real_, nullable=False),
-    Column("has_topics_enabled", Integer_),
-    Column("allows_users_to_create_topics", Integer_),
-    Column("capability_checked_at", Real_),
-    Column("intro_message_id", Text_),
-    Column("pinned_message_id", Text_),
-)
-_sessions_ref = Table("sessions", _telegram_metadata, Column("id", Text_, primary_key=True))
-_TELEGRAM_BINDINGS = Table(
-    telegram.BINDINGS_TABLE,
-    _telegram_metadata,
-    Column("chat_id", Text_, primary_key=True),
-    Column("thread_id", Text_, primary_key=True),
-    Column("user_id", Text_, nullable=False),
-    Column("session_key", Text_, nullable=False),
-    Column("session_id", Text_, nullable=False),
-    Column("managed_mode", Text_, nullable=False, server_default=text("'auto'")),
-    Column("linked_at", Real_, nullable=False),
-    Column("updated_at", Real_, nullable=False),
-)
-TELEGRAM_TABLES = (_TELEGRAM_MODE, _TELEGRAM_BINDINGS)
+#: The Telegram topic tables, defined by their owner (not in the models).
+TELEGRAM_TABLES = telegram.TABLES
 
 # --------------------------------------------------------------------------- results
 
@@ -236,7 +203,7 @@ def _filters(spec: _Spec, t: TableClause) -> list[ColumnElement[bool]]:
 
 
 def _key_columns(spec: _Spec, t: TableClause, conn: Connection) -> list[ColumnElement[Any]]:
-    backend = backend_for(conn)
+    backend = dialect_for(conn).migration
     return [
         backend.key_order(t.c[name], is_text=isinstance(spec.model.c[name].type, TEXT))
         for name in spec.pk
@@ -389,7 +356,7 @@ def _open_read_only(url: URL, role: str = "source") -> Engine:
 def _snapshot(engine: Engine) -> Iterator[Connection]:
     """One read transaction, so every batch read through it sees the same state."""
     with engine.connect() as conn:
-        conn = backend_for(conn).snapshot(conn)
+        conn = dialect_for(conn).migration.snapshot(conn)
         try:
             yield conn
         finally:
@@ -487,14 +454,14 @@ def _create_telegram_tables(conn: Connection, specs: list[_Spec]) -> None:
     if not wanted or wanted <= present:
         return
     with conn.begin():
-        backend_for(conn).create_telegram_tables(conn, TELEGRAM_TABLES)
+        telegram.create_tables(conn)
 
 
 @contextmanager
 def _target_connection(engine: Engine) -> Iterator[Connection]:
     """A connection for the copy's write transactions (see Backend.copy_target)."""
     with engine.connect() as conn:
-        yield backend_for(conn).copy_target(conn)
+        yield dialect_for(conn).migration.copy_target(conn)
 
 
 def _check_values(
@@ -540,7 +507,7 @@ class _Writer:
         self.conn = conn
         self.spec = spec
         self.target = target
-        self.backend = backend = backend_for(conn)
+        self.backend = backend = dialect_for(conn).migration
         self.types = backend.value_types(conn, spec.name)
         # a parent later in key order is linked afterwards by _fix_self_references
         per_statement = backend.checks_foreign_keys_per_statement
@@ -582,7 +549,7 @@ class _Writer:
 def _fix_self_references(src: Connection, dst: Connection, spec: _Spec, batch_size: int) -> None:
     """Set the self-references held back while their parent was not yet copied."""
     refs = spec.self_references()
-    if not refs or not backend_for(dst).checks_foreign_keys_per_statement:
+    if not refs or not dialect_for(dst).migration.checks_foreign_keys_per_statement:
         return
     t = spec.clause()
     positions = spec.key_positions()
@@ -639,12 +606,12 @@ def _sequence_floor(conn: Connection, spec: _Spec, col: str) -> int:
     sequence)."""
     t = spec.clause()
     highest = int(conn.execute(select(func.max(t.c[col]))).scalar() or 0)
-    return max(highest, backend_for(conn).ids_handed_out(conn, spec.name, col))
+    return max(highest, dialect_for(conn).migration.ids_handed_out(conn, spec.name, col))
 
 
 def _raise_sequence(conn: Connection, spec: _Spec, col: str, floor: int) -> None:
     """Make the target's next id larger than every id the source handed out."""
-    backend_for(conn).raise_id_counter(conn, spec.name, col, floor)
+    dialect_for(conn).migration.raise_id_counter(conn, spec.name, col, floor)
 
 
 # --------------------------------------------------------------------------- public API
@@ -688,7 +655,7 @@ def copy_database(
             dst_engine = make_engine(target)
             try:
                 _copy_rows(src, src_tables, dst_engine, specs, batch_size, report, on_progress)
-                backend_for(dst_engine).finish_copy(dst_engine)
+                dialect_for(dst_engine).migration.finish_copy(dst_engine)
             finally:
                 dst_engine.dispose()
     finally:

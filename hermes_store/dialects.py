@@ -1,7 +1,7 @@
 """What differs between SQLite and PostgreSQL when hermes-store migrates, adopts, checks
-and copies a database: one class per backend, chosen by the dialect name of a connection
-or engine (as Alembic picks its `DefaultImpl`). Every such difference of `migrate`,
-`adoption` and `copy` lives here, once; those modules ask `backend_for(bind)` and stay
+and copies a database: one class per backend, registered in the one
+dialect bundle (backends.py) and reached as `dialect_for(bind).migration`. Every such
+difference of `migrate`, `adoption` and `copy` lives here, once; those modules stay
 written once for both.
 
 The revisions have their own frozen counterpart (migrations/_dialects.py): what a
@@ -13,19 +13,19 @@ from __future__ import annotations
 import hashlib
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from alembic.migration import MigrationContext
 from alembic.operations import ops
-from sqlalchemy import Connection, Engine, Identity, Table, inspect, text
+from sqlalchemy import Connection, Engine, Identity, inspect, text
 from sqlalchemy.sql.elements import ColumnElement
 
+from .backends import bundle
 from .contract import PG_MIGRATION_LOCK
 from .errors import CopyError, FTSUnavailable, MigrationError, NotAHermesDatabase
 from .models import metadata
-from .repositories import telegram
 from .search import maintenance
 from .sqlite_damage import quick_check
 
@@ -103,10 +103,6 @@ class Backend(ABC):
     def copy_target(self, conn: Connection) -> Connection:
         """`conn` set up for the copy's write transactions."""
         return conn
-
-    @abstractmethod
-    def create_telegram_tables(self, conn: Connection, tables: Sequence[Table]) -> None:
-        """The opt-in Telegram topic tables, as that backend's repository would make them."""
 
     def value_types(self, conn: Connection, table: str) -> dict[str, str] | None:
         """column -> type for the columns whose values copy must check before writing
@@ -254,13 +250,6 @@ class SQLiteBackend(Backend):
         assert driver is not None
         driver.execute("PRAGMA foreign_keys=OFF")
         return conn.execution_options(hermes_begin="IMMEDIATE")
-
-    def create_telegram_tables(self, conn: Connection, tables: Sequence[Table]) -> None:
-        # The repository's own DDL, so the file looks as if it had opted in itself.
-        conn.exec_driver_sql(telegram.MODE_DDL)
-        conn.exec_driver_sql(telegram.BINDINGS_DDL)
-        for ddl in telegram.INDEX_DDL:
-            conn.exec_driver_sql(ddl)
 
     def ids_handed_out(self, conn: Connection, table: str, column: str) -> int:
         has_sequence = conn.execute(
@@ -433,15 +422,6 @@ class PostgreSQLBackend(Backend):
     def snapshot(self, conn: Connection) -> Connection:
         return conn.execution_options(isolation_level="REPEATABLE READ")
 
-    def create_telegram_tables(self, conn: Connection, tables: Sequence[Table]) -> None:
-        tables[0].metadata.create_all(conn, tables=list(tables), checkfirst=True)
-        conn.exec_driver_sql(
-            "ALTER TABLE telegram_dm_topic_bindings ADD FOREIGN KEY (session_id) "
-            "REFERENCES sessions(id) ON DELETE CASCADE"
-        )
-        for ddl in telegram.INDEX_DDL:
-            conn.exec_driver_sql(ddl)
-
     def value_types(self, conn: Connection, table: str) -> dict[str, str] | None:
         rows = conn.execute(
             text(
@@ -493,15 +473,5 @@ class PostgreSQLBackend(Backend):
                 )
 
 
-_BACKENDS: dict[str, Backend] = {b.name: b for b in (SQLiteBackend(), PostgreSQLBackend())}
-
-
-def backend_for(bind: Connection | Engine) -> Backend:
-    """The backend of `bind`'s dialect (MigrationError for one hermes-store does not run
-    on)."""
-    try:
-        return _BACKENDS[bind.dialect.name]
-    except KeyError:
-        raise MigrationError(
-            f"hermes-store runs on SQLite and PostgreSQL, not {bind.dialect.name}"
-        ) from None
+bundle("sqlite").migration = SQLiteBackend()
+bundle("postgresql").migration = PostgreSQLBackend()

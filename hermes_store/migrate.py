@@ -29,6 +29,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
 from . import adoption, sqlite_driver
+from .backends import dialect_for
 from .config import (
     SCHEMA_VERSION,
     JournalPolicy,
@@ -46,7 +47,7 @@ from .contract import (
 )
 from .contract import PG_MIGRATION_LOCK as PG_MIGRATION_LOCK
 from .contract import VERSION_TABLE as VERSION_TABLE
-from .dialects import PostgreSQLBackend, backend_for
+from .dialects import PostgreSQLBackend
 from .engine import check_writable, journal_choice, make_engine, write_connection
 from .errors import (
     DatabaseCorrupt,
@@ -146,7 +147,7 @@ def include_object(
 def drop_reflection_gaps(conn: Connection, upgrade_ops: ops.UpgradeOps) -> None:
     """Drop what autogenerate reports but is how the backend stores the models (see
     dialects: SQLite's PRAGMA gaps, PostgreSQL's identity)."""
-    backend_for(conn).drop_reflection_gaps(conn, upgrade_ops)
+    dialect_for(conn).migration.drop_reflection_gaps(conn, upgrade_ops)
 
 
 def _tolerated(diff: Any, conn: Connection) -> bool:
@@ -249,7 +250,7 @@ def migration_run(
     a newer database and one the backend does not migrate; stamps an adopted one. The
     shape found under the lock is left in `cfg.attributes[LOCKED_SHAPE_ATTR]`: another
     process may have migrated the database while this one waited."""
-    backend = backend_for(connection)
+    backend = dialect_for(connection).migration
     # SQLite's BEGIN IMMEDIATE is waited for by the retry around the run; PostgreSQL's
     # advisory lock here
     on_a_server = isinstance(backend, PostgreSQLBackend)
@@ -519,7 +520,7 @@ def upgrade(
             resolved, backfilling=not defer_fts_backfill and _reaches_fts_layout(revision)
         )
         engine = make_engine(resolved)
-    backend = backend_for(engine)
+    backend = dialect_for(engine).migration
     waiter = lock_waiter(resolved, engine, wait, on_wait, every=wait_report_every)
     policy = WaitingRetry.for_waiter(waiter)
     locked: list[adoption.DatabaseShape] = []
@@ -821,7 +822,7 @@ def check(url: str | URL | None = None) -> CheckReport:
     try:
         with engine.connect() as conn:
             # (PostgreSQL checks its pages itself: checksums, amcheck)
-            quick = backend_for(conn).integrity(conn)
+            quick = dialect_for(conn).migration.integrity(conn)
             conn.rollback()
             if sqlite_path(resolved) is not None and quick == ["ok"]:
                 storage = sqlite_storage(conn)

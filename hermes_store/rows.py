@@ -12,63 +12,8 @@ from __future__ import annotations
 from typing import Any, Required, TypedDict
 
 
-class SessionRow(TypedDict):
-    """A full `sessions` row (`get_session`), columns as stored."""
-
-    id: str
-    source: str
-    user_id: str | None
-    session_key: str | None
-    chat_id: str | None
-    chat_type: str | None
-    thread_id: str | None
-    display_name: str | None
-    origin_json: str | None
-    expiry_finalized: int | None
-    model: str | None
-    model_config: str | None
-    system_prompt: str | None
-    parent_session_id: str | None
-    started_at: float
-    ended_at: float | None
-    end_reason: str | None
-    message_count: int | None
-    tool_call_count: int | None
-    input_tokens: int | None
-    output_tokens: int | None
-    cache_read_tokens: int | None
-    cache_write_tokens: int | None
-    reasoning_tokens: int | None
-    cwd: str | None
-    git_branch: str | None
-    git_repo_root: str | None
-    billing_provider: str | None
-    billing_base_url: str | None
-    billing_mode: str | None
-    estimated_cost_usd: float | None
-    actual_cost_usd: float | None
-    cost_status: str | None
-    cost_source: str | None
-    pricing_version: str | None
-    title: str | None
-    api_call_count: int | None
-    handoff_state: str | None
-    handoff_platform: str | None
-    handoff_error: str | None
-    compression_failure_cooldown_until: float | None
-    compression_failure_error: str | None
-    compression_fallback_streak: int
-    compression_ineffective_count: int
-    profile_name: str | None
-    rewind_count: int
-    archived: int
-    pinned: int
-
-
-class ListingRow(TypedDict, total=False):
-    """A listing row (`list_sessions_rich`, `get_session_rich_row`, the session
-    searches): the session's columns (a subset with `compact_rows`), its `preview` and
-    `last_active`, and for a compressed conversation shown as its tip, the root's id."""
+class _SessionColumns(TypedDict, total=False):
+    """The columns of `sessions`, as stored: written once, for both row shapes below."""
 
     id: Required[str]
     source: str
@@ -118,6 +63,17 @@ class ListingRow(TypedDict, total=False):
     rewind_count: int
     archived: int
     pinned: int
+
+
+class SessionRow(_SessionColumns):
+    """A full `sessions` row (`get_session`), columns as stored."""
+
+
+class ListingRow(_SessionColumns, total=False):
+    """A listing row (`list_sessions_rich`, `get_session_rich_row`, the session
+    searches): the session's columns (a subset with `compact_rows`), its `preview` and
+    `last_active`, and for a compressed conversation shown as its tip, the root's id."""
+
     preview: str
     last_active: float
     _lineage_root_id: str

@@ -14,7 +14,8 @@ ORM users bind a Session to the connection they are given (`orm.Session(bind=con
 
 What differs per dialect (the writer connection, damage and the FTS repair on SQLite,
 an unanswered COMMIT on PostgreSQL, checkpoints) is the StoreBackend's, in
-store_backends.py; this module is written once for both.
+store_backends.py, picked from the engine's dialect bundle (backends.py); this module is
+written once for both.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, PendingRollbackError
 from sqlalchemy.pool import QueuePool
 
+from .backends import dialect_for
 from .config import SCHEMA_VERSION, JournalPolicy, resolve_url, sqlite_path
 from .contract import VERSION_TABLE
 from .engine import BEGIN_MODE, make_engine
@@ -47,7 +49,7 @@ from .read_only import (
 )
 from .retry import DEFAULT_RETRY, RetryPolicy
 from .sqlite_damage import where
-from .store_backends import store_backend_for
+from .store_backends import StoreBackend
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +91,25 @@ def _surrogate_error(exc: UnicodeEncodeError) -> InvalidInput | None:
 
 
 class Store:
+    """A database opened for the repositories: one engine, its pooled connections, and
+    units of work (`read`, `write`) run under the retry policy; what differs per dialect is
+    the dialect bundle's store part (store_backends.py).
+
+    Args:
+        url: a database URL or a SQLite path (default: $HERMES_STORE_URL, else
+            $HERMES_HOME/state.db).
+        retry: how lock contention and transient server faults are retried.
+        checkpoint_every: on SQLite, a PASSIVE WAL checkpoint after this many writes (0:
+            never).
+        journal: how the SQLite file's journal mode is chosen (None: the default policy).
+        read_only: open for reading only: every write is refused and the file is left as it
+            is.
+        engine: an engine to use instead of building one from `url` (its owner disposes of
+            it).
+        check_schema: refuse a database that is missing or not at head when opening (False
+            skips the check).
+    """
+
     def __init__(
         self,
         url: str | URL | None = None,
@@ -124,7 +145,7 @@ class Store:
             leave_no_companions(self.engine, path)
         self._writer = self.engine.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
         self._write_lock = threading.Lock()
-        self._backend = store_backend_for(
+        self._backend: StoreBackend = dialect_for(self.engine).store(
             self.engine, self.url, read_only=read_only, retry=retry, write_lock=self._write_lock
         )
         self._write_conn: Connection | None = None
@@ -169,6 +190,7 @@ class Store:
 
     @property
     def dialect(self) -> str:
+        """The SQLAlchemy dialect name of the engine: 'sqlite' or 'postgresql'."""
         return self.engine.dialect.name
 
     @property
@@ -201,7 +223,11 @@ class Store:
                 log.debug("closing the writer connection failed: %s", exc)
 
     def write(self, work: Callable[[Connection], T]) -> T:
-        """Run `work` in one write transaction, retried as a unit on lock contention."""
+        """Run `work` in one write transaction, retried as a unit on lock contention.
+
+        Args:
+            work: a function of one Connection; it runs in one transaction.
+        """
         self.check_open()
 
         # PostgreSQL: a retry after a COMMIT that got no answer first asks the server
@@ -274,14 +300,19 @@ class Store:
         transaction ends when the block does; on PostgreSQL getting its connection is
         retried through server faults, a fault inside the block raises DatabaseUnavailable.
         `store.read(work)` runs `work(conn)` the same way, retried as a whole (so `work`
-        must have no side effects outside the database), and returns what it returns."""
+        must have no side effects outside the database), and returns what it returns.
+
+        Args:
+            work: a function of one Connection, run in one read transaction; without it, a
+                context manager that yields the Connection.
+        """
         self.check_open()
         if work is None:
             return self._read_block()
 
         def attempt() -> T:
-            with self._read_transaction() as session:
-                return work(session)
+            with self._read_transaction() as conn:
+                return work(conn)
 
         with self._typed_errors():
             return self.retry.run(attempt, server=self._server)
@@ -311,14 +342,21 @@ class Store:
                 conn.rollback()
 
     def checkpoint(self, mode: str = "PASSIVE") -> None:
-        """SQLite: `PRAGMA wal_checkpoint(mode)`, best effort; nothing on a server."""
+        """SQLite: `PRAGMA wal_checkpoint(mode)`, best effort; nothing on a server.
+
+        Args:
+            mode: the WAL checkpoint mode: PASSIVE, FULL, RESTART or TRUNCATE.
+        """
         self._backend.checkpoint(mode)
 
     @property
     def writes(self) -> int:
+        """How many write units of work this store has committed."""
         return self._writes
 
     def close(self) -> None:
+        """Close the store: drop the writer connection, checkpoint (TRUNCATE on SQLite) and
+        dispose of the engine; idempotent."""
         if self._closed:
             return
         self._closed = True

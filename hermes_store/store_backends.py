@@ -1,6 +1,6 @@
 """What a Store does differently on SQLite and on PostgreSQL at run time: one class each,
-chosen by the engine's dialect name (as `dialects.py` does for migrations and copy, and
-`search/backend.py` for search). `store.py` is written once for both and asks its backend:
+registered in the one dialect bundle (backends.py) as `dialect_for(engine).store`.
+`store.py` is written once for both and asks its backend:
 
 - which connection a write goes through (SQLite keeps one, a server's is checked out
   per write so the pool vets it),
@@ -26,6 +26,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from . import pg_faults
+from .backends import bundle
 from .engine import take_read_lock, write_connection
 from .errors import (
     DatabaseCorrupt,
@@ -278,19 +279,5 @@ class SQLiteStoreBackend(StoreBackend):
                 transaction.rollback()
 
 
-_BACKENDS: dict[str, type[StoreBackend]] = {
-    "sqlite": SQLiteStoreBackend,
-    "postgresql": PostgreSQLStoreBackend,
-}
-
-
-def store_backend_for(
-    engine: Engine,
-    url: URL,
-    *,
-    read_only: bool,
-    retry: RetryPolicy,
-    write_lock: threading.Lock,
-) -> StoreBackend:
-    backend = _BACKENDS.get(engine.dialect.name, StoreBackend)
-    return backend(engine, url, read_only=read_only, retry=retry, write_lock=write_lock)
+bundle("sqlite").store = SQLiteStoreBackend
+bundle("postgresql").store = PostgreSQLStoreBackend

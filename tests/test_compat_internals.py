@@ -200,9 +200,9 @@ def test_a_repointed_default_path_is_honoured(
 def test_module_state_hermes_tests_reset(tmp_path: Path) -> None:
     import hermes_store.compat as compat
 
-    compat._set_last_init_error("cause")
+    compat._last_init_error = "cause"  # the module state Hermes's tests set
     assert compat.get_last_init_error() == "cause"
-    compat._set_last_init_error(None)
+    compat._last_init_error = None
     assert compat.format_session_db_unavailable() == "Session database not available."
     compat._repair_attempted_paths.clear()  # what Hermes's repair tests do between cases
     assert compat.load_fts5_cjk_extension(sqlite3.connect(":memory:")) is False

@@ -1,7 +1,9 @@
-"""What differs between SQLite and PostgreSQL for migration, adoption and copy lives in
-one class per backend (hermes_store/dialects.py; for the revisions, the frozen
-migrations/_dialects.py), chosen by dialect name: the modules that use them ask no
-dialect question of their own."""
+"""What differs between SQLite and PostgreSQL lives in one dialect bundle per backend
+(hermes_store/backends.py), chosen by dialect name in one function: its store part
+(store_backends.py), its migration, adoption and copy part (dialects.py; for the
+revisions, the frozen migrations/_dialects.py) and its repository SQL part
+(repositories/_dialect.py). The modules that use them ask no dialect question of their
+own."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from sqlalchemy.pool import NullPool
 
 from hermes_store import dialects
 from hermes_store._migrations import _dialects as frozen
+from hermes_store.backends import dialect_for
 from hermes_store.errors import MigrationError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -57,17 +60,50 @@ def test_the_backend_is_chosen_by_dialect_name(url, runtime, revisions):
         pytest.importorskip("psycopg")
     engine = create_engine(url, poolclass=NullPool)  # never connected
     try:
-        assert type(dialects.backend_for(engine)) is runtime
+        assert type(dialect_for(engine).migration) is runtime
     finally:
         engine.dispose()
     assert revisions.name == runtime.name
+
+
+@pytest.mark.parametrize(
+    ("url", "store", "sql"),
+    [
+        ("sqlite://", "SQLiteStoreBackend", "SQLiteSQL"),
+        ("postgresql+psycopg://u@localhost/x", "PostgreSQLStoreBackend", "PostgreSQLSQL"),
+    ],
+)
+def test_one_bundle_holds_every_layer_s_part(url: str, store: str, sql: str) -> None:
+    from hermes_store import backends, store_backends
+    from hermes_store.repositories import _dialect
+
+    if url.startswith("postgresql"):
+        pytest.importorskip("psycopg")
+    engine = create_engine(url, poolclass=NullPool)  # never connected
+    try:
+        bundle = dialect_for(engine)
+    finally:
+        engine.dispose()
+    assert bundle is backends.bundle(engine.dialect.name)
+    assert bundle.store is getattr(store_backends, store)
+    assert type(bundle.sql) is getattr(_dialect, sql)
+    assert bundle.migration.name == bundle.name
+
+
+def test_no_module_keeps_a_registry_of_its_own() -> None:
+    """The per-dialect classes are registered in backends.py only (search keeps its own
+    until it moves; the revisions keep their frozen table)."""
+    for relative in ("dialects.py", "store_backends.py", "repositories/_dialect.py"):
+        source = (REPO_ROOT / "hermes_store" / relative).read_text(encoding="utf-8")
+        assert "_BACKENDS" not in source and "def backend_for" not in source, relative
+        assert re.search(r'^bundle\("sqlite"\)\.\w+ = ', source, re.M), relative
 
 
 def test_an_unknown_dialect_is_refused_with_a_clear_error():
     # a mock engine has a dialect and no driver (nothing here connects)
     engine = create_mock_engine("mysql://u@localhost/x", lambda *a, **k: None)
     with pytest.raises(MigrationError, match="SQLite and PostgreSQL, not mysql"):
-        dialects.backend_for(engine)  # type: ignore[arg-type]
+        dialect_for(engine)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

@@ -98,13 +98,12 @@ def test_the_checker_finds_a_cycle() -> None:
 
 
 #: The modules that may ask which database they are on, and why. Everywhere else a
-#: dialect difference goes through the class or helper that owns it (dialects.Backend,
-#: store_backends.StoreBackend, search.backend.SearchBackend, repositories/_dialect.py).
+#: dialect difference goes through the dialect bundle (backends.dialect_for: its
+#: store, migration and sql parts) or search.backend.SearchBackend.
 DIALECT_AWARE = {
     "engine.py": "the only module that knows the drivers",
     "config.py": "which URLs are accepted",
     "prepared.py": "statements run at the sqlite3 driver",
-    "repositories/_dialect.py": "per-dialect SQL for the repositories",
     "search/layout.py": "which FTS layout a file has (FTS5 on SQLite, tsvector on PostgreSQL)",
     "schema_snapshot.py": "each dialect's catalogue, dumped",
     "compat.py": "the original's SQLite internals (`_conn`), SQLite only",

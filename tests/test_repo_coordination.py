@@ -569,8 +569,8 @@ def test_meta_inside_a_callers_unit_of_work(store: Store) -> None:
     meta = MetaRepository(store)
 
     def work(s: Any) -> str | None:
-        meta.set_meta("goal:s1", "x", session=s)
-        return meta.get_meta("goal:s1", session=s)  # sees its own uncommitted write
+        meta.set_meta("goal:s1", "x", conn=s)
+        return meta.get_meta("goal:s1", conn=s)  # sees its own uncommitted write
 
     assert store.write(work) == "x"
     assert meta.get_meta("goal:s1") == "x"
@@ -580,7 +580,7 @@ def test_meta_set_rolls_back_with_the_callers_transaction(store: Store) -> None:
     meta = MetaRepository(store)
 
     def work(s: Any) -> None:
-        meta.set_meta("k", "v", session=s)
+        meta.set_meta("k", "v", conn=s)
         raise RuntimeError("caller failed")
 
     with pytest.raises(RuntimeError):

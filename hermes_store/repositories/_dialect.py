@@ -1,9 +1,13 @@
 """The one place repositories ask which database they are on.
 
-SQL functions that differ between SQLite and PostgreSQL are small expression classes
-compiled per dialect, so repository queries stay written once. Row locking: where SQLite
-relies on BEGIN IMMEDIATE (one writer at a time), PostgreSQL runs READ COMMITTED and a
-read-then-write takes the session's row lock first (`lock_session`).
+What the repositories run differently is the `sql` part of each dialect bundle
+(hermes_store/backends.py): `SQLiteSQL` and `PostgreSQLSQL` below, reached through the
+module functions (`lock_session`, `upsert_insert`, ...) so that callers pass only their
+connection. Row locking: where SQLite relies on BEGIN IMMEDIATE (one writer at a time),
+PostgreSQL runs READ COMMITTED and a read-then-write takes the session's row lock first
+(`lock_session`). SQL functions that differ are small expression classes compiled per
+dialect (SQLAlchemy's own registry, `@compiles`), so repository queries stay written
+once.
 """
 
 from __future__ import annotations
@@ -18,21 +22,87 @@ from sqlalchemy.sql import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
+from ..backends import bundle, dialect_for
 from ..contract import PG_SEARCH_VECTOR_COLUMN
 from ..prepared import Prepared
 from ..search.common import row_dicts
 
 
-def upsert_insert(session: Connection, entity: Any) -> sqlite.Insert | postgresql.Insert:
-    """An INSERT that supports ON CONFLICT for the dialect the session is bound to.
+class RepositorySQL:
+    """The repositories' dialect differences; see SQLiteSQL and PostgreSQLSQL."""
 
-    Both dialects spell the upsert the same way (`on_conflict_do_update`, `excluded`),
-    so callers stay dialect-neutral as long as they only pick the constructor here."""
-    return _insert_for(session.dialect.name)(entity)
+    #: The INSERT constructor whose `on_conflict_do_update` and `excluded` the upserts
+    #: use (both dialects spell the upsert the same way).
+    insert: Callable[[Any], sqlite.Insert | postgresql.Insert] = staticmethod(sqlite.insert)
+
+    def lock_session(self, conn: Connection, session_id: str) -> None:
+        """Serialise read-then-write units of work on one session."""
+
+    def lock_key(self, conn: Connection, key: str) -> None:
+        """Serialise units of work on a name that has no row yet."""
+
+    def database_size(self, conn: Connection) -> int | None:
+        """Bytes the database takes."""
+        raise NotImplementedError
 
 
-def _insert_for(dialect_name: str) -> Callable[[Any], sqlite.Insert | postgresql.Insert]:
-    return postgresql.insert if dialect_name == "postgresql" else sqlite.insert
+class SQLiteSQL(RepositorySQL):
+    """No locks to take: the write transaction began IMMEDIATE and holds the database's
+    write lock. The size is the file's pages (not its -wal file)."""
+
+    def database_size(self, conn: Connection) -> int | None:
+        pages = conn.exec_driver_sql("PRAGMA page_count").scalar()
+        page_size = conn.exec_driver_sql("PRAGMA page_size").scalar()
+        return None if pages is None or page_size is None else int(pages) * int(page_size)
+
+
+class PostgreSQLSQL(RepositorySQL):
+    """A session's row lock, a transaction-scoped advisory lock per name, and
+    pg_database_size."""
+
+    insert = staticmethod(postgresql.insert)
+
+    def lock_session(self, conn: Connection, session_id: str) -> None:
+        conn.execute(text("SELECT 1 FROM sessions WHERE id = :id FOR UPDATE"), {"id": session_id})
+
+    def lock_key(self, conn: Connection, key: str) -> None:
+        conn.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": key})
+
+    def database_size(self, conn: Connection) -> int | None:
+        size = conn.scalar(text("SELECT pg_database_size(current_database())"))
+        return None if size is None else int(size)
+
+
+bundle("sqlite").sql = SQLiteSQL()
+bundle("postgresql").sql = PostgreSQLSQL()
+
+
+def _sql(conn: Connection) -> RepositorySQL:
+    return dialect_for(conn).sql
+
+
+def upsert_insert(conn: Connection, entity: Any) -> sqlite.Insert | postgresql.Insert:
+    """An INSERT that supports ON CONFLICT for the dialect `conn` is bound to; callers
+    stay dialect-neutral as long as they only pick the constructor here."""
+    return _sql(conn).insert(entity)
+
+
+def lock_session(conn: Connection, session_id: str) -> None:
+    """Serialise read-then-write units of work on one session: its row lock on
+    PostgreSQL; nothing on SQLite, whose write transaction holds the write lock."""
+    _sql(conn).lock_session(conn, session_id)
+
+
+def lock_key(conn: Connection, key: str) -> None:
+    """Serialise units of work on a name that has no row yet (a title, a lock name):
+    a transaction-scoped advisory lock on PostgreSQL, nothing on SQLite."""
+    _sql(conn).lock_key(conn, key)
+
+
+def database_size(conn: Connection) -> int | None:
+    """Bytes the database takes: SQLite's pages (not its -wal file), PostgreSQL's
+    pg_database_size."""
+    return _sql(conn).database_size(conn)
 
 
 class PreparedUpsert:
@@ -51,7 +121,8 @@ class PreparedUpsert:
         name = conn.dialect.name
         prepared = self._by_dialect.get(name)
         if prepared is None:
-            prepared = self._by_dialect[name] = Prepared(self._build(_insert_for(name)))
+            insert = dialect_for(conn).sql.insert
+            prepared = self._by_dialect[name] = Prepared(self._build(insert))
         return prepared.run(conn, params)
 
 
@@ -84,26 +155,6 @@ def data_dicts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for row in rows:
                 del row[name]
     return rows
-
-
-def is_postgresql(session: Connection) -> bool:
-    return session.dialect.name == "postgresql"
-
-
-def lock_session(session: Connection, session_id: str) -> None:
-    """Serialise read-then-write units of work on one session. SQLite: nothing to do,
-    the write transaction began IMMEDIATE and holds the database's write lock."""
-    if is_postgresql(session):
-        session.execute(
-            text("SELECT 1 FROM sessions WHERE id = :id FOR UPDATE"), {"id": session_id}
-        )
-
-
-def lock_key(session: Connection, key: str) -> None:
-    """Serialise units of work on a name that has no row yet (a title, a lock name):
-    a transaction-scoped advisory lock on PostgreSQL, nothing on SQLite."""
-    if is_postgresql(session):
-        session.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": key})
 
 
 class json_member(FunctionElement[str]):  # noqa: N801 (an SQL function)
@@ -205,14 +256,3 @@ def _usually_sqlite(element: usually, compiler: SQLCompiler, **kw: Any) -> str:
 @compiles(usually)
 def _usually_default(element: usually, compiler: SQLCompiler, **kw: Any) -> str:
     return f"({compiler.process(element.clauses, **kw)})"
-
-
-def database_size(session: Connection) -> int | None:
-    """Bytes the database takes: SQLite's pages (not its -wal file), PostgreSQL's
-    pg_database_size."""
-    if is_postgresql(session):
-        size = session.scalar(text("SELECT pg_database_size(current_database())"))
-        return None if size is None else int(size)
-    pages = session.exec_driver_sql("PRAGMA page_count").scalar()
-    page_size = session.exec_driver_sql("PRAGMA page_size").scalar()
-    return None if pages is None or page_size is None else int(pages) * int(page_size)

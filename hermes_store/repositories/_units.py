@@ -25,10 +25,12 @@ def read_method(
     query: Callable[Concatenate[Connection, P], T],
     *,
     options: Mapping[str, Any] | None = None,
+    doc: str | None = None,
 ) -> Callable[Concatenate[HasStore, P], T]:
     """A method running `query(conn, ...)` as one `self.store.read`: retried as a whole
     through PostgreSQL server faults, so `query` must only read. `options`: execution
-    options set on the unit's connection (which the unit closes) before `query` runs."""
+    options set on the unit's connection (which the unit closes) before `query` runs.
+    `doc`: the method's docstring (default: `query`'s)."""
 
     def run(conn: Connection, args: Any, kwargs: Any) -> T:
         return query(conn.execution_options(**options) if options else conn, *args, **kwargs)
@@ -42,5 +44,5 @@ def read_method(
     method.__signature__ = signature.replace(parameters=[this, *parameters])  # type: ignore[attr-defined]
     method.__name__ = query.__name__
     method.__qualname__ = query.__name__
-    method.__doc__ = query.__doc__
+    method.__doc__ = doc or query.__doc__
     return method

@@ -60,6 +60,7 @@ def holder_is_dead(holder: str) -> bool:
     group), this very process, a process owned by someone else (EPERM), any other error,
     and Windows, where os.kill(pid, 0) would terminate the process instead of probing it.
     """
+
     pid = holder_pid(holder)
     if pid is None or pid <= 0 or pid == os.getpid() or os.name == "nt":
         return False
@@ -128,7 +129,11 @@ def _drop_lease(conn: Connection, session_id: str, holder: str) -> None:
 
 class CompressionLockRepository:
     """Per-session compression leases. A lease is a row with an expiry, not an OS lock:
-    a crashed holder blocks others only until its expiry, or until its pid is gone."""
+    a crashed holder blocks others only until its expiry, or until its pid is gone.
+
+    Args:
+        store: the Store the repository works on.
+    """
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -137,7 +142,14 @@ class CompressionLockRepository:
         self, session_id: str, holder: str, ttl_seconds: float = DEFAULT_LOCK_TTL
     ) -> bool:
         """True iff `holder` owns the lease afterwards (re-acquiring one's own live lease
-        is True and does not extend it; use refresh for that)."""
+        is True and does not extend it; use refresh for that).
+
+        Args:
+            session_id: the session's id.
+            holder: who holds (or asks for) the lock: an opaque token of the caller's.
+            ttl_seconds: the lock expires this many seconds after it was taken or last
+                refreshed.
+        """
         if not session_id:
             return False
 
@@ -154,7 +166,14 @@ class CompressionLockRepository:
 
     def refresh(self, session_id: str, holder: str, ttl_seconds: float = DEFAULT_LOCK_TTL) -> bool:
         """Extend the holder's lease, even one that already expired, as long as nobody
-        else took it meanwhile."""
+        else took it meanwhile.
+
+        Args:
+            session_id: the session's id.
+            holder: who holds (or asks for) the lock: an opaque token of the caller's.
+            ttl_seconds: the lock expires this many seconds after it was taken or last
+                refreshed.
+        """
         if not session_id or not holder:
             return False
 
@@ -165,7 +184,12 @@ class CompressionLockRepository:
             return False
 
     def release(self, session_id: str, holder: str) -> None:
-        """Drop the lease if `holder` still owns it; idempotent, never raises for SQL."""
+        """Drop the lease if `holder` still owns it; idempotent, never raises for SQL.
+
+        Args:
+            session_id: the session's id.
+            holder: who holds (or asks for) the lock: an opaque token of the caller's.
+        """
         if not session_id:
             return
         try:
@@ -174,7 +198,11 @@ class CompressionLockRepository:
             log.warning("compression lock for %s not released: %s", session_id, exc)
 
     def get_holder(self, session_id: str) -> str | None:
-        """The holder of a live (unexpired) lease."""
+        """The holder of a live (unexpired) lease.
+
+        Args:
+            session_id: the session's id.
+        """
         return self.store.read(
             lambda s: s.execute(
                 select(CompressionLock.holder).where(
@@ -302,7 +330,11 @@ def _set_handoff(
 
 class GatewayRoutingRepository:
     """The gateway's routing index (`gateway_routing`, namespaced by `scope`), the peer
-    identity it stamps on sessions, and cross-platform session handoffs."""
+    identity it stamps on sessions, and cross-platform session handoffs.
+
+    Args:
+        store: the Store the repository works on.
+    """
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -310,14 +342,27 @@ class GatewayRoutingRepository:
     # -- routing entries
 
     def save_entry(self, session_key: str, entry_json: str, *, scope: str = "") -> None:
-        """Insert or replace one routing entry; empty keys or entries are ignored."""
+        """Insert or replace one routing entry; empty keys or entries are ignored.
+
+        Args:
+            session_key: the gateway's key for the conversation.
+            entry_json: the entry, as JSON text.
+            scope: the namespace of the entries ('' for the default one); other scopes are
+                untouched.
+        """
         if not session_key or not entry_json:
             return
         key, entry = scrub(session_key) or "", scrub(entry_json) or ""
         self.store.write(lambda conn: _save_entry(conn, scope or "", key, entry))
 
     def replace_entries(self, entries: Mapping[str, str], *, scope: str = "") -> None:
-        """The scope's whole index in one transaction; other scopes are untouched."""
+        """The scope's whole index in one transaction; other scopes are untouched.
+
+        Args:
+            entries: the entries that replace the scope's current ones.
+            scope: the namespace of the entries ('' for the default one); other scopes are
+                untouched.
+        """
         scope = scope or ""
         rows = [
             {"scope": scope, "session_key": scrub(k), "entry_json": scrub(v)}
@@ -327,7 +372,12 @@ class GatewayRoutingRepository:
         self.store.write(lambda conn: _replace_entries(conn, scope, rows))
 
     def load_entries(self, *, scope: str = "") -> dict[str, str]:
-        """The scope's index: session key -> entry JSON."""
+        """The scope's index: session key -> entry JSON.
+
+        Args:
+            scope: the namespace of the entries ('' for the default one); other scopes are
+                untouched.
+        """
         rows = self.store.read(
             lambda conn: conn.execute(
                 select(GatewayRouting.session_key, GatewayRouting.entry_json).where(
@@ -338,7 +388,13 @@ class GatewayRoutingRepository:
         return {key: entry for key, entry in rows}
 
     def delete_entries(self, session_keys: Iterable[str], *, scope: str = "") -> int:
-        """Delete the scope's entries for these keys; how many existed."""
+        """Delete the scope's entries for these keys; how many existed.
+
+        Args:
+            session_keys: the gateway keys of the entries.
+            scope: the namespace of the entries ('' for the default one); other scopes are
+                untouched.
+        """
         keys = sorted({k for k in session_keys if isinstance(k, str) and k})
         if not keys:
             return 0
@@ -361,7 +417,19 @@ class GatewayRoutingRepository:
     ) -> None:
         """Stamp the gateway identity on an existing session (unknown ids: no-op). The
         routing fields are set as given, None included, because a peer tuple is only
-        meaningful as a whole; presentation fields only when supplied."""
+        meaningful as a whole; presentation fields only when supplied.
+
+        Args:
+            session_id: the session's id.
+            source: the source (cli, telegram, discord, cron, ...).
+            user_id: the user's id on the platform.
+            session_key: the gateway's key for the conversation.
+            chat_id: the gateway chat's id.
+            chat_type: the kind of chat (dm, group, channel, ...).
+            thread_id: the gateway thread's id (a Telegram topic).
+            display_name: the peer's display name.
+            origin_json: where the peer was met (platform, chat, thread), as JSON text.
+        """
         if not session_id or not session_key:
             return
         values: dict[str, Any] = {
@@ -384,7 +452,12 @@ class GatewayRoutingRepository:
     ) -> list[dict[str, Any]]:
         """The current (newest-started) session of every session key, full rows plus
         `last_active`, newest activity first. `active_only` asks whether a key's current
-        session is open; an older open session behind a newer ended one is not current."""
+        session is open; an older open session behind a newer ended one is not current.
+
+        Args:
+            platform: the gateway platform (telegram, discord, ...).
+            active_only: only rows not marked inactive (rewound or compacted away).
+        """
         params = {"platform": platform or "", "active_only": 1 if active_only else 0}
         rows = self.store.read(lambda conn: data_rows(conn.execute(_LIST_GATEWAY_SESSIONS, params)))
         for row in rows:
@@ -401,7 +474,14 @@ class GatewayRoutingRepository:
     ) -> str | None:
         """The newest open keyed session of a chat, or None when the chat is shared and
         the sender cannot be told apart (routing a message to the wrong person's session
-        is worse than starting a new one)."""
+        is worse than starting a new one).
+
+        Args:
+            platform: the gateway platform (telegram, discord, ...).
+            chat_id: the gateway chat's id.
+            thread_id: the gateway thread's id (a Telegram topic).
+            user_id: the user's id on the platform.
+        """
         if not platform or not chat_id:
             return None
         stmt = (
@@ -438,7 +518,16 @@ class GatewayRoutingRepository:
         thread_id: str | None = None,
     ) -> dict[str, Any] | None:
         """A resumable session for a peer: first by routing key, then (only with a chat
-        id and type) by the whole peer tuple, NULLs compared as ''."""
+        id and type) by the whole peer tuple, NULLs compared as ''.
+
+        Args:
+            source: the source (cli, telegram, discord, cron, ...).
+            user_id: the user's id on the platform.
+            session_key: the gateway's key for the conversation.
+            chat_id: the gateway chat's id.
+            chat_type: the kind of chat (dm, group, channel, ...).
+            thread_id: the gateway thread's id (a Telegram topic).
+        """
         if not session_key:
             return None
         peer = None
@@ -460,7 +549,12 @@ class GatewayRoutingRepository:
         return self.store.write(lambda conn: _set_handoff(conn, session_id, where, values))
 
     def request_handoff(self, session_id: str, platform: str) -> bool:
-        """Queue a handoff unless one is already pending or running."""
+        """Queue a handoff unless one is already pending or running.
+
+        Args:
+            session_id: the session's id.
+            platform: the gateway platform (telegram, discord, ...).
+        """
         state = S.handoff_state
         return self._set_handoff(
             session_id,
@@ -473,23 +567,40 @@ class GatewayRoutingRepository:
         )
 
     def claim_handoff(self, session_id: str) -> bool:
-        """pending -> running; False if someone else claimed it first."""
+        """pending -> running; False if someone else claimed it first.
+
+        Args:
+            session_id: the session's id.
+        """
         return self._set_handoff(
             session_id, S.handoff_state == "pending", {"handoff_state": "running"}
         )
 
     def complete_handoff(self, session_id: str) -> None:
-        """Mark the handoff completed (whatever state it was in) and clear its error."""
+        """Mark the handoff completed (whatever state it was in) and clear its error.
+
+        Args:
+            session_id: the session's id.
+        """
         self._set_handoff(session_id, None, {"handoff_state": "completed", "handoff_error": None})
 
     def fail_handoff(self, session_id: str, error: str | None) -> None:
-        """Mark the handoff failed with `error`, cut to HANDOFF_ERROR_MAX characters."""
+        """Mark the handoff failed with `error`, cut to HANDOFF_ERROR_MAX characters.
+
+        Args:
+            session_id: the session's id.
+            error: why the handoff failed, as text.
+        """
         message = None if error is None else scrub(str(error)[:HANDOFF_ERROR_MAX])
         self._set_handoff(session_id, None, {"handoff_state": "failed", "handoff_error": message})
 
     def get_handoff_state(self, session_id: str) -> dict[str, Any] | None:
         """`{state, platform, error}` of the session's handoff; None for an unknown id or
-        when the columns cannot be read."""
+        when the columns cannot be read.
+
+        Args:
+            session_id: the session's id.
+        """
         try:
             row = self.store.read(
                 lambda conn: conn.execute(
@@ -520,13 +631,21 @@ class GatewayRoutingRepository:
 
 class AsyncDelegationRepository:
     """Read-only view of `async_delegations`. Another Hermes module owns these rows and
-    writes them through its own connection; hermes-store must never modify them."""
+    writes them through its own connection; hermes-store must never modify them.
+
+    Args:
+        store: the Store the repository works on.
+    """
 
     def __init__(self, store: Store) -> None:
         self.store = store
 
     def get(self, delegation_id: str) -> dict[str, Any] | None:
-        """The full row of one delegation, None if unknown."""
+        """The full row of one delegation, None if unknown.
+
+        Args:
+            delegation_id: the delegation's id.
+        """
         stmt: Select[Any] = all_columns(DELEGATIONS).where(
             AsyncDelegation.delegation_id == delegation_id
         )
@@ -541,7 +660,13 @@ class AsyncDelegationRepository:
         limit: int | None = None,
     ) -> list[dict[str, Any]]:
         """Full rows (including columns added lazily by newer writers), oldest dispatch
-        first; `states` is one state, several, or None for all."""
+        first; `states` is one state, several, or None for all.
+
+        Args:
+            states: only delegations in these states.
+            origin_session: only delegations started from this session.
+            limit: at most this many rows.
+        """
         stmt: Select[Any] = all_columns(DELEGATIONS)
         params: dict[str, Any] = {}
         if states is not None:

@@ -35,6 +35,13 @@ ProgressReport = Callable[[dict[str, Any]], None]
 
 
 class HousekeepingRepository:
+    """The search index's state and upkeep, the database's size, VACUUM, and the throttled
+    auto-prune / auto-archive the original runs at start-up.
+
+    Args:
+        store: the Store the repository works on.
+    """
+
     def __init__(self, store: Store) -> None:
         self.store = store
         self._maintenance = MaintenanceRepository(store)
@@ -107,7 +114,12 @@ class HousekeepingRepository:
         legacy tables), VACUUM if asked, and report `{ok, vacuumed}` (spec 5.5).
 
         PostgreSQL has no layout to convert: `{ok: True, vacuumed: None, reason:
-        "nothing_to_optimize"}`, and nothing is changed."""
+        "nothing_to_optimize"}`, and nothing is changed.
+
+        Args:
+            progress_cb: called with progress reports as the job runs.
+            vacuum: VACUUM afterwards (SQLite), giving the freed pages back.
+        """
         if self.store.read_only:
             return {"ok": False, "reason": "read_only"}
 
@@ -190,7 +202,16 @@ class HousekeepingRepository:
         vacuum: bool = True,
         sessions_dir: str | Path | None = None,
     ) -> dict[str, Any]:
-        """Never raises: {"skipped", "pruned", "vacuumed"} (+ "error")."""
+        """Never raises: {"skipped", "pruned", "vacuumed"} (+ "error").
+
+        Args:
+            retention_days: delete ended sessions inactive for more than this many days.
+            min_interval_hours: do nothing if the job last ran less than this many hours
+                ago.
+            vacuum: VACUUM afterwards (SQLite), giving the freed pages back.
+            sessions_dir: where the sessions' files live; a deleted session's files are
+                removed from it (None: none are).
+        """
         result: dict[str, Any] = {"skipped": False, "pruned": 0, "vacuumed": False}
         try:
             if self._throttled("last_auto_prune", min_interval_hours):
@@ -211,7 +232,14 @@ class HousekeepingRepository:
     def maybe_auto_archive(
         self, idle_days: float = 3, min_interval_hours: float = 24, exclude_pinned: bool = True
     ) -> dict[str, Any]:
-        """Never raises: {"skipped", "archived"} (+ "error")."""
+        """Never raises: {"skipped", "archived"} (+ "error").
+
+        Args:
+            idle_days: days without activity after which a session counts as stale.
+            min_interval_hours: do nothing if the job last ran less than this many hours
+                ago.
+            exclude_pinned: leave pinned sessions alone.
+        """
         result: dict[str, Any] = {"skipped": False, "archived": 0}
         try:
             if self._throttled("last_auto_archive", min_interval_hours):

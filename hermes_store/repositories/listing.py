@@ -83,7 +83,7 @@ def _int_param(name: str) -> Any:
 # --------------------------------------------------------------------------- filters
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ListingFilters:
     """Which sessions a listing or a count includes. `shape()` says which statement
     serves them (what is present, how many sources), `params()` gives its values."""

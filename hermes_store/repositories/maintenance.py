@@ -62,6 +62,17 @@ EXPORT_PAGE = 200
 
 
 class MaintenanceRepository:
+    """Export, import, deletion, pruning and archiving of whole sessions; long deletions
+    run as a series of short write transactions.
+
+    Args:
+        store: the Store the repository works on.
+        chunk_size: rows per transaction of a chunked job.
+        chunk_pause: seconds to sleep between chunks of a long-running job, yielding to
+            other writers.
+        export_page: sessions read per query when exporting.
+    """
+
     def __init__(
         self,
         store: Store,
@@ -79,7 +90,11 @@ class MaintenanceRepository:
     # ------------------------------------------------------------------ export
 
     def export_session(self, session_id: str) -> dict[str, Any] | None:
-        """The full session row plus its active messages, decoded; None if unknown."""
+        """The full session row plus its active messages, decoded; None if unknown.
+
+        Args:
+            session_id: the session's id.
+        """
         return self.store.read(lambda conn: export_session(conn, session_id))
 
     def export_session_lineage(self, session_id: str) -> dict[str, Any] | None:
@@ -87,14 +102,22 @@ class MaintenanceRepository:
         last segment's fields, plus `segments` (one `export_session` dict per segment,
         root first), `lineage_session_ids`, `messages` (all segments' active messages
         concatenated) and `message_count` (their total). None for unknown ids. Read in
-        one transaction, so the segments are consistent with each other."""
+        one transaction, so the segments are consistent with each other.
+
+        Args:
+            session_id: the session's id.
+        """
         return self.store.read(lambda conn: export_lineage(conn, session_id))
 
     def export_all(self, source: str | None = None) -> Iterator[dict[str, Any]]:
         """Every session (newest start first), one export at a time.
 
         Keyset pages over (started_at, id); no read transaction stays open while the
-        caller consumes a session, so a slow consumer never blocks a DELETE-mode writer."""
+        caller consumes a session, so a slow consumer never blocks a DELETE-mode writer.
+
+        Args:
+            source: the source (cli, telegram, discord, cron, ...).
+        """
         after: tuple[float, str] | None = None
         while True:
             page = self.store.read(
@@ -111,13 +134,22 @@ class MaintenanceRepository:
     @staticmethod
     def write_jsonl(fp: SupportsWriteStr, sessions: Iterable[Mapping[str, Any]]) -> int:
         """One JSON object per line; returns how many were written. Bytes content (a
-        legacy oddity) is written as text, decoded as UTF-8 with replacement."""
+        legacy oddity) is written as text, decoded as UTF-8 with replacement.
+
+        Args:
+            fp: a text stream to write to or read from.
+            sessions: the sessions, as exported (a dict each).
+        """
         return write_jsonl(fp, sessions)
 
     @staticmethod
     def read_jsonl(fp: Iterable[str]) -> Iterator[dict[str, Any]]:
         """The objects of a JSONL stream; blank lines are skipped, anything else that is
-        not a JSON object raises ValueError naming the line."""
+        not a JSON object raises ValueError naming the line.
+
+        Args:
+            fp: a text stream to write to or read from.
+        """
         return read_jsonl(fp)
 
     # ------------------------------------------------------------------ import
@@ -128,7 +160,11 @@ class MaintenanceRepository:
 
         Existing ids are skipped. A parent link survives only if the parent exists (in
         the database or the payload) and no cycle results; otherwise the child is
-        detached. A title already in use raises the database's IntegrityError."""
+        detached. A title already in use raises the database's IntegrityError.
+
+        Args:
+            sessions: the sessions, as exported (a dict each).
+        """
         errors = import_errors(sessions)
         if errors:
             return {"ok": False, "imported": 0, "skipped": 0, "detached": 0, "errors": errors}
@@ -149,7 +185,12 @@ class MaintenanceRepository:
         skipped. Parents are written before their children, in batches of at most
         `import_sessions`' size, one transaction each. `progress(n)` is called as
         entries are handled, `n` since its last call. Errors are listed in input order
-        (`entry` is `[i]` or `line n`, `index` the position from 0)."""
+        (`entry` is `[i]` or `line n`, `index` the position from 0).
+
+        Args:
+            sessions: the sessions, as exported (a dict each).
+            progress: called with the number of entries done after each one.
+        """
         source = (
             sessions if isinstance(sessions, ImportSource) else ImportSource.from_list(sessions)
         )
@@ -165,7 +206,16 @@ class MaintenanceRepository:
     ) -> bool:
         """Delete a session, its messages and its delegate runs; orphan other children.
         With `expected_delete_ids`, only if exactly that set would go (what a UI showed
-        the user). False for unknown ids or a mismatch."""
+        the user). False for unknown ids or a mismatch.
+
+        Args:
+            session_id: the session's id.
+            sessions_dir: where the sessions' files live; a deleted session's files are
+                removed from it (None: none are).
+            expected_delete_ids: the ids the caller expects to delete (the session and its
+                delegate runs); when the set differs, nothing is deleted and the result is
+                False.
+        """
         if not session_id or not isinstance(session_id, str):
             return False
         expected = None if expected_delete_ids is None else set(expected_delete_ids)
@@ -182,7 +232,13 @@ class MaintenanceRepository:
     ) -> bool:
         """Delete a session only if it is untitled (NULL or ''), has no message rows
         (inactive ones count) and no child sessions; decided and done in one write.
-        Its files under `sessions_dir` are removed afterwards (spec section 9)."""
+        Its files under `sessions_dir` are removed afterwards (spec section 9).
+
+        Args:
+            session_id: the session's id.
+            sessions_dir: where the sessions' files live; a deleted session's files are
+                removed from it (None: none are).
+        """
         if not session_id or not isinstance(session_id, str):
             return False
         deleted = self.store.write(lambda conn: delete_if_empty(conn, session_id))
@@ -194,7 +250,13 @@ class MaintenanceRepository:
         self, session_ids: Iterable[Any], sessions_dir: str | Path | None = None
     ) -> int:
         """The bulk form of delete_session in one transaction; returns how many of the
-        given ids were deleted (non-strings, empties and unknown ids are ignored)."""
+        given ids were deleted (non-strings, empties and unknown ids are ignored).
+
+        Args:
+            session_ids: the ids of the sessions.
+            sessions_dir: where the sessions' files live; a deleted session's files are
+                removed from it (None: none are).
+        """
         wanted = list(dict.fromkeys(i for i in session_ids if isinstance(i, str) and i))
         if not wanted:
             return 0
@@ -235,7 +297,15 @@ class MaintenanceRepository:
         **filters: Unpack[PruneFilters],
     ) -> int:
         """Delete ended sessions matching every filter (behaviour.md 9); open sessions are
-        never pruned. Returns how many were deleted."""
+        never pruned. Returns how many were deleted.
+
+        Args:
+            older_than_days: only sessions whose last activity is older than this many days.
+            source: the source (cli, telegram, discord, cron, ...).
+            sessions_dir: where the sessions' files live; a deleted session's files are
+                removed from it (None: none are).
+            filters: which sessions: source, age and activity filters (see the method).
+        """
         conditions = prune_conditions("prune_sessions", older_than_days, source, filters)
         return self._delete_where(conditions, sessions_dir)
 
@@ -246,7 +316,13 @@ class MaintenanceRepository:
         source: str | None = None,
         **filters: Unpack[PruneFilters],
     ) -> list[dict[str, Any]]:
-        """What prune_sessions would delete, least recently active first."""
+        """What prune_sessions would delete, least recently active first.
+
+        Args:
+            older_than_days: only sessions whose last activity is older than this many days.
+            source: the source (cli, telegram, discord, cron, ...).
+            filters: which sessions: source, age and activity filters (see the method).
+        """
         conditions = prune_conditions("list_prune_candidates", older_than_days, source, filters)
         return self.store.read(
             lambda conn: [
@@ -265,7 +341,13 @@ class MaintenanceRepository:
         like `set_session_archived` (ancestors and descendants linked through compression
         parents, open tips included). `archived` defaults to False, so already archived
         sessions are not selected again. Returns the number of selected sessions (as the
-        original, which archives each candidate in turn); one write transaction."""
+        original, which archives each candidate in turn); one write transaction.
+
+        Args:
+            older_than_days: only sessions whose last activity is older than this many days.
+            source: the source (cli, telegram, discord, cron, ...).
+            filters: which sessions: source, age and activity filters (see the method).
+        """
         filters.setdefault("archived", False)
         conditions = prune_conditions("archive_sessions", older_than_days, source, filters)
         return self.store.write(lambda conn: archive_lineages(conn, conditions))
@@ -278,7 +360,12 @@ class MaintenanceRepository:
         return self.store.read(lambda conn: int(conn.execute(stmt).scalar_one()))
 
     def delete_empty_sessions(self, sessions_dir: str | Path | None = None) -> int:
-        """Delete what count_empty_sessions counts; children are orphaned."""
+        """Delete what count_empty_sessions counts; children are orphaned.
+
+        Args:
+            sessions_dir: where the sessions' files live; a deleted session's files are
+                removed from it (None: none are).
+        """
         return self._delete_where(empty_conditions(), sessions_dir)
 
     def archive_stale_sessions(
@@ -286,7 +373,12 @@ class MaintenanceRepository:
     ) -> int:
         """Archive unarchived sessions idle for more than `idle_days` (open ones too),
         except compression-ended segments (their live tip carries the lineage) and, by
-        default, pinned sessions. None or a negative value archives nothing."""
+        default, pinned sessions. None or a negative value archives nothing.
+
+        Args:
+            idle_days: days without activity after which a session counts as stale.
+            exclude_pinned: leave pinned sessions alone.
+        """
         if idle_days is None or idle_days < 0:
             return 0
         cutoff = now() - float(idle_days) * DAY

@@ -539,6 +539,13 @@ def _messages(messages: list[dict[str, Any]]) -> list[ConversationMessage]:
 
 
 class MessageRepository:
+    """The messages of a session (its transcript) and the counters kept with them, each
+    method one unit of work.
+
+    Args:
+        store: the Store the repository works on.
+    """
+
     def __init__(self, store: Store) -> None:
         self.store = store
 
@@ -579,7 +586,37 @@ class MessageRepository:
 
         Raises CompressionSessionBusyError while another holder's lease is live,
         CompressionSessionClosedError on a session ended by compression, SessionNotFound
-        for an unknown id, InvalidInput for values that cannot be stored."""
+        for an unknown id, InvalidInput for values that cannot be stored.
+
+        Args:
+            session_id: the session's id.
+            role: the message's role (user, assistant, tool, system).
+            content: the message content: text, or a list of multimodal parts (stored as
+                JSON).
+            tool_name: the tool's name.
+            tool_calls: the tool calls the message makes (stored as JSON).
+            tool_call_id: the id of the tool call this message answers.
+            token_count: the message's token count.
+            finish_reason: why the model stopped generating (stop, length, tool_calls, ...).
+            reasoning: the model's reasoning text.
+            reasoning_content: the provider's reasoning content field.
+            reasoning_details: the provider's structured reasoning details (stored as JSON).
+            codex_reasoning_items: the Codex API's reasoning items, stored as JSON.
+            codex_message_items: the Codex API's message items, stored as JSON.
+            platform_message_id: the platform's id for the message.
+            observed: the message's `observed` flag (stored as 1 or 0).
+            effect_disposition: the tool call's effect disposition, stored as given.
+            timestamp: epoch seconds (default: now).
+            api_content: the content as sent to the model's API, when it differs from
+                `content`.
+            display_kind: how a client displays the message (a marker such as a tool
+                summary), or None.
+            display_metadata: what the client needs to display it that way (stored as JSON).
+            compression_lock_holder: the holder of the session's compression lock; a write
+                from anyone else is refused while the lock is held.
+            idempotency_key: a key the caller chooses for this write; a retry with the same
+                key returns the first write's result instead of writing again.
+        """
         if role is None:
             raise InvalidInput("a message needs a role")
         key = idempotency.check_key(idempotency_key)
@@ -620,7 +657,16 @@ class MessageRepository:
         """Append many messages (dicts, bulk encoding) in one transaction; returns their
         ids in order. Same checks as `append_message`; an empty list writes nothing.
         `idempotency_key` as for `append_message`: one key for the whole batch, whose
-        retry returns the same ids (a retry with another number of messages is refused)."""
+        retry returns the same ids (a retry with another number of messages is refused).
+
+        Args:
+            session_id: the session's id.
+            messages: the messages, as dicts with the `append_message` fields.
+            compression_lock_holder: the holder of the session's compression lock; a write
+                from anyone else is refused while the lock is held.
+            idempotency_key: a key the caller chooses for this write; a retry with the same
+                key returns the first write's result instead of writing again.
+        """
         key = idempotency.check_key(idempotency_key)
         encoded = encode_bulk(session_id, messages)
         holder = compression_lock_holder
@@ -635,7 +681,13 @@ class MessageRepository:
         active_only: bool = False,
     ) -> None:
         """Delete the session's messages (only active ones with `active_only`), insert
-        `messages` as the new active transcript and set the counters to what was inserted."""
+        `messages` as the new active transcript and set the counters to what was inserted.
+
+        Args:
+            session_id: the session's id.
+            messages: the messages, as dicts with the `append_message` fields.
+            active_only: only rows not marked inactive (rewound or compacted away).
+        """
         encoded = encode_bulk(session_id, messages)
         self.store.write(lambda conn: _replace(conn, session_id, encoded, active_only))
 
@@ -643,7 +695,12 @@ class MessageRepository:
         self, session_id: str, compacted_messages: Sequence[Mapping[str, Any]]
     ) -> int:
         """Archive the active rows (active=0, compacted=1; still searchable), insert the
-        compacted transcript, set the counters to it; returns how many rows were inserted."""
+        compacted transcript, set the counters to it; returns how many rows were inserted.
+
+        Args:
+            session_id: the session's id.
+            compacted_messages: the messages that replace the active history.
+        """
         encoded = encode_bulk(session_id, compacted_messages)
         return self.store.write(lambda conn: _archive_and_compact(conn, session_id, encoded))
 
@@ -656,7 +713,17 @@ class MessageRepository:
         display_kind: str,
         display_metadata: Any = None,
     ) -> bool:
-        """Tag the newest active row with this role and content; False if none matched."""
+        """Tag the newest active row with this role and content; False if none matched.
+
+        Args:
+            session_id: the session's id.
+            role: the message's role (user, assistant, tool, system).
+            content: the message content: text, or a list of multimodal parts (stored as
+                JSON).
+            display_kind: how a client displays the message (a marker such as a tool
+                summary), or None.
+            display_metadata: what the client needs to display it that way (stored as JSON).
+        """
         if not session_id or not role or not display_kind or _is_empty(content):
             return False
         stored_content = content_value(content)
@@ -669,7 +736,15 @@ class MessageRepository:
         )
 
     def set_latest_user_api_content(self, session_id: str, content: Any, api_content: Any) -> int:
-        """Set `api_content` on the newest active user row if its content is `content`."""
+        """Set `api_content` on the newest active user row if its content is `content`.
+
+        Args:
+            session_id: the session's id.
+            content: the message content: text, or a list of multimodal parts (stored as
+                JSON).
+            api_content: the content as sent to the model's API, when it differs from
+                `content`.
+        """
         if not session_id:
             return 0
         stored_content = content_value(content)
@@ -682,18 +757,33 @@ class MessageRepository:
         """Hide the target user message and everything after it (rows stay on disk).
 
         Raises ValueError if the target is not in the session or is not a user message.
-        The counters are left as they are, as the original does at v23."""
+        The counters are left as they are, as the original does at v23.
+
+        Args:
+            session_id: the session's id.
+            target_message_id: the message to rewind to (it and everything after it become
+                inactive).
+        """
         result = self.store.write(lambda conn: _rewind(conn, session_id, target_message_id))
         return cast(RewindResult, result)
 
     def restore_rewound(self, session_id: str, since_message_id: int) -> int:
-        """Make inactive rows with id >= `since_message_id` active again; returns how many."""
+        """Make inactive rows with id >= `since_message_id` active again; returns how many.
+
+        Args:
+            session_id: the session's id.
+            since_message_id: the message from which the rewound messages are restored.
+        """
         return self.store.write(
             lambda conn: _set_active(conn, session_id, since_message_id, active=True)
         )
 
     def clear_messages(self, session_id: str) -> None:
-        """Delete every message of the session and zero its counters."""
+        """Delete every message of the session and zero its counters.
+
+        Args:
+            session_id: the session's id.
+        """
         self.store.write(lambda conn: _clear(conn, session_id))
 
     def publish_compression_child(
@@ -712,7 +802,23 @@ class MessageRepository:
         require_compression_lease: bool = True,
     ) -> None:
         """Create the continuation of a compressed session with its first messages and end
-        the parent with `compression`, all in one transaction (spec section 12)."""
+        the parent with `compression`, all in one transaction (spec section 12).
+
+        Args:
+            parent_session_id: the parent session's id.
+            child_session_id: the id of the continuation session to create.
+            source: the source (cli, telegram, discord, cron, ...).
+            messages: the messages, as dicts with the `append_message` fields.
+            model: the model's name.
+            model_config: the model's settings (stored as JSON).
+            system_prompt: the assembled system prompt.
+            cwd: the working directory of the session.
+            profile_name: the Hermes profile the session runs under.
+            compression_lock_holder: the holder of the session's compression lock; a write
+                from anyone else is refused while the lock is held.
+            require_compression_lease: refuse unless the caller holds the parent's
+                compression lock.
+        """
         encoded = encode_bulk(child_session_id, messages)
         if isinstance(model_config, str):
             stored_config: str | None = model_config or None
@@ -741,7 +847,14 @@ class MessageRepository:
         limit: int | None = None,
         offset: int = 0,
     ) -> list[MessageRow]:
-        """Full rows in id order, decoded; only active rows unless `include_inactive`."""
+        """Full rows in id order, decoded; only active rows unless `include_inactive`.
+
+        Args:
+            session_id: the session's id.
+            include_inactive: also messages marked inactive (rewound or compacted away).
+            limit: at most this many rows.
+            offset: skip this many rows first.
+        """
         limit, offset = row_limit(limit), row_offset(offset)
         limited = limit is not None
         skipped = offset > 0
@@ -753,7 +866,13 @@ class MessageRepository:
     def get_messages_around(
         self, session_id: str, around_message_id: int, window: int = 5
     ) -> MessageWindow:
-        """Up to `window` rows either side of the anchor (inactive included), by id."""
+        """Up to `window` rows either side of the anchor (inactive included), by id.
+
+        Args:
+            session_id: the session's id.
+            around_message_id: the message the window is centred on.
+            window: how many messages on each side.
+        """
         found = self.store.read(lambda conn: _window(conn, session_id, around_message_id, window))
         if found is None:
             return {"window": [], "messages_before": 0, "messages_after": 0}
@@ -774,7 +893,16 @@ class MessageRepository:
     ) -> AnchoredView:
         """The window around the anchor plus the session's first and last `bookend` rows
         outside it. `messages_before`/`messages_after` count the rows actually returned
-        after the role filter."""
+        after the role filter.
+
+        Args:
+            session_id: the session's id.
+            around_message_id: the message the window is centred on.
+            window: how many messages on each side.
+            bookend: how many of the session's first and last messages outside the window to
+                add.
+            keep_roles: the roles of the messages the view keeps.
+        """
         bookend = row_count(bookend)
         found = self.store.read(
             lambda conn: _anchored_rows(
@@ -804,7 +932,13 @@ class MessageRepository:
     def list_recent_user_messages(
         self, session_id: str, limit: int = 20, include_inactive: bool = False
     ) -> list[RecentUserMessage]:
-        """Newest first: `{id, timestamp, preview}` of user rows without a display kind."""
+        """Newest first: `{id, timestamp, preview}` of user rows without a display kind.
+
+        Args:
+            session_id: the session's id.
+            limit: at most this many rows.
+            include_inactive: also messages marked inactive (rewound or compacted away).
+        """
         query = select(M.id, M.timestamp, M.content).where(
             M.session_id == session_id,
             M.role == "user",
@@ -824,19 +958,32 @@ class MessageRepository:
         ]
 
     def has_archived_messages(self, session_id: str) -> bool:
-        """Whether any row of the session is inactive (rewound or compaction-archived)."""
+        """Whether any row of the session is inactive (rewound or compaction-archived).
+
+        Args:
+            session_id: the session's id.
+        """
         query = select(M.id).where(M.session_id == session_id, M.active == 0)
         return self.store.read(lambda conn: _exists(conn, query))
 
     def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:
-        """Whether a row of the session carries this platform (chat service) message id."""
+        """Whether a row of the session carries this platform (chat service) message id.
+
+        Args:
+            session_id: the session's id.
+            platform_message_id: the platform's id for the message.
+        """
         query = select(M.id).where(
             M.session_id == session_id, M.platform_message_id == platform_message_id
         )
         return self.store.read(lambda conn: _exists(conn, query))
 
     def message_count(self, session_id: str | None = None) -> int:
-        """Rows on disk (inactive included), for one session or the whole database."""
+        """Rows on disk (inactive included), for one session or the whole database.
+
+        Args:
+            session_id: the session's id.
+        """
         query = select(func.count()).select_from(MESSAGES)
         if session_id is not None:
             query = query.where(M.session_id == session_id)
@@ -853,7 +1000,15 @@ class MessageRepository:
 
         With `include_ancestors` the rows of the whole lineage come root first (each
         session's rows in id order) and prompts replayed across a compression boundary
-        appear once. `repair_alternation` runs `repair_message_alternation()`."""
+        appear once. `repair_alternation` runs `repair_message_alternation()`.
+
+        Args:
+            session_id: the session's id.
+            include_ancestors: also the messages of the sessions this one continues.
+            include_inactive: also messages marked inactive (rewound or compacted away).
+            repair_alternation: merge consecutive messages of the same role so roles
+                alternate, as model APIs want.
+        """
         _, rows = self.store.read(
             lambda conn: _lineage_rows(conn, session_id, include_ancestors, include_inactive)
         )
@@ -867,7 +1022,11 @@ class MessageRepository:
         alternation repair; what the user sees is the whole lineage, root first, with
         replayed prompts shown once. Equal to `get_messages_as_conversation(id,
         repair_alternation=True)` and `get_messages_as_conversation(id,
-        include_ancestors=True)`, without a second read in between."""
+        include_ancestors=True)`, without a second read in between.
+
+        Args:
+            session_id: the session's id.
+        """
         _, rows = self.store.read(lambda conn: _lineage_rows(conn, session_id, True, False))
         own = [r for r in rows if r["session_id"] == session_id]
         return (
@@ -878,7 +1037,11 @@ class MessageRepository:
     def get_ancestor_display_prefix(self, session_id: str) -> list[ConversationMessage]:
         """The display rows of the session's ancestors only, root first, with replayed
         prompts de-duplicated among them (what a UI shows above the live session's own
-        transcript); [] when the session has no parent (spec section 4.2)."""
+        transcript); [] when the session has no parent (spec section 4.2).
+
+        Args:
+            session_id: the session's id.
+        """
         chain, rows = self.store.read(lambda conn: _lineage_rows(conn, session_id, True, False))
         if len(chain) < 2:
             return []

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, delete, select
+from sqlalchemy.dialects import sqlite
 
 from ..prepared import Prepared
 from ..store import Store
@@ -30,6 +31,10 @@ def _set_statement(insert: Callable[[Any], Any]) -> Any:
 
 _SET = PreparedUpsert(_set_statement)
 
+#: The same upsert compiled for the sqlite3 driver (parameters: key, value), for code that
+#: holds a raw connection, such as the Telegram tables' migration.
+SQLITE_SET_SQL = str(_set_statement(sqlite.insert).compile(dialect=sqlite.dialect()))
+
 
 def _text(value: MetaValue) -> str | None:
     # Every value is stored as text, as the original does (a float epoch becomes '1.5').
@@ -41,7 +46,8 @@ def _get(conn: Connection, key: str) -> str | None:
     return None if value is None else str(value)
 
 
-def _set(conn: Connection, key: str, value: MetaValue) -> None:
+def set_value(conn: Connection, key: str, value: MetaValue) -> None:
+    """Upsert `key` in `conn`'s transaction: the one `state_meta` write."""
     _SET.run(conn, {"key": key, "value": _text(value)})
 
 
@@ -50,33 +56,62 @@ def _delete(conn: Connection, key: str) -> bool:
 
 
 class MetaRepository:
+    """`state_meta`: string key/value pairs, read and written one key at a time.
+
+    Args:
+        store: the Store the repository works on.
+    """
+
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def get_meta(self, key: str, *, session: Connection | None = None) -> str | None:
-        """The value, or None when the key is missing. With `session`, read inside that
-        unit of work (so it sees the caller's own uncommitted writes)."""
-        if session is not None:
-            return _get(session, key)
-        return self.store.read(lambda conn: _get(conn, key))
+    def get_meta(self, key: str, *, conn: Connection | None = None) -> str | None:
+        """The value, or None when the key is missing. With `conn`, read inside that
+        unit of work (so it sees the caller's own uncommitted writes).
 
-    def set_meta(self, key: str, value: MetaValue, *, session: Connection | None = None) -> None:
-        """Upsert; with `session` the statement joins the caller's transaction (the
-        original's `cursor=` argument), otherwise it is its own write."""
-        if session is not None:
-            _set(session, key, value)
+        Args:
+            key: the key.
+            conn: a Connection of a unit of work to run in (its transaction is joined);
+                None: a unit of work of its own.
+        """
+        if conn is not None:
+            return _get(conn, key)
+        return self.store.read(lambda unit: _get(unit, key))
+
+    def set_meta(self, key: str, value: MetaValue, *, conn: Connection | None = None) -> None:
+        """Upsert; with `conn` the statement joins the caller's transaction (the
+        original's `cursor=` argument), otherwise it is its own write.
+
+        Args:
+            key: the key.
+            value: the value (stored as text; None stores NULL).
+            conn: a Connection of a unit of work to run in (its transaction is joined);
+                None: a unit of work of its own.
+        """
+        if conn is not None:
+            set_value(conn, key, value)
         else:
-            self.store.write(lambda conn: _set(conn, key, value))
+            self.store.write(lambda unit: set_value(unit, key, value))
 
-    def delete_meta(self, key: str, *, session: Connection | None = None) -> bool:
-        """True if the key existed."""
-        if session is not None:
-            return _delete(session, key)
-        return self.store.write(lambda conn: _delete(conn, key))
+    def delete_meta(self, key: str, *, conn: Connection | None = None) -> bool:
+        """True if the key existed.
+
+        Args:
+            key: the key.
+            conn: a Connection of a unit of work to run in (its transaction is joined);
+                None: a unit of work of its own.
+        """
+        if conn is not None:
+            return _delete(conn, key)
+        return self.store.write(lambda unit: _delete(unit, key))
 
     def list_meta_prefix(self, prefix: str) -> dict[str, str | None]:
         """Every key starting with `prefix` (taken literally: `%` and `_` are not
-        wildcards), ordered by key."""
+        wildcards), ordered by key.
+
+        Args:
+            prefix: the start of the ids (taken literally: no wildcards).
+        """
         stmt = (
             select(K.key, K.value).where(K.key.startswith(prefix, autoescape=True)).order_by(K.key)
         )

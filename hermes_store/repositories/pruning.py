@@ -171,3 +171,15 @@ def archive_idle(conn: Connection, cutoff: float, exclude_pinned: bool) -> int:
     if exclude_pinned:
         conditions.append(S.pinned == 0)
     return rowcount(conn.execute(update(SESSIONS).where(*conditions).values(archived=1)))
+
+
+def prune_bounds(candidates: Sequence[Mapping[str, Any]], cutoff: float, step: int) -> list[float]:
+    """Growing `last_active_before` bounds, about `step` candidates apart (they come
+    least recently active first) and ending at `cutoff`: pruning up to each bound in turn
+    deletes exactly what one prune up to `cutoff` would, in steps a bar can count."""
+    bounds: list[float] = []
+    for index in range(step, len(candidates), step):
+        bound = float(candidates[index]["last_active"])
+        if not bounds or bound > bounds[-1]:
+            bounds.append(bound)
+    return [*bounds, cutoff]

@@ -221,20 +221,20 @@ def _backfill_repo_roots(conn: Connection, pairs: list[tuple[str, str]]) -> int:
     return changed
 
 
+def _prefix_matches(conn: Connection, prefix: str, limit: int) -> list[str]:
+    """At most `limit` ids that start with `prefix` (LIKE wildcards in it taken
+    literally), in id order: the one order every prefix lookup uses, so an ambiguous
+    prefix names the same sessions each time (Hermes ids begin with their start time,
+    so id order is also oldest first)."""
+    pattern = escape_like(prefix) + "%"
+    statement = select(S.id).where(S.id.like(pattern, escape="\\")).order_by(S.id).limit(limit)
+    return list(conn.execute(statement).scalars())
+
+
 def _unique_prefix_match(conn: Connection, prefix: str) -> str | None:
     if session_exists(conn, prefix):
         return prefix
-    pattern = escape_like(prefix) + "%"
-    matches = (
-        conn.execute(
-            select(S.id)
-            .where(S.id.like(pattern, escape="\\"))
-            .order_by(S.started_at.desc())
-            .limit(2)
-        )
-        .scalars()
-        .all()
-    )
+    matches = _prefix_matches(conn, prefix, 2)
     return matches[0] if len(matches) == 1 else None
 
 
@@ -254,7 +254,12 @@ def _delete_targets(conn: Connection, session_id: str) -> list[str]:
 
 class SessionRepository:
     """The `sessions` aggregate. `flush`, when given, runs before the reads the original
-    precedes with a flush of queued token counts (so they see this process's deltas)."""
+    precedes with a flush of queued token counts (so they see this process's deltas).
+
+    Args:
+        store: the Store the repository works on.
+        flush: called before the reads that must see this process's queued token counts.
+    """
 
     def __init__(self, store: Store, *, flush: Callable[[], object] | None = None) -> None:
         self.store = store
@@ -291,7 +296,24 @@ class SessionRepository:
     ) -> str:
         """Create the session, or fill the gaps of an existing row (its source, user and
         start time stay); a child inherits its parent's workspace fields, and a
-        compression continuation also its gateway origin. Returns `session_id`."""
+        compression continuation also its gateway origin. Returns `session_id`.
+
+        Args:
+            session_id: the session's id.
+            source: the source (cli, telegram, discord, cron, ...).
+            model: the model's name.
+            model_config: the model's settings (stored as JSON).
+            system_prompt: the assembled system prompt.
+            user_id: the user's id on the platform.
+            session_key: the gateway's key for the conversation.
+            chat_id: the gateway chat's id.
+            chat_type: the kind of chat (dm, group, channel, ...).
+            thread_id: the gateway thread's id (a Telegram topic).
+            parent_session_id: the parent session's id.
+            cwd: the working directory of the session.
+            profile_name: the Hermes profile the session runs under.
+            git_repo_root: the root of the git repository the working directory lies in.
+        """
         given = {
             "model": model,
             "system_prompt": system_prompt,
@@ -331,7 +353,24 @@ class SessionRepository:
         profile_name: str | None = None,
         git_repo_root: str | None = None,
     ) -> str:
-        """`create_session` with the original's defaults for a row that may not exist."""
+        """`create_session` with the original's defaults for a row that may not exist.
+
+        Args:
+            session_id: the session's id.
+            source: the source, used if the session has to be created.
+            model: the model's name.
+            model_config: the model's settings (stored as JSON).
+            system_prompt: the assembled system prompt.
+            user_id: the user's id on the platform.
+            session_key: the gateway's key for the conversation.
+            chat_id: the gateway chat's id.
+            chat_type: the kind of chat (dm, group, channel, ...).
+            thread_id: the gateway thread's id (a Telegram topic).
+            parent_session_id: the parent session's id.
+            cwd: the working directory of the session.
+            profile_name: the Hermes profile the session runs under.
+            git_repo_root: the root of the git repository the working directory lies in.
+        """
         return self.create_session(
             session_id,
             source,
@@ -351,7 +390,12 @@ class SessionRepository:
 
     def end_session(self, session_id: str, end_reason: str) -> None:
         """Record the end; the first reason wins (an ended session keeps its time and
-        reason)."""
+        reason).
+
+        Args:
+            session_id: the session's id.
+            end_reason: why the session ended (the first reason given is kept).
+        """
         statement = (
             update(SESSIONS)
             .where(S.id == session_id, S.ended_at.is_(None))
@@ -360,12 +404,21 @@ class SessionRepository:
         self.store.write(lambda conn: conn.execute(statement))
 
     def reopen_session(self, session_id: str) -> None:
-        """Clear the end time and reason, so the session accepts messages again."""
+        """Clear the end time and reason, so the session accepts messages again.
+
+        Args:
+            session_id: the session's id.
+        """
         self._update(session_id, ended_at=None, end_reason=None)
 
     def promote_to_session_reset(self, session_id: str, reason: str = "session_reset") -> bool:
         """Mark a deliberate reset even over an automatic close, so stale-route recovery
-        cannot resurrect the session; explicit end reasons are kept."""
+        cannot resurrect the session; explicit end reasons are kept.
+
+        Args:
+            session_id: the session's id.
+            reason: the end reason recorded on the promoted session.
+        """
         if not session_id:
             return False
         try:
@@ -378,7 +431,12 @@ class SessionRepository:
         """Delete the empty rows a TUI leaves behind when it is opened and closed without
         a message (spec section 2): source `tui`, untitled, ended, started more than
         24 hours ago and without any message row. Their children (if any) are orphaned;
-        their transcript files under `sessions_dir` are removed afterwards."""
+        their transcript files under `sessions_dir` are removed afterwards.
+
+        Args:
+            sessions_dir: where the sessions' files live; a deleted session's files are
+                removed from it (None: none are).
+        """
         cutoff = now() - GHOST_AGE
         deleted = self.store.write(lambda conn: _delete_ghosts(conn, cutoff))
         remove_session_files(sessions_dir, deleted)
@@ -408,26 +466,54 @@ class SessionRepository:
     # ----------------------------------------------------------------- reads
 
     def get_session(self, session_id: str) -> Row | None:
-        """The whole row (keys as `SessionRow` has them), or None for an unknown id."""
+        """The whole row (keys as `SessionRow` has them), or None for an unknown id.
+
+        Args:
+            session_id: the session's id.
+        """
         self._flush()
         return self.store.read(lambda conn: full_row(conn, session_id))
 
     def resolve_session_id(self, id_or_prefix: str) -> str | None:
-        """An exact id, else the id that uniquely starts with the prefix."""
+        """An exact id, else the id that uniquely starts with the prefix.
+
+        Args:
+            id_or_prefix: a whole session id, or the start of one.
+        """
         if not id_or_prefix:
             return None
         return self.store.read(lambda conn: _unique_prefix_match(conn, id_or_prefix))
 
+    def session_ids_with_prefix(self, prefix: str, limit: int) -> list[str]:
+        """The ids that start with `prefix`, in id order.
+
+        Args:
+            prefix: the start of a session id; `%`, `_` and `\\` in it are literal.
+            limit: at most this many ids are returned.
+        """
+        return self.store.read(lambda conn: _prefix_matches(conn, prefix, limit))
+
     # ----------------------------------------------------------------- settings
 
     def update_system_prompt(self, session_id: str, system_prompt: str | None) -> None:
-        """Store the assembled system prompt snapshot."""
+        """Store the assembled system prompt snapshot.
+
+        Args:
+            session_id: the session's id.
+            system_prompt: the assembled system prompt.
+        """
         self._update(session_id, system_prompt=_text(system_prompt))
 
     def update_session_meta(
         self, session_id: str, model_config_json: str | None, model: str | None = None
     ) -> None:
-        """Replace `model_config` (JSON text) and, when given, the model."""
+        """Replace `model_config` (JSON text) and, when given, the model.
+
+        Args:
+            session_id: the session's id.
+            model_config_json: the model's settings, as JSON text.
+            model: the model's name.
+        """
         self._flush()
         self._update(
             session_id, model_config=model_config_json, model=func.coalesce(model, S.model)
@@ -435,7 +521,12 @@ class SessionRepository:
 
     def update_session_model(self, session_id: str, model: str | None) -> None:
         """A model switch drops the browser's model lock and the prompt snapshot (it was
-        assembled for the old model)."""
+        assembled for the old model).
+
+        Args:
+            session_id: the session's id.
+            model: the model's name.
+        """
         self._flush()
         self.store.write(lambda conn: _switch_model(conn, session_id, model))
 
@@ -450,7 +541,16 @@ class SessionRepository:
         confirmed: bool = False,
     ) -> None:
         """Record the browser's model lock in `model_config` (and the model, when given);
-        the prompt snapshot is dropped. Nothing happens for an unknown id."""
+        the prompt snapshot is dropped. Nothing happens for an unknown id.
+
+        Args:
+            session_id: the session's id.
+            model: the model's name.
+            provider: the model provider.
+            model_options: the model options, stored in `browser_model_lock`.
+            route_source: what chose the route, stored in `browser_model_lock`.
+            confirmed: the lock's `confirmed` flag, stored in `browser_model_lock`.
+        """
         lock = {
             "provider": provider,
             "model": model,
@@ -470,7 +570,14 @@ class SessionRepository:
         billing_mode: str | None = None,
     ) -> None:
         """Record where calls are billed (the mode is kept when not given); the prompt
-        snapshot is dropped."""
+        snapshot is dropped.
+
+        Args:
+            session_id: the session's id.
+            provider: the model provider.
+            base_url: the API base URL the session is billed through.
+            billing_mode: how the provider bills (subscription, metered, ...), when known.
+        """
         self._flush()
         self._update(
             session_id,
@@ -488,7 +595,14 @@ class SessionRepository:
         git_repo_root: str | None = None,
     ) -> None:
         """Record the working directory (and the git branch and root when non-blank);
-        nothing happens without a session id and a directory."""
+        nothing happens without a session id and a directory.
+
+        Args:
+            session_id: the session's id.
+            cwd: the working directory of the session.
+            git_branch: the git branch of the working directory.
+            git_repo_root: the root of the git repository the working directory lies in.
+        """
         if not session_id or not cwd:
             return
         values: dict[str, Any] = {"cwd": _text(cwd)}
@@ -498,7 +612,12 @@ class SessionRepository:
         self._update(session_id, **values)
 
     def backfill_repo_roots(self, cwd_to_root: Mapping[str, str]) -> int:
-        """Record repository roots discovered later; a root already recorded is kept."""
+        """Record repository roots discovered later; a root already recorded is kept.
+
+        Args:
+            cwd_to_root: working directory -> git repository root, for the sessions that
+                have no root yet.
+        """
         pairs = [
             (cwd, root)
             for cwd, root in cwd_to_root.items()
@@ -509,17 +628,32 @@ class SessionRepository:
         return self.store.write(lambda conn: _backfill_repo_roots(conn, pairs))
 
     def set_session_archived(self, session_id: str, archived: bool) -> bool:
-        """Archive (or unarchive) the session's whole compression lineage."""
+        """Archive (or unarchive) the session's whole compression lineage.
+
+        Args:
+            session_id: the session's id.
+            archived: True to archive the session, False to bring it back.
+        """
         return self.store.write(
             lambda conn: set_lineage_flag(conn, "archived", session_id, archived)
         )
 
     def set_session_pinned(self, session_id: str, pinned: bool) -> bool:
-        """Pin (or unpin) the session's whole compression lineage."""
+        """Pin (or unpin) the session's whole compression lineage.
+
+        Args:
+            session_id: the session's id.
+            pinned: True to pin the session, False to unpin it.
+        """
         return self.store.write(lambda conn: set_lineage_flag(conn, "pinned", session_id, pinned))
 
     def set_expiry_finalized(self, session_id: str, finalized: bool = True) -> None:
-        """Mark that the gateway has finished the session's expiry work."""
+        """Mark that the gateway has finished the session's expiry work.
+
+        Args:
+            session_id: the session's id.
+            finalized: whether the session's expiry handling is done.
+        """
         if not session_id:
             return
         self._update(session_id, expiry_finalized=flag(finalized))
@@ -530,7 +664,13 @@ class SessionRepository:
         self, session_id: str, cooldown_until: float, error: str | None = None
     ) -> None:
         """Remember that compression failed and must not be retried before
-        `cooldown_until` (advisory: a failure to record it is logged, never raised)."""
+        `cooldown_until` (advisory: a failure to record it is logged, never raised).
+
+        Args:
+            session_id: the session's id.
+            cooldown_until: epoch seconds until which compression is not retried.
+            error: why compression failed, as text.
+        """
         try:
             self._update(
                 session_id,
@@ -541,7 +681,11 @@ class SessionRepository:
             log.warning("could not record compression cooldown for %s: %s", session_id, exc)
 
     def get_compression_failure_cooldown(self, session_id: str) -> CompressionCooldown | None:
-        """`{cooldown_until, remaining_seconds, error}` while a cooldown runs, else None."""
+        """`{cooldown_until, remaining_seconds, error}` while a cooldown runs, else None.
+
+        Args:
+            session_id: the session's id.
+        """
         row = self.store.read(
             lambda conn: conn.execute(
                 select(S.compression_failure_cooldown_until, S.compression_failure_error).where(
@@ -565,7 +709,11 @@ class SessionRepository:
         }
 
     def clear_compression_failure_cooldown(self, session_id: str) -> None:
-        """End a compression cooldown (advisory, as recording it)."""
+        """End a compression cooldown (advisory, as recording it).
+
+        Args:
+            session_id: the session's id.
+        """
         try:
             self._update(
                 session_id,
@@ -589,58 +737,108 @@ class SessionRepository:
             return 0
 
     def get_compression_fallback_streak(self, session_id: str) -> int:
-        """How many compressions in a row fell back to the simple summary (0 if unknown)."""
+        """How many compressions in a row fell back to the simple summary (0 if unknown).
+
+        Args:
+            session_id: the session's id.
+        """
         return self._get_counter(session_id, "compression_fallback_streak")
 
     def set_compression_fallback_streak(self, session_id: str, value: int) -> None:
-        """Set the fallback streak (negative values count as 0)."""
+        """Set the fallback streak (negative values count as 0).
+
+        Args:
+            session_id: the session's id.
+            value: the number of consecutive compressions that fell back.
+        """
         self._update(session_id, compression_fallback_streak=max(0, int(value)))
 
     def get_compression_ineffective_count(self, session_id: str) -> int:
-        """How many compressions in a row saved too little (0 if unknown)."""
+        """How many compressions in a row saved too little (0 if unknown).
+
+        Args:
+            session_id: the session's id.
+        """
         return self._get_counter(session_id, "compression_ineffective_count")
 
     def set_compression_ineffective_count(self, session_id: str, value: int) -> None:
-        """Set the ineffective-compression count (negative values count as 0)."""
+        """Set the ineffective-compression count (negative values count as 0).
+
+        Args:
+            session_id: the session's id.
+            value: the number of compressions that saved too little.
+        """
         self._update(session_id, compression_ineffective_count=max(0, int(value)))
 
     # ----------------------------------------------------------------- lineage
 
     def get_compression_tip(self, session_id: str) -> str:
-        """The live end of the session's compression chain (the id itself if none)."""
+        """The live end of the session's compression chain (the id itself if none).
+
+        Args:
+            session_id: the session's id.
+        """
         return self.store.read(lambda conn: compression_tip(conn, session_id))
 
     def get_compression_lineage(self, session_id: str) -> list[str]:
-        """The compression chain the session belongs to, root first ([] if unknown)."""
+        """The compression chain the session belongs to, root first ([] if unknown).
+
+        Args:
+            session_id: the session's id.
+        """
         return self.store.read(lambda conn: compression_lineage(conn, session_id))
 
     def find_live_compression_child(self, parent_session_id: str) -> SessionRow | None:
         """The unique open continuation of a compressed session; None when there is
-        none or when several compete (the caller must not guess)."""
+        none or when several compete (the caller must not guess).
+
+        Args:
+            parent_session_id: the parent session's id.
+        """
         found = self.store.read(lambda conn: _live_continuation_row(conn, parent_session_id))
         return cast("SessionRow | None", found)
 
     def get_session_delete_targets(self, session_id: str) -> list[str]:
-        """What deleting the session removes: itself, then its delegate runs."""
+        """What deleting the session removes: itself, then its delegate runs.
+
+        Args:
+            session_id: the session's id.
+        """
         return self.store.read(lambda conn: _delete_targets(conn, session_id))
 
     def ancestors(self, session_id: str) -> list[str]:
-        """Every ancestor through `parent_session_id`, nearest first."""
+        """Every ancestor through `parent_session_id`, nearest first.
+
+        Args:
+            session_id: the session's id.
+        """
         return self.store.read(lambda conn: ancestor_ids(conn, session_id))
 
     def descendants(self, session_id: str) -> list[str]:
-        """Every descendant through `parent_session_id`, level by level."""
+        """Every descendant through `parent_session_id`, level by level.
+
+        Args:
+            session_id: the session's id.
+        """
         return self.store.read(lambda conn: descendant_ids(conn, session_id))
 
     def get_conversation_root(self, session_id: str) -> str:
-        """The farthest ancestor (the id itself for a root or an unknown id)."""
+        """The farthest ancestor (the id itself for a root or an unknown id).
+
+        Args:
+            session_id: the session's id.
+        """
         chain = self.ancestors(session_id)
         return chain[-1] if chain else session_id
 
     def resolve_resume_session_id(self, session_id: str) -> str:
         """Where a resume should land: the compression tip, then the deepest newest
         continuation that actually has messages (a child created but never written to
-        would resume into an empty transcript)."""
+        would resume into an empty transcript).
+
+        Args:
+            session_id: the session's id.
+        """
         if not session_id:
             return session_id
         return self.store.read(lambda conn: resume_target(conn, session_id))
@@ -677,12 +875,43 @@ class SessionRepository:
         tagged as delegate runs (`_delegate_from` in `model_config`), which the original
         hides: among them untitled root sessions with tool calls and at most 25 messages,
         a cron job's run say, that revision 0016, like the original's v16 migration,
-        tagged as orphaned delegate runs (`_delegate_from = '__orphaned__'`)."""
+        tagged as orphaned delegate runs (`_delegate_from = '__orphaned__'`).
+
+        Args:
+            source: the source (cli, telegram, discord, cron, ...).
+            sources: only sessions from these sources.
+            exclude_sources: leave out sessions from these sources.
+            cwd_prefix: only sessions whose working directory is this path or lies under it.
+            limit: at most this many rows.
+            offset: skip this many rows first.
+            include_children: also sessions that have a parent (continuations, branches).
+            min_message_count: only sessions with at least this many messages.
+            project_compression_tips: show a compressed root as its live continuation.
+            order_by_last_active: order by the latest activity in each compression chain
+                instead of by start time.
+            include_archived: also archived sessions.
+            archived_only: only archived sessions.
+            id_query: only sessions whose id (or that of another session in their
+                compression chain) contains this text.
+            search_query: only sessions whose title (or that of another session in their
+                compression chain) contains this text.
+            compact_rows: return the listing's compact columns instead of the whole row.
+            include_pinned: also append the pinned sessions that match the same filters but
+                fall outside the page.
+            include_delegates: also sessions tagged as delegate runs, hidden by default.
+        """
         self._flush()
-        filters = ListingFilters(  # positional: the dataclass's field order
-            source, sources, exclude_sources, cwd_prefix, min_message_count,
-            include_archived, archived_only, not include_children, include_delegates,
-        )  # fmt: skip
+        filters = ListingFilters(
+            source=source,
+            sources=sources,
+            exclude_sources=exclude_sources,
+            cwd_prefix=cwd_prefix,
+            min_message_count=min_message_count,
+            include_archived=include_archived,
+            archived_only=archived_only,
+            listable_only=not include_children,
+            include_delegates=include_delegates,
+        )
         rows = self.store.read(
             lambda conn: list_page(
                 conn,
@@ -702,7 +931,12 @@ class SessionRepository:
     def get_session_rich_row(
         self, session_id: str, compact_rows: bool = False
     ) -> ListingRow | None:
-        """One listing row (not projected onto its tip), or None."""
+        """One listing row (not projected onto its tip), or None.
+
+        Args:
+            session_id: the session's id.
+            compact_rows: return the listing's compact columns instead of the whole row.
+        """
         self._flush()
         rows = self.store.read(
             lambda conn: rich_rows(conn, rich_row_by_id(compact_rows), {"id": session_id})
@@ -720,7 +954,16 @@ class SessionRepository:
     ) -> list[ListingRow]:
         """Listing rows whose id (or an id of their forward compression chain) holds
         `query`, case-insensitively: exact ids first, then prefixes, then the rest, each
-        group in last-activity order (spec section 6.6)."""
+        group in last-activity order (spec section 6.6).
+
+        Args:
+            query: the search text.
+            limit: at most this many rows.
+            include_archived: also archived sessions.
+            source: the source (cli, telegram, discord, cron, ...).
+            sources: only sessions from these sources.
+            exclude_sources: leave out sessions from these sources.
+        """
         needle = (query or "").strip().lower()
         if not needle or limit <= 0:
             return []
@@ -753,7 +996,15 @@ class SessionRepository:
     ) -> list[ListingRow]:
         """Every session (children and archived included), most recently active first,
         optionally of one source or one workspace (a git root, else a directory tree).
-        Despite its name this filters, it does not search text: see `SearchRepository`."""
+        Despite its name this filters, it does not search text: see `SearchRepository`.
+
+        Args:
+            source: the source (cli, telegram, discord, cron, ...).
+            limit: at most this many rows.
+            offset: skip this many rows first.
+            workspace_key: only sessions of this workspace: its git root, or (with no root
+                recorded) a working directory at or under it.
+        """
         s = SESSIONS.alias("s")
         activity = last_active(s.c.id, s.c.started_at).label("last_active")
         query = select(literal_column("s.*"), activity).select_from(s)
@@ -784,11 +1035,29 @@ class SessionRepository:
         exclude_children: bool = False,
         exclude_sources: Sequence[str] | None = None,
     ) -> int:
-        """How many sessions the listing filters select."""
-        filters = ListingFilters(  # positional: the dataclass's field order
-            source, sources, exclude_sources, cwd_prefix, min_message_count,
-            include_archived, archived_only, exclude_children,
-        )  # fmt: skip
+        """How many sessions the listing filters select.
+
+        Args:
+            source: the source (cli, telegram, discord, cron, ...).
+            sources: only sessions from these sources.
+            cwd_prefix: only sessions whose working directory is this path or lies under it.
+            min_message_count: only sessions with at least this many messages.
+            include_archived: also archived sessions.
+            archived_only: only archived sessions.
+            exclude_children: leave out sessions that have a parent (compression
+                continuations, branches, delegate runs).
+            exclude_sources: leave out sessions from these sources.
+        """
+        filters = ListingFilters(
+            source=source,
+            sources=sources,
+            exclude_sources=exclude_sources,
+            cwd_prefix=cwd_prefix,
+            min_message_count=min_message_count,
+            include_archived=include_archived,
+            archived_only=archived_only,
+            listable_only=exclude_children,
+        )
         return self.store.read(
             lambda conn: int(
                 conn.execute(count_statement(filters.shape()), filters.params()).scalar_one()
@@ -802,7 +1071,14 @@ class SessionRepository:
         archived_only: bool = False,
         exclude_children: bool = False,
     ) -> dict[str, int]:
-        """Sessions per source, most first ('' and NULL sources count as `cli`)."""
+        """Sessions per source, most first ('' and NULL sources count as `cli`).
+
+        Args:
+            include_archived: also archived sessions.
+            archived_only: only archived sessions.
+            exclude_children: leave out sessions that have a parent (compression
+                continuations, branches, delegate runs).
+        """
         filters = ListingFilters(
             include_archived=include_archived,
             archived_only=archived_only,
@@ -817,7 +1093,13 @@ class SessionRepository:
 
     def list_cron_job_runs(self, job_id: str, limit: int = 20, offset: int = 0) -> list[Row]:
         """Runs of one cron job, newest first: an index range over the id prefix, so the
-        cost follows the page size, not the whole cron history."""
+        cost follows the page size, not the whole cron history.
+
+        Args:
+            job_id: the cron job's id.
+            limit: at most this many rows.
+            offset: skip this many rows first.
+        """
         prefix = f"cron_{job_id}_"
         upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
         s = alias(SESSIONS, "s")
@@ -831,7 +1113,11 @@ class SessionRepository:
         return self.store.read(lambda conn: rich_rows(conn, Prepared(query), {}))
 
     def distinct_session_cwds(self, include_archived: bool = False) -> list[dict[str, Any]]:
-        """Each working directory with its number of sessions and last activity."""
+        """Each working directory with its number of sessions and last activity.
+
+        Args:
+            include_archived: also archived sessions.
+        """
         conds: list[ColumnElement[bool]] = [S.cwd.is_not(None), func.trim(S.cwd) != ""]
         if not include_archived:
             conds.append(S.archived == 0)
@@ -858,7 +1144,11 @@ class SessionRepository:
         skipped) is a `/skill` invocation, newest start first: their titles were made
         from the expanded skill body rather than the request. Rows are `{id, title,
         content}` with the full first-turn content (decoded), so a caller can re-derive
-        what the user typed and re-title the session (spec section 7.2)."""
+        what the user typed and re-title the session (spec section 7.2).
+
+        Args:
+            limit: at most this many rows.
+        """
         m = MESSAGES.alias("m")
         first = (
             select(m.c.id)
@@ -887,7 +1177,11 @@ class SessionRepository:
     def get_first_assistant_text(self, session_id: str) -> str:
         """The text of the session's first assistant message with content (by timestamp,
         then id; inactive rows included, as in the original); "" when there is none or
-        its content is structured (spec section 7.2, used to re-title `/skill` sessions)."""
+        its content is structured (spec section 7.2, used to re-title `/skill` sessions).
+
+        Args:
+            session_id: the session's id.
+        """
         query = (
             select(M.content)
             .where(M.session_id == session_id, M.role == "assistant", M.content.is_not(None))

@@ -6,24 +6,30 @@ in (`/topic`): nothing here creates them implicitly except the explicit opt-in p
 (`apply_telegram_topic_migration`, `enable_telegram_topic_mode`, `bind_telegram_topic`).
 Every reader returns an empty result (None, False, []) while the tables are missing.
 
-The DDL is raw text, exactly as the original writes it, because these tables are owned
-by the Telegram module and are excluded from the ORM metadata and from Alembic. On SQLite
+These tables are owned by the Telegram module and are excluded from the ORM metadata and
+from Alembic; this module holds their one definition. On SQLite they are created from raw
+DDL, exactly the text the original writes (SQLite keeps that text in sqlite_master), and
 the migration also rebuilds a v1 bindings table (it needs `PRAGMA foreign_keys` and
-`PRAGMA foreign_key_list`); on PostgreSQL, which the original never wrote, the tables
-are simply created with that dialect's types.
+`PRAGMA foreign_key_list`). `TABLES` describes the same columns for SQLAlchemy Core: the
+column list `hermes-store copy` reads and writes, and, compiled, the PostgreSQL DDL (a
+database the original never wrote: 8-byte integers and floats, as the migrations use
+there). A test keeps the raw text and `TABLES` in step.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import sqlite3
 from functools import cache
 from typing import Any, cast
 
 from sqlalchemy import (
     BigInteger,
+    Column,
     Connection,
+    ForeignKey,
+    MetaData,
+    Table,
     bindparam,
     column,
     exists,
@@ -33,10 +39,15 @@ from sqlalchemy import (
     table,
     text,
 )
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Dialect
+from sqlalchemy.schema import CreateTable
 
 from ..errors import MigrationError, SessionNotFound
+from ..models.base import Integer_, Real_, Text_
 from ..prepared import Prepared
 from ..store import Store
+from . import meta
 from ._encoding import now, scrub
 from ._paging import bound_limit
 from ._sql import alias
@@ -86,23 +97,60 @@ INDEX_DDL = (
 )
 
 
-def _for_postgresql(ddl: str) -> str:
-    """The same table on PostgreSQL: 8-byte integers and floats (its REAL has 4 bytes and
-    would lose epoch seconds), as the migrations use there."""
-    return re.sub(r"\bINTEGER\b", "BIGINT", re.sub(r"\bREAL\b", "DOUBLE PRECISION", ddl))
-
+_METADATA = MetaData()
+# the parent of the bindings' foreign key, for compiling it (copy never reads it here)
+Table("sessions", _METADATA, Column("id", Text_, primary_key=True))
+MODE = Table(
+    MODE_TABLE,
+    _METADATA,
+    Column("chat_id", Text_, primary_key=True),
+    Column("user_id", Text_, nullable=False),
+    Column("enabled", Integer_, nullable=False, server_default=text("1")),
+    Column("activated_at", Real_, nullable=False),
+    Column("updated_at", Real_, nullable=False),
+    Column("has_topics_enabled", Integer_),
+    Column("allows_users_to_create_topics", Integer_),
+    Column("capability_checked_at", Real_),
+    Column("intro_message_id", Text_),
+    Column("pinned_message_id", Text_),
+)
+BINDINGS = Table(
+    BINDINGS_TABLE,
+    _METADATA,
+    Column("chat_id", Text_, primary_key=True),
+    Column("thread_id", Text_, primary_key=True),
+    Column("user_id", Text_, nullable=False),
+    Column("session_key", Text_, nullable=False),
+    Column("session_id", Text_, ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False),
+    Column("managed_mode", Text_, nullable=False, server_default=text("'auto'")),
+    Column("linked_at", Real_, nullable=False),
+    Column("updated_at", Real_, nullable=False),
+)
+#: Both tables, parents first.
+TABLES = (MODE, BINDINGS)
 
 #: No v1 shape ever existed on PostgreSQL, so there is nothing to rebuild there.
-POSTGRESQL_DDL = (_for_postgresql(MODE_DDL), _for_postgresql(BINDINGS_DDL), *INDEX_DDL)
+_PG: Dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
+POSTGRESQL_DDL = (
+    *(str(CreateTable(t, if_not_exists=True).compile(dialect=_PG)) for t in TABLES),
+    *INDEX_DDL,
+)
+
+
+def create_tables(conn: Connection) -> None:
+    """Both tables and their indexes as this dialect's opt-in makes them (no lock, no
+    schema-version row: for a copy target, which receives state_meta from its source)."""
+    if conn.dialect.name == "postgresql":
+        for ddl in POSTGRESQL_DDL:
+            conn.exec_driver_sql(ddl)
+        return
+    for ddl in (MODE_DDL, BINDINGS_DDL, *INDEX_DDL):
+        conn.exec_driver_sql(ddl)
+
 
 #: Serialises concurrent opt-ins on PostgreSQL (two CREATE TABLE IF NOT EXISTS racing can
 #: both pass the check and one then fails on the catalog's unique index).
 _PG_MIGRATION_LOCK = "SELECT pg_advisory_xact_lock(hashtext('hermes_store.telegram_topics'))"
-
-_SET_SCHEMA_VERSION = text(
-    "INSERT INTO state_meta (key, value) VALUES (:k, :v) "
-    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
-)
 
 _BINDING_FIELDS = (
     "chat_id, thread_id, user_id, session_key, session_id, managed_mode, linked_at, updated_at"
@@ -142,7 +190,7 @@ def _create_on_postgresql(conn: Connection) -> None:
     conn.execute(text(_PG_MIGRATION_LOCK))
     for ddl in POSTGRESQL_DDL:
         conn.execute(text(ddl))
-    conn.execute(_SET_SCHEMA_VERSION, {"k": SCHEMA_VERSION_KEY, "v": SCHEMA_VERSION})
+    meta.set_value(conn, SCHEMA_VERSION_KEY, SCHEMA_VERSION)
 
 
 def _enable_mode(conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
@@ -323,6 +371,9 @@ class TelegramTopicRepository:
 
     A session is bound to at most one topic (unique index on session_id); deleting a
     session removes its binding by cascade (the Store's connections run with FKs on).
+
+    Args:
+        store: the Store the repository works on.
     """
 
     def __init__(self, store: Store) -> None:
@@ -385,11 +436,7 @@ class TelegramTopicRepository:
             con.execute(BINDINGS_DDL)
         for ddl in INDEX_DDL:
             con.execute(ddl)
-        con.execute(
-            "INSERT INTO state_meta (key, value) VALUES (?, ?) "
-            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            (SCHEMA_VERSION_KEY, SCHEMA_VERSION),
-        )
+        con.execute(meta.SQLITE_SET_SQL, (SCHEMA_VERSION_KEY, SCHEMA_VERSION))
         orphans = con.execute(f"PRAGMA foreign_key_check('{BINDINGS_TABLE}')").fetchall()
         if orphans:
             raise MigrationError(
@@ -422,7 +469,17 @@ class TelegramTopicRepository:
         re-enable, `user_id`/`updated_at` are overwritten, and `enabled` becomes 1.
         The capability flags are stored as 0/1 and stamp `capability_checked_at` when
         either is given; a None flag or message id keeps the stored value. Returns the
-        stored row."""
+        stored row.
+
+        Args:
+            chat_id: the gateway chat's id.
+            user_id: the user's id on the platform.
+            has_topics_enabled: whether the chat has topics enabled (None: unknown).
+            allows_users_to_create_topics: whether the chat lets users create topics (None:
+                unknown).
+            intro_message_id: the id of the bot's introduction message in the chat.
+            pinned_message_id: the id of the message pinned in the chat.
+        """
         self._ensure_migrated()
         checked = has_topics_enabled is not None or allows_users_to_create_topics is not None
         ts = now()
@@ -444,7 +501,12 @@ class TelegramTopicRepository:
     ) -> bool:
         """Set `enabled = 0` for the chat and, unless `clear_bindings` is False, delete
         every binding of that chat (so a later re-enable starts clean). Never creates
-        the tables: without them this is a no-op. Returns True iff a mode row existed."""
+        the tables: without them this is a no-op. Returns True iff a mode row existed.
+
+        Args:
+            chat_id: the gateway chat's id.
+            clear_bindings: also delete the chat's topic-to-session bindings.
+        """
         chat = _id(chat_id)
 
         return self.store.write(lambda conn: _disable_mode(conn, chat, clear_bindings))
@@ -453,7 +515,12 @@ class TelegramTopicRepository:
         self, chat_id: str | int, user_id: str | int | None = None
     ) -> bool:
         """True iff the chat has topic mode on (and, with `user_id`, was enabled by that
-        user). False when the table does not exist."""
+        user). False when the table does not exist.
+
+        Args:
+            chat_id: the gateway chat's id.
+            user_id: the user's id on the platform.
+        """
         sql = "SELECT enabled FROM telegram_dm_topic_mode WHERE chat_id = :c"
         params: dict[str, Any] = {"c": _id(chat_id)}
         if user_id is not None:
@@ -468,14 +535,23 @@ class TelegramTopicRepository:
     def get_telegram_topic_binding(
         self, chat_id: str | int, thread_id: str | int
     ) -> dict[str, Any] | None:
-        """The binding row of one topic, or None (also when the table is missing)."""
+        """The binding row of one topic, or None (also when the table is missing).
+
+        Args:
+            chat_id: the gateway chat's id.
+            thread_id: the gateway thread's id (a Telegram topic).
+        """
         return self._one(
             "SELECT * FROM telegram_dm_topic_bindings WHERE chat_id = :c AND thread_id = :t",
             {"c": _id(chat_id), "t": _id(thread_id)},
         )
 
     def get_telegram_topic_binding_by_session(self, session_id: str) -> dict[str, Any] | None:
-        """The binding row of a session (at most one), or None."""
+        """The binding row of a session (at most one), or None.
+
+        Args:
+            session_id: the session's id.
+        """
         return self._one(
             "SELECT * FROM telegram_dm_topic_bindings WHERE session_id = :s",
             {"s": str(session_id)},
@@ -483,17 +559,30 @@ class TelegramTopicRepository:
 
     def list_telegram_topic_bindings_for_chat(self, chat_id: str | int) -> list[dict[str, Any]]:
         """Every binding of one chat, most recently updated first (ties by thread_id);
-        [] when the table is missing."""
+        [] when the table is missing.
+
+        Args:
+            chat_id: the gateway chat's id.
+        """
         return self.store.read(lambda conn: _bindings_of_chat(conn, _id(chat_id)))
 
     def is_telegram_session_linked_to_topic(self, session_id: str) -> bool:
-        """True iff the session is bound to any topic; False when the table is missing."""
+        """True iff the session is bound to any topic; False when the table is missing.
+
+        Args:
+            session_id: the session's id.
+        """
         return self.get_telegram_topic_binding_by_session(session_id) is not None
 
     def delete_telegram_topic_binding(self, chat_id: str | int, thread_id: str | int) -> bool:
         """Remove one topic's binding (the session itself is kept); removing the chat's
         last binding turns topic mode off for the chat, as the original does. True iff a
-        row was deleted; False, without creating anything, when the table is missing."""
+        row was deleted; False, without creating anything, when the table is missing.
+
+        Args:
+            chat_id: the gateway chat's id.
+            thread_id: the gateway thread's id (a Telegram topic).
+        """
         params = {"c": _id(chat_id), "t": _id(thread_id)}
 
         return self.store.write(lambda conn: _delete_binding(conn, params))
@@ -515,7 +604,16 @@ class TelegramTopicRepository:
 
         Raises ValueError("session is already linked to another Telegram topic") when
         the session is bound to a different topic, and SessionNotFound when the session
-        row does not exist (the FK would reject it). Returns the stored row."""
+        row does not exist (the FK would reject it). Returns the stored row.
+
+        Args:
+            chat_id: the gateway chat's id.
+            thread_id: the gateway thread's id (a Telegram topic).
+            user_id: the user's id on the platform.
+            session_key: the gateway's key for the conversation.
+            session_id: the session's id.
+            managed_mode: the binding's management mode (default 'auto').
+        """
         self._ensure_migrated()
         params = {
             "chat_id": _id(chat_id),
@@ -537,7 +635,13 @@ class TelegramTopicRepository:
         with no chat_id recorded are included. Full session rows plus `last_active`
         (latest message timestamp, else `started_at`), most recently active first,
         at most `limit` rows, each with the listing's `preview`. Read-only: without the
-        bindings table every matching session counts as unlinked."""
+        bindings table every matching session counts as unlinked.
+
+        Args:
+            chat_id: the gateway chat's id.
+            user_id: the user's id on the platform.
+            limit: at most this many rows.
+        """
         params = {"user_id": _id(user_id), "chat_id": _id(chat_id), "limit": bound_limit(limit)}
         return self.store.read(lambda conn: _unlinked_sessions(conn, params))
 

@@ -118,30 +118,54 @@ def _set_title_if_untitled(conn: Connection, session_id: str, title: str) -> boo
 
 
 class TitleRepository:
+    """Session titles: unique when set, with numbered successors for a lineage.
+
+    Args:
+        store: the Store the repository works on.
+    """
+
     def __init__(self, store: Store) -> None:
         self.store = store
 
     def set_session_title(self, session_id: str, title: Any) -> bool:
         """True if the row was updated; False for an unknown id. An empty title clears
-        it. The conflict check runs first, so a taken title raises even for an unknown id."""
+        it. The conflict check runs first, so a taken title raises even for an unknown id.
+
+        Args:
+            session_id: the session's id.
+            title: the title.
+        """
         clean = sanitize_title(title)
         return self.store.write(lambda conn: _set_title(conn, session_id, clean))
 
     def set_auto_title_if_empty(self, session_id: str, title: Any) -> bool:
         """Like set_session_title, but never replaces a title (a user's rename made while
-        the title was being generated wins); the emptiness check shares the transaction."""
+        the title was being generated wins); the emptiness check shares the transaction.
+
+        Args:
+            session_id: the session's id.
+            title: the title.
+        """
         clean = sanitize_title(title)
         if clean is None:
             return False
         return self.store.write(lambda conn: _set_title_if_untitled(conn, session_id, clean))
 
     def get_session_title(self, session_id: str) -> str | None:
-        """The session's title; None when it has none or is unknown."""
+        """The session's title; None when it has none or is unknown.
+
+        Args:
+            session_id: the session's id.
+        """
         title = self.store.read(lambda conn: _TITLE_OF.scalar(conn, {"id": session_id}))
         return None if title is None else str(title)
 
     def get_session_by_title(self, title: str) -> dict[str, Any] | None:
-        """The full row of the session with exactly this title, None if there is none."""
+        """The full row of the session with exactly this title, None if there is none.
+
+        Args:
+            title: the title.
+        """
         if not title:
             return None
         rows = self.store.read(lambda conn: _BY_TITLE.dicts(conn, {"title": title}))
@@ -149,14 +173,22 @@ class TitleRepository:
 
     def resolve_session_by_title(self, title: str) -> str | None:
         """The newest `<title> #N` session if any exists (the live end of a numbered
-        lineage, even over an exact match), else the exact match."""
+        lineage, even over an exact match), else the exact match.
+
+        Args:
+            title: the title.
+        """
         if not title:
             return None
         return self.store.read(lambda conn: _newest_in_lineage(conn, title))
 
     def get_next_title_in_lineage(self, base_title: str) -> str:
         """`<base> #<n+1>` after the highest number in use; the unnumbered original
-        counts as #1. The base itself when nothing carries it yet."""
+        counts as #1. The base itself when nothing carries it yet.
+
+        Args:
+            base_title: the title whose numbered successor (`title #2`, ...) is wanted.
+        """
         match = _NUMBERED.match(base_title)
         base = match.group("base") if match else base_title
         params = {"title": base, "pattern": _numbered_pattern(base)}

@@ -254,6 +254,13 @@ def _record_auxiliary(
 
 
 class UsageRepository:
+    """Token and cost accounting per session and per model, route and task, and the usage
+    statistics read from them.
+
+    Args:
+        store: the Store the repository works on.
+    """
+
     def __init__(self, store: Store) -> None:
         self.store = store
 
@@ -281,7 +288,29 @@ class UsageRepository:
     ) -> None:
         """Add one model call's usage to the session's totals and its model x route row
         (with `absolute`, set the totals to a snapshot instead, and write no row); a
-        missing session row is created first (spec section 10.1)."""
+        missing session row is created first (spec section 10.1).
+
+        Args:
+            session_id: the session's id.
+            input_tokens: prompt tokens.
+            output_tokens: completion tokens.
+            model: the model's name.
+            cache_read_tokens: prompt tokens read from the provider's cache.
+            cache_write_tokens: prompt tokens written to the provider's cache.
+            reasoning_tokens: reasoning tokens.
+            estimated_cost_usd: the estimated cost, in US dollars.
+            actual_cost_usd: the cost the provider billed, in US dollars, when known.
+            cost_status: whether the cost is final, estimated or unknown.
+            cost_source: where the cost figures come from (provider, estimate, ...).
+            pricing_version: the version of the price table the cost was computed with.
+            billing_provider: the provider that bills the usage, when it differs from the
+                model's.
+            billing_base_url: the API base URL the usage is billed through.
+            billing_mode: how the provider bills (subscription, metered, ...), when known.
+            api_call_count: API calls this update accounts for.
+            absolute: True: the counts replace the stored totals; False: they are added to
+                them.
+        """
         if not session_id:
             return
         delta = _Delta(
@@ -330,7 +359,22 @@ class UsageRepository:
         estimated_cost_usd: float | None = None,
     ) -> None:
         """Usage of a side task. Never touches the session totals and never borrows the
-        session's route: the auxiliary client may use a different provider entirely."""
+        session's route: the auxiliary client may use a different provider entirely.
+
+        Args:
+            session_id: the session's id.
+            task: the auxiliary task (title, compression, ...).
+            model: the model's name.
+            billing_provider: the provider that bills the usage, when it differs from the
+                model's.
+            billing_base_url: the API base URL the usage is billed through.
+            input_tokens: prompt tokens.
+            output_tokens: completion tokens.
+            cache_read_tokens: prompt tokens read from the provider's cache.
+            cache_write_tokens: prompt tokens written to the provider's cache.
+            reasoning_tokens: reasoning tokens.
+            estimated_cost_usd: the estimated cost, in US dollars.
+        """
         if not session_id or not task:
             return
         counters = {
@@ -360,7 +404,12 @@ class UsageRepository:
     ) -> list[dict[str, Any]]:
         """Per-model sums over session_model_usage (main loop and auxiliary tasks unless
         `task` picks one; '' is the main loop), most expensive first. Absolute-only
-        accounting writes no usage rows, so it is not visible here (use usage_by_day)."""
+        accounting writes no usage rows, so it is not visible here (use usage_by_day).
+
+        Args:
+            session_id: the session's id.
+            task: the auxiliary task (title, compression, ...).
+        """
         u = SessionModelUsage
         cost = func.sum(u.estimated_cost_usd)
         stmt = (
@@ -394,7 +443,17 @@ class UsageRepository:
         the time zone `time_zone` (an IANA name such as "Europe/Berlin", daylight saving
         time included; default UTC), oldest day first. `utc_offset_seconds`, a fixed shift
         of the day boundary, is kept for compatibility (give one or the other). `since` is
-        inclusive and `until` exclusive, both on `started_at`."""
+        inclusive and `until` exclusive, both on `started_at`.
+
+        Args:
+            since: only from this epoch second on.
+            until: only up to this epoch second.
+            source: the source (cli, telegram, discord, cron, ...).
+            utc_offset_seconds: the fixed offset from UTC whose days are counted, when no
+                `time_zone` is given.
+            time_zone: the IANA time zone whose days are counted (None: UTC plus
+                `utc_offset_seconds`).
+        """
         day = _day(SessionRow.started_at, utc_offset_seconds, time_zone)
         stmt = (
             select(
@@ -428,7 +487,14 @@ class UsageRepository:
         """usage_by_model split by the day each session started (the day usage_by_day
         uses, in the same `time_zone` or by the same `utc_offset_seconds`, so the two agree
         per day): one row per day and model, oldest day first, then the most expensive
-        model first."""
+        model first.
+
+        Args:
+            utc_offset_seconds: the fixed offset from UTC whose days are counted, when no
+                `time_zone` is given.
+            time_zone: the IANA time zone whose days are counted (None: UTC plus
+                `utc_offset_seconds`).
+        """
         u = SessionModelUsage
         day = _day(SessionRow.started_at, utc_offset_seconds, time_zone)
         cost = func.sum(u.estimated_cost_usd)
@@ -452,7 +518,14 @@ class UsageRepository:
         self, *, utc_offset_seconds: float = 0.0, time_zone: str | None = None
     ) -> list[dict[str, Any]]:
         """Messages per day by message timestamp (activity, not session start), in the
-        time zone `time_zone` (or shifted by `utc_offset_seconds`, as usage_by_day)."""
+        time zone `time_zone` (or shifted by `utc_offset_seconds`, as usage_by_day).
+
+        Args:
+            utc_offset_seconds: the fixed offset from UTC whose days are counted, when no
+                `time_zone` is given.
+            time_zone: the IANA time zone whose days are counted (None: UTC plus
+                `utc_offset_seconds`).
+        """
         day = _day(Message.timestamp, utc_offset_seconds, time_zone)
         stmt = (
             select(

@@ -1,0 +1,43 @@
+"""`search`: message text search."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from ._args import _hits_arg, _open_store, with_url
+from ._output import _cell, _iso_times, _print_json
+
+if TYPE_CHECKING:
+    pass
+
+
+def _cmd_search(args: argparse.Namespace) -> int:
+    from ..repositories.search import SearchRepository
+
+    # one read unit of the store: a PostgreSQL fault mid-search runs the search again
+    with _open_store(args.url) as store:
+        hits = SearchRepository(store).search_messages(
+            args.query, source_filter=args.source, role_filter=args.role, limit=args.limit
+        )
+    if args.json:
+        _print_json([_iso_times(hit) for hit in hits])
+        return 0
+    for hit in hits:
+        session, role, snippet = _cell(hit["session_id"]), _cell(hit["role"]), _cell(hit["snippet"])
+        print(f"{session}  #{hit['id']}  {role:<9} {snippet}")
+    if not hits:
+        print("no matches")
+    return 0
+
+
+def add_parsers(sub: Any) -> None:
+    find = with_url(sub.add_parser("search", help="search message text"))
+    find.add_argument("query")
+    find.add_argument("--source", action="append", help="only this source (repeatable)")
+    find.add_argument("--role", action="append", help="only this role (repeatable)")
+    find.add_argument(
+        "--limit", type=_hits_arg, default=20, metavar="N", help="at most N hits (default 20)"
+    )
+    find.add_argument("--json", action="store_true")
+    find.set_defaults(func=_cmd_search)

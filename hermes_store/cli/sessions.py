@@ -1,0 +1,487 @@
+"""`sessions list|show|export|import|prune|delete`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import stat
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from ..errors import AmbiguousSessionPrefix, InvalidInput, SessionNotFound, StoreError
+from ._args import _WAIT_HELP, _count_arg, _days_arg, _open_store, _wait_arg, with_url
+from ._output import (
+    _cell,
+    _count_bar,
+    _iso,
+    _iso_times,
+    _json_default,
+    _JSONOut,
+    _num,
+    _print_json,
+    _print_table,
+    _printable,
+    _usd,
+    _when,
+)
+
+if TYPE_CHECKING:
+    from ..store import Store
+
+
+DAY = 86400.0
+
+
+PREFIX_MATCHES_SHOWN = 5
+
+
+def _resolve(store: Store, id_or_prefix: str) -> str:
+    """An exact id, else the one id that starts with the prefix (read-only commands);
+    SessionNotFound, or AmbiguousSessionPrefix naming the first sessions it matches in
+    the repository's prefix order (id order)."""
+    from ..repositories.sessions import SessionRepository
+
+    sessions = SessionRepository(store)
+    found = sessions.resolve_session_id(id_or_prefix)
+    if found is not None:
+        return found
+    matches = sessions.session_ids_with_prefix(id_or_prefix, PREFIX_MATCHES_SHOWN + 1)
+    if len(matches) > 1:
+        raise AmbiguousSessionPrefix(
+            id_or_prefix,
+            matches[:PREFIX_MATCHES_SHOWN],
+            more=len(matches) > PREFIX_MATCHES_SHOWN,
+        )
+    raise SessionNotFound(id_or_prefix)
+
+
+def _cmd_sessions_list(args: argparse.Namespace) -> int:
+    from ..repositories.sessions import SessionRepository
+
+    with _open_store(args.url) as store:
+        rows = SessionRepository(store).list_sessions_rich(
+            source=args.source,
+            limit=args.limit or None,
+            include_delegates=args.include_delegates,
+        )
+    listed = [
+        {
+            "id": r["id"],
+            "source": r.get("source"),
+            "title": r.get("title"),
+            "started_at": _iso(r.get("started_at")),
+            "message_count": int(r.get("message_count") or 0),
+            "preview": r.get("preview") or "",
+        }
+        for r in rows
+    ]
+    if args.json:
+        _print_json(listed)
+        return 0
+    if not listed:
+        print("no sessions")
+        return 0
+    _print_table(
+        ("ID", "STARTED (UTC)", "SOURCE", "MSGS", "TITLE", "PREVIEW"),
+        [
+            (
+                _cell(r["id"]),
+                _when(row.get("started_at")),
+                _cell(r["source"]),
+                _num(r["message_count"]),
+                _cell(r["title"], 32),
+                _cell(r["preview"], 60),
+            )
+            for r, row in zip(listed, rows, strict=True)
+        ],
+        right=(3,),
+    )
+    return 0
+
+
+def _content_text(content: Any) -> str:
+    """Decoded message content as text: strings as they are, the text parts of a
+    multimodal list, `[image_url]`-style markers for other parts, JSON otherwise."""
+    if content is None:
+        return ""
+    if isinstance(content, bytes):
+        return content.decode("utf-8", "replace")
+    if isinstance(content, str):
+        return content
+    parts = content if isinstance(content, list) else [content]
+    shown = []
+    for part in parts:
+        if isinstance(part, dict) and isinstance(part.get("text"), str):
+            shown.append(part["text"])
+        elif isinstance(part, dict) and "type" in part:
+            shown.append(f"[{part['type']}]")
+        else:
+            shown.append(json.dumps(part, ensure_ascii=False, default=_json_default))
+    return "\n".join(shown)
+
+
+def _tool_call_names(tool_calls: Any) -> list[str]:
+    if not tool_calls:
+        return []
+    names = []
+    for call in tool_calls if isinstance(tool_calls, list) else [tool_calls]:
+        function = call.get("function") if isinstance(call, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if name is None and isinstance(call, dict):
+            name = call.get("name")
+        names.append(str(name or "?"))
+    return names
+
+
+def _cmd_sessions_show(args: argparse.Namespace) -> int:
+    from ..repositories.messages import MessageRepository
+    from ..repositories.sessions import SessionRepository
+
+    with _open_store(args.url) as store:
+        session_id = _resolve(store, args.id)
+        row = SessionRepository(store).get_session(session_id)
+        if row is None:
+            raise SessionNotFound(args.id)
+        messages = MessageRepository(store).get_messages(session_id)
+    if args.json:
+        _print_json(
+            {
+                "session": _iso_times(row),
+                "messages": [
+                    {
+                        "id": m.get("id"),
+                        "role": m.get("role"),
+                        "content": m.get("content"),
+                        "tool_call_id": m.get("tool_call_id"),
+                        "tool_name": m.get("tool_name"),
+                        "tool_calls": m.get("tool_calls"),
+                        "timestamp": _iso(m.get("timestamp")),
+                    }
+                    for m in messages
+                ],
+            }
+        )
+        return 0
+    ended = (
+        f"{_when(row.get('ended_at'))} ({row.get('end_reason') or 'no reason'})"
+        if row.get("ended_at") is not None
+        else "open"
+    )
+    cost = row.get("actual_cost_usd") or row.get("estimated_cost_usd")
+    for label, value in (
+        ("session", row["id"]),
+        ("title", row.get("title") or ""),
+        ("source", row.get("source")),
+        ("model", row.get("model") or ""),
+        ("started", _when(row.get("started_at")) + " UTC"),
+        ("ended", ended),
+        ("parent", row.get("parent_session_id") or ""),
+        ("messages", f"{len(messages)} active ({_num(row.get('message_count'))} counted)"),
+        (
+            "tokens",
+            f"input {_num(row.get('input_tokens'))}, output {_num(row.get('output_tokens'))}, "
+            f"cache read {_num(row.get('cache_read_tokens'))}, "
+            f"cache write {_num(row.get('cache_write_tokens'))}, "
+            f"reasoning {_num(row.get('reasoning_tokens'))}",
+        ),
+        ("cost", _usd(cost) if cost is not None else "unknown"),
+    ):
+        print(f"{label + ':':<10} {_cell(value)}")
+    for m in messages:
+        tool = f" {_cell(m['tool_name'])}" if m.get("tool_name") else ""
+        print(f"\n#{m.get('id')}  {_when(m.get('timestamp'))}  {_cell(m.get('role'))}{tool}")
+        text = _content_text(m.get("content"))
+        if text:
+            print(textwrap.indent(_printable(text), "    ", lambda _line: True))
+        for name in _tool_call_names(m.get("tool_calls")):
+            print(f"    -> tool call: {_cell(name)}")
+    return 0
+
+
+@contextmanager
+def _output(target: str | None) -> Iterator[TextIO]:
+    """stdout for None or `-`; a FIFO or a character device (a pipe someone reads,
+    /dev/null, a terminal) opened and written as a stream, never replaced; else a file
+    that appears, complete, only on success (it is written next to the target and
+    renamed; mode 0600, as exports hold conversations). Other special files (a block
+    device, a socket, a directory) are refused with InvalidInput."""
+    if target is None or target == "-":
+        yield sys.stdout
+        sys.stdout.flush()
+        return
+    path = Path(target)
+    try:
+        mode: int | None = path.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        with _stream(path, mode) as fp:
+            yield fp
+        return
+    directory = path.parent
+    if not directory.is_dir():
+        raise OSError(f"cannot write {path}: directory {directory} does not exist")
+    fd, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fp:
+            yield fp
+        os.replace(partial, path)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(partial)
+        raise
+
+
+def _special_kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+@contextmanager
+def _stream(path: Path, mode: int) -> Iterator[TextIO]:
+    """`path`, a FIFO or a character device, opened for writing as it is: no temporary
+    file, no rename, no truncation (a rename would put a regular file in its place)."""
+    if not (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
+        raise InvalidInput(
+            f"cannot write the export to {path}: it is {_special_kind(mode)}; give a regular "
+            "file (written whole, then renamed into place), a FIFO or a character device"
+        )
+    # a FIFO blocks here until someone opens it for reading, as `cat > FIFO` does
+    fd = os.open(path, os.O_WRONLY | os.O_NOCTTY)
+    try:
+        opened = os.fstat(fd).st_mode
+        if stat.S_IFMT(opened) != stat.S_IFMT(mode):
+            raise InvalidInput(f"cannot write the export to {path}: it was replaced meanwhile")
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fp:
+        yield fp
+
+
+def _dumps(session: Any, indent: int | None) -> str:
+    return json.dumps(session, indent=indent, ensure_ascii=False, default=_json_default)
+
+
+def _write_sessions(
+    fp: _JSONOut, sessions: Iterable[dict[str, Any]], fmt: str, *, single: bool
+) -> int:
+    """JSONL (one session per line), one JSON object, or a JSON list written item by item
+    (memory stays at one session either way)."""
+    if fmt == "jsonl":
+        from ..repositories.maintenance import MaintenanceRepository
+
+        return MaintenanceRepository.write_jsonl(fp, sessions)
+    count = 0
+    if single:
+        for session in sessions:
+            fp.write(_dumps(session, 2) + "\n")
+            count += 1
+        return count
+    fp.write("[")
+    for session in sessions:
+        fp.write(("\n" if count == 0 else ",\n") + textwrap.indent(_dumps(session, 2), "  "))
+        count += 1
+    fp.write("\n]\n" if count else "]\n")
+    return count
+
+
+def _counting(items: Iterable[dict[str, Any]], advance: Callable[[int], Any]) -> Iterator[Any]:
+    for item in items:
+        yield item
+        advance(1)
+
+
+def _cmd_sessions_export(args: argparse.Namespace) -> int:
+    from ..repositories.maintenance import MaintenanceRepository
+    from ..repositories.sessions import SessionRepository
+
+    fmt = args.format or ("json" if args.id is not None else "jsonl")
+    with _open_store(args.url) as store:
+        repo = MaintenanceRepository(store)
+        if args.id is not None:
+            exported = repo.export_session(_resolve(store, args.id))
+            if exported is None:
+                raise SessionNotFound(args.id)
+            with _output(args.output) as fp:
+                count = _write_sessions(_JSONOut(fp), [exported], fmt, single=True)
+        else:
+            total = SessionRepository(store).session_count(include_archived=True)
+            with _output(args.output) as fp, _count_bar("export", total, "session") as advance:
+                count = _write_sessions(
+                    _JSONOut(fp), _counting(repo.export_all(), advance), fmt, single=False
+                )
+    if args.output not in (None, "-"):
+        print(f"exported {count} session(s) to {_printable(args.output, lines=False)}")
+    return 0
+
+
+def _cmd_sessions_import(args: argparse.Namespace) -> int:
+    from ..repositories.maintenance import ImportSource, MaintenanceRepository
+
+    path = Path(args.file)
+    with _open_store(args.url, write=True) as store, path.open("rb") as fp:
+        source = ImportSource.from_file(fp, str(path))
+        with _count_bar("import", len(source), "session") as advance:
+            report = MaintenanceRepository(store).import_each(source, progress=advance)
+    if args.json:
+        _print_json(report.as_dict())
+        return 0 if report.ok else 1
+    print(f"imported {report.imported} session(s), skipped {report.skipped} already present")
+    if report.detached:
+        print(
+            f"{report.detached} parent link(s) dropped: the parent is neither in the database"
+            " nor in the file, or the link would make a cycle"
+        )
+    if report.errors:
+        print(f"{len(report.errors)} entr{'y' if len(report.errors) == 1 else 'ies'} not imported:")
+        for problem in report.errors:
+            sid = f" (session {problem['session_id']})" if "session_id" in problem else ""
+            print(_printable(f"  {problem['entry']}{sid}: {problem['error']}"))
+        print("fix them and run the import again (sessions already imported are skipped)")
+        return 1
+    return 0
+
+
+#: Sessions per prune_sessions call, so the prune's progress bar can move.
+PRUNE_STEP = 1000
+
+
+def _cmd_sessions_prune(args: argparse.Namespace) -> int:
+    from ..repositories.maintenance import MaintenanceRepository
+    from ..repositories.pruning import prune_bounds
+
+    cutoff = time.time() - args.older_than * DAY
+    deleting = args.yes and not args.dry_run
+    with _open_store(args.url, write=deleting, wait=args.wait) as store:
+        repo = MaintenanceRepository(store)
+        candidates = repo.list_prune_candidates(source=args.source, last_active_before=cutoff)
+        if args.dry_run:
+            _print_prune_candidates(candidates, args.json)
+            return 0
+        if not args.yes:
+            raise StoreError(
+                f"this deletes {len(candidates)} ended session(s) inactive for more than "
+                f"{args.older_than:g} day(s) with their messages; add --yes to delete them "
+                "(--dry-run lists them)"
+            )
+        deleted = 0
+        with _count_bar("prune", len(candidates), "session") as advance:
+            for bound in prune_bounds(candidates, cutoff, PRUNE_STEP):
+                count = repo.prune_sessions(None, args.source, last_active_before=bound)
+                deleted += count
+                advance(count)
+    if args.json:
+        _print_json({"deleted": deleted})
+    else:
+        print(f"deleted {deleted} session(s)")
+    return 0
+
+
+def _print_prune_candidates(candidates: Sequence[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        _print_json([_iso_times(c) for c in candidates])
+        return
+    if candidates:
+        _print_table(
+            ("ID", "LAST ACTIVE (UTC)", "SOURCE", "MSGS", "TITLE"),
+            [
+                (
+                    _cell(c["id"]),
+                    _when(c.get("last_active")),
+                    _cell(c.get("source")),
+                    _num(c.get("message_count")),
+                    _cell(c.get("title"), 40),
+                )
+                for c in candidates
+            ],
+            right=(3,),
+        )
+    print(f"{len(candidates)} session(s) would be deleted (dry run: nothing was changed)")
+
+
+def _cmd_sessions_delete(args: argparse.Namespace) -> int:
+    from ..repositories.maintenance import MaintenanceRepository
+    from ..repositories.sessions import SessionRepository
+
+    with _open_store(args.url, write=args.yes) as store:
+        targets = SessionRepository(store).get_session_delete_targets(args.id)
+        if not targets:
+            raise SessionNotFound(args.id)
+        delegates = len(targets) - 1
+        what = f"session {args.id}" + (f" and {delegates} delegate run(s)" if delegates else "")
+        if not args.yes:
+            raise StoreError(f"this deletes {what} with their messages; add --yes to delete")
+        if not MaintenanceRepository(store).delete_session(args.id):
+            raise SessionNotFound(args.id)
+    print(f"deleted {_printable(what, lines=False)}")
+    return 0
+
+
+def add_parsers(sub: Any) -> None:
+    ses = sub.add_parser("sessions", help="list, show, export, import, prune and delete sessions")
+    ses_sub = ses.add_subparsers(dest="sessions_command", required=True)
+
+    ls = with_url(ses_sub.add_parser("list", help="sessions, newest first"))
+    ls.add_argument("--source", help="only sessions from this source (cli, telegram, ...)")
+    ls.add_argument(
+        "--limit", type=_count_arg, default=20, help="at most N sessions (default 20; 0: all)"
+    )
+    ls.add_argument(
+        "--include-delegates",
+        action="store_true",
+        help="also list delegate runs, including untitled root sessions that migration "
+        "0016 (like the original) tagged as orphaned delegate runs",
+    )
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=_cmd_sessions_list)
+
+    show = with_url(ses_sub.add_parser("show", help="a session and its messages"))
+    show.add_argument("id", help="session id (or a unique prefix of one)")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(func=_cmd_sessions_show)
+
+    exp = with_url(ses_sub.add_parser("export", help="one session (JSON) or every session (JSONL)"))
+    exp.add_argument("id", nargs="?", help="session id (or a unique prefix); default: all")
+    exp.add_argument("--output", "-o", metavar="FILE", help="write to FILE (default: stdout)")
+    exp.add_argument(
+        "--format",
+        choices=("json", "jsonl"),
+        help="json (default for one session; a list for all) or jsonl (default for all)",
+    )
+    exp.set_defaults(func=_cmd_sessions_export)
+
+    imp = with_url(
+        ses_sub.add_parser("import", help="import exported sessions (JSON list or JSONL)")
+    )
+    imp.add_argument("file", metavar="FILE")
+    imp.add_argument("--json", action="store_true")
+    imp.set_defaults(func=_cmd_sessions_import)
+
+    prune = with_url(
+        ses_sub.add_parser("prune", help="delete ended sessions inactive for DAYS days")
+    )
+    prune.add_argument("--older-than", metavar="DAYS", type=_days_arg, required=True)
+    prune.add_argument("--source", help="only sessions from this source")
+    prune.add_argument("--dry-run", action="store_true", help="list what would be deleted")
+    prune.add_argument("--yes", action="store_true", help="really delete")
+    prune.add_argument("--wait", type=_wait_arg, default=20.0, metavar="SECONDS", help=_WAIT_HELP)
+    prune.add_argument("--json", action="store_true")
+    prune.set_defaults(func=_cmd_sessions_prune)
+
+    rm = with_url(ses_sub.add_parser("delete", help="delete a session and its delegate runs"))
+    rm.add_argument("id", help="the exact session id")
+    rm.add_argument("--yes", action="store_true", help="really delete")
+    rm.set_defaults(func=_cmd_sessions_delete)

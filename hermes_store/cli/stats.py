@@ -1,0 +1,136 @@
+"""`stats`: tokens and cost by model and by day."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ._args import _open_store, _zone_arg, with_url
+from ._output import _cell, _num, _print_json, _print_table, _usd
+
+if TYPE_CHECKING:
+    pass
+
+
+_TOKEN_HEADERS = ("INPUT", "OUTPUT", "CACHE READ", "CACHE WRITE", "REASONING")
+_COST_FIELDS = ("estimated_cost_usd", "actual_cost_usd")
+
+
+def _usage_cells(row: dict[str, Any]) -> list[str]:
+    from ..repositories.usage import TOKEN_FIELDS
+
+    return [*(_num(row.get(f)) for f in TOKEN_FIELDS), *(_usd(row.get(f)) for f in _COST_FIELDS)]
+
+
+def _totals(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    from ..repositories.usage import TOKEN_FIELDS
+
+    return {f: sum(r.get(f) or 0 for r in rows) for f in (*TOKEN_FIELDS, *_COST_FIELDS)}
+
+
+#: `stats --by` values: one breakdown, or the per-model-per-day view.
+STATS_VIEWS = ("model", "day", "model,day")
+
+
+def _stats_view(text: str) -> str:
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if sorted(parts) == ["day", "model"]:
+        return "model,day"
+    if len(parts) == 1 and parts[0] in STATS_VIEWS:
+        return parts[0]
+    raise argparse.ArgumentTypeError(f"expected one of {', '.join(STATS_VIEWS)}, got {text!r}")
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    from ..repositories.usage import UsageRepository
+
+    zone = args.tz
+    with _open_store(args.url) as store:
+        usage = UsageRepository(store)
+        by_model = usage.usage_by_model() if args.by in (None, "model") else None
+        by_day = usage.usage_by_day(time_zone=zone) if args.by in (None, "day") else None
+        by_model_day = (
+            usage.usage_by_model_and_day(time_zone=zone) if args.by == "model,day" else None
+        )
+    if args.json:
+        out: dict[str, Any] = {}
+        if by_model is not None:
+            out["by_model"] = by_model
+        if by_day is not None:
+            out["by_day"] = by_day
+        if by_model_day is not None:
+            out["by_model_day"] = by_model_day
+        _print_json(out)
+        return 0
+    usage_headers = (*_TOKEN_HEADERS, "EST. COST", "ACTUAL COST")
+    if by_model_day is not None:
+        print(
+            f"tokens and cost by day the session started ({_cell(zone)}), and model "
+            "(auxiliary tasks too)"
+        )
+        if by_model_day:
+            _print_table(
+                ("DAY", "MODEL", "SESSIONS", *usage_headers),
+                [
+                    [_cell(r.get("day")), _cell(r.get("model") or "(none)", 40)]
+                    + [_num(r.get("sessions"))]
+                    + _usage_cells(r)
+                    for r in by_model_day
+                ]
+                + [["total", "", ""] + _usage_cells(_totals(by_model_day))],
+                right=range(2, 10),
+            )
+        else:
+            print("no usage recorded")
+    if by_model is not None:
+        print("tokens and cost by model (main loop and auxiliary tasks)")
+        if by_model:
+            _print_table(
+                ("MODEL", "SESSIONS", *usage_headers),
+                [
+                    [_cell(r.get("model") or "(none)", 40), _num(r.get("sessions"))]
+                    + _usage_cells(r)
+                    for r in by_model
+                ]
+                + [["total", ""] + _usage_cells(_totals(by_model))],
+                right=range(1, 9),
+            )
+        else:
+            print("no usage recorded")
+    if by_model is not None and by_day is not None:
+        print()
+    if by_day is not None:
+        print(f"tokens and cost by day the session started ({_cell(zone)})")
+        if by_day:
+            _print_table(
+                ("DAY", "SESSIONS", *usage_headers),
+                [[_cell(r.get("day")), _num(r.get("sessions"))] + _usage_cells(r) for r in by_day]
+                + [
+                    ["total", _num(sum(r.get("sessions") or 0 for r in by_day))]
+                    + _usage_cells(_totals(by_day))
+                ],
+                right=range(1, 9),
+            )
+        else:
+            print("no sessions")
+    return 0
+
+
+def add_parsers(sub: Any) -> None:
+    stats = with_url(sub.add_parser("stats", help="tokens and cost by model and by day"))
+    stats.add_argument(
+        "--by",
+        type=_stats_view,
+        metavar="VIEW",
+        help="model, day, or model,day (one row per day and model); default: by model and by day",
+    )
+    stats.add_argument(
+        "--tz",
+        type=_zone_arg,
+        default="UTC",
+        metavar="ZONE",
+        help="the time zone whose days the by-day views count in (default UTC)",
+    )
+    stats.add_argument("--json", action="store_true")
+    stats.set_defaults(func=_cmd_stats)

@@ -1,0 +1,135 @@
+"""The public API as a newcomer meets it: every name in `hermes_store.__all__` imports
+from the top (lazily: importing the package alone loads no SQLAlchemy), every public
+class has a docstring, and every public method of the Store, the AsyncStore and the
+repositories documents each of its parameters in an `Args:` section (the class
+docstring documents `__init__`'s)."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import hermes_store
+
+#: The classes whose methods must document every parameter.
+DOCUMENTED = [
+    name
+    for name in hermes_store.__all__
+    if name in ("Store", "AsyncStore") or name.endswith("Repository")
+]
+
+
+def _methods(cls: type) -> Iterator[tuple[str, Callable[..., Any]]]:
+    """The public methods defined on `cls` itself (forwarded ones included), and
+    `__init__`."""
+    for name, value in vars(cls).items():
+        if name.startswith("_") and name != "__init__":
+            continue
+        if isinstance(value, staticmethod | classmethod):
+            value = value.__func__
+        if isinstance(value, property):
+            value = value.fget
+        if callable(value) and (inspect.isfunction(value) or hasattr(value, "__wrapped__")):
+            yield name, value
+
+
+def _documents(doc: str, parameter: str) -> bool:
+    """`parameter` has a line of its own in the docstring's `Args:` section."""
+    _, _, args = doc.partition("\nArgs:\n")
+    return re.search(rf"^\s+{re.escape(parameter)}( \(.*\))?: \S", args, re.M) is not None
+
+
+def undocumented(cls: type) -> list[str]:
+    """`Class.method(parameter)` for each public parameter without documentation, and
+    `Class.method` for each public method without a docstring."""
+    missing: list[str] = []
+    class_doc = inspect.getdoc(cls) or ""
+    for name, method in _methods(cls):
+        doc = inspect.getdoc(method) or ""
+        if name == "__init__":
+            doc = class_doc + "\n" + (method.__doc__ and doc or "")
+        elif not doc.strip():
+            missing.append(f"{cls.__name__}.{name}")
+            continue
+        for parameter in inspect.signature(method).parameters.values():
+            if parameter.name in ("self", "cls") or parameter.kind in (
+                parameter.VAR_POSITIONAL,
+                parameter.VAR_KEYWORD,
+            ):
+                continue
+            if not _documents(doc, parameter.name):
+                missing.append(f"{cls.__name__}.{name}({parameter.name})")
+    return missing
+
+
+def test_every_public_name_imports_from_the_top() -> None:
+    for name in hermes_store.__all__:
+        assert getattr(hermes_store, name) is not None, name
+    from hermes_store import (  # noqa: F401 (the quick start's imports)
+        AsyncStore,
+        MessageRepository,
+        SearchRepository,
+        SessionRepository,
+        Store,
+    )
+
+
+def test_importing_the_package_loads_no_sqlalchemy() -> None:
+    code = "import sys, hermes_store; print('sqlalchemy' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "False"
+
+
+def test_every_public_class_has_a_docstring() -> None:
+    missing = [
+        name
+        for name in hermes_store.__all__
+        if inspect.isclass(getattr(hermes_store, name))
+        and not (getattr(hermes_store, name).__doc__ or "").strip()
+    ]
+    assert missing == []
+
+
+@pytest.mark.parametrize("name", DOCUMENTED)
+def test_every_public_parameter_is_documented(name: str) -> None:
+    missing = undocumented(getattr(hermes_store, name))
+    assert missing == [], f"document these in an Args: section: {missing}"
+
+
+def test_the_check_finds_an_undocumented_parameter_and_method() -> None:
+    class Sample:
+        """A sample.
+
+        Args:
+            store: documented.
+        """
+
+        def __init__(self, store: object, flush: object = None) -> None:
+            pass
+
+        def documented(self, key: str) -> None:
+            """Something.
+
+            Args:
+                key: the key.
+            """
+
+        def half(self, key: str, value: str) -> None:
+            """Mentions key and value, but has no Args: line for value.
+
+            Args:
+                key: the key.
+            """
+
+        def bare(self) -> None:
+            pass
+
+    assert undocumented(Sample) == ["Sample.__init__(flush)", "Sample.half(value)", "Sample.bare"]
