@@ -36,7 +36,8 @@ def _left_out(table: str, own_tables: bool, name: str = "") -> bool:
     the v23 tables and its views) stay out of a snapshot."""
     if table == VERSION_TABLE:
         return True
-    return not own_tables and (table.startswith(OWN_TABLE_PREFIX) or name.startswith(OWN_TABLE_PREFIX))
+    own = table.startswith(OWN_TABLE_PREFIX) or name.startswith(OWN_TABLE_PREFIX)
+    return not own_tables and own
 
 
 def snapshot(conn: Connection, *, own_tables: bool = False) -> dict[str, Any]:

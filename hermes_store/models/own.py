@@ -86,9 +86,7 @@ class TurnLease(Base):
     session_id: Mapped[str] = mapped_column(
         Text_, primary_key=True, doc="The session the turn is for (no foreign key)."
     )
-    holder: Mapped[str | None] = mapped_column(
-        Text_, doc="Who holds the turn; NULL once released."
-    )
+    holder: Mapped[str | None] = mapped_column(Text_, doc="Who holds the turn; NULL once released.")
     token: Mapped[int] = mapped_column(
         Integer_, nullable=False, doc="The fencing token of the last grant; grows by one per grant."
     )

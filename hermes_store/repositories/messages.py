@@ -49,7 +49,7 @@ from ..rows import (
     RewindResult,
 )
 from ..store import Store
-from . import idempotency
+from . import idempotency, turns
 from ._dialect import data_columns, data_dicts, lock_session
 from ._encoding import decode_content, encode_display_metadata, now, scrub
 from ._paging import count_clause, limit_clause, row_count, row_limit, row_offset
@@ -220,14 +220,17 @@ def _append_one(
     explicit_ts: float | None,
     fields: Mapping[str, Any],
     key: str | None = None,
+    turn_token: int | None = None,
 ) -> int:
     lock_session(conn, session_id)  # the checks below must hold until commit
     if key is not None:
         # before the checks: a retry of an append that happened returns its id even if
-        # the session has been closed by compression since
+        # the session has been closed by compression (or its turn passed) since
         earlier = idempotency.earlier_ids(conn, session_id, key, 1)
         if earlier is not None:
             return earlier[0]
+    if turn_token is not None:
+        turns.require_turn(conn, session_id, turn_token)
     at = now()
     _check_append_allowed(conn, session_id, holder, at)
     values, n_calls = encode_row(
@@ -249,12 +252,15 @@ def _append_many(
     holder: str | None,
     encoded: EncodedMessages,
     key: str | None = None,
+    turn_token: int | None = None,
 ) -> list[int]:
     lock_session(conn, session_id)
     if key is not None:
         earlier = idempotency.earlier_ids(conn, session_id, key, len(encoded.rows))
         if earlier is not None:
             return earlier
+    if turn_token is not None:
+        turns.require_turn(conn, session_id, turn_token)
     at = now()
     _check_append_allowed(conn, session_id, holder, at)
     ids = _insert_rows(conn, encoded.rows)
@@ -569,6 +575,7 @@ class MessageRepository:
         compression_lock_holder: str | None = None,
         *,
         idempotency_key: str | None = None,
+        turn_token: int | None = None,
     ) -> int:
         """Append one message and bump the counters; returns the new `messages.id`.
 
@@ -577,12 +584,17 @@ class MessageRepository:
         timeout or a cancellation, from any process) returns the id stored then and writes
         nothing; keys are per session and go with it.
 
+        With `turn_token` (from TurnRepository.acquire_turn), the append is made only if
+        that token is still the session's current turn, checked in the same transaction;
+        otherwise StaleTurn and nothing is written.
+
         Raises CompressionSessionBusyError while another holder's lease is live,
         CompressionSessionClosedError on a session ended by compression, SessionNotFound
         for an unknown id, InvalidInput for values that cannot be stored."""
         if role is None:
             raise InvalidInput("a message needs a role")
         key = idempotency.check_key(idempotency_key)
+        token = turns.check_token(turn_token)
         explicit_ts = epoch_seconds(timestamp)
         fields = {
             "role": role,
@@ -606,7 +618,7 @@ class MessageRepository:
         }
         holder = compression_lock_holder
         return self.store.write(
-            lambda conn: _append_one(conn, session_id, holder, explicit_ts, fields, key)
+            lambda conn: _append_one(conn, session_id, holder, explicit_ts, fields, key, token)
         )
 
     def append_messages(
@@ -616,16 +628,19 @@ class MessageRepository:
         *,
         compression_lock_holder: str | None = None,
         idempotency_key: str | None = None,
+        turn_token: int | None = None,
     ) -> list[int]:
         """Append many messages (dicts, bulk encoding) in one transaction; returns their
         ids in order. Same checks as `append_message`; an empty list writes nothing.
         `idempotency_key` as for `append_message`: one key for the whole batch, whose
-        retry returns the same ids (a retry with another number of messages is refused)."""
+        retry returns the same ids (a retry with another number of messages is refused).
+        `turn_token` as for `append_message`."""
         key = idempotency.check_key(idempotency_key)
+        token = turns.check_token(turn_token)
         encoded = encode_bulk(session_id, messages)
         holder = compression_lock_holder
         return self.store.write(
-            lambda conn: _append_many(conn, session_id, holder, encoded, key)
+            lambda conn: _append_many(conn, session_id, holder, encoded, key, token)
         )
 
     def replace_messages(
