@@ -112,9 +112,13 @@ def test_writer_processes_and_a_restarting_follower_see_every_change_once_in_com
     # commit order: each writer's appends appear in the order its commits returned
     for i, report in enumerate(reports):
         committed = json.loads(report.read_text(encoding="utf-8"))
-        in_feed = [c.message_id for c in seen if c.kind == "message.appended" and c.session_id == f"w{i}"]
+        in_feed = [
+            c.message_id for c in seen if c.kind == "message.appended" and c.session_id == f"w{i}"
+        ]
         assert in_feed == committed
-        created = next(c.position for c in seen if c.kind == "session.created" and c.session_id == f"w{i}")
+        created = next(
+            c.position for c in seen if c.kind == "session.created" and c.session_id == f"w{i}"
+        )
         first_append = next(
             c.position for c in seen if c.kind == "message.appended" and c.session_id == f"w{i}"
         )

@@ -85,7 +85,8 @@ def test_a_database_at_0023_is_refused_then_upgrades_cleanly(
         url = backend_url
         migrate.downgrade(url, "base")
     _at_0023(url)
-    with pytest.raises(NotAtHead, match=rf"at revision 0023, not {HEAD_REVISION}.*hermes-store upgrade"):
+    refused = rf"at revision 0023, not {HEAD_REVISION}.*hermes-store upgrade"
+    with pytest.raises(NotAtHead, match=refused):
         Store(url)
     # reading needs the v23 shape only, which 0023 has: read as it is, nothing changed
     with Store(url, read_only=True) as reading:

@@ -44,7 +44,9 @@ def write(url: str, writer: int, appends: int, seed: int, report: str) -> None:
     Path(report).write_text(json.dumps(committed), encoding="utf-8")
 
 
-def hold_turns(url: str, holder: str, session_id: str, seconds: float, seed: int, report: str) -> None:
+def hold_turns(
+    url: str, holder: str, session_id: str, seconds: float, seed: int, report: str
+) -> None:
     """For `seconds`: take the session's turn (short leases), append with its token
     with random pauses, some longer than the lease, so the other holder takes over in
     the middle; write what happened to `report`: every grant, every append that landed
