@@ -364,3 +364,23 @@ def test_the_pending_table_is_empty_after_every_commit(pg_fresh_db: str) -> None
         assert pending == 0 and last == 6
     finally:
         engine.dispose()
+
+
+def test_a_follower_ends_soon_after_stop_is_set(backend_url: str) -> None:
+    with Store(backend_url) as store:
+        feed = ChangeFeed(store)
+        stop = threading.Event()
+        ended: list[float] = []
+
+        def follow() -> None:
+            for _ in feed.follow(0, poll_interval=60, stop=stop):
+                pass
+            ended.append(time.monotonic())
+
+        thread = threading.Thread(target=follow)
+        thread.start()
+        time.sleep(0.5)
+        asked = time.monotonic()
+        stop.set()
+        thread.join(timeout=10)
+        assert ended and ended[0] - asked < 2

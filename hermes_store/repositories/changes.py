@@ -63,6 +63,8 @@ KINDS = (
 DEFAULT_BATCH = 500
 MAX_BATCH = 10_000
 DEFAULT_POLL_INTERVAL = 0.5
+#: The longest a PostgreSQL follower waits for a notification before it looks at `stop`.
+STOP_CHECK = 0.5
 
 _PAGE = text(
     # one statement, one snapshot: the trimmed mark, the newest position and the page
@@ -203,6 +205,7 @@ class _Listener:
         import psycopg
 
         self._sleeper = _Sleeper(stop)
+        self._stop = stop
         self._conn: psycopg.Connection[Any] | None = None
         try:
             self._conn = psycopg.connect(_listen_conninfo(url), autocommit=True, connect_timeout=10)
@@ -217,9 +220,14 @@ class _Listener:
         if self._conn is None:
             self._sleeper.wait(seconds)
             return
+        deadline = time.monotonic() + seconds
         try:
-            for _ in self._conn.notifies(timeout=seconds, stop_after=1):
-                pass
+            # in slices, so that a `stop` set meanwhile is seen within STOP_CHECK seconds
+            while (left := deadline - time.monotonic()) > 0:
+                if self._stop is not None and self._stop.is_set():
+                    return
+                for _ in self._conn.notifies(timeout=min(left, STOP_CHECK), stop_after=1):
+                    return
         except psycopg.Error as exc:
             log.info("change feed: the LISTEN connection failed (%s); polling instead", exc)
             self.close()
