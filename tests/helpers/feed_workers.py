@@ -86,3 +86,30 @@ def hold_turns(
         json.dumps({"grants": grants, "landed": landed, "refused": refused, "held": held}),
         encoding="utf-8",
     )
+
+
+def follow(url: str, log: str, seed: int, idle_timeout: float | None) -> None:
+    """A follower as a tool would run it: its cursor is the last complete line of `log`
+    (a line is written, and flushed, per change handled), so a kill at any point loses
+    at most a partial line, which the next start drops. With `idle_timeout`, it ends
+    once nothing new came for that long; else it runs until killed."""
+    from hermes_store.repositories.changes import ChangeFeed
+
+    rng = random.Random(seed)
+    path = Path(log)
+    cursor = 0
+    if path.exists():
+        data = path.read_bytes()
+        complete = data[: data.rfind(b"\n") + 1]
+        if len(complete) != len(data):
+            path.write_bytes(complete)
+        lines = complete.decode("utf-8").splitlines()
+        if lines:
+            cursor = int(lines[-1].split()[0])
+    with Store(url, retry=PATIENT) as store, path.open("a", encoding="utf-8") as out:
+        feed = ChangeFeed(store)
+        for change in feed.follow(
+            cursor, poll_interval=0.02, batch=rng.randint(1, 50), idle_timeout=idle_timeout
+        ):
+            out.write(f"{change.position} {change.kind} {change.session_id} {change.message_id}\n")
+            out.flush()
