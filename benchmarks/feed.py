@@ -5,8 +5,8 @@ with the feed's triggers against the same append with them dropped.
     python -m benchmarks.feed [--quick] [--json PATH]
 
 Both backends; PostgreSQL rows are skipped, with the reason, without a server. The poll
-rows fill `hermes_store_changes` with the rows the triggers would have written (directly,
-so that 100k changes take a second, not minutes of appends), then time `changes(since)`
+rows fill `hermes_store_changes` with the rows the triggers would have written (inserted
+directly: the table's size is what is measured, not how it grew), then time `changes(since)`
 from the newest position (a poll with nothing new) and from 10 positions before it (a
 poll that returns 10 changes). The append rows time `append_message` and
 `append_messages` (50 rows) on two fresh databases, one with the feed's triggers and one
