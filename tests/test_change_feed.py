@@ -202,6 +202,9 @@ def test_paging_and_typed_errors(backend_url: str) -> None:
             feed.changes(0, limit=0)
         with pytest.raises(InvalidInput):
             list(feed.follow(0, poll_interval=0))
+        # a tool follows with a store that never writes
+        with Store(backend_url, read_only=True) as reader:
+            assert ChangeFeed(reader).changes(0, limit=100) == feed.changes(0, limit=100)
 
 
 def test_trimmed_cursors_expire(backend_url: str) -> None:
