@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from helpers import feed_workers
 from sqlalchemy import create_engine, text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
 from hermes_store import contract
@@ -264,6 +265,21 @@ def test_the_v1_views_read_sessions_and_messages(backend_url: str) -> None:
             ).all()
     assert [tuple(r) for r in session] == [("s1", "hello", 1)]
     assert [tuple(r) for r in message] == [(mid, "s1", "user", "hi", 1)]
+    # read-only on both backends (PostgreSQL would write through a simple view)
+    engine = create_engine(backend_url, poolclass=NullPool)
+    try:
+        for view, column in (
+            (contract.SESSIONS_VIEW_V1, "title"),
+            (contract.MESSAGES_VIEW_V1, "content"),
+        ):
+            with engine.connect() as conn, pytest.raises(DBAPIError):
+                conn.execute(text(f"UPDATE {view} SET {column} = 'changed'"))
+            with engine.connect() as conn, pytest.raises(DBAPIError):
+                conn.execute(text(f"DELETE FROM {view}"))
+    finally:
+        engine.dispose()
+    with Store(backend_url) as store:
+        assert TitleRepository(store).get_session_title("s1") == "hello"
 
 
 def test_following_is_pushed_by_notify_on_postgresql(pg_fresh_db: str) -> None:

@@ -195,7 +195,24 @@ BEGIN
 END $$"""
 
 
+# SQLite never writes through a view without INSTEAD OF triggers; PostgreSQL writes
+# through a simple view, so there an INSTEAD OF trigger refuses it.
+PG_READ_ONLY_FUNCTION = FEED_OBJECT_PREFIX + "read_only_view"
+PG_READ_ONLY = f"""CREATE OR REPLACE FUNCTION {PG_READ_ONLY_FUNCTION}() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'the view % is read-only: write through hermes-store', TG_TABLE_NAME
+        USING ERRCODE = 'object_not_in_prerequisite_state';
+END $$"""
+
+
 def _pg_upgrade() -> None:
+    _ops.execute(PG_READ_ONLY)
+    for view in (SESSIONS_VIEW_V1, MESSAGES_VIEW_V1):
+        _ops.execute(
+            f"CREATE TRIGGER {view}_read_only INSTEAD OF INSERT OR UPDATE OR DELETE ON {view} "
+            f"FOR EACH ROW EXECUTE FUNCTION {PG_READ_ONLY_FUNCTION}()"
+        )
     _ops.execute(
         f"""CREATE TABLE IF NOT EXISTS {CHANGES_PENDING_TABLE} (
             id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -248,7 +265,9 @@ def downgrade() -> None:
         for _name, table, *_ in CAPTURES:
             _ops.execute(f"DROP TRIGGER IF EXISTS {FEED_OBJECT_PREFIX}{_name} ON {table}")
         _ops.execute(f"DROP TABLE IF EXISTS {CHANGES_PENDING_TABLE}")
-        for function in (*PG_CAPTURE_FUNCTIONS, PG_STAMP_FUNCTION):
+        for view in (SESSIONS_VIEW_V1, MESSAGES_VIEW_V1):
+            _ops.execute(f"DROP VIEW IF EXISTS {view}")
+        for function in (*PG_CAPTURE_FUNCTIONS, PG_STAMP_FUNCTION, PG_READ_ONLY_FUNCTION):
             _ops.execute(f"DROP FUNCTION IF EXISTS {function}()")
     else:
         _ops.drop_triggers((*TRIGGERS, SQLITE_RETENTION_TRIGGER))
