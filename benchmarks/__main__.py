@@ -27,6 +27,10 @@ native asyncio path on PostgreSQL (benchmarks/concurrent.py: 200 and 1,000 chats
 with --quick; `--no-concurrent` skips it), and hermes-store beside the agent frameworks'
 session stores on one workload (benchmarks/peers.py: 200 chats, 20 with --quick; rows of
 stores that are not installed say so; `--no-peers` skips it).
+
+Last, the change feed (benchmarks/feed.py): a poll at 100k changes against 10k, and an
+append with the feed's triggers against one without them, on both backends
+(`--no-feed` skips it).
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import concurrent, corpus, journal_modes, peers, postgres, upgrade
+from . import concurrent, corpus, feed, journal_modes, peers, postgres, upgrade
 from .raw_floor import Floor, bulk_load, connect, create_schema, record_statements
 from .stats import comparison
 
@@ -235,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-peers", action="store_true", help="skip the agent-framework comparison"
     )
+    parser.add_argument("--no-feed", action="store_true", help="skip the change-feed table")
     args = parser.parse_args(argv)
 
     size = "quick" if args.quick else args.size
@@ -271,6 +276,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_peers:
         print("agent-framework session stores:")
         compared = peers.run(20 if args.quick else 200, turns=3)
+    changes = None
+    if not args.no_feed:
+        print("change feed:")
+        changes = feed.run(args.quick)
     print()
     print_table(rows, upgrades)
     journal_modes.print_table(journal)
@@ -282,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     if compared is not None:
         print()
         peers.print_table(compared)
+    if changes is not None:
+        print()
+        feed.print_table(changes)
     elapsed = time.perf_counter() - started
     print(f"\n{elapsed:.1f} s")
     if args.json:
@@ -299,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
             "postgres": pg,
             "concurrent": chats,
             "peers": compared,
+            "feed": changes,
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n")
     return 0

@@ -79,11 +79,12 @@ def _admin(url: str, sql: str) -> None:
 
 
 @contextmanager
-def scratch_database(admin: str) -> Iterator[str]:
-    """A fresh database for the run, dropped afterwards (whatever happens)."""
+def scratch_database(admin: str, suffix: str = "") -> Iterator[str]:
+    """A fresh database for the run, dropped afterwards (whatever happens); a `suffix`
+    gives a second one beside it."""
     from sqlalchemy.engine import make_url
 
-    name = f"hs_bench_{os.getpid()}"
+    name = f"hs_bench_{os.getpid()}{suffix}"
     _admin(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     _admin(admin, f"CREATE DATABASE \"{name}\" TEMPLATE template0 ENCODING 'UTF8'")
     try:

@@ -32,7 +32,7 @@ import asyncio
 import functools
 import queue
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from sqlalchemy import Engine
@@ -40,6 +40,7 @@ from sqlalchemy.engine import URL
 
 from .config import JournalPolicy
 from .errors import StoreClosed
+from .repositories.changes import DEFAULT_BATCH, DEFAULT_POLL_INTERVAL, Change, ChangeFeed
 from .repositories.coordination import (
     AsyncDelegationRepository,
     CompressionLockRepository,
@@ -52,6 +53,7 @@ from .repositories.search import SearchRepository
 from .repositories.sessions import SessionRepository
 from .repositories.telegram import TelegramTopicRepository
 from .repositories.titles import TitleRepository
+from .repositories.turns import TurnRepository
 from .repositories.usage import UsageRepository
 from .retry import DEFAULT_RETRY, RetryPolicy
 from .sqlite_damage import where
@@ -296,6 +298,8 @@ class AsyncStore:
         self.gateway_routing = AsyncGatewayRouting(self)
         self.delegations = AsyncDelegations(self)
         self.telegram_topics = AsyncTelegramTopics(self)
+        self.feed = AsyncChangeFeed(self)
+        self.turns = AsyncTurns(self)
 
     @classmethod
     async def open(
@@ -374,6 +378,27 @@ class AsyncStore:
 
             self._closing = asyncio.ensure_future(_off_loop(finish))
         await asyncio.shield(self._closing)
+
+    def changes(
+        self,
+        since: int = 0,
+        *,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        batch: int = DEFAULT_BATCH,
+        idle_timeout: float | None = None,
+    ) -> AsyncIterator[Change]:
+        """Follow the change feed: `async for change in store.changes(since=cursor)`
+        yields every change after `cursor` as it commits (pushed by LISTEN/NOTIFY on
+        PostgreSQL, polled every `poll_interval` seconds on SQLite), until the loop is
+        left or cancelled, or nothing new came for `idle_timeout` seconds. Store
+        `change.position` of the last change handled and resume from it."""
+        return self.feed._sync.follow_async(
+            since,
+            poll_interval=poll_interval,
+            batch=batch,
+            idle_timeout=idle_timeout,
+            run=self.run,
+        )
 
     async def __aenter__(self) -> AsyncStore:
         return self
@@ -599,3 +624,24 @@ class AsyncTelegramTopics(_AsyncRepository[TelegramTopicRepository]):
     list_unlinked_telegram_sessions_for_user = awaitable(
         TelegramTopicRepository.list_unlinked_telegram_sessions_for_user
     )
+
+
+class AsyncChangeFeed(_AsyncRepository[ChangeFeed]):
+    """`ChangeFeed`'s methods as coroutines (following is `AsyncStore.changes`)."""
+
+    _repository = ChangeFeed
+    changes = awaitable(ChangeFeed.changes)
+    latest = awaitable(ChangeFeed.latest)
+    oldest_cursor = awaitable(ChangeFeed.oldest_cursor)
+    trim = awaitable(ChangeFeed.trim)
+    set_retention = awaitable(ChangeFeed.set_retention)
+
+
+class AsyncTurns(_AsyncRepository[TurnRepository]):
+    """`TurnRepository`'s methods as coroutines."""
+
+    _repository = TurnRepository
+    acquire_turn = awaitable(TurnRepository.acquire_turn)
+    renew_turn = awaitable(TurnRepository.renew_turn)
+    release_turn = awaitable(TurnRepository.release_turn)
+    current_turn = awaitable(TurnRepository.current_turn)

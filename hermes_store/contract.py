@@ -112,3 +112,36 @@ OWN_TABLE_PREFIX: Final = "hermes_store_"
 #: Appends made with an idempotency key: (session_id, key) -> the message ids the first
 #: call stored (revision hs0001). Rows go with their session (ON DELETE CASCADE).
 IDEMPOTENCY_TABLE: Final = "hermes_store_idempotency_keys"
+
+# --- the change feed and turn fencing (revision hs0002) -----------------------------------
+
+#: One row per change to sessions, messages and usage, in commit order: `position` is the
+#: cursor outside tools resume from. Written only by triggers, so writes of the original
+#: Hermes code on the same file are in it too.
+CHANGES_TABLE: Final = "hermes_store_changes"
+#: PostgreSQL only: the changes of a transaction before its commit gives them positions
+#: (identity values commit out of order; positions handed out at commit do not).
+CHANGES_PENDING_TABLE: Final = "hermes_store_changes_pending"
+#: name -> integer: the feed's counters (FEED_* keys below).
+FEED_STATE_TABLE: Final = "hermes_store_feed_state"
+#: The last position handed out (PostgreSQL; SQLite's AUTOINCREMENT keeps its own).
+FEED_LAST_POSITION: Final = "last_position"
+#: Every position at or below this one has been trimmed: an older cursor has expired.
+FEED_TRIMMED_THROUGH: Final = "trimmed_through"
+#: How many of the newest changes the database keeps at least (trimmed in steps of
+#: FEED_TRIM_EVERY positions, by the triggers themselves).
+FEED_RETENTION_ROWS: Final = "retention_rows"
+FEED_TRIM_EVERY: Final = 1000
+#: The NOTIFY channel a PostgreSQL commit with changes signals (payload: last position).
+FEED_CHANNEL: Final = "hermes_store_changes"
+#: Every trigger and function of the feed is named with this prefix.
+FEED_OBJECT_PREFIX: Final = "hermes_store_feed_"
+#: Read-only views of sessions and messages whose columns stay as they are while the
+#: v23 tables change; a change to them is a new version (`_v2_`) beside the old one.
+SESSIONS_VIEW_V1: Final = "hermes_store_v1_sessions"
+MESSAGES_VIEW_V1: Final = "hermes_store_v1_messages"
+#: A session's turn lease: holder, fencing token (grows with every grant), expiry.
+TURNS_TABLE: Final = "hermes_store_turns"
+#: Tables that describe one database's own history, never copied to another database
+#: (the target's triggers write its own feed as the copy inserts rows).
+LOCAL_TABLES: Final = frozenset({CHANGES_TABLE, CHANGES_PENDING_TABLE, FEED_STATE_TABLE})

@@ -194,6 +194,62 @@ class InvalidInput(StoreError, ValueError):
     """Input that cannot be stored as given (for example content over the size limit)."""
 
 
+class ChangeCursorExpired(StoreError, LookupError):
+    """A change-feed cursor older than what the database still keeps: the changes after
+    it were trimmed. `cursor` is the one given, `oldest` the oldest cursor that still
+    resumes; start over from a full read of what the reader mirrors, then follow from
+    `latest()`."""
+
+    def __init__(self, cursor: int, oldest: int) -> None:
+        self.cursor = cursor
+        self.oldest = oldest
+        super().__init__(
+            f"the change-feed cursor {cursor} has expired: the changes through position "
+            f"{oldest} were trimmed, so changes after {cursor} can no longer be listed. "
+            "Read the current state again and follow from ChangeFeed.latest()"
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[int, int]]:
+        return (type(self), (self.cursor, self.oldest))
+
+
+class TurnHeld(StoreError, RuntimeError):
+    """Another holder's turn lease on the session is live; `holder` holds it until
+    `expires_at` (epoch seconds). Try again after it, or wait for its release."""
+
+    def __init__(self, session_id: str, holder: str, expires_at: float) -> None:
+        self.session_id = session_id
+        self.holder = holder
+        self.expires_at = expires_at
+        super().__init__(
+            f"the turn of session {session_id!r} is held by {holder!r} until "
+            f"{expires_at:.3f} (epoch seconds); try again after it or once it is released"
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, float]]:
+        return (type(self), (self.session_id, self.holder, self.expires_at))
+
+
+class StaleTurn(StoreError, RuntimeError):
+    """A write or a lease call made with a fencing token that is no longer the session's
+    current one (a newer grant exists, or the turn was released); nothing was written.
+    `current` is the session's token now (0 when no turn was ever granted)."""
+
+    def __init__(self, session_id: str, token: int, current: int, why: str = "") -> None:
+        self.session_id = session_id
+        self.token = token
+        self.current = current
+        self.why = why
+        reason = why or f"a newer turn (token {current}) was granted"
+        super().__init__(
+            f"turn token {token} of session {session_id!r} is stale: {reason}; nothing "
+            "was written. Acquire the turn again before writing"
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[str, int, int, str]]:
+        return (type(self), (self.session_id, self.token, self.current, self.why))
+
+
 class QueryTooComplex(InvalidInput):
     """A search query past a limit on the work of one search (docs/search.md); `limit`
     is that limit, and the message names it."""

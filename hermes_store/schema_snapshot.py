@@ -31,9 +31,13 @@ def normalise_sql(sql: str) -> str:
     return sql.rstrip(";")
 
 
-def _left_out(table: str, own_tables: bool) -> bool:
-    """Whether objects of `table` stay out of a snapshot."""
-    return table == VERSION_TABLE or (not own_tables and table.startswith(OWN_TABLE_PREFIX))
+def _left_out(table: str, own_tables: bool, name: str = "") -> bool:
+    """Whether objects of `table` (or an object itself, by `name`: the feed's triggers on
+    the v23 tables and its views) stay out of a snapshot."""
+    if table == VERSION_TABLE:
+        return True
+    own = table.startswith(OWN_TABLE_PREFIX) or name.startswith(OWN_TABLE_PREFIX)
+    return not own_tables and own
 
 
 def snapshot(conn: Connection, *, own_tables: bool = False) -> dict[str, Any]:
@@ -46,7 +50,7 @@ def snapshot(conn: Connection, *, own_tables: bool = False) -> dict[str, Any]:
     views: dict[str, str] = {}
     triggers: dict[str, str] = {}
     for kind, name, table, sql in rows:
-        if name.startswith("sqlite_") and kind != "index" or _left_out(table, own_tables):
+        if name.startswith("sqlite_") and kind != "index" or _left_out(table, own_tables, name):
             continue
         if kind == "table" and sql and sql.upper().startswith("CREATE VIRTUAL TABLE"):
             virtual[name] = normalise_sql(sql)
@@ -227,7 +231,9 @@ def _pg_blocks(conn: Connection, own_tables: bool) -> list[str]:
         for name, definition in _pg_rows(
             conn,
             "SELECT viewname, definition FROM pg_views WHERE schemaname = current_schema() "
-            "ORDER BY viewname",
+            "AND (:own OR left(viewname, length(:prefix)) <> :prefix) ORDER BY viewname",
+            own=own_tables,
+            prefix=OWN_TABLE_PREFIX,
         )
     ]
     blocks += [
@@ -236,7 +242,11 @@ def _pg_blocks(conn: Connection, own_tables: bool) -> list[str]:
             conn,
             "SELECT pg_get_triggerdef(t.oid) FROM pg_trigger t JOIN pg_class c "
             "ON c.oid = t.tgrelid WHERE NOT t.tgisinternal "
-            "AND c.relnamespace = current_schema()::regnamespace ORDER BY t.tgname",
+            "AND c.relnamespace = current_schema()::regnamespace "
+            "AND (:own OR left(t.tgname::text, length(:prefix)) <> :prefix) "
+            "AND (:own OR left(c.relname::text, length(:prefix)) <> :prefix) ORDER BY t.tgname",
+            own=own_tables,
+            prefix=OWN_TABLE_PREFIX,
         )
     ]
     # functions of the schema's own; the members of an extension (pg_trgm's) are the
@@ -248,7 +258,10 @@ def _pg_blocks(conn: Connection, own_tables: bool) -> list[str]:
             "SELECT pg_get_functiondef(p.oid) FROM pg_proc p "
             "WHERE p.pronamespace = current_schema()::regnamespace AND NOT EXISTS ("
             "SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass "
-            "AND d.objid = p.oid AND d.deptype = 'e') ORDER BY p.proname",
+            "AND d.objid = p.oid AND d.deptype = 'e') "
+            "AND (:own OR left(p.proname::text, length(:prefix)) <> :prefix) ORDER BY p.proname",
+            own=own_tables,
+            prefix=OWN_TABLE_PREFIX,
         )
     ]
     return blocks

@@ -89,8 +89,9 @@ ASYNC_REPOSITORIES = [
 ]
 #: Methods that are not units of work on the database: file helpers, a generator (its
 #: rows are read lazily, which a worker thread cannot hand over; `export_session` and
-#: `import_sessions` are offered).
-NOT_OFFERED = {"write_jsonl", "read_jsonl", "export_all"}
+#: `import_sessions` are offered); the change feed's followers (`AsyncStore.changes` is
+#: the asyncio one).
+NOT_OFFERED = {"write_jsonl", "read_jsonl", "export_all", "follow", "follow_async"}
 
 
 @pytest.mark.parametrize(

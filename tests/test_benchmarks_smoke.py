@@ -105,6 +105,15 @@ def test_quick_benchmark_reports_every_row(tmp_path: Path) -> None:
     assert any(r["store"].startswith("hermes-store") for r in compared["rows"]), compared
     assert all(why for why in compared["skipped"].values())
 
+    changes = data["feed"]
+    assert "change feed" in proc.stdout
+    fed = {(r["backend"], r["operation"]) for r in changes["rows"]}
+    for op in ("poll, no news", "poll, 10 new", "append one", "append batch of 50"):
+        assert ("sqlite", op) in fed, changes
+    assert len(fed) + 4 * len(changes["skipped"]) == 8, changes
+    for row in changes["rows"]:
+        assert row["ratio_p50"] > 0, row
+
     pg = data["postgres"]
     if "skipped" in pg:
         assert "PostgreSQL rows skipped" in proc.stdout

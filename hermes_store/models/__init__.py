@@ -15,7 +15,7 @@ from .base import Base
 from .coordination import AsyncDelegation, CompressionLock, GatewayRouting
 from .messages import Message
 from .meta import StateMeta, schema_version
-from .own import IdempotencyKey
+from .own import ChangeRecord, FeedState, IdempotencyKey, TurnLease
 from .sessions import HermesSession
 from .sessions import Session as Session  # explicit re-export, kept out of __all__
 from .usage import SessionModelUsage
@@ -25,13 +25,16 @@ metadata = Base.metadata
 __all__ = [
     "AsyncDelegation",
     "Base",
+    "ChangeRecord",
     "CompressionLock",
+    "FeedState",
     "GatewayRouting",
     "HermesSession",
     "IdempotencyKey",
     "Message",
     "SessionModelUsage",
     "StateMeta",
+    "TurnLease",
     "metadata",
     "schema_version",
 ]

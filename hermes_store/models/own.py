@@ -7,8 +7,8 @@ from __future__ import annotations
 from sqlalchemy import ForeignKey
 from sqlalchemy.orm import Mapped, mapped_column
 
-from ..contract import IDEMPOTENCY_TABLE
-from .base import Base, Real_, Text_
+from ..contract import CHANGES_TABLE, FEED_STATE_TABLE, IDEMPOTENCY_TABLE, TURNS_TABLE
+from .base import Base, Integer_, Real_, Text_
 
 
 class IdempotencyKey(Base):
@@ -34,4 +34,62 @@ class IdempotencyKey(Base):
     )
     created_at: Mapped[float] = mapped_column(
         Real_, nullable=False, doc="When the first call stored them, epoch seconds (UTC)."
+    )
+
+
+class ChangeRecord(Base):
+    """A row of `hermes_store_changes`: one change to a session, a message or a session's
+    usage, written by triggers (also for the original Hermes code's writes) at the
+    position that orders it among all changes by commit."""
+
+    __tablename__ = CHANGES_TABLE
+
+    position: Mapped[int] = mapped_column(
+        Integer_,
+        primary_key=True,
+        autoincrement=False,
+        doc="The change's place in commit order; a reader's cursor is the last one it saw.",
+    )
+    kind: Mapped[str] = mapped_column(
+        Text_,
+        nullable=False,
+        doc="What happened: session.created/updated/deleted, message.appended/updated/"
+        "deleted, usage.updated.",
+    )
+    session_id: Mapped[str] = mapped_column(
+        Text_, nullable=False, doc="The session changed, or the one the message belongs to."
+    )
+    message_id: Mapped[int | None] = mapped_column(
+        Integer_, doc="messages.id for the message.* kinds, NULL otherwise."
+    )
+    at: Mapped[float] = mapped_column(
+        Real_, nullable=False, doc="When the change was made, epoch seconds (UTC)."
+    )
+
+
+class FeedState(Base):
+    """A row of `hermes_store_feed_state`: one of the feed's counters (the last position
+    handed out, the position through which changes were trimmed, how many to keep)."""
+
+    __tablename__ = FEED_STATE_TABLE
+
+    name: Mapped[str] = mapped_column(Text_, primary_key=True, doc="The counter's name.")
+    value: Mapped[int] = mapped_column(Integer_, nullable=False, doc="Its value.")
+
+
+class TurnLease(Base):
+    """A row of `hermes_store_turns`: who holds a session's turn, until when, and the
+    fencing token of the last grant; writes made with an older token are refused."""
+
+    __tablename__ = TURNS_TABLE
+
+    session_id: Mapped[str] = mapped_column(
+        Text_, primary_key=True, doc="The session the turn is for (no foreign key)."
+    )
+    holder: Mapped[str | None] = mapped_column(Text_, doc="Who holds the turn; NULL once released.")
+    token: Mapped[int] = mapped_column(
+        Integer_, nullable=False, doc="The fencing token of the last grant; grows by one per grant."
+    )
+    expires_at: Mapped[float] = mapped_column(
+        Real_, nullable=False, doc="When the lease lapses, epoch seconds (UTC)."
     )

@@ -12,6 +12,7 @@ once.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -41,9 +42,21 @@ class RepositorySQL:
     def lock_key(self, conn: Connection, key: str) -> None:
         """Serialise units of work on a name that has no row yet."""
 
+    #: What a SELECT appends to lock the rows it reads, shared and exclusive. Nothing on
+    #: SQLite: the write transaction already holds the database's write lock.
+    share_lock = ""
+    update_lock = ""
+
+    #: Whether a commit can wake a follower (LISTEN/NOTIFY) rather than being polled for.
+    pushes_changes = False
+
     def database_size(self, conn: Connection) -> int | None:
         """Bytes the database takes."""
         raise NotImplementedError
+
+    def clock(self, conn: Connection) -> float:
+        """The epoch seconds that leases are judged by."""
+        return time.time()
 
 
 class SQLiteSQL(RepositorySQL):
@@ -61,12 +74,21 @@ class PostgreSQLSQL(RepositorySQL):
     pg_database_size."""
 
     insert = staticmethod(postgresql.insert)
+    share_lock = " FOR SHARE"
+    update_lock = " FOR UPDATE"
+    pushes_changes = True
 
     def lock_session(self, conn: Connection, session_id: str) -> None:
         conn.execute(text("SELECT 1 FROM sessions WHERE id = :id FOR UPDATE"), {"id": session_id})
 
     def lock_key(self, conn: Connection, key: str) -> None:
         conn.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": key})
+
+    def clock(self, conn: Connection) -> float:
+        """The server's clock, so that every host judges a lease by the same time."""
+        return float(
+            conn.execute(text("SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8")).scalar_one()
+        )
 
     def database_size(self, conn: Connection) -> int | None:
         size = conn.scalar(text("SELECT pg_database_size(current_database())"))
@@ -77,32 +99,38 @@ bundle("sqlite").sql = SQLiteSQL()
 bundle("postgresql").sql = PostgreSQLSQL()
 
 
-def _sql(conn: Connection) -> RepositorySQL:
+def sql_named(dialect: str) -> RepositorySQL:
+    """The repositories' SQL parts of the dialect called `dialect` (a Store's `dialect`)."""
+    return bundle(dialect).sql
+
+
+def repository_sql(conn: Connection) -> RepositorySQL:
+    """The repositories' SQL parts of `conn`'s dialect."""
     return dialect_for(conn).sql
 
 
 def upsert_insert(conn: Connection, entity: Any) -> sqlite.Insert | postgresql.Insert:
     """An INSERT that supports ON CONFLICT for the dialect `conn` is bound to; callers
     stay dialect-neutral as long as they only pick the constructor here."""
-    return _sql(conn).insert(entity)
+    return repository_sql(conn).insert(entity)
 
 
 def lock_session(conn: Connection, session_id: str) -> None:
     """Serialise read-then-write units of work on one session: its row lock on
     PostgreSQL; nothing on SQLite, whose write transaction holds the write lock."""
-    _sql(conn).lock_session(conn, session_id)
+    repository_sql(conn).lock_session(conn, session_id)
 
 
 def lock_key(conn: Connection, key: str) -> None:
     """Serialise units of work on a name that has no row yet (a title, a lock name):
     a transaction-scoped advisory lock on PostgreSQL, nothing on SQLite."""
-    _sql(conn).lock_key(conn, key)
+    repository_sql(conn).lock_key(conn, key)
 
 
 def database_size(conn: Connection) -> int | None:
     """Bytes the database takes: SQLite's pages (not its -wal file), PostgreSQL's
     pg_database_size."""
-    return _sql(conn).database_size(conn)
+    return repository_sql(conn).database_size(conn)
 
 
 class PreparedUpsert:

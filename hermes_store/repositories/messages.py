@@ -49,7 +49,7 @@ from ..rows import (
     RewindResult,
 )
 from ..store import Store
-from . import idempotency
+from . import idempotency, turns
 from ._dialect import data_columns, data_dicts, lock_session
 from ._encoding import decode_content, encode_display_metadata, now, scrub
 from ._paging import count_clause, limit_clause, row_count, row_limit, row_offset
@@ -220,14 +220,17 @@ def _append_one(
     explicit_ts: float | None,
     fields: Mapping[str, Any],
     key: str | None = None,
+    turn_token: int | None = None,
 ) -> int:
     lock_session(conn, session_id)  # the checks below must hold until commit
     if key is not None:
         # before the checks: a retry of an append that happened returns its id even if
-        # the session has been closed by compression since
+        # the session has been closed by compression (or its turn passed) since
         earlier = idempotency.earlier_ids(conn, session_id, key, 1)
         if earlier is not None:
             return earlier[0]
+    if turn_token is not None:
+        turns.require_turn(conn, session_id, turn_token)
     at = now()
     _check_append_allowed(conn, session_id, holder, at)
     values, n_calls = encode_row(
@@ -249,12 +252,15 @@ def _append_many(
     holder: str | None,
     encoded: EncodedMessages,
     key: str | None = None,
+    turn_token: int | None = None,
 ) -> list[int]:
     lock_session(conn, session_id)
     if key is not None:
         earlier = idempotency.earlier_ids(conn, session_id, key, len(encoded.rows))
         if earlier is not None:
             return earlier
+    if turn_token is not None:
+        turns.require_turn(conn, session_id, turn_token)
     at = now()
     _check_append_allowed(conn, session_id, holder, at)
     ids = _insert_rows(conn, encoded.rows)
@@ -576,6 +582,7 @@ class MessageRepository:
         compression_lock_holder: str | None = None,
         *,
         idempotency_key: str | None = None,
+        turn_token: int | None = None,
     ) -> int:
         """Append one message and bump the counters; returns the new `messages.id`.
 
@@ -583,6 +590,10 @@ class MessageRepository:
         the platform's message id), a call that repeats a committed one (a retry after a
         timeout or a cancellation, from any process) returns the id stored then and writes
         nothing; keys are per session and go with it.
+
+        With `turn_token` (from TurnRepository.acquire_turn), the append is made only if
+        that token is still the session's current turn, checked in the same transaction;
+        otherwise StaleTurn and nothing is written.
 
         Raises CompressionSessionBusyError while another holder's lease is live,
         CompressionSessionClosedError on a session ended by compression, SessionNotFound
@@ -620,6 +631,7 @@ class MessageRepository:
         if role is None:
             raise InvalidInput("a message needs a role")
         key = idempotency.check_key(idempotency_key)
+        token = turns.check_token(turn_token)
         explicit_ts = epoch_seconds(timestamp)
         fields = {
             "role": role,
@@ -643,7 +655,7 @@ class MessageRepository:
         }
         holder = compression_lock_holder
         return self.store.write(
-            lambda conn: _append_one(conn, session_id, holder, explicit_ts, fields, key)
+            lambda conn: _append_one(conn, session_id, holder, explicit_ts, fields, key, token)
         )
 
     def append_messages(
@@ -653,6 +665,7 @@ class MessageRepository:
         *,
         compression_lock_holder: str | None = None,
         idempotency_key: str | None = None,
+        turn_token: int | None = None,
     ) -> list[int]:
         """Append many messages (dicts, bulk encoding) in one transaction; returns their
         ids in order. Same checks as `append_message`; an empty list writes nothing.
@@ -666,12 +679,15 @@ class MessageRepository:
                 from anyone else is refused while the lock is held.
             idempotency_key: a key the caller chooses for this write; a retry with the same
                 key returns the first write's result instead of writing again.
+            turn_token: a token from TurnRepository.acquire_turn; the write is made only while
+                it is the session's current turn (StaleTurn otherwise, nothing written).
         """
         key = idempotency.check_key(idempotency_key)
+        token = turns.check_token(turn_token)
         encoded = encode_bulk(session_id, messages)
         holder = compression_lock_holder
         return self.store.write(
-            lambda conn: _append_many(conn, session_id, holder, encoded, key)
+            lambda conn: _append_many(conn, session_id, holder, encoded, key, token)
         )
 
     def replace_messages(

@@ -36,6 +36,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from ..prepared import Prepared
 from ..rows import CompressionCooldown, ListingRow, SessionRow
 from ..store import Store
+from . import turns
 from ._encoding import decode_content, flag, now, scrub
 from ._paging import limit_clause, offset_clause
 from ._preview import SKILL_INVOCATION_PREFIX
@@ -269,9 +270,16 @@ class SessionRepository:
         if self._flush_hook is not None:
             self._flush_hook()
 
-    def _update(self, session_id: str, **values: Any) -> int:
+    def _update(self, session_id: str, turn_token: int | None = None, **values: Any) -> int:
         statement = update(SESSIONS).where(S.id == session_id).values(**values)
-        return self.store.write(lambda conn: rowcount(conn.execute(statement)))
+        token = turns.check_token(turn_token)
+
+        def work(conn: Connection) -> int:
+            if token is not None:
+                turns.require_turn(conn, session_id, token)
+            return rowcount(conn.execute(statement))
+
+        return self.store.write(work)
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -495,17 +503,26 @@ class SessionRepository:
 
     # ----------------------------------------------------------------- settings
 
-    def update_system_prompt(self, session_id: str, system_prompt: str | None) -> None:
+    def update_system_prompt(
+        self, session_id: str, system_prompt: str | None, *, turn_token: int | None = None
+    ) -> None:
         """Store the assembled system prompt snapshot.
 
         Args:
             session_id: the session's id.
             system_prompt: the assembled system prompt.
+            turn_token: a token from TurnRepository.acquire_turn; the write is made only while
+                it is the session's current turn (StaleTurn otherwise, nothing written).
         """
-        self._update(session_id, system_prompt=_text(system_prompt))
+        self._update(session_id, turn_token, system_prompt=_text(system_prompt))
 
     def update_session_meta(
-        self, session_id: str, model_config_json: str | None, model: str | None = None
+        self,
+        session_id: str,
+        model_config_json: str | None,
+        model: str | None = None,
+        *,
+        turn_token: int | None = None,
     ) -> None:
         """Replace `model_config` (JSON text) and, when given, the model.
 
@@ -513,10 +530,15 @@ class SessionRepository:
             session_id: the session's id.
             model_config_json: the model's settings, as JSON text.
             model: the model's name.
+            turn_token: a token from TurnRepository.acquire_turn; the write is made only while
+                it is the session's current turn (StaleTurn otherwise, nothing written).
         """
         self._flush()
         self._update(
-            session_id, model_config=model_config_json, model=func.coalesce(model, S.model)
+            session_id,
+            turn_token,
+            model_config=model_config_json,
+            model=func.coalesce(model, S.model),
         )
 
     def update_session_model(self, session_id: str, model: str | None) -> None:

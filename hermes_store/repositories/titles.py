@@ -15,6 +15,7 @@ from sqlalchemy import Connection, bindparam, or_, select, update
 from ..errors import InvalidTitle, TitleInUse
 from ..prepared import Prepared
 from ..store import Store
+from . import turns
 from ._dialect import lock_key
 from ._encoding import scrub
 from ._sql import all_columns, escape_like
@@ -127,16 +128,27 @@ class TitleRepository:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def set_session_title(self, session_id: str, title: Any) -> bool:
+    def set_session_title(
+        self, session_id: str, title: Any, *, turn_token: int | None = None
+    ) -> bool:
         """True if the row was updated; False for an unknown id. An empty title clears
         it. The conflict check runs first, so a taken title raises even for an unknown id.
 
         Args:
             session_id: the session's id.
             title: the title.
+            turn_token: a token from TurnRepository.acquire_turn; the write is made only while
+                it is the session's current turn (StaleTurn otherwise, nothing written).
         """
         clean = sanitize_title(title)
-        return self.store.write(lambda conn: _set_title(conn, session_id, clean))
+        token = turns.check_token(turn_token)
+
+        def work(conn: Connection) -> bool:
+            if token is not None:
+                turns.require_turn(conn, session_id, token)
+            return _set_title(conn, session_id, clean)
+
+        return self.store.write(work)
 
     def set_auto_title_if_empty(self, session_id: str, title: Any) -> bool:
         """Like set_session_title, but never replaces a title (a user's rename made while

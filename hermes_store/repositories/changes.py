@@ -1,0 +1,413 @@
+"""The change feed (`hermes_store_changes`, revision hs0002): what was created, appended,
+updated and deleted, in commit order, for tools that follow the store.
+
+Cursor: a change's `position`. `changes(since=c)` lists the changes after position `c`
+(0: from the oldest kept), oldest first; a reader stores the position of the last change
+it has handled and resumes from it, so nothing is missed and nothing repeated, across
+restarts. Positions grow in commit order on both backends (see the revision): a reader
+that sees position n has every position below n visible too, so "position > cursor"
+never skips a change committed late. Positions may have gaps (a trimmed range); never
+compute them, only compare.
+
+Retention: the triggers keep at least the newest `retention_rows` changes (1,000,000 by
+default; `set_retention`), and `trim` drops older ones on demand. A cursor below the
+trimmed range raises ChangeCursorExpired: the reader has missed changes and must read
+the state again. Listing, the expiry check and the newest position come from one
+statement, so one snapshot: a page is never cut by a trim that runs beside it.
+
+Following: `follow` polls (SQLite: one indexed range read per interval, whose cost does
+not grow with the table); on PostgreSQL it also LISTENs on FEED_CHANNEL, so a commit
+wakes it at once, and it falls back to polling when the listening connection cannot be
+made or fails. `follow_async` is the same for asyncio code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from sqlalchemy import Connection, text
+from sqlalchemy.engine import URL
+
+from ..contract import (
+    CHANGES_TABLE,
+    FEED_CHANNEL,
+    FEED_RETENTION_ROWS,
+    FEED_STATE_TABLE,
+    FEED_TRIMMED_THROUGH,
+)
+from ..errors import ChangeCursorExpired, InvalidInput
+from ..store import Store
+from ._dialect import sql_named
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Every kind a change can have (the versioned part of the feed: a new kind is added
+#: here and in the docs, an existing one never changes meaning).
+KINDS = (
+    "session.created",
+    "session.updated",
+    "session.deleted",
+    "message.appended",
+    "message.updated",
+    "message.deleted",
+    "usage.updated",
+)
+DEFAULT_BATCH = 500
+MAX_BATCH = 10_000
+DEFAULT_POLL_INTERVAL = 0.5
+#: The longest a PostgreSQL follower waits for a notification before it looks at `stop`.
+STOP_CHECK = 0.5
+
+_PAGE = text(
+    # one statement, one snapshot: the trimmed mark, the newest position and the page
+    "SELECT s.trimmed, s.latest, c.position, c.kind, c.session_id, c.message_id, c.at "  # noqa: S608
+    "FROM (SELECT "
+    f"(SELECT COALESCE(MAX(value), 0) FROM {FEED_STATE_TABLE} "
+    f"WHERE name = '{FEED_TRIMMED_THROUGH}') AS trimmed, "
+    f"(SELECT MAX(position) FROM {CHANGES_TABLE}) AS latest) s "
+    "LEFT JOIN (SELECT position, kind, session_id, message_id, at "
+    f"FROM {CHANGES_TABLE} WHERE position > :since ORDER BY position LIMIT :n) c ON 1 = 1 "
+    "ORDER BY c.position"
+)
+_STATE = text(f"SELECT value FROM {FEED_STATE_TABLE} WHERE name = :name")  # noqa: S608
+_RAISE_STATE = text(
+    f"UPDATE {FEED_STATE_TABLE} SET value = CASE WHEN value < :v THEN :v ELSE value END "  # noqa: S608
+    "WHERE name = :name"
+)
+_SET_STATE = text(f"UPDATE {FEED_STATE_TABLE} SET value = :v WHERE name = :name")  # noqa: S608
+_DELETE_THROUGH = text(f"DELETE FROM {CHANGES_TABLE} WHERE position <= :p")  # noqa: S608
+_FIRST_AT_OR_AFTER = text(
+    f"SELECT position FROM {CHANGES_TABLE} WHERE at >= :t ORDER BY position LIMIT 1"  # noqa: S608
+)
+_NEWEST = text(f"SELECT MAX(position) FROM {CHANGES_TABLE}")  # noqa: S608
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change: `kind` (one of KINDS) to `session_id` (and `message_id` for the
+    message.* kinds) at `at` (epoch seconds), ordered by `position`, the cursor."""
+
+    position: int
+    kind: str
+    session_id: str
+    message_id: int | None
+    at: float
+
+    @property
+    def cursor(self) -> int:
+        """What to pass as `since` to resume after this change."""
+        return self.position
+
+
+def _check_cursor(since: object) -> int:
+    if isinstance(since, bool) or not isinstance(since, int) or since < 0:
+        raise InvalidInput(f"a change-feed cursor is a position (an integer >= 0), not {since!r}")
+    return since
+
+
+def _check_batch(limit: object) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_BATCH:
+        raise InvalidInput(f"a change-feed page holds 1 to {MAX_BATCH} changes, not {limit!r}")
+    return limit
+
+
+def _check_interval(seconds: object) -> float:
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
+        raise InvalidInput(f"a poll interval is a positive number of seconds, not {seconds!r}")
+    return float(seconds)
+
+
+def _page(conn: Connection, since: int, limit: int) -> list[Change]:
+    rows = conn.execute(_PAGE, {"since": since, "n": limit}).all()
+    trimmed = int(rows[0][0])
+    latest = max(trimmed, 0 if rows[0][1] is None else int(rows[0][1]))
+    if since < trimmed:
+        raise ChangeCursorExpired(since, trimmed)
+    if since > latest:
+        raise InvalidInput(
+            f"the change-feed cursor {since} is ahead of the feed, whose newest position is "
+            f"{latest}: it comes from another database (or one restored from a backup); "
+            "read the state again and follow from latest()"
+        )
+    return [
+        Change(
+            position=int(r[2]),
+            kind=str(r[3]),
+            session_id=str(r[4]),
+            message_id=None if r[5] is None else int(r[5]),
+            at=float(r[6]),
+        )
+        for r in rows
+        if r[2] is not None
+    ]
+
+
+def _latest(conn: Connection) -> int:
+    newest = conn.execute(_NEWEST).scalar()
+    trimmed = conn.execute(_STATE, {"name": FEED_TRIMMED_THROUGH}).scalar()
+    return max(int(newest or 0), int(trimmed or 0))
+
+
+def _trim(conn: Connection, through: int | None, older_than: float | None) -> int:
+    newest = int(conn.execute(_NEWEST).scalar() or 0)
+    target = newest if through is None else min(through, newest)
+    if older_than is not None:
+        first_kept = conn.execute(_FIRST_AT_OR_AFTER, {"t": older_than}).scalar()
+        if first_kept is not None:
+            target = min(target, int(first_kept) - 1)
+    if target > 0:
+        conn.execute(_RAISE_STATE, {"v": target, "name": FEED_TRIMMED_THROUGH})
+        conn.execute(_DELETE_THROUGH, {"p": target})
+    return int(conn.execute(_STATE, {"name": FEED_TRIMMED_THROUGH}).scalar() or 0)
+
+
+# --------------------------------------------------------------------------- waiting
+
+
+def _listen_conninfo(url: URL) -> str:
+    """The libpq URI of the store's server, for a connection of psycopg's own."""
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+class _Waiter(Protocol):
+    def wait(self, seconds: float) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class _Sleeper:
+    """Polling: wait out the interval (or until `stop` is set)."""
+
+    def __init__(self, stop: threading.Event | None) -> None:
+        self._stop = stop or threading.Event()
+
+    def wait(self, seconds: float) -> None:
+        self._stop.wait(seconds)
+
+    def close(self) -> None:
+        pass
+
+
+class _Listener:
+    """PostgreSQL: LISTEN on a connection of its own (autocommit, outside the pool) and
+    wake on the first notification or after the interval, whichever comes first. Any
+    failure of that connection leaves polling in its place."""
+
+    def __init__(self, url: URL, stop: threading.Event | None) -> None:
+        import psycopg
+
+        self._sleeper = _Sleeper(stop)
+        self._stop = stop
+        self._conn: psycopg.Connection[Any] | None = None
+        try:
+            self._conn = psycopg.connect(_listen_conninfo(url), autocommit=True, connect_timeout=10)
+            self._conn.execute(f"LISTEN {FEED_CHANNEL}")
+        except psycopg.Error as exc:
+            log.info("change feed: LISTEN unavailable (%s); polling instead", exc)
+            self.close()
+
+    def wait(self, seconds: float) -> None:
+        import psycopg
+
+        if self._conn is None:
+            self._sleeper.wait(seconds)
+            return
+        deadline = time.monotonic() + seconds
+        try:
+            # in slices, so that a `stop` set meanwhile is seen within STOP_CHECK seconds
+            while (left := deadline - time.monotonic()) > 0:
+                if self._stop is not None and self._stop.is_set():
+                    return
+                for _ in self._conn.notifies(timeout=min(left, STOP_CHECK), stop_after=1):
+                    return
+        except psycopg.Error as exc:
+            log.info("change feed: the LISTEN connection failed (%s); polling instead", exc)
+            self.close()
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
+class _AsyncListener:
+    """`_Listener` for asyncio: psycopg's AsyncConnection, so waiting never blocks the
+    loop."""
+
+    def __init__(self) -> None:
+        self._conn: Any = None
+
+    async def start(self, url: URL) -> None:
+        import psycopg
+
+        try:
+            self._conn = await psycopg.AsyncConnection.connect(
+                _listen_conninfo(url), autocommit=True, connect_timeout=10
+            )
+            await self._conn.execute(f"LISTEN {FEED_CHANNEL}")
+        except psycopg.Error as exc:
+            log.info("change feed: LISTEN unavailable (%s); polling instead", exc)
+            await self.close()
+
+    async def wait(self, seconds: float) -> None:
+        import psycopg
+
+        if self._conn is None:
+            await asyncio.sleep(seconds)
+            return
+        try:
+            async for _ in self._conn.notifies(timeout=seconds, stop_after=1):
+                pass
+        except psycopg.Error as exc:
+            log.info("change feed: the LISTEN connection failed (%s); polling instead", exc)
+            await self.close()
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()
+
+
+# --------------------------------------------------------------------------- the feed
+
+
+class ChangeFeed:
+    """The store's change feed: list, follow, trim."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def changes(self, since: int = 0, limit: int = DEFAULT_BATCH) -> list[Change]:
+        """Up to `limit` changes after position `since`, oldest first (empty when there
+        are none yet). ChangeCursorExpired when changes after `since` were trimmed;
+        InvalidInput for a cursor ahead of the feed."""
+        cursor, n = _check_cursor(since), _check_batch(limit)
+        return self.store.read(lambda conn: _page(conn, cursor, n))
+
+    def latest(self) -> int:
+        """The newest position: following from it yields only what commits from now on."""
+        return self.store.read(_latest)
+
+    def oldest_cursor(self) -> int:
+        """The oldest cursor that still resumes (the last trimmed position, 0 if none)."""
+        value = self.store.read(
+            lambda conn: conn.execute(_STATE, {"name": FEED_TRIMMED_THROUGH}).scalar()
+        )
+        return int(value or 0)
+
+    def trim(self, *, through: int | None = None, older_than: float | None = None) -> int:
+        """Drop changes at or below position `through` and/or made before `older_than`
+        (epoch seconds); with neither, every change. Returns the oldest cursor that still
+        resumes; cursors below it raise ChangeCursorExpired from then on."""
+        if through is not None:
+            _check_cursor(through)
+        if older_than is not None and not isinstance(older_than, int | float):
+            raise InvalidInput(f"older_than is epoch seconds, not {older_than!r}")
+        return self.store.write(lambda conn: _trim(conn, through, older_than))
+
+    def set_retention(self, rows: int) -> None:
+        """Keep at least the newest `rows` changes (the triggers trim older ones every
+        1,000 positions). Applies to every writer of the database, the original's too."""
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+            raise InvalidInput(f"retention is a number of changes (>= 1), not {rows!r}")
+        self.store.write(
+            lambda conn: conn.execute(_SET_STATE, {"v": rows, "name": FEED_RETENTION_ROWS})
+        )
+
+    def follow(
+        self,
+        since: int = 0,
+        *,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        batch: int = DEFAULT_BATCH,
+        stop: threading.Event | None = None,
+        idle_timeout: float | None = None,
+    ) -> Iterator[Change]:
+        """Every change after `since`, as it commits, forever: until `stop` is set, or
+        until nothing new came for `idle_timeout` seconds. Resume a follower by passing
+        the position of the last change it handled."""
+        cursor, n = _check_cursor(since), _check_batch(batch)
+        interval = _check_interval(poll_interval)
+        return self._follow(cursor, n, interval, stop, idle_timeout)
+
+    def _follow(
+        self,
+        cursor: int,
+        n: int,
+        interval: float,
+        stop: threading.Event | None,
+        idle_timeout: float | None,
+    ) -> Iterator[Change]:
+        # listening starts before the first read, so a commit between them still wakes us
+        waiter: _Waiter = (
+            _Listener(self.store.url, stop)
+            if sql_named(self.store.dialect).pushes_changes
+            else _Sleeper(stop)
+        )
+        try:
+            last_news = time.monotonic()
+            while True:
+                page = self.changes(cursor, n)
+                for change in page:
+                    yield change
+                    cursor = change.position
+                if page:
+                    last_news = time.monotonic()
+                if len(page) == n:
+                    continue
+                if stop is not None and stop.is_set():
+                    return
+                if idle_timeout is not None and time.monotonic() - last_news >= idle_timeout:
+                    return
+                waiter.wait(interval)
+        finally:
+            waiter.close()
+
+    async def follow_async(
+        self,
+        since: int = 0,
+        *,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        batch: int = DEFAULT_BATCH,
+        idle_timeout: float | None = None,
+        run: Callable[[Callable[[], list[Change]]], Awaitable[list[Change]]] | None = None,
+    ) -> AsyncIterator[Change]:
+        """`follow` for asyncio: `async for change in feed.follow_async(since=c)`. The
+        reads run through `run` (an AsyncStore's worker threads; a thread of asyncio's
+        by default); waiting never blocks the loop. Stops when cancelled, or after
+        `idle_timeout` seconds without news."""
+        cursor, n = _check_cursor(since), _check_batch(batch)
+        interval = _check_interval(poll_interval)
+        runner = run or _to_thread
+        listener = _AsyncListener()
+        if sql_named(self.store.dialect).pushes_changes:
+            await listener.start(self.store.url)
+        try:
+            last_news = time.monotonic()
+            while True:
+                page = await runner(functools.partial(self.changes, cursor, n))
+                for change in page:
+                    yield change
+                    cursor = change.position
+                if page:
+                    last_news = time.monotonic()
+                if len(page) == n:
+                    continue
+                if idle_timeout is not None and time.monotonic() - last_news >= idle_timeout:
+                    return
+                await listener.wait(interval)
+        finally:
+            await listener.close()
+
+
+async def _to_thread(work: Callable[[], T]) -> T:
+    return await asyncio.to_thread(work)

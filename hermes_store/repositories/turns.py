@@ -1,0 +1,197 @@
+"""Turn leases with fencing tokens (`hermes_store_turns`, revision hs0002).
+
+One writer per turn: `acquire_turn(session_id, holder, ttl)` grants the session's turn
+and returns a token one larger than any granted for that session before; writes given
+`turn_token=` (appends, system prompt, session meta and title updates) check, inside
+their own write transaction, that the token is still the session's current one, and are
+refused with StaleTurn otherwise. A lease that has expired may be taken over by anyone;
+the takeover's grant is a newer token, so the previous holder's late writes are refused
+whatever its clock says. An expired lease nobody has taken over still writes: safety
+comes from the token, the expiry only says when another holder may take the turn.
+
+Serialisation: on SQLite every write transaction holds the database's write lock, so a
+grant and a checked write never interleave. On PostgreSQL a grant locks the turn row
+FOR UPDATE and a checked write reads it FOR SHARE, both held until commit: a write that
+read the token before a grant commits before the grant does, and one that reads it after
+sees the new token. Expiry is judged by the database server's clock on PostgreSQL (every
+host agrees on it) and by this machine's on SQLite (the file is local).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, text
+
+from ..contract import TURNS_TABLE
+from ..errors import InvalidInput, StaleTurn, TurnHeld
+from ..store import Store
+from ._dialect import repository_sql
+
+#: The longest lease granted at once; a turn that needs longer renews it.
+MAX_TTL = 86_400.0
+
+_ENSURE = text(
+    f"INSERT INTO {TURNS_TABLE} (session_id, holder, token, expires_at) "  # noqa: S608
+    "VALUES (:s, NULL, 0, 0) ON CONFLICT (session_id) DO NOTHING"
+)
+_READ = f"SELECT holder, token, expires_at FROM {TURNS_TABLE} WHERE session_id = :s"  # noqa: S608
+_GRANT = text(
+    f"UPDATE {TURNS_TABLE} SET holder = :h, token = :t, expires_at = :e "  # noqa: S608
+    "WHERE session_id = :s"
+)
+_EXTEND = text(f"UPDATE {TURNS_TABLE} SET expires_at = :e WHERE session_id = :s")  # noqa: S608
+_RELEASE = text(
+    f"UPDATE {TURNS_TABLE} SET holder = NULL, expires_at = 0 WHERE session_id = :s"  # noqa: S608
+)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A session's turn as stored: `holder` is None once released; `live` says whether
+    the lease had not yet expired when it was read."""
+
+    session_id: str
+    holder: str | None
+    token: int
+    expires_at: float
+    live: bool
+
+
+def _now(conn: Connection) -> float:
+    return repository_sql(conn).clock(conn)
+
+
+def _check_session_id(session_id: object) -> str:
+    if not isinstance(session_id, str) or not session_id:
+        raise InvalidInput(f"a turn needs a session id (a non-empty string), not {session_id!r}")
+    return session_id
+
+
+def _check_holder(holder: object) -> str:
+    if not isinstance(holder, str) or not holder:
+        raise InvalidInput(f"a turn's holder must be a non-empty string, not {holder!r}")
+    return holder
+
+
+def _check_ttl(ttl: object) -> float:
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float):
+        raise InvalidInput(f"a turn's ttl is a number of seconds, not {ttl!r}")
+    value = float(ttl)
+    if not math.isfinite(value) or value <= 0 or value > MAX_TTL:
+        raise InvalidInput(f"a turn's ttl must be above 0 and at most {MAX_TTL:g} s, not {ttl!r}")
+    return value
+
+
+def check_token(token: object) -> int | None:
+    """The token as given, after checking it is usable (None: no token)."""
+    if token is None:
+        return None
+    if isinstance(token, bool) or not isinstance(token, int) or token < 1:
+        raise InvalidInput(f"a turn token is a positive integer from acquire_turn, not {token!r}")
+    return token
+
+
+def require_turn(conn: Connection, session_id: str, token: int) -> None:
+    """Refuse the write this transaction is making unless `token` is the session's
+    current turn token and the turn is not released (StaleTurn). Call it inside the
+    write transaction, before anything is written; the row stays locked until commit."""
+    stmt = text(_READ + repository_sql(conn).share_lock)
+    row = conn.execute(stmt, {"s": session_id}).first()
+    if row is None:
+        raise StaleTurn(session_id, token, 0, "no turn was ever granted for the session")
+    holder, current = row[0], int(row[1])
+    if current != token:
+        if token > current:
+            why = f"the session's turns have only reached token {current}"
+            raise StaleTurn(session_id, token, current, why)
+        raise StaleTurn(session_id, token, current)
+    if holder is None:
+        raise StaleTurn(session_id, token, current, "the turn was released")
+
+
+def _locked(conn: Connection, session_id: str) -> tuple[str | None, int, float]:
+    conn.execute(_ENSURE, {"s": session_id})
+    stmt = text(_READ + repository_sql(conn).update_lock)
+    row = conn.execute(stmt, {"s": session_id}).one()
+    return row[0], int(row[1]), float(row[2])
+
+
+def _acquire(conn: Connection, session_id: str, holder: str, ttl: float) -> int:
+    current_holder, token, expires_at = _locked(conn, session_id)
+    now = _now(conn)
+    if current_holder is not None and current_holder != holder and expires_at > now:
+        raise TurnHeld(session_id, current_holder, expires_at)
+    granted = token + 1
+    conn.execute(_GRANT, {"s": session_id, "h": holder, "t": granted, "e": now + ttl})
+    return granted
+
+
+def _renew(conn: Connection, session_id: str, token: int, ttl: float) -> float:
+    current_holder, current, _ = _locked(conn, session_id)
+    if current != token:
+        raise StaleTurn(session_id, token, current)
+    if current_holder is None:
+        raise StaleTurn(session_id, token, current, "the turn was released")
+    expires_at = _now(conn) + ttl
+    conn.execute(_EXTEND, {"s": session_id, "e": expires_at})
+    return expires_at
+
+
+def _release(conn: Connection, session_id: str, token: int) -> bool:
+    current_holder, current, _ = _locked(conn, session_id)
+    if current != token or current_holder is None:
+        return False
+    conn.execute(_RELEASE, {"s": session_id})
+    return True
+
+
+def _current(conn: Connection, session_id: str) -> Turn | None:
+    row = conn.execute(text(_READ), {"s": session_id}).first()
+    if row is None or int(row[1]) == 0:
+        return None
+    holder = None if row[0] is None else str(row[0])
+    expires_at = float(row[2])
+    live = holder is not None and expires_at > _now(conn)
+    return Turn(session_id, holder, int(row[1]), expires_at, live)
+
+
+class TurnRepository:
+    """Turn leases of sessions: acquire, renew, release, and what is current."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def acquire_turn(self, session_id: str, holder: str, ttl: float) -> int:
+        """Grant `holder` the session's turn for `ttl` seconds and return its fencing
+        token, one larger than any granted for the session before. Raises TurnHeld while
+        another holder's lease is live. The same holder acquiring again gets a new
+        token, and its older one is stale from then on (a retry fences its original)."""
+        sid, who, seconds = _check_session_id(session_id), _check_holder(holder), _check_ttl(ttl)
+        return self.store.write(lambda conn: _acquire(conn, sid, who, seconds))
+
+    def renew_turn(self, session_id: str, token: int, ttl: float) -> float:
+        """Extend the lease of `token` to `ttl` seconds from now (also after it expired,
+        as long as nobody took the turn over); returns the new expiry. StaleTurn if the
+        token is no longer current or the turn was released."""
+        sid, seconds = _check_session_id(session_id), _check_ttl(ttl)
+        checked = check_token(token)
+        if checked is None:
+            raise InvalidInput("renew_turn needs the token acquire_turn returned")
+        return self.store.write(lambda conn: _renew(conn, sid, checked, seconds))
+
+    def release_turn(self, session_id: str, token: int) -> bool:
+        """End the lease of `token`; True if it was the current one, False when it was
+        stale or already released (nothing changes then). A released token writes no
+        more; the next grant is a newer token."""
+        sid = _check_session_id(session_id)
+        checked = check_token(token)
+        if checked is None:
+            raise InvalidInput("release_turn needs the token acquire_turn returned")
+        return self.store.write(lambda conn: _release(conn, sid, checked))
+
+    def current_turn(self, session_id: str) -> Turn | None:
+        """The session's turn as stored, None if none was ever granted."""
+        sid = _check_session_id(session_id)
+        return self.store.read(lambda conn: _current(conn, sid))
