@@ -391,7 +391,15 @@ class AsyncStore:
         yields every change after `cursor` as it commits (pushed by LISTEN/NOTIFY on
         PostgreSQL, polled every `poll_interval` seconds on SQLite), until the loop is
         left or cancelled, or nothing new came for `idle_timeout` seconds. Store
-        `change.position` of the last change handled and resume from it."""
+        `change.position` of the last change handled and resume from it.
+
+        Args:
+            since: the cursor to resume from (a change's `position`; 0 from the oldest kept).
+            poll_interval: seconds between polls where nothing pushes news (SQLite), and
+                the longest wait for a missed notification on PostgreSQL.
+            batch: at most this many changes are read at a time.
+            idle_timeout: stop after this many seconds without news (None: never).
+        """
         return self.feed._sync.follow_async(
             since,
             poll_interval=poll_interval,

@@ -109,7 +109,6 @@ DIALECT_AWARE = {
     "compat.py": "the original's SQLite internals (`_conn`), SQLite only",
     "repositories/housekeeping.py": "SQLite file upkeep: VACUUM, FTS5 backfill",
     "repositories/telegram.py": "the Telegram tables' own SQLite migration",
-    "repositories/changes.py": "following: LISTEN/NOTIFY on PostgreSQL, polling on SQLite",
 }
 
 

@@ -627,6 +627,8 @@ class MessageRepository:
                 from anyone else is refused while the lock is held.
             idempotency_key: a key the caller chooses for this write; a retry with the same
                 key returns the first write's result instead of writing again.
+            turn_token: a token from TurnRepository.acquire_turn; the write is made only while
+                it is the session's current turn (StaleTurn otherwise, nothing written).
         """
         if role is None:
             raise InvalidInput("a message needs a role")
