@@ -1,0 +1,47 @@
+"""Which access method serves a database's word index: "fts5" on SQLite; on PostgreSQL
+"rum" where revision hs0003 found the RUM extension available (its index hands over
+matches in id order, so the newest window of a frequent word costs what the window
+holds), else "gin" (every match is found, then the newest window kept).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from sqlalchemy import Connection, text
+
+from ..contract import PG_SEARCH_VECTOR_INDEX
+
+IndexMethod = Literal["rum", "gin", "fts5"]
+
+#: Key of the method in the DBAPI connection's `info`: read once per pooled connection
+#: (an upgrade that changes it runs on a connection of its own).
+_INFO_KEY = "hermes_store_search_index_method"
+
+# to_regclass resolves the name on the search path, as the search's statements do
+_METHOD = text(
+    "SELECT am.amname FROM pg_class AS c JOIN pg_am AS am ON am.oid = c.relam"
+    " WHERE c.oid = to_regclass(:name)"
+)
+
+
+def read_index_method(conn: Connection) -> IndexMethod:
+    """The method of the word index, read from the catalogue now."""
+    if conn.dialect.name != "postgresql":
+        return "fts5"
+    found = conn.execute(_METHOD, {"name": PG_SEARCH_VECTOR_INDEX}).scalar()
+    return "rum" if found == "rum" else "gin"
+
+
+def index_method(conn: Connection) -> IndexMethod:
+    """The method of the word index ("rum", "gin" or "fts5"), cached on the pooled
+    connection."""
+    if conn.dialect.name != "postgresql":
+        return "fts5"
+    info = conn.connection.info
+    cached = info.get(_INFO_KEY)
+    if cached in ("rum", "gin"):
+        return "rum" if cached == "rum" else "gin"
+    method = read_index_method(conn)
+    info[_INFO_KEY] = method
+    return method
