@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Literal
 
 from sqlalchemy import Connection, text
+from sqlalchemy.exc import DBAPIError
 
 from ..contract import PG_SEARCH_VECTOR_INDEX
 
@@ -45,3 +46,42 @@ def index_method(conn: Connection) -> IndexMethod:
     method = read_index_method(conn)
     info[_INFO_KEY] = method
     return method
+
+
+_AVAILABLE = text("SELECT 1 FROM pg_available_extensions WHERE name = 'rum'")
+_WHY = {
+    "fts5": "fts5 (SQLite's full-text index)",
+    "rum": "rum (the newest matches come from the index in id order)",
+}
+
+
+def describe_index_method(url: str | None) -> str:
+    """One line for `hermes-store check`: the word index's access method and, for GIN,
+    why not RUM. Reads only; a database that cannot be read says so."""
+    from ..errors import StoreError
+    from ..read_only import reading_engine
+
+    try:
+        engine = reading_engine(url, refuse_empty=False)
+    except StoreError as exc:
+        return f"not checked ({exc})"
+    try:
+        with engine.connect() as conn:
+            if conn.dialect.name != "postgresql":
+                return _WHY["fts5"]
+            found = conn.execute(_METHOD, {"name": PG_SEARCH_VECTOR_INDEX}).scalar()
+            if found is None:
+                return "none (the word index is missing: run hermes-store upgrade)"
+            if found == "rum":
+                return _WHY["rum"]
+            available = conn.execute(_AVAILABLE).scalar() is not None
+    except DBAPIError as exc:
+        return f"not checked ({str(exc.orig).strip().splitlines()[0]})"
+    finally:
+        engine.dispose()
+    if available:
+        return (
+            f"{found} (the rum extension is available but not used: hermes-store upgrade "
+            "creates it where the role may; docs/search-at-scale.md)"
+        )
+    return f"{found} (the rum extension is not available on this server)"
