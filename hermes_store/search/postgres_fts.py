@@ -42,8 +42,8 @@ TRIGRAM_TEXT = (
     "(COALESCE(m.content, '') || ' ' || COALESCE(m.tool_name, '') || ' ' "
     "|| COALESCE(m.tool_calls, ''))"
 )
-#: Above every message id (messages.id is a bigint): RUM orders by the distance to it.
-_NEWEST_ID = 9_223_372_036_854_775_807
+#: Above every message id: RUM orders by the distance to it, a float8, exact below 2**53.
+_NEWEST_ID = 2**53
 _PUNCT_RE = re.compile(r"[!-/:-@\[-`{-~]+")
 _COLUMN_TEXTS = tuple(f"COALESCE(m.{c}, '')" for c in ("content", "tool_name", "tool_calls"))
 
