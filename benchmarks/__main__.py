@@ -197,18 +197,19 @@ def _fmt_ms(p50: float, p95: float) -> str:
 
 
 def print_table(rows: list[dict[str, Any]], upgrades: list[dict[str, Any]]) -> None:
-    head = ("operation", "floor p50/p95 ms", "hermes-store p50/p95 ms", "ratio p50 (p95)")
+    head = ("operation", "floor p50/p95 ms", "hermes-store p50/p95 ms", "ratio p50 (p95)", "load")
     lines = [
         (
             r["operation"],
             _fmt_ms(r["floor_p50_ms"], r["floor_p95_ms"]),
             _fmt_ms(r["store_p50_ms"], r["store_p95_ms"]),
             f"{r['ratio_p50']:5.2f}x ({r['ratio_p95']:.2f}x)",
+            f"{r['load']:.1f}",
         )
         for r in rows
     ]
-    lines += upgrade.table_lines(upgrades)
-    widths = [max(len(str(x[i])) for x in (head, *lines)) for i in range(4)]
+    lines += [(*line, "") for line in upgrade.table_lines(upgrades)]
+    widths = [max(len(str(x[i])) for x in (head, *lines)) for i in range(5)]
 
     def fmt(cells: tuple[str, ...]) -> str:
         return " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True))
