@@ -3,6 +3,10 @@
     python -m benchmarks [--size 10k|100k|1m] [--quick] [--json PATH] [--keep DIR]
                          [--skip-upgrade] [--upgrade-size SIZE] [--upgrade-shapes v9,v22]
                          [--no-postgres]
+    python -m benchmarks --size 10m --postgres-only [--json PATH]
+
+The second form is PostgreSQL alone at 10,000,000 messages (benchmarks/scale.py; never in
+CI nor in the smoke test).
 
 A third table runs create/append/load/list in each SQLite journal mode (DELETE and WAL on
 the standard library's SQLite, WAL on the `sqlite` extra's pysqlite3; see
@@ -44,7 +48,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import concurrent, corpus, journal_modes, peers, postgres, upgrade
+from . import concurrent, corpus, journal_modes, peers, postgres, scale, upgrade
 from .raw_floor import Floor, bulk_load, connect, create_schema, record_statements
 from .stats import comparison
 
@@ -223,7 +227,7 @@ def print_table(rows: list[dict[str, Any]], upgrades: list[dict[str, Any]]) -> N
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    parser.add_argument("--size", choices=("10k", "100k", "1m"), default="10k")
+    parser.add_argument("--size", choices=("10k", "100k", "1m", "10m"), default="10k")
     parser.add_argument("--quick", action="store_true", help="~5k messages, under a minute")
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--seed", type=int, default=23)
@@ -236,7 +240,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-peers", action="store_true", help="skip the agent-framework comparison"
     )
+    parser.add_argument(
+        "--postgres-only",
+        action="store_true",
+        help="with --size 10m: PostgreSQL at 10M messages (benchmarks/scale.py), nothing else",
+    )
     args = parser.parse_args(argv)
+    if args.size == "10m" or args.postgres_only:
+        if not (args.size == "10m" and args.postgres_only):
+            parser.error("--size 10m runs with --postgres-only (and --postgres-only with it)")
+        result = scale.run(seed=args.seed)
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=2) + "\n")
+        return 0
 
     size = "quick" if args.quick else args.size
     started = time.perf_counter()
