@@ -46,7 +46,7 @@ DEFAULT_TIMEOUT_MS = 10_000.0
 #: first; oldest first for sort="oldest"), not every match. Wherever a query has at
 #: most this many matches the page is the one ranking them all gives; past it, an older
 #: match ranks only once newer ones no longer fill the window (docs/search-at-scale.md).
-RANK_WINDOW = 2_048
+RANK_WINDOW = 1_024
 #: A scan (the LIKE route, the pending-range top-up) and PostgreSQL's substring route,
 #: whose order is a time order ids already follow as rows are appended: the newest this
 #: many matches in id order (at least a page), then ordered by timestamp.
