@@ -18,7 +18,12 @@ every backend (backend.py picks the one for the connection's dialect).
 A search slower than HERMES_SEARCH_SLOW_MS (default 1000; 0 logs every search) logs one
 INFO line on logger `hermes_state`, as the original does: the route and the row count.
 Every search is bounded (limits.py): repeated terms merged, at most `limits.MAX_TERMS`
-terms, HERMES_SEARCH_TIMEOUT_MS (default 10 s) of time.
+terms, HERMES_SEARCH_TIMEOUT_MS (default 10 s) of time, and the matches a route reads:
+a ranked route ranks the newest `limits.RANK_WINDOW` matches in id order, a scan keeps
+the newest `limits.TIME_WINDOW` (docs/search-at-scale.md).
+
+The query is read once (search_query.SearchQuery) and that value is what the planner
+and the backends take.
 """
 
 from __future__ import annotations
