@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.postgres import PG_ADMIN_URL, require_pg
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
@@ -35,7 +36,6 @@ from hermes_store.search.search_query import SearchQuery
 from hermes_store.search.sqlite_fts import ranked_sql, ranked_top_sql
 from hermes_store.search.sqlite_fts import scan_sql as sqlite_scan_sql
 from hermes_store.store import Store
-from tests.helpers.postgres import PG_ADMIN_URL, require_pg
 
 REPO = Path(__file__).resolve().parent.parent
 CLI = str(Path(sys.executable).parent / "hermes-store")

@@ -66,9 +66,21 @@ def upgrade() -> None:
         _ops.execute(RUM_INDEX)
 
 
+def _drop_rum_extension(conn: sa.Connection) -> None:
+    """The extension goes with the index unless something else uses it (DROP without
+    CASCADE refuses then, and the refusal is rolled back to a savepoint)."""
+    savepoint = conn.begin_nested()
+    try:
+        conn.execute(sa.text("DROP EXTENSION IF EXISTS rum"))
+    except sa.exc.DBAPIError:
+        savepoint.rollback()
+        return
+    savepoint.commit()
+
+
 def downgrade() -> None:
-    # the extension stays: other databases' objects, or the operator's, may use it
     if not _ops.is_postgresql() or _method() != "rum":
         return
     _ops.execute(f"DROP INDEX IF EXISTS {PG_SEARCH_VECTOR_INDEX}")
     _ops.execute(GIN_INDEX)
+    _drop_rum_extension(_ops.bind())
