@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
@@ -25,6 +25,8 @@ from .reading import Term
 from .search_query import SearchQuery
 
 Hit = dict[str, Any]
+#: the access method of the word index (index_method.py)
+IndexMethod = Literal["rum", "gin", "fts5"]
 Params = dict[str, Any]
 #: a snippet from a row's content
 Snippet = Callable[[Any], str]
@@ -85,6 +87,11 @@ class SearchBackend:
 
     def timed_out(self) -> SearchTimedOut:
         return limits.timed_out(self.budget_ms)
+
+    def index_method(self, *, cached: bool = True) -> IndexMethod:
+        """The access method of the word index (index_method.py): "fts5" here; with
+        `cached`, as read once per pooled connection."""
+        return "fts5"
 
     def recoverable(self, exc: DBAPIError) -> bool:
         """Whether the search may go on in the same transaction after `exc` (a route that

@@ -6,14 +6,12 @@ holds), else "gin" (every match is found, then the newest window kept).
 
 from __future__ import annotations
 
-from typing import Literal
-
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
 
 from ..contract import PG_SEARCH_VECTOR_INDEX
-
-IndexMethod = Literal["rum", "gin", "fts5"]
+from .backend import IndexMethod as IndexMethod
+from .backend import backend_for
 
 #: Key of the method in the DBAPI connection's `info`: read once per pooled connection
 #: (an upgrade that changes it runs on a connection of its own).
@@ -26,26 +24,32 @@ _METHOD = text(
 )
 
 
-def read_index_method(conn: Connection) -> IndexMethod:
-    """The method of the word index, read from the catalogue now."""
-    if conn.dialect.name != "postgresql":
-        return "fts5"
+def pg_index_method(conn: Connection) -> IndexMethod:
+    """PostgreSQL: the method of the word index, read from the catalogue now."""
     found = conn.execute(_METHOD, {"name": PG_SEARCH_VECTOR_INDEX}).scalar()
     return "rum" if found == "rum" else "gin"
 
 
-def index_method(conn: Connection) -> IndexMethod:
-    """The method of the word index ("rum", "gin" or "fts5"), cached on the pooled
-    connection."""
-    if conn.dialect.name != "postgresql":
-        return "fts5"
+def cached_pg_index_method(conn: Connection) -> IndexMethod:
+    """PostgreSQL: `pg_index_method`, read once per pooled connection."""
     info = conn.connection.info
     cached = info.get(_INFO_KEY)
     if cached in ("rum", "gin"):
         return "rum" if cached == "rum" else "gin"
-    method = read_index_method(conn)
+    method = pg_index_method(conn)
     info[_INFO_KEY] = method
     return method
+
+
+def index_method(conn: Connection) -> IndexMethod:
+    """The method of the word index ("rum", "gin" or "fts5"), as the search uses it
+    (cached on the pooled connection)."""
+    return backend_for(conn).index_method()
+
+
+def read_index_method(conn: Connection) -> IndexMethod:
+    """The method of the word index, read from the database now."""
+    return backend_for(conn).index_method(cached=False)
 
 
 _AVAILABLE = text("SELECT 1 FROM pg_available_extensions WHERE name = 'rum'")
@@ -67,7 +71,7 @@ def describe_index_method(url: str | None) -> str:
         return f"not checked ({exc})"
     try:
         with engine.connect() as conn:
-            if conn.dialect.name != "postgresql":
+            if read_index_method(conn) == "fts5":
                 return _WHY["fts5"]
             found = conn.execute(_METHOD, {"name": PG_SEARCH_VECTOR_INDEX}).scalar()
             if found is None:

@@ -27,9 +27,16 @@ from ..contract import PG_WORD_PUNCTUATION
 from ..errors import SearchTimedOut
 from . import limits
 from . import query as q
-from .backend import TRANSACTION_ENDS_WITH_SEARCH, Hit, Params, SearchBackend, Snippet
+from .backend import (
+    TRANSACTION_ENDS_WITH_SEARCH,
+    Hit,
+    IndexMethod,
+    Params,
+    SearchBackend,
+    Snippet,
+)
 from .common import CONTEXT_CHARS, Filters, decode_preview, oldest_first, ranked_order
-from .index_method import IndexMethod, index_method
+from .index_method import cached_pg_index_method, pg_index_method
 from .reading import TRIGRAM_CHARS, Parsed, QuerySyntaxError, Term
 from .search_query import Reading, SearchQuery
 from .snippets import substring_snippet, terms_snippet
@@ -299,6 +306,9 @@ class PostgresSearch(SearchBackend):
             raise
         self._put_back(old)
 
+    def index_method(self, *, cached: bool = True) -> IndexMethod:
+        return cached_pg_index_method(self.conn) if cached else pg_index_method(self.conn)
+
     def _put_back(self, statement_timeout: str) -> None:
         if not self.conn.get_execution_options().get(TRANSACTION_ENDS_WITH_SEARCH):
             self.conn.execute(_SET_LIMIT, {"ms": statement_timeout})
@@ -329,7 +339,7 @@ class PostgresSearch(SearchBackend):
     ) -> list[Hit]:
         if query.fts5_error is not None:
             raise QuerySyntaxError(query.fts5_error)
-        sql, params = word_sql(query.fts5, filters, sort, index_method(self.conn))
+        sql, params = word_sql(query.fts5, filters, sort, self.index_method())
         params.update(window=limits.RANK_WINDOW, limit=limit, offset=offset)
         rows = self._run(sql, filters, params)
         terms = query.fts5_positive_terms
