@@ -43,9 +43,10 @@ DEFAULT_TIMEOUT_MS = 10_000.0
 
 #: Bounded work per query: a ranked route (bm25 on SQLite, ts_rank_cd on PostgreSQL)
 #: ranks the newest this many matches the index hands over in id order (newest ids
-#: first; oldest first for sort="oldest"), not every match. Wherever a query has at
-#: most this many matches the page is the one ranking them all gives; past it, an older
-#: match ranks only once newer ones no longer fill the window (docs/search-at-scale.md).
+#: first; oldest first for sort="oldest"; the page, when it is longer), not every
+#: match. Wherever a query has at most this many matches the page is the one ranking
+#: them all gives; past it, an older match ranks only once newer ones no longer fill the
+#: window (docs/search-at-scale.md).
 RANK_WINDOW = 1_024
 #: A scan (the LIKE route, the pending-range top-up) and PostgreSQL's substring route,
 #: whose order is a time order ids already follow as rows are appended: the newest this
@@ -53,6 +54,12 @@ RANK_WINDOW = 1_024
 TIME_WINDOW = 256
 
 _OPERATORS = q.OPERATORS  # FTS5 reads these in capitals only
+
+
+def rank_window(limit: int, offset: int) -> int:
+    """The matches a ranked route ranks: RANK_WINDOW, or the page when it is longer (a
+    caller asking for 10,000 hits gets every one of them, newest first)."""
+    return max(RANK_WINDOW, limit + offset)
 
 
 def time_window(limit: int, offset: int) -> int:

@@ -340,7 +340,7 @@ class PostgresSearch(SearchBackend):
         if query.fts5_error is not None:
             raise QuerySyntaxError(query.fts5_error)
         sql, params = word_sql(query.fts5, filters, sort, self.index_method())
-        params.update(window=limits.RANK_WINDOW, limit=limit, offset=offset)
+        params.update(window=limits.rank_window(limit, offset), limit=limit, offset=offset)
         rows = self._run(sql, filters, params)
         terms = query.fts5_positive_terms
         return [_hit(r, terms_snippet(decode_preview(r["content"]), terms)) for r in rows]

@@ -224,7 +224,7 @@ class SqliteSearch(SearchBackend):
     ) -> list[Hit]:
         # No SAVEPOINT: on SQLite a failing SELECT (an FTS5 syntax error, a damaged index)
         # leaves the read transaction usable for the routes that follow.
-        window = limits.RANK_WINDOW
+        window = limits.rank_window(limit, offset)
         if time_direction(sort) is None:
             top = limit + offset
             params = {"match": match, "window": window, "top": top}
