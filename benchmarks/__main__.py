@@ -3,6 +3,10 @@
     python -m benchmarks [--size 10k|100k|1m] [--quick] [--json PATH] [--keep DIR]
                          [--skip-upgrade] [--upgrade-size SIZE] [--upgrade-shapes v9,v22]
                          [--no-postgres]
+    python -m benchmarks --size 10m --postgres-only [--json PATH]
+
+The second form is PostgreSQL alone at 10,000,000 messages (benchmarks/scale.py; never in
+CI nor in the smoke test).
 
 A third table runs create/append/load/list in each SQLite journal mode (DELETE and WAL on
 the standard library's SQLite, WAL on the `sqlite` extra's pysqlite3; see
@@ -48,7 +52,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import concurrent, corpus, feed, journal_modes, peers, postgres, upgrade
+from . import concurrent, corpus, feed, journal_modes, peers, postgres, scale, upgrade
 from .raw_floor import Floor, bulk_load, connect, create_schema, record_statements
 from .stats import comparison
 
@@ -201,18 +205,19 @@ def _fmt_ms(p50: float, p95: float) -> str:
 
 
 def print_table(rows: list[dict[str, Any]], upgrades: list[dict[str, Any]]) -> None:
-    head = ("operation", "floor p50/p95 ms", "hermes-store p50/p95 ms", "ratio p50 (p95)")
+    head = ("operation", "floor p50/p95 ms", "hermes-store p50/p95 ms", "ratio p50 (p95)", "load")
     lines = [
         (
             r["operation"],
             _fmt_ms(r["floor_p50_ms"], r["floor_p95_ms"]),
             _fmt_ms(r["store_p50_ms"], r["store_p95_ms"]),
             f"{r['ratio_p50']:5.2f}x ({r['ratio_p95']:.2f}x)",
+            f"{r['load']:.1f}",
         )
         for r in rows
     ]
-    lines += upgrade.table_lines(upgrades)
-    widths = [max(len(str(x[i])) for x in (head, *lines)) for i in range(4)]
+    lines += [(*line, "") for line in upgrade.table_lines(upgrades)]
+    widths = [max(len(str(x[i])) for x in (head, *lines)) for i in range(5)]
 
     def fmt(cells: tuple[str, ...]) -> str:
         return " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True))
@@ -226,7 +231,7 @@ def print_table(rows: list[dict[str, Any]], upgrades: list[dict[str, Any]]) -> N
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    parser.add_argument("--size", choices=("10k", "100k", "1m"), default="10k")
+    parser.add_argument("--size", choices=("10k", "100k", "1m", "10m"), default="10k")
     parser.add_argument("--quick", action="store_true", help="~5k messages, under a minute")
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--seed", type=int, default=23)
@@ -240,7 +245,19 @@ def main(argv: list[str] | None = None) -> int:
         "--no-peers", action="store_true", help="skip the agent-framework comparison"
     )
     parser.add_argument("--no-feed", action="store_true", help="skip the change-feed table")
+    parser.add_argument(
+        "--postgres-only",
+        action="store_true",
+        help="with --size 10m: PostgreSQL at 10M messages (benchmarks/scale.py), nothing else",
+    )
     args = parser.parse_args(argv)
+    if args.size == "10m" or args.postgres_only:
+        if not (args.size == "10m" and args.postgres_only):
+            parser.error("--size 10m runs with --postgres-only (and --postgres-only with it)")
+        result = scale.run(seed=args.seed)
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=2) + "\n")
+        return 0
 
     size = "quick" if args.quick else args.size
     started = time.perf_counter()

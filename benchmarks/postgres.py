@@ -288,17 +288,22 @@ def print_table(result: dict[str, Any]) -> None:
         f"\nPostgreSQL {result['version']} vs SQLite, both hermes-store, measured alternately "
         "(sample by sample) in the same window"
     )
-    head = ("operation", "sqlite p50/p95 ms", "postgres p50/p95 ms", "ratio pg/sqlite p50 (p95)")
+    head = (
+        "operation",
+        "sqlite p50/p95 ms",
+        "postgres p50/p95 ms",
+        "ratio pg/sqlite p50 (p95)",
+        "load",
+    )
     lines = []
     for r in result["rows"]:
         lite = "-"
         if "sqlite_p50_ms" in r:
             lite = f"{r['sqlite_p50_ms']:8.3f} / {r['sqlite_p95_ms']:8.3f}"
         ratio = f"{r['ratio_p50']:5.2f}x ({r['ratio_p95']:.2f}x)" if "ratio_p50" in r else "-"
-        lines.append(
-            (r["operation"], lite, f"{r['pg_p50_ms']:8.3f} / {r['pg_p95_ms']:8.3f}", ratio)
-        )
-    widths = [max(len(x[i]) for x in (head, *lines)) for i in range(4)]
+        pg = f"{r['pg_p50_ms']:8.3f} / {r['pg_p95_ms']:8.3f}"
+        lines.append((r["operation"], lite, pg, ratio, f"{r.get('load', 0.0):.1f}"))
+    widths = [max(len(x[i]) for x in (head, *lines)) for i in range(5)]
 
     def fmt(cells: tuple[str, ...]) -> str:
         return " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True))

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 from typing import Any
+
+
+def load_average() -> float:
+    """The machine's 1-minute load average now (other processes share the cores)."""
+    return os.getloadavg()[0]
 
 
 def percentiles(samples: list[float]) -> tuple[float, float]:
@@ -29,4 +35,5 @@ def comparison(
         f"{other}_p95_ms": o95,
         "ratio_p50": o50 / b50 if b50 else float("inf"),
         "ratio_p95": o95 / b95 if b95 else float("inf"),
+        "load": load_average(),
     }

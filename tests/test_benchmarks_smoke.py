@@ -126,3 +126,17 @@ def test_quick_benchmark_reports_every_row(tmp_path: Path) -> None:
         for key in ("pg_p50_ms", "pg_p95_ms", "sqlite_p50_ms", "ratio_p50", "ratio_p95"):
             assert row[key] > 0, (row["operation"], key)
     assert "PostgreSQL" in proc.stdout and "ratio pg/sqlite" in proc.stdout
+
+
+@pytest.mark.parametrize("args", [["--size", "10m"], ["--postgres-only"]])
+def test_the_10m_run_needs_both_flags(args: list[str]) -> None:
+    # the 10M PostgreSQL run (benchmarks/scale.py) never starts by accident
+    run = subprocess.run(
+        [sys.executable, "-m", "benchmarks", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "--size 10m runs with --postgres-only" in run.stderr

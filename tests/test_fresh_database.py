@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from helpers.postgres import with_gin_word_index
 from helpers.processes import run_cli
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
@@ -156,7 +157,7 @@ def _pg_schema(url: str) -> str:
     engine = create_engine(url, poolclass=NullPool)
     try:
         with engine.connect() as conn:
-            return schema_snapshot.dump_text(conn)
+            return with_gin_word_index(schema_snapshot.dump_text(conn))
     finally:
         engine.dispose()
 

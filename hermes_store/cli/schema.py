@@ -122,6 +122,7 @@ def _drift_not_judged(status: migrate.Status) -> str | None:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from .. import migrate
+    from ..search.index_method import describe_index_method
 
     report = migrate.check(args.url)
     not_judged = _drift_not_judged(report.status)
@@ -171,6 +172,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             )
         for line in report.errors:
             print(f"error:         {_cell(line)}")
+        print(f"search index:  {_cell(describe_index_method(args.url))}")
         if report.storage is not None:
             storage = report.storage
             driver = f"{storage.driver} {storage.sqlite_version}"

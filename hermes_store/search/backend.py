@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
@@ -22,8 +22,11 @@ from ..errors import SearchTimedOut
 from . import limits
 from .common import Filters, attach_context, fetch_rows, like_clauses, like_snippet, row_dicts
 from .reading import Term
+from .search_query import SearchQuery
 
 Hit = dict[str, Any]
+#: the access method of the word index (index_method.py)
+IndexMethod = Literal["rum", "gin", "fts5"]
 Params = dict[str, Any]
 #: a snippet from a row's content
 Snippet = Callable[[Any], str]
@@ -85,6 +88,11 @@ class SearchBackend:
     def timed_out(self) -> SearchTimedOut:
         return limits.timed_out(self.budget_ms)
 
+    def index_method(self, *, cached: bool = True) -> IndexMethod:
+        """The access method of the word index (index_method.py): "fts5" here; with
+        `cached`, as read once per pooled connection."""
+        return "fts5"
+
     def recoverable(self, exc: DBAPIError) -> bool:
         """Whether the search may go on in the same transaction after `exc` (a route that
         failed falls back to the next). Never after a fault the whole read must be retried
@@ -96,14 +104,15 @@ class SearchBackend:
     # --- the original's routes: each returns hits with their snippet ----------------------
 
     def word_hits(
-        self, sanitized: str, filters: Filters, sort: str | None, limit: int, offset: int
+        self, query: SearchQuery, filters: Filters, sort: str | None, limit: int, offset: int
     ) -> list[Hit]:
-        """The word index over every row, ranked. QuerySyntaxError for what FTS5 rejects,
-        IndexDamaged when the index is damaged."""
+        """The word index, ranked among the newest `limits.RANK_WINDOW` matches
+        (limits.py). QuerySyntaxError for what FTS5 rejects, IndexDamaged when the index
+        is damaged."""
         raise NotImplementedError
 
     def substring_hits(
-        self, tokens: list[str], filters: Filters, sort: str | None, limit: int, offset: int
+        self, query: SearchQuery, filters: Filters, sort: str | None, limit: int, offset: int
     ) -> list[Hit] | None:
         """The trigram index (non-tool rows), or None when it cannot answer."""
         raise NotImplementedError
@@ -127,7 +136,7 @@ class SearchBackend:
             where = f"({where}) AND m.id > :lo AND m.id <= :hi"
             params["lo"], params["hi"] = id_range
         first = terms[0] if terms else ""
-        params.update(limit=limit, offset=offset)
+        params.update(limit=limit, offset=offset, window=limits.time_window(limit, offset))
         return self.scan(where, filters, params, lambda content: like_snippet(content, first))
 
     def like_operator(self, term: str) -> str:
@@ -136,7 +145,7 @@ class SearchBackend:
 
     def scan(self, where: str, filters: Filters, params: Params, snippet: Snippet) -> list[Hit]:
         """The page (:limit, :offset) of rows matching `where`, newest first, each with
-        `snippet(content)`."""
+        `snippet(content)`: among the newest :window matches in id order (limits.py)."""
         raise NotImplementedError
 
     def pending_range(self) -> tuple[int, int] | None:

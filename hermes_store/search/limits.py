@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 
 from ..errors import QueryTooComplex, SearchTimedOut
 from . import query as q
-from .reading import Parsed, QuerySyntaxError, Term, fts5_tokens, parse_fts5, words_of
+from .reading import Parsed, Term, fts5_tokens, words_of
 
 #: The most terms one query may hold once repeats are merged (each word of a phrase and
 #: each literal counting as one). Past it a search refuses the query (QueryTooComplex):
@@ -40,7 +41,31 @@ TIMEOUT_ENV = "HERMES_SEARCH_TIMEOUT_MS"
 #: otherwise (0: no limit).
 DEFAULT_TIMEOUT_MS = 10_000.0
 
+#: Bounded work per query: a ranked route (bm25 on SQLite, ts_rank_cd on PostgreSQL)
+#: ranks the newest this many matches the index hands over in id order (newest ids
+#: first; oldest first for sort="oldest"; the page, when it is longer), not every
+#: match. Wherever a query has at most this many matches the page is the one ranking
+#: them all gives; past it, an older match ranks only once newer ones no longer fill the
+#: window (docs/search-at-scale.md).
+RANK_WINDOW = 1_024
+#: A scan (the LIKE route, the pending-range top-up) and PostgreSQL's substring route,
+#: whose order is a time order ids already follow as rows are appended: the newest this
+#: many matches in id order (at least a page), then ordered by timestamp.
+TIME_WINDOW = 256
+
 _OPERATORS = q.OPERATORS  # FTS5 reads these in capitals only
+
+
+def rank_window(limit: int, offset: int) -> int:
+    """The matches a ranked route ranks: RANK_WINDOW, or the page when it is longer (a
+    caller asking for 10,000 hits gets every one of them, newest first)."""
+    return max(RANK_WINDOW, limit + offset)
+
+
+def time_window(limit: int, offset: int) -> int:
+    """The matches a time-ordered route reads: TIME_WINDOW, or the page when it is
+    longer."""
+    return max(TIME_WINDOW, limit + offset)
 
 
 def timeout_ms() -> float | None:
@@ -120,7 +145,7 @@ def collapse_fts5(sanitized: str) -> str:
 
 def collapse_parsed(parsed: Parsed) -> Parsed:
     """The literal reading without repeated terms in a group, nor repeated groups."""
-    kept: Parsed = []
+    kept: list[list[tuple[bool, Term]]] = []
     seen: set[frozenset[object]] = set()
     for group in parsed:
         unique = list(dict.fromkeys(group))
@@ -140,15 +165,12 @@ def _weighed(reading: Parsed) -> int:
     return sum(_weight(term) for group in reading for _, term in group)
 
 
-def check_terms(tokens: list[str], sanitized: str, parsed: Parsed) -> None:
+def check_terms(tokens: Sequence[str], fts5: Parsed, parsed: Parsed) -> None:
     """QueryTooComplex when the query holds more than MAX_TERMS terms once its repeats
     are merged, read any of the ways a search reads it: the route tokens (each word of a
-    phrase one token), FTS5's reading of the sanitised query and the literal reading
-    (each word of a phrase one term; a literal one term)."""
-    try:
-        fts5 = parse_fts5(sanitized)
-    except QuerySyntaxError:
-        fts5 = []  # FTS5 rejects it at once: it costs nothing
+    phrase one token), FTS5's reading of the sanitised query (empty where FTS5 rejects
+    it: that costs nothing) and the literal reading (each word of a phrase one term; a
+    literal one term)."""
     count = max(len(q.terms(tokens)), _weighed(fts5), _weighed(parsed))
     if count > MAX_TERMS:
         raise QueryTooComplex(

@@ -40,6 +40,7 @@ and so can hand over far more candidates than a literal has rows).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .backend import Hit, SearchBackend
@@ -89,7 +90,9 @@ class _Statement:
     def _word_ids(self, terms: list[Term]) -> str:
         return self.backend.word_ids(terms, self.params, floor=self.floor)
 
-    def group(self, group: list[tuple[bool, Term]], *, lazy: bool) -> tuple[str | None, list[str]]:
+    def group(
+        self, group: Sequence[tuple[bool, Term]], *, lazy: bool
+    ) -> tuple[str | None, list[str]]:
         """An AND-group as (its id set, or None for every row; conditions on the row `m`):
         the positive id sets intersected, minus the negated ones (compound SELECTs, which
         SQLite reads left to right and PostgreSQL with INTERSECT first: the same here,

@@ -18,7 +18,12 @@ every backend (backend.py picks the one for the connection's dialect).
 A search slower than HERMES_SEARCH_SLOW_MS (default 1000; 0 logs every search) logs one
 INFO line on logger `hermes_state`, as the original does: the route and the row count.
 Every search is bounded (limits.py): repeated terms merged, at most `limits.MAX_TERMS`
-terms, HERMES_SEARCH_TIMEOUT_MS (default 10 s) of time.
+terms, HERMES_SEARCH_TIMEOUT_MS (default 10 s) of time, and the matches a route reads:
+a ranked route ranks the newest `limits.RANK_WINDOW` matches in id order, a scan keeps
+the newest `limits.TIME_WINDOW` (docs/search-at-scale.md).
+
+The query is read once (search_query.SearchQuery) and that value is what the planner
+and the backends take.
 """
 
 from __future__ import annotations
@@ -32,11 +37,11 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from ..repositories._paging import MAX_ROWS, bound_limit, row_offset
 from . import limits
-from . import query as q
 from .backend import Hit, IndexDamaged, SearchBackend, backend_for
 from .common import Filters
 from .literal import literal_hits
-from .reading import Parsed, QuerySyntaxError, has_literals, read_query
+from .reading import QuerySyntaxError
+from .search_query import SearchQuery
 
 log = logging.getLogger(__name__)
 slow_log = logging.getLogger("hermes_state")
@@ -54,62 +59,49 @@ def slow_threshold_ms() -> float:
 
 class _Plan:
     def __init__(
-        self,
-        backend: SearchBackend,
-        query: str,
-        sanitized: str,
-        filters: Filters,
-        sort: str | None,
+        self, backend: SearchBackend, query: SearchQuery, filters: Filters, sort: str | None
     ) -> None:
         self.backend = backend
         self.query = query
-        # every reading without its repeated terms (limits.py), so that a term typed
-        # many times costs what it costs once
-        self.sanitized = limits.collapse_fts5(sanitized)
-        self.raw, tokens = q.route_tokens(self.sanitized)
-        self.tokens = limits.collapse_tokens(tokens)
-        self.words = list(dict.fromkeys(q.terms(self.tokens)))
         self.filters = filters
         self.sort = sort
         self.route = "empty"
 
     def like(self, limit: int, offset: int) -> list[Hit]:
         self.route = "like_scan"
-        return self.backend.like_hits(self.words or [self.raw], self.filters, limit, offset)
+        terms = list(self.query.words) or [self.query.raw]
+        return self.backend.like_hits(terms, self.filters, limit, offset)
 
     def substring(self, limit: int, offset: int) -> list[Hit] | None:
-        hits = self.backend.substring_hits(self.tokens, self.filters, self.sort, limit, offset)
+        hits = self.backend.substring_hits(self.query, self.filters, self.sort, limit, offset)
         if hits is not None:
             self.route = "trigram"
         return hits
 
     def cjk(self, limit: int, offset: int) -> list[Hit]:
-        # trigrams need three characters: shorter CJK terms can only be found by LIKE
-        cjk_terms = [t for t in self.words if q.contains_cjk(t)]
-        hits = None
-        if q.cjk_count(self.raw) >= 3 and all(q.cjk_count(t) >= 3 for t in cjk_terms):
-            hits = self.substring(limit, offset)
+        hits = self.substring(limit, offset) if self.query.trigram_answers_cjk else None
         return hits if hits is not None else self.like(limit, offset)
 
     def words_route(self, limit: int, offset: int) -> list[Hit]:
         try:
-            hits = self.backend.word_hits(self.sanitized, self.filters, self.sort, limit, offset)
+            hits = self.backend.word_hits(self.query, self.filters, self.sort, limit, offset)
         except QuerySyntaxError as exc:
             # v23 answers such queries (`don't`, `a,b`) with nothing; logged, never raised
-            log.info("search query %r is not valid FTS5 syntax (%s): no results", self.query, exc)
+            log.info(
+                "search query %r is not valid FTS5 syntax (%s): no results", self.query.text, exc
+            )
             return []
         except IndexDamaged:
             return self.like(limit, offset)
         self.route = self.backend.word_route
-        # a zero-hit word query gets substring semantics (Latin text glued to CJK, #54242)
-        if not hits and self.words and all(len(t) >= 3 for t in self.words):
+        if not hits and self.query.retries_on_trigrams:
             hits = self.substring(limit, offset) or []
         return hits
 
-    def literal_first(self, parsed: Parsed, limit: int, offset: int) -> list[Hit]:
+    def literal_first(self, limit: int, offset: int) -> list[Hit]:
         wanted = offset + limit
         try:
-            first = literal_hits(self.backend, parsed, self.filters, self.sort, wanted)
+            first = literal_hits(self.backend, self.query.literal, self.filters, self.sort, wanted)
         except IndexDamaged:
             return self.like(limit, offset)
         except OperationalError as exc:
@@ -120,7 +112,7 @@ class _Plan:
         self.route = "literal"
         if len(first) >= wanted:
             return first[offset:wanted]
-        if not self.sanitized:
+        if not self.query.sanitized:
             return first[offset:wanted]
         # every literal hit is known: the original's reading fills the rest of the page
         route = self.route
@@ -131,10 +123,7 @@ class _Plan:
 
     def top_up(self, hits: list[Hit], limit: int) -> None:
         # a full page needs no top-up: the pending range is not even read
-        if len(hits) >= limit:
-            return
-        extra_terms = list(dict.fromkeys(q.topup_terms(self.sanitized)))
-        if not extra_terms:
+        if len(hits) >= limit or not self.query.topup_terms:
             return
         pending = self.backend.pending_range()
         if pending is None:
@@ -142,7 +131,7 @@ class _Plan:
         seen = {h["id"] for h in hits}
         try:
             extra = self.backend.like_hits(
-                extra_terms,
+                list(self.query.topup_terms),
                 self.filters,
                 limit - len(hits) + len(seen),
                 0,
@@ -160,19 +149,12 @@ class _Plan:
                 seen.add(row["id"])
 
 
-def _answer(plan: _Plan, parsed: Parsed, limit: int, offset: int) -> list[Hit]:
-    if q.contains_cjk(plan.sanitized):
+def _answer(plan: _Plan, limit: int, offset: int) -> list[Hit]:
+    if plan.query.has_cjk:
         return plan.cjk(limit, offset)
-    if has_literals(parsed):
-        return plan.literal_first(parsed, limit, offset)
+    if plan.query.has_literals:
+        return plan.literal_first(limit, offset)
     return plan.words_route(limit, offset)
-
-
-def _reading(query: str) -> Parsed:
-    try:
-        return read_query(query)
-    except QuerySyntaxError:
-        return []  # the original's reading decides (FTS5 rejects it too)
 
 
 def search_messages(
@@ -200,17 +182,14 @@ def search_messages(
     limit = min(bound_limit(limit), MAX_ROWS - offset)
     hits: list[Hit] = []
     route = "empty"
-    sanitized = q.sanitize_fts5_query(query) if query and query.strip() else ""
-    parsed = _reading(query) if query and query.strip() else []
-    # the original answers a query its sanitiser empties (`(`, `:`, `*`) with nothing;
-    # as a literal it can still be found
-    if sanitized or has_literals(parsed):
+    # read once: the planner and the backend take every reading from this value
+    read = SearchQuery.read(query)
+    if read.searchable:
         filters = Filters(source_filter, exclude_sources, role_filter, include_inactive)
-        plan = _Plan(backend_for(conn), query, sanitized, filters, sort)
-        parsed = limits.collapse_parsed(parsed)
-        limits.check_terms(plan.tokens, plan.sanitized, parsed)
+        plan = _Plan(backend_for(conn), read, filters, sort)
+        limits.check_terms(read.tokens, read.fts5, read.literal)
         with plan.backend.time_limit(limits.timeout_ms()):
-            hits = _answer(plan, parsed, limit, offset)
+            hits = _answer(plan, limit, offset)
             plan.top_up(hits, limit)
             plan.backend.attach_context([h for h in hits if "context" not in h])
         route = plan.route

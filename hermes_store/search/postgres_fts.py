@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
@@ -25,10 +25,20 @@ from sqlalchemy.exc import DBAPIError
 from ..contract import PG_SEARCH_VECTOR_COLUMN as VECTOR
 from ..contract import PG_WORD_PUNCTUATION
 from ..errors import SearchTimedOut
+from . import limits
 from . import query as q
-from .backend import TRANSACTION_ENDS_WITH_SEARCH, Hit, Params, SearchBackend, Snippet
+from .backend import (
+    TRANSACTION_ENDS_WITH_SEARCH,
+    Hit,
+    IndexMethod,
+    Params,
+    SearchBackend,
+    Snippet,
+)
 from .common import CONTEXT_CHARS, Filters, decode_preview, oldest_first, ranked_order
-from .reading import TRIGRAM_CHARS, Parsed, Term, parse_fts5
+from .index_method import cached_pg_index_method, pg_index_method
+from .reading import TRIGRAM_CHARS, Parsed, QuerySyntaxError, Term
+from .search_query import Reading, SearchQuery
 from .snippets import substring_snippet, terms_snippet
 
 #: The punctuation the generated search vector splits words at (the shared contract).
@@ -39,6 +49,8 @@ TRIGRAM_TEXT = (
     "(COALESCE(m.content, '') || ' ' || COALESCE(m.tool_name, '') || ' ' "
     "|| COALESCE(m.tool_calls, ''))"
 )
+#: Above every message id: RUM orders by the distance to it, a float8, exact below 2**53.
+_NEWEST_ID = 2**53
 _PUNCT_RE = re.compile(r"[!-/:-@\[-`{-~]+")
 _COLUMN_TEXTS = tuple(f"COALESCE(m.{c}, '')" for c in ("content", "tool_name", "tool_calls"))
 
@@ -181,6 +193,80 @@ _SET_LIMIT = text("SELECT set_config('statement_timeout', :ms, true)")
 _LONGEST_TIMEOUT_MS = 2**31 - 1
 
 
+def _candidates(where: str, filters: Filters, order: str) -> str:
+    """The ids of the first :window rows matching `where` and the filters, in `order`."""
+    sessions = " JOIN sessions AS s ON s.id = m.session_id" if filters.reads_sessions else ""
+    return (
+        f"SELECT m.id FROM messages AS m{sessions} WHERE {where}{filters.sql}"  # noqa: S608
+        f" ORDER BY {order} LIMIT :window"
+    )
+
+
+def word_sql(
+    fts5: Reading, filters: Filters, sort: str | None, method: IndexMethod
+) -> tuple[str, Params]:
+    """The word route, bounded (limits.RANK_WINDOW): the newest :window matches of the
+    tsquery in id order (oldest first for sort="oldest"), then the page of them by
+    ts_rank_cd (by timestamp first for a time sort). With RUM the index hands the
+    matches over in id order (`<=|` / `|=>` on the attached id), so the window costs
+    what it holds; with GIN every match is found (cheaply: ids only, nothing ranked)
+    before the window is kept. Parameters: the tsquery's, :window, :limit, :offset."""
+    params: Params = {}
+    query_sql = _tsquery_sql(fts5, params)
+    oldest = oldest_first(sort)
+    if method == "rum":
+        walk = "m.id |=> 0" if oldest else f"m.id <=| {_NEWEST_ID}"
+    else:
+        walk = "m.id ASC" if oldest else "m.id DESC"
+    candidates = _candidates(f"m.{VECTOR} @@ {query_sql}", filters, walk)
+    sql = _select(
+        filters,
+        f"m.id IN ({candidates})",
+        _order(sort),
+        rank=f"ts_rank_cd(m.{VECTOR}, hq.query)",
+        source=f"(SELECT {query_sql} AS query) AS hq, ",
+    )
+    return sql, params
+
+
+def substring_sql(
+    tokens: Sequence[str], filters: Filters, sort: str | None
+) -> tuple[str, Params] | None:
+    """The substring route (pg_trgm), bounded (limits.time_window): the newest :window
+    matches in id order, then the page of them by timestamp; None when no token is left
+    to look for. Parameters: :p0.., :window, :limit, :offset."""
+    params: Params = {}
+    alternatives: list[list[str]] = [[]]
+    negate = False
+    for token in tokens:
+        if token in q.OPERATORS:
+            if token == "OR":
+                alternatives.append([])
+            negate = token == "NOT"
+            continue
+        name = f"p{len(params)}"
+        params[name] = q.like_pattern(token.strip('"'))
+        clause = f"{TRIGRAM_TEXT} {_like_op(token)} :{name} ESCAPE '\\'"
+        alternatives[-1].append(f"NOT ({clause})" if negate else clause)
+        negate = False
+    groups = [" AND ".join(g) for g in alternatives if g]
+    if not groups:
+        return None
+    where = " OR ".join(f"({g})" for g in groups)
+    walk = "m.id ASC" if oldest_first(sort) else "m.id DESC"
+    candidates = _candidates(f"m.role <> 'tool' AND ({where})", filters, walk)
+    order = "m.timestamp ASC" if oldest_first(sort) else "m.timestamp DESC"
+    return _select(filters, f"m.id IN ({candidates})", f"{order}, m.id DESC"), params
+
+
+def scan_sql(where: str, filters: Filters) -> str:
+    """A LIKE scan, bounded (limits.time_window): the newest :window rows matching
+    `where` in id order (the primary key walked from the end), then the page of them by
+    timestamp, newest first."""
+    candidates = _candidates(f"({where})", filters, "m.id DESC")
+    return _select(filters, f"m.id IN ({candidates})", "m.timestamp DESC, m.id DESC")
+
+
 class PostgresSearch(SearchBackend):
     dialect = "postgresql"
     word_route = "tsvector"
@@ -220,6 +306,9 @@ class PostgresSearch(SearchBackend):
             raise
         self._put_back(old)
 
+    def index_method(self, *, cached: bool = True) -> IndexMethod:
+        return cached_pg_index_method(self.conn) if cached else pg_index_method(self.conn)
+
     def _put_back(self, statement_timeout: str) -> None:
         if not self.conn.get_execution_options().get(TRANSACTION_ENDS_WITH_SEARCH):
             self.conn.execute(_SET_LIMIT, {"ms": statement_timeout})
@@ -246,59 +335,38 @@ class PostgresSearch(SearchBackend):
         return list(self.conn.execute(statement, {**filters.params, **params}).mappings())
 
     def word_hits(
-        self, sanitized: str, filters: Filters, sort: str | None, limit: int, offset: int
+        self, query: SearchQuery, filters: Filters, sort: str | None, limit: int, offset: int
     ) -> list[Hit]:
-        parsed = parse_fts5(sanitized)
-        params: dict[str, Any] = {}
-        query_sql = _tsquery_sql(parsed, params)
-        sql = _select(
-            filters,
-            f"m.{VECTOR} @@ hq.query",
-            _order(sort),
-            rank=f"ts_rank_cd(m.{VECTOR}, hq.query)",
-            source=f"(SELECT {query_sql} AS query) AS hq, ",
-        )
-        rows = self._run(sql, filters, {**params, "limit": limit, "offset": offset})
-        terms = [term for group in parsed for negated, term in group if not negated]
+        if query.fts5_error is not None:
+            raise QuerySyntaxError(query.fts5_error)
+        sql, params = word_sql(query.fts5, filters, sort, self.index_method())
+        params.update(window=limits.rank_window(limit, offset), limit=limit, offset=offset)
+        rows = self._run(sql, filters, params)
+        terms = query.fts5_positive_terms
         return [_hit(r, terms_snippet(decode_preview(r["content"]), terms)) for r in rows]
 
     def substring_hits(
-        self, tokens: list[str], filters: Filters, sort: str | None, limit: int, offset: int
+        self, query: SearchQuery, filters: Filters, sort: str | None, limit: int, offset: int
     ) -> list[Hit] | None:
         """Every token a case-insensitive substring of the row's three columns
         (operators as FTS5 reads them), non-tool rows only, as the v23 trigram index."""
         if filters.wants_tool_rows:
             return None
-        params: dict[str, Any] = {}
-        alternatives: list[list[str]] = [[]]
-        negate = False
-        for token in tokens:
-            if token in q.OPERATORS:
-                if token == "OR":
-                    alternatives.append([])
-                negate = token == "NOT"
-                continue
-            name = f"p{len(params)}"
-            params[name] = q.like_pattern(token.strip('"'))
-            clause = f"{TRIGRAM_TEXT} {_like_op(token)} :{name} ESCAPE '\\'"
-            alternatives[-1].append(f"NOT ({clause})" if negate else clause)
-            negate = False
-        groups = [" AND ".join(g) for g in alternatives if g]
-        if not groups:
+        built = substring_sql(query.tokens, filters, sort)
+        if built is None:
             return None
-        where = " OR ".join(f"({g})" for g in groups)
-        order = "m.timestamp ASC" if oldest_first(sort) else "m.timestamp DESC"
-        sql = _select(filters, f"m.role <> 'tool' AND ({where})", f"{order}, m.id DESC")
-        rows = self._run(sql, filters, {**params, "limit": limit, "offset": offset})
-        needles = [t.strip('"') for t in q.terms(tokens)]
+        sql, params = built
+        params.update(window=limits.time_window(limit, offset), limit=limit, offset=offset)
+        rows = self._run(sql, filters, params)
+        needles = [t.strip('"') for t in q.terms(query.tokens)]
         return [_hit(r, substring_snippet(decode_preview(r["content"]), needles)) for r in rows]
 
     def like_operator(self, term: str) -> str:
         return _like_op(term)
 
     def scan(self, where: str, filters: Filters, params: Params, snippet: Snippet) -> list[Hit]:
-        sql = _select(filters, f"({where})", "m.timestamp DESC, m.id DESC")
-        return [_hit(r, snippet(r["content"])) for r in self._run(sql, filters, params)]
+        rows = self._run(scan_sql(where, filters), filters, params)
+        return [_hit(r, snippet(r["content"])) for r in rows]
 
     # --- id sets for the literal tier -------------------------------------------------------
 

@@ -8,7 +8,7 @@ routes treat as "no results" instead of raising.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 MAX_QUERY_CHARS = 2048
 OPERATORS = frozenset({"AND", "OR", "NOT"})
@@ -114,7 +114,7 @@ def quote_tokens(tokens: list[str]) -> str:
     return " ".join(quoted)
 
 
-def terms(tokens: list[str]) -> list[str]:
+def terms(tokens: Sequence[str]) -> list[str]:
     return [t for t in tokens if t.upper() not in OPERATORS]
 
 

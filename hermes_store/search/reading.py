@@ -21,6 +21,7 @@ above one that only holds its words, and nothing the original finds is lost.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .query import OPERATORS, clean, quote_scan
@@ -51,8 +52,9 @@ class Term:
     literal: bool = False
 
 
-# A read query: OR of AND-groups; each group a list of (negated, term).
-Parsed = list[list[tuple[bool, Term]]]
+# A read query: OR of AND-groups; each group a sequence of (negated, term).
+Parsed = Sequence[Sequence[tuple[bool, Term]]]
+Group = list[tuple[bool, Term]]
 
 
 def fold(text: str) -> str:
@@ -70,7 +72,7 @@ def words_of(text: str) -> list[str]:
 
 def _group(items: list[str | Term]) -> Parsed:
     """Operators and terms into OR-of-AND-groups, with FTS5's placement rules."""
-    groups: Parsed = [[]]
+    groups: list[Group] = [[]]
     pending: str | None = None  # "AND" / "NOT" waiting for its right operand
     for item in items:
         if isinstance(item, str):

@@ -19,11 +19,13 @@ from sqlalchemy.exc import DatabaseError, DBAPIError, OperationalError
 
 from ..engine import driver_run
 from ..retry import is_retryable
+from . import limits
 from . import query as q
 from .backend import Hit, IndexDamaged, Params, SearchBackend, Snippet
-from .common import Filters, ranked_order
+from .common import Filters, oldest_first, ranked_order, time_direction
 from .layout import HIGH_WATER, PROGRESS
 from .reading import TRIGRAM_CHARS, QuerySyntaxError, Term, fold
+from .search_query import SearchQuery
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +45,6 @@ _PROGRESS_STEPS = 1_000
 def _interrupted(exc: DBAPIError) -> bool:
     """A statement SQLite stopped because the progress handler asked it to."""
     return getattr(exc.orig, "sqlite_errorcode", None) == sqlite3.SQLITE_INTERRUPT
-
-
-def _order(sort: str | None) -> str:
-    return ranked_order(sort, "rank")
 
 
 def _above(floor: bool) -> str:
@@ -100,6 +98,87 @@ def _trigram_cover(literal: str) -> str:
     return " AND ".join(_fts5_string(part) for part in dict.fromkeys(parts))
 
 
+def _snippet(table: str, row: str) -> str:
+    """The snippet of the hit `row`.id, computed for the page's rows only."""
+    return (
+        f"(SELECT snippet({table}, -1, '>>>', '<<<', '...', 40) FROM {table}"  # noqa: S608
+        f" WHERE {table} MATCH :match AND {table}.rowid = {row}.id)"
+    )
+
+
+def _window(table: str, join: str = "", where: str = "", walk: str = "DESC") -> str:
+    """The first :window matches of `table` in rowid order (`walk`), with their bm25."""
+    return (
+        f"SELECT {table}.rowid AS id, {table}.rank AS score FROM {table}{join}"  # noqa: S608
+        f" WHERE {table} MATCH :match{where} ORDER BY {table}.rowid {walk} LIMIT :window"
+    )
+
+
+def ranked_top_sql(table: str, filters: Filters) -> str:
+    """A ranked route of FTS5 table `table` (the word or the trigram index), bounded
+    (limits.RANK_WINDOW), for a relevance sort: the newest :window matches in rowid
+    order, straight from the index (FTS5 walks it from the end: the cost is what the
+    window holds), their first :top by `rank` (bm25), and of those the rows that pass
+    the filters, with snippets. When all :top pass, they are the page (after :offset)
+    that filtering the window first gives; else `ranked_sql` answers. The messages'
+    rows are read for the page only: reading a row costs more than ranking it.
+    Parameters: :match, :window, :top."""
+    sessions = " JOIN sessions AS s ON s.id = m.session_id"
+    return (
+        f"WITH cand AS MATERIALIZED ({_window(table)}),"  # noqa: S608
+        " top AS MATERIALIZED (SELECT id, score FROM cand ORDER BY score, id LIMIT :top) "
+        + _SELECT.format(snippet=_snippet(table, "top"))
+        + f" FROM top JOIN messages AS m ON m.id = top.id{sessions}"
+        f" WHERE 1 = 1{filters.sql} ORDER BY top.score, top.id"
+    )
+
+
+def ranked_sql(table: str, filters: Filters, sort: str | None) -> str:
+    """A ranked route of FTS5 table `table`, bounded (limits.RANK_WINDOW): the newest
+    :window matches that pass the filters, in rowid order (oldest first for
+    sort="oldest"), then the page of them by `rank` (bm25; by timestamp first for a time
+    sort), then the snippets of the page's rows. Parameters: :match, :window, :limit,
+    :offset."""
+    walk = "ASC" if oldest_first(sort) else "DESC"
+    sessions = " JOIN sessions AS s ON s.id = m.session_id" if filters.reads_sessions else ""
+    join = f" JOIN messages AS m ON m.id = {table}.rowid{sessions}"
+    candidates = _window(table, join, filters.sql, walk)
+    page = (
+        "SELECT cand.id, cand.score, m.timestamp FROM cand"  # noqa: S608
+        " JOIN messages AS m ON m.id = cand.id"
+        f" ORDER BY {ranked_order(sort, 'cand.score, cand.id')}"
+        " LIMIT :limit OFFSET :offset"
+    )
+    # the page again in its order (the timestamp read once, in the page)
+    order = ranked_order(sort, "page.score, page.id").replace("m.timestamp", "page.timestamp")
+    return (
+        f"WITH cand AS MATERIALIZED ({candidates}), page AS MATERIALIZED ({page}) "
+        + _SELECT.format(snippet=_snippet(table, "page"))
+        + " FROM page JOIN messages AS m ON m.id = page.id"
+        " JOIN sessions AS s ON s.id = m.session_id"
+        f" ORDER BY {order}"
+    )
+
+
+def scan_sql(where: str, filters: Filters) -> str:
+    """A LIKE scan, bounded (limits.time_window): the newest :window rows matching
+    `where` and the filters in id order (the primary key walked from the end, until
+    the window is full), then the page of them by timestamp, newest first. Parameters:
+    those of `where`, :window, :limit, :offset."""
+    sessions = " JOIN sessions AS s ON s.id = m.session_id" if filters.reads_sessions else ""
+    candidates = (
+        f"SELECT m.id FROM messages AS m{sessions} WHERE ({where}){filters.sql}"  # noqa: S608
+        " ORDER BY m.id DESC LIMIT :window"
+    )
+    return (
+        f"WITH cand AS MATERIALIZED ({candidates}) "
+        + _SELECT.format(snippet="m.content")
+        + " FROM cand JOIN messages AS m ON m.id = cand.id"
+        " JOIN sessions AS s ON s.id = m.session_id"
+        " ORDER BY m.timestamp DESC, m.id DESC LIMIT :limit OFFSET :offset"
+    )
+
+
 class SqliteSearch(SearchBackend):
     dialect = "sqlite"
     word_route = "fts5"
@@ -143,23 +222,23 @@ class SqliteSearch(SearchBackend):
     def _fts(
         self, table: str, match: str, filters: Filters, sort: str | None, limit: int, offset: int
     ) -> list[Hit]:
-        snippet = f"snippet({table}, -1, '>>>', '<<<', '...', 40)"
-        sql = (
-            _SELECT.format(snippet=snippet)
-            + f" FROM {table} JOIN messages AS m ON m.id = {table}.rowid"
-            " JOIN sessions AS s ON s.id = m.session_id"
-            f" WHERE {table} MATCH :match{filters.sql}"
-            f" ORDER BY {_order(sort)} LIMIT :limit OFFSET :offset"
-        )
         # No SAVEPOINT: on SQLite a failing SELECT (an FTS5 syntax error, a damaged index)
         # leaves the read transaction usable for the routes that follow.
-        return self.rows(sql, filters, {"match": match, "limit": limit, "offset": offset})
+        window = limits.rank_window(limit, offset)
+        if time_direction(sort) is None:
+            top = limit + offset
+            params = {"match": match, "window": window, "top": top}
+            rows = self.rows(ranked_top_sql(table, filters), filters, params)
+            if len(rows) == top:
+                return rows[offset:]
+        params = {"match": match, "window": window, "limit": limit, "offset": offset}
+        return self.rows(ranked_sql(table, filters, sort), filters, params)
 
     def word_hits(
-        self, sanitized: str, filters: Filters, sort: str | None, limit: int, offset: int
+        self, query: SearchQuery, filters: Filters, sort: str | None, limit: int, offset: int
     ) -> list[Hit]:
         try:
-            return self._fts("messages_fts", sanitized, filters, sort, limit, offset)
+            return self._fts("messages_fts", query.sanitized, filters, sort, limit, offset)
         except OperationalError as exc:
             if not self.recoverable(exc):
                 raise
@@ -186,11 +265,11 @@ class SqliteSearch(SearchBackend):
         return bool(self.fetch(_TRIGRAM_TABLE, {}))
 
     def substring_hits(
-        self, tokens: list[str], filters: Filters, sort: str | None, limit: int, offset: int
+        self, query: SearchQuery, filters: Filters, sort: str | None, limit: int, offset: int
     ) -> list[Hit] | None:
         if filters.wants_tool_rows or not self._trigram_usable():
             return None
-        match = q.quote_tokens(tokens)
+        match = q.quote_tokens(list(query.tokens))
         try:
             return self._fts("messages_fts_trigram", match, filters, sort, limit, offset)
         except OperationalError as exc:
@@ -205,13 +284,7 @@ class SqliteSearch(SearchBackend):
             return None
 
     def scan(self, where: str, filters: Filters, params: Params, snippet: Snippet) -> list[Hit]:
-        sql = (
-            _SELECT.format(snippet="m.content")
-            + " FROM messages AS m JOIN sessions AS s ON s.id = m.session_id"
-            f" WHERE ({where}){filters.sql}"
-            " ORDER BY m.timestamp DESC LIMIT :limit OFFSET :offset"
-        )
-        rows = self.rows(sql, filters, params)
+        rows = self.rows(scan_sql(where, filters), filters, params)
         for row in rows:
             row["snippet"] = snippet(row["snippet"])
         return rows

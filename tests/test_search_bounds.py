@@ -1,0 +1,287 @@
+"""Search whose work does not grow with the corpus (docs/search-at-scale.md): a query is
+read once (SearchQuery), the SQL of each route is built apart from running it (its text
+checked here), ranked routes rank the newest limits.RANK_WINDOW matches in id order and
+scans keep the newest limits.TIME_WINDOW, on both backends; the word index's access
+method (RUM where the extension is available, GIN where not, FTS5 on SQLite), the
+revision that chooses it, and the line `hermes-store check` prints."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.postgres import PG_ADMIN_URL, require_pg
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
+
+from hermes_store import migrate
+from hermes_store.repositories.messages import MessageRepository
+from hermes_store.repositories.sessions import SessionRepository
+from hermes_store.search import limits, search_messages
+from hermes_store.search.common import Filters
+from hermes_store.search.index_method import read_index_method
+from hermes_store.search.postgres_fts import scan_sql as pg_scan_sql
+from hermes_store.search.postgres_fts import substring_sql, word_sql
+from hermes_store.search.search_query import SearchQuery
+from hermes_store.search.sqlite_fts import ranked_sql, ranked_top_sql
+from hermes_store.search.sqlite_fts import scan_sql as sqlite_scan_sql
+from hermes_store.store import Store
+
+REPO = Path(__file__).resolve().parent.parent
+CLI = str(Path(sys.executable).parent / "hermes-store")
+NO_FILTERS = Filters(None, None, None, False)
+
+
+def search(store: Store, query: str, **options: Any) -> list[dict[str, Any]]:
+    with store.read() as session:
+        return search_messages(session, query, **options)
+
+
+# --- one reading of a query ------------------------------------------------------------------
+
+
+def test_a_query_is_read_once_into_one_immutable_value() -> None:
+    read = SearchQuery.read('deploy deploy "connection pool" src/main.py OR retry*')
+    # the original's reading, its repeated term merged (the sanitiser's own output)
+    assert read.sanitized == 'deploy "connection pool" src/ "main.py" OR retry*'
+    assert read.tokens == ("deploy", '"connection', 'pool"', "src/", '"main.py"', "OR", "retry*")
+    assert "OR" not in read.words and read.words[0] == "deploy"
+    assert read.fts5_error == "'src/' is not an FTS5 bareword"
+    assert read.has_literals and read.searchable and not read.has_cjk
+    literals = [term.text for group in read.literal for _, term in group if term.literal]
+    assert literals == ["src/main.py"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        read.sanitized = "other"  # type: ignore[misc]
+
+
+def test_what_fts5_rejects_is_read_as_an_error_and_a_literal() -> None:
+    read = SearchQuery.read("don't")
+    assert read.fts5 == () and read.fts5_error is not None
+    assert read.has_literals
+    assert not SearchQuery.read("   ").searchable
+    assert SearchQuery.read("数据").has_cjk and not SearchQuery.read("数据").trigram_answers_cjk
+    assert SearchQuery.read("数据库").trigram_answers_cjk
+
+
+def test_only_search_query_reads_the_query_text() -> None:
+    # the readers of the raw text are called in one place; every other module of the
+    # search takes the SearchQuery value
+    readers = re.compile(r"\b(sanitize_fts5_query|read_query|parse_fts5|route_tokens)\(")
+    allowed = {"search_query.py", "query.py", "reading.py"}
+    offenders = [
+        path.name
+        for path in (REPO / "hermes_store" / "search").glob("*.py")
+        if path.name not in allowed and readers.search(path.read_text())
+    ]
+    assert offenders == []
+
+
+# --- the SQL of each route, as text --------------------------------------------------------------
+
+
+def test_sqlite_ranked_routes_take_the_window_from_the_index_end() -> None:
+    top = ranked_top_sql("messages_fts", NO_FILTERS)
+    assert "ORDER BY messages_fts.rowid DESC LIMIT :window" in top
+    assert "ORDER BY score, id LIMIT :top" in top
+    # the messages' rows are joined after the window is ranked and cut
+    window = top.split("top AS")[0]
+    assert "JOIN messages" not in window
+    filtered = ranked_sql("messages_fts", NO_FILTERS, None)
+    assert "ORDER BY messages_fts.rowid DESC LIMIT :window" in filtered
+    assert "(m.active = 1 OR m.compacted = 1)" in filtered.split("page AS")[0]
+    oldest = ranked_sql("messages_fts_trigram", NO_FILTERS, "oldest")
+    assert "ORDER BY messages_fts_trigram.rowid ASC LIMIT :window" in oldest
+    assert "m.timestamp ASC, cand.score" in oldest
+
+
+def test_scans_keep_the_newest_window_in_id_order() -> None:
+    for sql in (sqlite_scan_sql("m.content LIKE :t0", NO_FILTERS), pg_scan_sql("x", NO_FILTERS)):
+        assert "ORDER BY m.id DESC LIMIT :window" in sql
+        assert "m.timestamp DESC, m.id DESC" in sql
+    built = substring_sql(("数据库",), NO_FILTERS, None)
+    assert built is not None
+    sql, params = built
+    assert "ORDER BY m.id DESC LIMIT :window" in sql
+    assert params == {"p0": "%数据库%"}
+
+
+def test_postgres_word_sql_walks_rum_in_id_order_and_gin_by_id() -> None:
+    read = SearchQuery.read("zephyr OR drop")
+    rum, params = word_sql(read.fts5, NO_FILTERS, None, "rum")
+    assert f"ORDER BY m.id <=| {2**53} LIMIT :window" in rum
+    assert "ts_rank_cd" in rum
+    gin, _ = word_sql(read.fts5, NO_FILTERS, None, "gin")
+    assert "ORDER BY m.id DESC LIMIT :window" in gin and "<=|" not in gin
+    oldest, _ = word_sql(read.fts5, NO_FILTERS, "oldest", "rum")
+    assert "ORDER BY m.id |=> 0 LIMIT :window" in oldest
+    # user text travels as parameters only
+    assert "zephyr" not in rum and "drop" not in rum
+    assert "zephyr" in " ".join(str(v) for v in params.values())
+
+
+# --- the bounding rule, on both backends ---------------------------------------------------------
+
+
+def _chat(store: Store, texts: list[tuple[str, str, float]]) -> list[int]:
+    SessionRepository(store).create_session("s", "cli")
+    messages = MessageRepository(store)
+    return [
+        messages.append_message("s", role, content, timestamp=ts) for role, content, ts in texts
+    ]
+
+
+@pytest.fixture
+def ranked(store: Store) -> list[int]:
+    # the oldest row is the best match by far; five newer rows hold the word once
+    filler = " ".join(f"word{n}" for n in range(40))
+    rows = [("user", "needle needle needle needle", 1.0)]
+    rows += [("assistant", f"needle {filler}", 2.0 + n) for n in range(5)]
+    return _chat(store, rows)
+
+
+def test_all_matches_in_the_window_rank_as_the_original(store: Store, ranked: list[int]) -> None:
+    hits = search(store, "needle")
+    assert [h["id"] for h in hits][0] == ranked[0]
+    assert sorted(h["id"] for h in hits) == sorted(ranked)
+
+
+def test_past_the_window_the_newest_matches_are_ranked(
+    store: Store, ranked: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(limits, "RANK_WINDOW", 4)
+    hits = search(store, "needle", limit=3)
+    assert len(hits) == 3 and {h["id"] for h in hits} <= set(ranked[-4:])
+    oldest = search(store, "needle", sort="oldest", limit=3)
+    assert [h["id"] for h in oldest] == ranked[:3]
+    # a filter that empties the window's first page: the window of the rows it keeps
+    users = search(store, "needle", role_filter=["user"], limit=3)
+    assert [h["id"] for h in users] == [ranked[0]]
+    # a page longer than the window is its own window: every match, ranked
+    everything = search(store, "needle", limit=10)
+    assert everything[0]["id"] == ranked[0] and len(everything) == len(ranked)
+
+
+def test_a_page_past_the_first_is_cut_from_the_same_ranking(
+    store: Store, ranked: list[int]
+) -> None:
+    everything = [h["id"] for h in search(store, "needle")]
+    pages = [h["id"] for n in range(3) for h in search(store, "needle", limit=2, offset=2 * n)]
+    assert pages == everything
+
+
+def test_a_scan_orders_the_newest_window_by_time(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ids and timestamps disagree: the newest id is not the newest message
+    ids = _chat(
+        store, [("user", "数据 a", 30.0), ("user", "数据 b", 10.0), ("user", "数据 c", 20.0)]
+    )
+    assert [h["id"] for h in search(store, "数据")] == [ids[0], ids[2], ids[1]]
+    monkeypatch.setattr(limits, "TIME_WINDOW", 1)
+    # the window holds the page (one hit) plus nothing more: the newest two ids
+    assert [h["id"] for h in search(store, "数据", limit=2)] == [ids[2], ids[1]]
+
+
+# --- RUM, GIN and FTS5 ---------------------------------------------------------------------------
+
+
+def _method(url: str) -> str:
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            return read_index_method(conn)
+    finally:
+        engine.dispose()
+
+
+def _rum_available() -> bool:
+    engine = create_engine(PG_ADMIN_URL, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            sql = text("SELECT 1 FROM pg_available_extensions WHERE name = 'rum'")
+            return conn.execute(sql).scalar() is not None
+    finally:
+        engine.dispose()
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if k != "HERMES_STORE_URL"}
+    return subprocess.run([CLI, *args], capture_output=True, text=True, env=environ, timeout=300)
+
+
+def test_sqlite_uses_fts5_and_the_revision_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    url = f"sqlite:///{path}"
+    migrate.upgrade(url, revision="hs0002", fts_min_pause=0)
+    con = sqlite3.connect(path)
+    before = con.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall()
+    con.close()
+    migrate.upgrade(url, fts_min_pause=0)
+    con = sqlite3.connect(path)
+    after = con.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall()
+    con.close()
+    assert after == before
+    assert _method(url) == "fts5"
+    checked = _cli("check", "--url", url)
+    assert "search index:  fts5" in checked.stdout, checked.stdout
+
+
+def test_postgres_uses_rum_where_the_extension_is_available(pg_fresh_db: str) -> None:
+    expected = "rum" if _rum_available() else "gin"
+    assert _method(pg_fresh_db) == expected
+    checked = _cli("check", "--url", pg_fresh_db)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f"search index:  {expected} (" in checked.stdout, checked.stdout
+    # down to hs0002 the index is GIN again, and back up it is what it was
+    migrate.downgrade(pg_fresh_db, "hs0002")
+    assert _method(pg_fresh_db) == "gin"
+    migrate.upgrade(pg_fresh_db)
+    assert _method(pg_fresh_db) == expected
+
+
+@pytest.fixture
+def unprivileged_db() -> Iterator[str]:
+    """A database owned by a role that is no superuser: it may create trusted extensions
+    (pg_trgm) but not RUM, as on a managed server where RUM is not offered to it."""
+    require_pg()
+    role = f"hs_norum_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(PG_ADMIN_URL, poolclass=NullPool, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE ROLE "{role}" LOGIN NOSUPERUSER'))
+        conn.execute(
+            text(f'CREATE DATABASE "{role}" OWNER "{role}" TEMPLATE template0 ENCODING \'UTF8\'')
+        )
+    url = make_url(PG_ADMIN_URL).set(username=role, database=role)
+    try:
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{role}" WITH (FORCE)'))
+            conn.execute(text(f'DROP ROLE IF EXISTS "{role}"'))
+        admin.dispose()
+
+
+def test_without_the_extension_the_revision_keeps_gin(unprivileged_db: str) -> None:
+    migrate.upgrade(unprivileged_db)
+    assert migrate.current(unprivileged_db).alembic_revision == "hs0003"
+    assert _method(unprivileged_db) == "gin"
+    engine = create_engine(unprivileged_db, poolclass=NullPool)
+    with engine.connect() as conn:
+        created = conn.execute(text("SELECT 1 FROM pg_extension WHERE extname = 'rum'")).scalar()
+    engine.dispose()
+    assert created is None
+    with Store(unprivileged_db) as store:
+        ids = _chat(store, [("user", "gin answers this needle", 1.0), ("user", "other", 2.0)])
+        assert [h["id"] for h in search(store, "needle")] == [ids[0]]
+    checked = _cli("check", "--url", unprivileged_db)
+    assert "search index:  gin (" in checked.stdout, checked.stdout
