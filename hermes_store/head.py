@@ -2,7 +2,7 @@
 
 Unlike the names in `contract` (frozen once shipped), this value moves forward with every
 new revision, upstream or the project's own: set it in the same change that adds the
-revision (tests/test_own_tables.py checks it is the script directory's single head).
+revision (tests/migrations/test_own_tables.py checks it is the script directory's single head).
 `Store`, `migrate` and everything that compares a database's revision read it from here.
 """
 
@@ -24,7 +24,7 @@ UPSTREAM_HEAD_REVISION: Final = "0023"
 @cache
 def known_revisions() -> frozenset[str]:
     """Every revision this code has, from the revision files' names (`0007_...`,
-    `hs0001_...`; tests/test_own_tables.py checks them against Alembic's own reading).
+    `hs0001_...`; tests/migrations/test_own_tables.py checks them against Alembic's own reading).
     A database at a revision outside this set was written by a newer hermes-store."""
     versions = Path(__file__).resolve().parent / "_migrations" / "versions"
     return frozenset(

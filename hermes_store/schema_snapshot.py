@@ -112,7 +112,7 @@ def diff(expected: dict[str, Any], actual: dict[str, Any]) -> str:
 
 
 # --------------------------------------------------------------------------- text dumps
-# The head schema of each dialect as committed text (tests/schema/*_head.sql), so that a
+# The head schema of each dialect as committed text (tests/migrations/schema/*_head.sql), so that a
 # change of the schema shows in review as a diff. Deterministic: objects by kind and
 # name, columns by name (their order is not part of the contract), SQL normalised.
 

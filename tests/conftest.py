@@ -17,7 +17,7 @@ import pytest
 
 # The suite drives SQLite through the standard library's sqlite3, as most of the field
 # does; `HERMES_STORE_SQLITE_DRIVER=pysqlite3` runs it on the `sqlite` extra's driver
-# instead (tests/test_sqlite_driver.py covers the automatic choice). Set before any
+# instead (tests/store/test_sqlite_driver.py covers the automatic choice). Set before any
 # hermes_store import, since the choice is made once per process.
 os.environ.setdefault("HERMES_STORE_SQLITE_DRIVER", "sqlite3")
 

@@ -94,7 +94,7 @@ def classify(conn: Connection) -> str:
     """The layout of a SQLite file's FTS objects, by spec/schema.md 6.2: "v23" only
     when the whole v23 layout is there, a legacy layout by its release's marks, "hybrid"
     for any mixture no release wrote as such. Revisions 0011 and 0023 decide with the
-    frozen copy in migrations/_fts_layouts.py (`layout`); tests/test_fts_layout_detector.py
+    frozen copy in migrations/_fts_layouts.py (`layout`); tests/search/test_fts_layout_detector.py
     keeps the two in agreement."""
     base = _sql(conn, FTS_TABLE)
     if base is None:

@@ -187,3 +187,26 @@ def journal_mode(path: Path | str) -> str:
         return str(con.execute("PRAGMA journal_mode").fetchone()[0]).lower()
     finally:
         con.close()
+
+
+#: how many messages grow_legacy adds
+EXTRA = 3000
+
+
+def grow_legacy(path: Path, db, version: int) -> None:  # type: ignore[no-untyped-def]
+    """EXTRA messages through the fixture's own triggers (one existing session)."""
+    con = db.raw(path)
+    try:
+        session = con.execute("SELECT id FROM sessions ORDER BY id LIMIT 1").fetchone()[0]
+        con.execute("BEGIN")
+        con.executemany(
+            "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, ?, ?, ?)",
+            (
+                (session, "user" if i % 2 else "assistant", f"demotion{i} filler text", 2e9 + i)
+                for i in range(EXTRA)
+            ),
+        )
+        con.execute("COMMIT")
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        con.close()

@@ -101,10 +101,10 @@ def pg_database(*, at_head: bool = False) -> Iterator[str]:
 
 
 # The word index at head has two forms (revision hs0003): RUM where the server offers the
-# extension, GIN where it does not. The committed dump (tests/schema/postgresql_head.sql)
+# extension, GIN where it does not. The committed dump (tests/migrations/schema/postgresql_head.sql)
 # holds the GIN form; a dump from a server with RUM is read in that form, so the schema
 # tests judge everything else the same on both kinds of server
-# (tests/test_search_bounds.py checks which form a database has, and why).
+# (tests/search/test_search_bounds.py checks which form a database has, and why).
 _RUM_EXTENSION = "\n\nCREATE EXTENSION rum;"
 _RUM_INDEX = (
     "CREATE INDEX idx_messages_search_vector ON messages USING rum (search_vector "

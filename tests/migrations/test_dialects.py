@@ -19,7 +19,7 @@ from hermes_store._migrations import _dialects as frozen
 from hermes_store.backends import dialect_for
 from hermes_store.errors import MigrationError
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 ASKS_THE_DIALECT = re.compile(r"dialect\.name|is_postgresql\(\)")
 
 GATHERED = [

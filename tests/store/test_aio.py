@@ -127,7 +127,7 @@ def test_type_checkers_see_the_signatures(tmp_path: Path) -> None:
         [sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(snippet)],
         capture_output=True,
         text=True,
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=Path(__file__).resolve().parents[2],
     )
     out = result.stdout
     assert result.returncode == 1, out

@@ -21,7 +21,7 @@ from sqlalchemy.pool import NullPool
 from hermes_store import migrate, schema_snapshot
 from hermes_store.compat import SessionDB
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _alembic(url: str, *args: str) -> None:

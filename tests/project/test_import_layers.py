@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "hermes_store"
+PACKAGE = Path(__file__).resolve().parents[2] / "hermes_store"
 
 
 def _module_name(path: Path) -> str:

@@ -37,7 +37,7 @@ from hermes_store.search.sqlite_fts import ranked_sql, ranked_top_sql
 from hermes_store.search.sqlite_fts import scan_sql as sqlite_scan_sql
 from hermes_store.store import Store
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CLI = str(Path(sys.executable).parent / "hermes-store")
 NO_FILTERS = Filters(None, None, None, False)
 

@@ -18,7 +18,7 @@ from hermes_store import migrate
 from hermes_store.engine import make_engine
 from hermes_store.search import maintenance
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SESSION = "20260301_091500_a1b2c3"
 EXTRA = 3000
 FIXTURE_MESSAGES = 64

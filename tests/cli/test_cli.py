@@ -134,7 +134,7 @@ def test_alembic_from_the_repository_root(hermes_home: Path, tmp_path: Path) -> 
     db = tmp_path / "via-alembic.db"
     alembic = shutil.which("alembic", path=str(Path(sys.executable).parent))
     assert alembic is not None
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "HERMES_HOME": str(hermes_home)}
     result = subprocess.run(
         [alembic, "-x", f"url=sqlite:///{db}", "upgrade", "head"],

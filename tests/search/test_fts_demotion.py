@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.databases import EXTRA, grow_legacy
 
 from hermes_store import migrate
 from hermes_store.engine import make_engine
@@ -22,27 +23,7 @@ from hermes_store.search import maintenance
 
 pytestmark = pytest.mark.sqlite_only
 
-EXTRA = 3000
 SUFFIXES = ("data", "idx", "content", "docsize", "config")
-
-
-def grow_legacy(path: Path, db, version: int) -> None:  # type: ignore[no-untyped-def]
-    """EXTRA messages through the fixture's own triggers (one existing session)."""
-    con = db.raw(path)
-    try:
-        session = con.execute("SELECT id FROM sessions ORDER BY id LIMIT 1").fetchone()[0]
-        con.execute("BEGIN")
-        con.executemany(
-            "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, ?, ?, ?)",
-            (
-                (session, "user" if i % 2 else "assistant", f"demotion{i} filler text", 2e9 + i)
-                for i in range(EXTRA)
-            ),
-        )
-        con.execute("COMMIT")
-        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    finally:
-        con.close()
 
 
 def _rows(path: Path, tables: list[str]) -> dict[str, int]:

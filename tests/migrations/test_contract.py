@@ -17,7 +17,7 @@ from sqlalchemy.pool import NullPool
 
 from hermes_store import contract
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 SHIPPED = {
     "VERSION_TABLE": "hermes_store_version",

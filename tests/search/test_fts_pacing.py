@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_fts_demotion import EXTRA, grow_legacy
+from helpers.databases import EXTRA, grow_legacy
 
 from hermes_store import migrate
 from hermes_store.engine import make_engine

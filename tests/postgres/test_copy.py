@@ -33,7 +33,7 @@ from hermes_store.search.maintenance import integrity_errors
 from hermes_store.store import Store
 
 CLI = str(Path(sys.executable).with_name("hermes-store"))
-QUERIES = ("refactor", "迁移", "Kyoto")  # as tests/test_adoption.py
+QUERIES = ("refactor", "迁移", "Kyoto")  # as tests/migrations/test_adoption.py
 
 
 # --------------------------------------------------------------------------- helpers

@@ -34,7 +34,7 @@ SEARCHES = (
     "literal short",
     "literal common letters",
 )
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = REPO_ROOT.parent / "shared" / "fixtures" / "legacy"
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import hermes_store.compat as compat
 from hermes_store.compat import SessionDB
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 #: The public methods of the original v23 `SessionDB` (spec/behaviour.md sections 1-15).
 ORIGINAL_PUBLIC_METHODS = """

@@ -33,7 +33,7 @@ from hermes_store.engine import make_engine
 from hermes_store.search import maintenance
 from hermes_store.search.layout import HIGH_WATER, PROGRESS
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CLI = Path(sys.executable).with_name("hermes-store")
 BULK_MESSAGES = 200_000
 

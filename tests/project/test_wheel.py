@@ -42,7 +42,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 #: the project head: the upstream revisions 0001..0023, then its own (hs0001, ...)
 HEAD = "hs0003"
 SCHEMA_VERSION = 23

@@ -15,14 +15,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_fts_demotion import EXTRA, grow_legacy
+from helpers.databases import EXTRA, grow_legacy
 
 from hermes_store import migrate
 from hermes_store.head import known_revisions
 
 pytestmark = pytest.mark.sqlite_only
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CLI = str(Path(sys.executable).with_name("hermes-store"))
 FIXTURE_MESSAGES = 64
 #: the project's own revisions after 0023 (hs0001, ...), which every upgrade to head runs

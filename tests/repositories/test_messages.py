@@ -355,7 +355,8 @@ def test_ten_megabyte_content_round_trips_exactly(store, repo):
     assert sql(store, "SELECT length(content) FROM messages WHERE id = :i", i=mid) == [(len(big),)]
 
 
-@pytest.mark.sqlite_only  # byte length through CAST AS BLOB; PostgreSQL: tests/test_copy.py
+# byte length through CAST AS BLOB; PostgreSQL: tests/postgres/test_copy.py
+@pytest.mark.sqlite_only
 def test_nul_bytes_inside_content_are_stored_exactly(store, repo):
     make_session(store)
     value = "before\x00middle\x00\x00after"

@@ -22,7 +22,7 @@ from hermes_store import migrate
 
 pd = pytest.importorskip("pandas")
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DOC = REPO_ROOT / "docs" / "analytics.md"
 ENV = "HERMES_DB"
 ROOT_ID = "20260303_080000_c0ffee"

@@ -50,7 +50,8 @@ def test_calls_cancelled_while_queued_store_nothing(backend_url: str) -> None:
 
 def test_a_running_call_finishes_when_its_caller_is_cancelled(backend_url: str) -> None:
     """A started call is never cut in the middle: its transaction commits, and the store
-    keeps serving calls (a retry with its key would find it, tests/test_idempotency.py)."""
+    keeps serving calls (a retry with its key would find it,
+    tests/repositories/test_idempotency.py)."""
     started, release = threading.Event(), threading.Event()
 
     async def main() -> None:

@@ -19,7 +19,7 @@ import pytest
 
 from hermes_store.cli import build_parser
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 DOCS = REPO / "docs"
 CLI_DOC = DOCS / "cli.md"

@@ -1,4 +1,4 @@
-"""The head schema of each dialect, committed as text (tests/schema/<dialect>_head.sql)
+"""The head schema of each dialect, committed as text (tests/migrations/schema/<dialect>_head.sql)
 and compared with what the migrations create now, so that every change of the schema is
 seen, and reviewed, as a diff of those files."""
 
@@ -16,8 +16,9 @@ from hermes_store import schema_snapshot
 SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
 REFRESH_ENV = "HERMES_STORE_REFRESH_SCHEMA_DUMPS"
 REFRESH = (
-    f"{REFRESH_ENV}=1 .venv/bin/python -m pytest tests/test_schema_dump.py "
-    "(rewrites tests/schema/*_head.sql from a fresh database; review the diff, commit it)"
+    f"{REFRESH_ENV}=1 .venv/bin/python -m pytest tests/migrations/test_schema_dump.py "
+    "(rewrites tests/migrations/schema/*_head.sql from a fresh database;"
+    " review the diff, commit it)"
 )
 
 
@@ -40,13 +41,13 @@ def _compare(dialect: str, actual: str) -> None:
         difflib.unified_diff(
             expected.splitlines(),
             actual.splitlines(),
-            f"tests/schema/{path.name} (committed)",
+            f"tests/migrations/schema/{path.name} (committed)",
             "a fresh database now",
             lineterm="",
         )
     )
     pytest.fail(
-        f"the {dialect} head schema differs from tests/schema/{path.name}.\n"
+        f"the {dialect} head schema differs from tests/migrations/schema/{path.name}.\n"
         f"If the change is intended, refresh the dump with:\n    {REFRESH}\n{delta}",
         pytrace=False,
     )
