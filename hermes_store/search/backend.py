@@ -195,8 +195,7 @@ class SearchBackend:
         `found` hits, fewer than the `limit` of a page: three times as many as the
         density seen there needs to fill the page, at most `literal_widest_window`; None
         to go to the whole table, as after a second window. Fewer than 8 hits say too
-        little of the density: `don't`, in 0.15 % of the benchmark's rows, shows 5 times
-        among its newest 1,024 (0.5 %)."""
+        little of the density to size a second window on (docs/benchmarks.md)."""
         widest = self.literal_widest_window
         if found < 8 or window != self.literal_window or widest <= window:
             return None

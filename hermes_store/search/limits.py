@@ -1,4 +1,4 @@
-"""What bounds the work of one search, whatever its query (README, "How search reads a
+"""What bounds the work of one search, whatever its query (docs/search.md, "How search reads a
 query"): a term repeated in a query is read once, a query may hold at most MAX_TERMS
 terms, and a search runs for at most HERMES_SEARCH_TIMEOUT_MS milliseconds.
 

@@ -59,7 +59,7 @@ def caseless(term: str) -> bool:
     """True when no character of `term` has a case mapping (CJK, digits, punctuation):
     then `x ILIKE p` and `x LIKE p` match the same rows (lower-casing the text cannot
     produce a character that has no case, nor change one), and LIKE compares bytes where
-    ILIKE lower-cases every row first, several times slower on a scan."""
+    ILIKE lower-cases every row first, which a scan pays for on every row."""
     return all(c.lower() == c == c.upper() for c in term)
 
 
@@ -270,12 +270,12 @@ def scan_sql(where: str, filters: Filters) -> str:
 class PostgresSearch(SearchBackend):
     dialect = "postgresql"
     word_route = "tsvector"
-    # the window is read row by row (see _messages): checking a row costs about 2.5 us
+    # the window is read row by row (see _messages), so it is kept small
     literal_window = 1_024
     # pg_trgm ignores punctuation, so a literal whose letters and digits are common (`the.`
     # in 0.8 % of the rows, `the` in 25 %) has far more index candidates than hits: a
-    # literal seen often enough in the first window is looked for in a second one (`the.`
-    # at 1M: 22 ms from 6,144 rows read one by one, against 1.2 s for the whole table)
+    # literal seen often enough in the first window is looked for in a second one, read
+    # row by row, rather than in the whole table (docs/benchmarks.md has the figures)
     literal_widest_window = 16_384
     #: the statement_timeout in force during a time-limited search, in milliseconds
     _statement_ms = 0
@@ -469,7 +469,7 @@ def _index_pattern(literal: str) -> str:
     which the check drops), and it leaves out the trigrams pg_trgm makes of a word's
     edges (`"  c"`, `" co"`, `"ig "` of `.config/`), the most common trigrams of any
     text, so the index intersects the short posting lists of the words' inner trigrams
-    only: 3x less index work for `~/.config/zephyr.toml` at 1M rows. A word of one or two
+    only. A word of one or two
     characters has no inner trigram, so its edges and separators are kept."""
     parts = _TRIGRAM_WORD.split(literal)  # separator, word, separator, ..., separator
     separators, words = parts[0::2], parts[1::2]

@@ -90,8 +90,7 @@ def _trigram_cover(literal: str) -> str:
     trigrams side by side (and the last), AND-ed, rather than the phrase of all of
     them. Every row holding the literal holds these, and the rows are checked for the
     literal itself anyway; FTS5 answers the AND by seeking from its rarest part, while
-    a phrase reads the position lists of every trigram, the commonest ones included
-    (2-3x the time on a long literal)."""
+    a phrase reads the position lists of every trigram, the commonest ones included."""
     parts = [literal[i : i + TRIGRAM_CHARS] for i in range(0, len(literal), TRIGRAM_CHARS)]
     if len(parts[-1]) < TRIGRAM_CHARS:
         parts[-1] = literal[-TRIGRAM_CHARS:]

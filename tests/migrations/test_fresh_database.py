@@ -163,7 +163,8 @@ def _pg_schema(url: str) -> str:
 
 
 def _committed_pg_schema() -> str:
-    return (REPO_ROOT / "tests" / "schema" / "postgresql_head.sql").read_text(encoding="utf-8")
+    committed = Path(__file__).resolve().parent / "schema" / "postgresql_head.sql"
+    return committed.read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("route", ROUTES, ids=list(ROUTES))
