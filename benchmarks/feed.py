@@ -16,7 +16,6 @@ with them dropped, sample by sample in turn.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import tempfile
 import time
@@ -25,24 +24,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import postgres
-from .stats import comparison
+from .stats import comparison, timings
 
 if TYPE_CHECKING:
     from hermes_store.repositories.messages import MessageRepository
 
 SMALL, LARGE = 10_000, 100_000
-
-
-def _measure(fn: Callable[[int], Any], n: int) -> list[float]:
-    for i in range(3):
-        fn(-1 - i)
-    gc.collect()
-    samples = []
-    for i in range(n):
-        started = time.perf_counter()
-        fn(i)
-        samples.append(time.perf_counter() - started)
-    return samples
 
 
 def _fill(store: Any, count: int) -> None:
@@ -134,8 +121,8 @@ def _poll_rows(backend: str, url: str, iterations: int) -> list[dict[str, Any]]:
             feed = ChangeFeed(store)
             head = feed.latest()
             assert head >= size
-            polls["no news"][size] = _measure(lambda i, h=head, f=feed: f.changes(h), iterations)
-            polls["10 new"][size] = _measure(
+            polls["no news"][size] = timings(lambda i, h=head, f=feed: f.changes(h), iterations)
+            polls["10 new"][size] = timings(
                 lambda i, h=head, f=feed: f.changes(h - 10), iterations
             )
     for name, by_size in polls.items():

@@ -19,7 +19,6 @@ sessions for WRITE_SECONDS (appends/s in all, p50/p99 of one append).
 
 from __future__ import annotations
 
-import gc
 import io
 import json
 import multiprocessing
@@ -31,7 +30,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import corpus, postgres
-from .stats import load_average
+from .stats import load_average, timings
 
 MESSAGES = 10_000_000
 SESSIONS = 100_000
@@ -250,18 +249,6 @@ def _row(name: str, samples: list[float], **extra: Any) -> dict[str, Any]:
     }
 
 
-def _measure(fn: Callable[[int], Any], n: int, warmup: int = 3) -> list[float]:
-    for i in range(warmup):
-        fn(-1 - i)
-    gc.collect()
-    samples = []
-    for i in range(n):
-        started = time.perf_counter()
-        fn(i)
-        samples.append(time.perf_counter() - started)
-    return samples
-
-
 def _writer(url: str, number: int, start_at: float, seconds: float) -> list[float]:
     """One writer process: its own session, one message per append until the time is up."""
     from hermes_store.repositories.messages import MessageRepository
@@ -308,14 +295,14 @@ def measure(url: str, sessions: int, *, writers: int = WRITERS) -> list[dict[str
 
             found = len(run(0))
             rows.append(
-                _row(f"search {name}: {query}", _measure(run, SEARCH_ITERATIONS), hits=found)
+                _row(f"search {name}: {query}", timings(run, SEARCH_ITERATIONS), hits=found)
             )
             print(_line(rows[-1]), flush=True)
         listing = SessionRepository(store)
         rows.append(
             _row(
                 "list 20 recent sessions",
-                _measure(lambda i: listing.list_sessions_rich(limit=20), READ_ITERATIONS),
+                timings(lambda i: listing.list_sessions_rich(limit=20), READ_ITERATIONS),
             )
         )
         print(_line(rows[-1]), flush=True)
@@ -326,7 +313,7 @@ def measure(url: str, sessions: int, *, writers: int = WRITERS) -> list[dict[str
         rows.append(
             _row(
                 f"load a conversation ({loaded} messages)",
-                _measure(lambda i: loader.get_messages(targets[i]), READ_ITERATIONS),
+                timings(lambda i: loader.get_messages(targets[i]), READ_ITERATIONS),
             )
         )
         print(_line(rows[-1]), flush=True)

@@ -1,15 +1,32 @@
-"""Percentiles and the side-by-side row every benchmark table prints."""
+"""Timings, percentiles and the side-by-side row every benchmark table prints."""
 
 from __future__ import annotations
 
+import gc
 import os
 import statistics
+import time
+from collections.abc import Callable
 from typing import Any
 
 
 def load_average() -> float:
     """The machine's 1-minute load average now (other processes share the cores)."""
     return os.getloadavg()[0]
+
+
+def timings(fn: Callable[[int], Any], n: int, warmup: int = 3) -> list[float]:
+    """`n` timings of `fn(i)` in seconds, after `warmup` calls (given negative i) and a
+    garbage collection."""
+    for i in range(warmup):
+        fn(-1 - i)
+    gc.collect()
+    samples = []
+    for i in range(n):
+        started = time.perf_counter()
+        fn(i)
+        samples.append(time.perf_counter() - started)
+    return samples
 
 
 def percentiles(samples: list[float]) -> tuple[float, float]:

@@ -9,15 +9,16 @@ A bundle holds each layer's behaviour for its backend:
   locks, typed driver errors, checkpoints;
 - `migration`: migration, adoption, check and copy (dialects.py);
 - `sql`: what repositories run differently (repositories/_dialect.py): the upsert's
-  INSERT constructor, row and key locks, the database's size.
+  INSERT constructor, row and key locks, the lease clock, the database's size;
+- `search`: the search backend class (search/sqlite_fts.py, search/postgres_fts.py):
+  each route's SQL and how it is run.
 
 Each of those modules registers its classes here when it is imported (`bundle(name)`,
 one assignment per backend), so this module imports none of them and every layer can
 import it without an import cycle; a layer asks only for the part it has imported.
-Two tables stay outside, on purpose: the revisions' frozen one
+One table stays outside, on purpose: the revisions' frozen one
 (migrations/_dialects.py), because what a released revision does must not follow
-changes made here, and search's backend classes (search/backend.py), chosen by the same
-dialect name in that package.
+changes made here.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
     from .dialects import Backend
     from .repositories._dialect import RepositorySQL
+    from .search.backend import SearchBackend
     from .store_backends import StoreBackend
 
 #: The database kinds hermes-store runs on, by SQLAlchemy dialect name.
@@ -38,8 +40,8 @@ NAMES = ("sqlite", "postgresql")
 
 
 class Dialect:
-    """One backend's behaviour for every layer: `store`, `migration` and `sql`, each set
-    by the module that defines it."""
+    """One backend's behaviour for every layer: `store`, `migration`, `sql` and
+    `search`, each set by the module that defines it."""
 
     store: type[StoreBackend]
     """The Store's run-time behaviour (a class; each Store makes one instance)."""
@@ -47,6 +49,8 @@ class Dialect:
     """Migration, adoption, check and copy behaviour."""
     sql: RepositorySQL
     """What the repositories run differently."""
+    search: type[SearchBackend]
+    """The search backend (a class; each search makes one instance on its connection)."""
 
     def __init__(self, name: str) -> None:
         self.name = name

@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Literal
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
+from ..backends import bundle, dialect_for
 from ..errors import SearchTimedOut
 from . import limits
 from .common import Filters, attach_context, fetch_rows, like_clauses, like_snippet, row_dicts
@@ -30,8 +31,6 @@ IndexMethod = Literal["rum", "gin", "fts5"]
 Params = dict[str, Any]
 #: a snippet from a row's content
 Snippet = Callable[[Any], str]
-
-_REGISTRY: dict[str, type[SearchBackend]] = {}
 
 #: An execution option on the connection, true when its transaction ends with the
 #: search (a repository's read unit): what the search set for itself then needs no
@@ -57,7 +56,7 @@ class SearchBackend:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if cls.dialect is not None:
-            _REGISTRY[cls.dialect] = cls
+            bundle(cls.dialect).search = cls
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -229,11 +228,5 @@ class SearchBackend:
 
 
 def backend_for(conn: Connection) -> SearchBackend:
-    name = conn.dialect.name
-    try:
-        cls = _REGISTRY[name]
-    except KeyError:
-        raise NotImplementedError(
-            f"no search backend for the {name} dialect (known: {', '.join(sorted(_REGISTRY))})"
-        ) from None
-    return cls(conn)
+    """The search backend of `conn`'s dialect, from the dialect's bundle."""
+    return dialect_for(conn).search(conn)

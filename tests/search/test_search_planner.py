@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
+from hermes_store.errors import MigrationError
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.search import search_messages
@@ -51,7 +52,7 @@ def test_backend_is_chosen_by_dialect_name(store: Store) -> None:
 def test_an_unknown_dialect_is_refused_by_name() -> None:
     # the registry reads nothing but the dialect's name
     other = SimpleNamespace(dialect=SimpleNamespace(name="mysql"))
-    with pytest.raises(NotImplementedError, match="no search backend for the mysql dialect"):
+    with pytest.raises(MigrationError, match="runs on SQLite and PostgreSQL, not mysql"):
         backend_for(other)  # type: ignore[arg-type]
 
 
