@@ -50,8 +50,10 @@ class SearchBackend:
     #: How many of the newest message ids the literal tier looks among first (literal.py);
     #: a window that falls short costs about this many rows' worth on top.
     literal_window: ClassVar[int] = 8_192
-    #: The most ids a second, wider window may hold (`wider_window`; 0: no second window).
+    #: The most ids a wider window may hold (`wider_window`; 0: no wider window).
     literal_widest_window: ClassVar[int] = 0
+    #: Each wider window holds this many times the ids of the one before.
+    literal_window_growth: ClassVar[int] = 8
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -190,15 +192,18 @@ class SearchBackend:
         return f"SELECT m.id FROM {rows} WHERE {where} ORDER BY {order} LIMIT :limit"  # noqa: S608
 
     def wider_window(self, window: int, found: int, limit: int) -> int | None:
-        """The ids a second window should hold after the first (`window` ids) held
-        `found` hits, fewer than the `limit` of a page: three times as many as the
-        density seen there needs to fill the page, at most `literal_widest_window`; None
-        to go to the whole table, as after a second window. Fewer than 8 hits say too
-        little of the density to size a second window on (docs/benchmarks.md)."""
-        widest = self.literal_widest_window
-        if found < 8 or window != self.literal_window or widest <= window:
-            return None
-        return min(window * math.ceil(3 * limit / found), widest)
+        """The ids the next window should hold after one of `window` ids held `found`
+        hits, fewer than the `limit` of a page: eight times as many, while that is at
+        most `literal_widest_window`; None to go to the whole table. Each window is one
+        statement, started only within the search's time limit (check_time), so the
+        series ends at the deadline like any other search."""
+        wider = window * self.literal_window_growth
+        return wider if wider <= self.literal_widest_window else None
+
+    def literal_window_by_index(self, window: int) -> bool:
+        """Whether a window of `window` ids is read through the indexes (their
+        candidates above the floor) rather than row by row."""
+        return False
 
     def newest_id(self) -> int | None:
         """The highest message id, None when there are no messages."""

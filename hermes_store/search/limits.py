@@ -51,7 +51,7 @@ RANK_WINDOW = 1_024
 #: A scan (the LIKE route, the pending-range top-up) and PostgreSQL's substring route,
 #: whose order is a time order ids already follow as rows are appended: the newest this
 #: many matches in id order (at least a page), then ordered by timestamp.
-TIME_WINDOW = 256
+TIME_WINDOW = 64
 
 _OPERATORS = q.OPERATORS  # FTS5 reads these in capitals only
 

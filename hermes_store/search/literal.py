@@ -59,10 +59,14 @@ _SELECT = (
 
 
 class _Statement:
-    def __init__(self, backend: SearchBackend, filters: Filters, *, floor: bool) -> None:
+    def __init__(
+        self, backend: SearchBackend, filters: Filters, *, floor: bool, page_floor: bool = False
+    ) -> None:
         self.backend = backend
         self.filters = filters
         self.floor = floor  # every id set above the parameter :floor
+        # the id sets from the whole indexes, the page's rows above the parameter :floor
+        self.page_floor = page_floor
         self.params: dict[str, Any] = {}
         self.ctes: list[str] = []
 
@@ -138,6 +142,8 @@ class _Statement:
             ids, where = " UNION ".join(groups), []
         if ids is not None:
             where.insert(0, f"m.id IN (SELECT id FROM {self.ids(ids)})")  # noqa: S608
+        if self.page_floor:
+            where.append("m.id > :floor")
         sessions = (
             " JOIN sessions AS s ON s.id = m.session_id" if self.filters.reads_sessions else ""
         )
@@ -177,7 +183,7 @@ def _newest_ids_page(
         return []
     window: int | None = backend.literal_window
     while window is not None and newest > window:
-        rows = _page(backend, parsed, filters, _BY_ID, limit, newest - window)
+        rows = _page(backend, parsed, filters, _BY_ID, limit, newest - window, window)
         if len(rows) >= limit:
             return rows
         window = backend.wider_window(window, len(rows), limit)
@@ -191,8 +197,12 @@ def _page(
     order: str,
     limit: int,
     floor: int | None,
+    window: int = 0,
 ) -> list[Hit]:
-    statement = _Statement(backend, filters, floor=floor is not None)
+    by_index = floor is not None and backend.literal_window_by_index(window)
+    statement = _Statement(
+        backend, filters, floor=floor is not None and not by_index, page_floor=by_index
+    )
     sql = statement.sql(parsed, order)
     params = {**statement.params, "limit": limit}
     if floor is not None:

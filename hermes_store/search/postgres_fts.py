@@ -229,13 +229,9 @@ def word_sql(
     return sql, params
 
 
-def substring_sql(
-    tokens: Sequence[str], filters: Filters, sort: str | None
-) -> tuple[str, Params] | None:
-    """The substring route (pg_trgm), bounded (limits.time_window): the newest :window
-    matches in id order, then the page of them by timestamp; None when no token is left
-    to look for. Parameters: :p0.., :window, :limit, :offset."""
-    params: Params = {}
+def _substring_where(tokens: Sequence[str], params: Params) -> str | None:
+    """The substring route's condition on the row `m` (operators as FTS5 reads them),
+    None when no token is left to look for."""
     alternatives: list[list[str]] = [[]]
     negate = False
     for token in tokens:
@@ -252,11 +248,46 @@ def substring_sql(
     groups = [" AND ".join(g) for g in alternatives if g]
     if not groups:
         return None
-    where = " OR ".join(f"({g})" for g in groups)
+    return "m.role <> 'tool' AND (" + " OR ".join(f"({g})" for g in groups) + ")"
+
+
+def substring_sql(
+    tokens: Sequence[str], filters: Filters, sort: str | None
+) -> tuple[str, Params] | None:
+    """The substring route (pg_trgm) over the whole table, bounded (limits.time_window):
+    the newest :window matches in id order, then the page of them by timestamp; None
+    when no token is left to look for. Parameters: :p0.., :window, :limit, :offset."""
+    params: Params = {}
+    where = _substring_where(tokens, params)
+    if where is None:
+        return None
     walk = "m.id ASC" if oldest_first(sort) else "m.id DESC"
-    candidates = _candidates(f"m.role <> 'tool' AND ({where})", filters, walk)
+    candidates = _candidates(where, filters, walk)
     order = "m.timestamp ASC" if oldest_first(sort) else "m.timestamp DESC"
     return _select(filters, f"m.id IN ({candidates})", f"{order}, m.id DESC"), params
+
+
+def substring_window_sql(tokens: Sequence[str], filters: Filters) -> tuple[str, Params] | None:
+    """The ids of the newest :window matches of the substring route among the newest
+    :span ids, read row by row walking the primary key newest first (stopping once
+    :window are found). The OFFSET 0 fence keeps the planner from pg_trgm's bitmap,
+    which finds every match in the table before the newest are kept; a term in 1 % of
+    the rows fills a window of 64 after about 6,400 rows. None when no token is left."""
+    params: Params = {}
+    where = _substring_where(tokens, params)
+    if where is None:
+        return None
+    sessions = " JOIN sessions AS s ON s.id = m.session_id" if filters.reads_sessions else ""
+    return (
+        "SELECT m.id FROM (SELECT * FROM messages WHERE id >"  # noqa: S608
+        " (SELECT max(id) FROM messages) - :span ORDER BY id DESC OFFSET 0) AS m"
+        f"{sessions} WHERE {where}{filters.sql} ORDER BY m.id DESC LIMIT :window"
+    ), params
+
+
+def substring_page_sql(filters: Filters) -> str:
+    """The page (by timestamp, newest first) of the ids :ids a window gave."""
+    return _select(filters, "m.id = ANY(:ids)", "m.timestamp DESC, m.id DESC")
 
 
 def scan_sql(where: str, filters: Filters) -> str:
@@ -270,13 +301,16 @@ def scan_sql(where: str, filters: Filters) -> str:
 class PostgresSearch(SearchBackend):
     dialect = "postgresql"
     word_route = "tsvector"
-    # the window is read row by row (see _messages), so it is kept small
+    # The first windows are read row by row (see _messages), so they start small; a
+    # rarer literal is looked for in a widening series (1,024, 8,192, 65,536, 524,288
+    # ids) before the whole table, whose cost grows with the table where a window's
+    # grows with the window. Past ROW_WINDOW ids a window is read through the indexes,
+    # their candidates kept above the floor (a row-by-row read costs ~1.5 us a row).
     literal_window = 1_024
-    # pg_trgm ignores punctuation, so a literal whose letters and digits are common (`the.`
-    # in 0.8 % of the rows, `the` in 25 %) has far more index candidates than hits: a
-    # literal seen often enough in the first window is looked for in a second one, read
-    # row by row, rather than in the whole table (docs/benchmarks.md has the figures)
-    literal_widest_window = 16_384
+    literal_widest_window = 524_288
+    literal_row_window = 8_192
+    #: the newest ids the substring route reads row by row before pg_trgm's bitmap
+    substring_span = 16_384
     #: the statement_timeout in force during a time-limited search, in milliseconds
     _statement_ms = 0
 
@@ -352,14 +386,36 @@ class PostgresSearch(SearchBackend):
         (operators as FTS5 reads them), non-tool rows only, as the v23 trigram index."""
         if filters.wants_tool_rows:
             return None
-        built = substring_sql(query.tokens, filters, sort)
+        window = limits.time_window(limit, offset)
+        rows = None if oldest_first(sort) else self._substring_window(query, filters, window)
+        if rows is None:
+            built = substring_sql(query.tokens, filters, sort)
+            if built is None:
+                return None
+            sql, params = built
+            params.update(window=window)
+            rows = self._run(sql, filters, {**params, "limit": limit, "offset": offset})
+        else:
+            rows = self._run(
+                substring_page_sql(filters), filters, {"ids": rows, "limit": limit, "offset": offset}
+            )
+        needles = [t.strip('"') for t in q.terms(query.tokens)]
+        return [_hit(r, substring_snippet(decode_preview(r["content"]), needles)) for r in rows]
+
+    def _substring_window(
+        self, query: SearchQuery, filters: Filters, window: int
+    ) -> list[int] | None:
+        """The ids of the newest `window` matches when the newest SUBSTRING_SPAN ids hold
+        that many (then they are the newest of the whole table too, and the page is the
+        one the whole table gives); None when the span holds fewer (the whole table is
+        asked, pg_trgm's bitmap) or there is nothing to look for."""
+        built = substring_window_sql(query.tokens, filters)
         if built is None:
             return None
         sql, params = built
-        params.update(window=limits.time_window(limit, offset), limit=limit, offset=offset)
-        rows = self._run(sql, filters, params)
-        needles = [t.strip('"') for t in q.terms(query.tokens)]
-        return [_hit(r, substring_snippet(decode_preview(r["content"]), needles)) for r in rows]
+        found = self._run(sql, filters, {**params, "span": self.substring_span, "window": window})
+        ids = [int(row["id"]) for row in found]
+        return ids if len(ids) >= window else None
 
     def like_operator(self, term: str) -> str:
         return _like_op(term)
@@ -401,6 +457,9 @@ class PostgresSearch(SearchBackend):
         # the page's own condition: one bitmap scan of the indexes, each row read once
         # and checked once, and the page cut from it (no id set joined back to messages)
         return None, _holds_literal(literal, params, trigram=trigram, words=words, window=False)
+
+    def literal_window_by_index(self, window: int) -> bool:
+        return window > self.literal_row_window
 
     def literal_page(self, rows: str, where: str, order: str) -> str:
         # Every matching row first (a bitmap scan of the indexes), then the page: without
