@@ -9,7 +9,6 @@ spelled into SQL.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager

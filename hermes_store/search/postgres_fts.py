@@ -387,18 +387,16 @@ class PostgresSearch(SearchBackend):
         if filters.wants_tool_rows:
             return None
         window = limits.time_window(limit, offset)
-        rows = None if oldest_first(sort) else self._substring_window(query, filters, window)
-        if rows is None:
+        page = {"limit": limit, "offset": offset}
+        ids = None if oldest_first(sort) else self._substring_window(query, filters, window)
+        if ids is not None:
+            rows = self._run(substring_page_sql(filters), filters, {**page, "ids": ids})
+        else:
             built = substring_sql(query.tokens, filters, sort)
             if built is None:
                 return None
             sql, params = built
-            params.update(window=window)
-            rows = self._run(sql, filters, {**params, "limit": limit, "offset": offset})
-        else:
-            rows = self._run(
-                substring_page_sql(filters), filters, {"ids": rows, "limit": limit, "offset": offset}
-            )
+            rows = self._run(sql, filters, {**params, **page, "window": window})
         needles = [t.strip('"') for t in q.terms(query.tokens)]
         return [_hit(r, substring_snippet(decode_preview(r["content"]), needles)) for r in rows]
 
