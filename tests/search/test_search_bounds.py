@@ -285,3 +285,112 @@ def test_without_the_extension_the_revision_keeps_gin(unprivileged_db: str) -> N
         assert [h["id"] for h in search(store, "needle")] == [ids[0]]
     checked = _cli("check", "--url", unprivileged_db)
     assert "search index:  gin (" in checked.stdout, checked.stdout
+
+
+# --- windows of the newest ids before the whole table (PostgreSQL) ---------------------------
+
+
+def test_postgres_substring_window_sql_walks_the_newest_ids_behind_a_fence() -> None:
+    from hermes_store.search.postgres_fts import substring_page_sql, substring_window_sql
+
+    built = substring_window_sql(("数据库",), NO_FILTERS)
+    assert built is not None
+    sql, params = built
+    assert (
+        "FROM (SELECT * FROM messages WHERE id > (SELECT max(id) FROM messages) - :span"
+        " ORDER BY id DESC OFFSET 0) AS m" in sql
+    )
+    assert sql.endswith("ORDER BY m.id DESC LIMIT :window")
+    assert "m.role <> 'tool'" in sql and params == {"p0": "%数据库%"}
+    assert substring_window_sql(("OR",), NO_FILTERS) is None
+    page = substring_page_sql(NO_FILTERS)
+    assert "m.id = ANY(:ids)" in page and "m.timestamp DESC, m.id DESC" in page
+
+
+@pytest.fixture
+def spread(store: Store) -> Store:
+    """300 messages; the CJK term in every 4th non-tool row, the literal in every 25th,
+    timestamps that disagree with ids in places (every 10th row is older)."""
+    SessionRepository(store).create_session("s", "cli")
+    rows: list[dict[str, Any]] = []
+    for n in range(300):
+        tool = n % 9 == 0
+        parts = [f"line {n}"]
+        if n % 4 == 0:
+            parts.append("数据库 ready")
+        if n % 25 == 0:
+            parts.append("mail ops@zephyr.io now")
+        rows.append(
+            {
+                "role": "tool" if tool else ("user", "assistant")[n % 2],
+                "content": " ".join(parts),
+                "tool_name": "shell" if tool else None,
+                "timestamp": 1_000.0 + n - (50 if n % 10 == 0 else 0),
+            }
+        )
+    MessageRepository(store).append_messages("s", rows)
+    return store
+
+
+_CASES: list[tuple[str, dict[str, Any]]] = [
+    ("数据库", {}),
+    ("数据库", {"limit": 5, "offset": 3}),
+    ("数据库", {"limit": 40}),
+    ("数据库", {"role_filter": ["user"]}),
+    ("数据库", {"sort": "oldest", "limit": 7}),
+    ("ops@zephyr.io", {"limit": 5}),
+    ("ops@zephyr.io", {}),
+    ("ops@zephyr.io", {"role_filter": ["assistant"], "limit": 3}),
+    ("ops@zephyr.io ready", {"limit": 2}),
+]
+
+
+def _ids(store: Store) -> list[list[int]]:
+    return [[h["id"] for h in search(store, query, **options)] for query, options in _CASES]
+
+
+def test_windows_give_the_pages_the_whole_table_gives(
+    spread: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hermes_store.search.postgres_fts import PostgresSearch
+    from hermes_store.search.sqlite_fts import SqliteSearch
+
+    monkeypatch.setattr(limits, "TIME_WINDOW", 30)
+    # unwindowed: no substring window, no literal window (the whole table at once)
+    monkeypatch.setattr(PostgresSearch, "substring_span", 0)
+    for backend in (SqliteSearch, PostgresSearch):
+        monkeypatch.setattr(backend, "literal_window", 10**9)
+    whole = _ids(spread)
+    assert all(whole) and len(whole[2]) == 40 and len(whole[6]) == 12
+
+    used: list[int] = []  # the ids each substring window handed over
+    original = PostgresSearch._substring_window
+
+    def recorded(self: Any, *args: Any) -> list[int] | None:
+        found = original(self, *args)
+        used.append(len(found) if found is not None else 0)
+        return found
+
+    windows: list[int | None] = []
+    chosen = PostgresSearch.wider_window
+
+    def wider(self: Any, *args: int) -> int | None:
+        windows.append(chosen(self, *args))
+        return windows[-1]
+
+    monkeypatch.setattr(PostgresSearch, "_substring_window", recorded)
+    monkeypatch.setattr(PostgresSearch, "wider_window", wider)
+    # windows small enough that some fall short, the wider ones through the indexes
+    monkeypatch.setattr(PostgresSearch, "substring_span", 150)
+    monkeypatch.setattr(PostgresSearch, "literal_row_window", 16)
+    monkeypatch.setattr(PostgresSearch, "literal_widest_window", 128)
+    monkeypatch.setattr(PostgresSearch, "literal_window_growth", 2)
+    for backend in (SqliteSearch, PostgresSearch):
+        monkeypatch.setattr(backend, "literal_window", 8)
+    assert _ids(spread) == whole
+    if spread.engine.dialect.name == "postgresql":
+        # the span held the newest 30 matches for short pages, not for a page of 40
+        assert 30 in used and 0 in used
+        # 8, 16 ids row by row, 32, 64, 128 through the indexes (which holds the 5 newest
+        # hits of a page of 5), then for a page of 20 the whole table after them
+        assert windows[:9] == [16, 32, 64, 128, 16, 32, 64, 128, None]
