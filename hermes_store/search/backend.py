@@ -9,6 +9,7 @@ spelled into SQL.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -49,10 +50,11 @@ class SearchBackend:
     #: How many of the newest message ids the literal tier looks among first (literal.py);
     #: a window that falls short costs about this many rows' worth on top.
     literal_window: ClassVar[int] = 8_192
-    #: The most ids a wider window may hold (`wider_window`; 0: no wider window).
+    #: The most ids a second window sized by the first's density may hold
+    #: (`wider_window`; 0: no such window).
     literal_widest_window: ClassVar[int] = 0
-    #: Each wider window holds this many times the ids of the one before.
-    literal_window_growth: ClassVar[int] = 8
+    #: Wider windows read through the indexes before the whole table (`wider_window`).
+    literal_index_windows: ClassVar[tuple[int, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -192,17 +194,24 @@ class SearchBackend:
 
     def wider_window(self, window: int, found: int, limit: int) -> int | None:
         """The ids the next window should hold after one of `window` ids held `found`
-        hits, fewer than the `limit` of a page: eight times as many, while that is at
-        most `literal_widest_window`; None to go to the whole table. Each window is one
-        statement, started only within the search's time limit (check_time), so the
-        series ends at the deadline like any other search."""
-        wider = window * self.literal_window_growth
-        return wider if wider <= self.literal_widest_window else None
+        hits, fewer than the `limit` of a page; None to go to the whole table.
+
+        After the first window, where it showed the literal often enough to say how far
+        back a page reaches (8 hits or more): three times as many ids as that density
+        needs, at most `literal_widest_window` (read like the first). Otherwise, and
+        after that one, the next of `literal_index_windows` wider than `window`, read
+        through the indexes (docs/search-at-scale.md). Each window is one statement,
+        started only within the search's time limit (check_time), so the series ends at
+        the deadline as any search does."""
+        widest = self.literal_widest_window
+        if found >= 8 and window == self.literal_window and widest > window:
+            return min(window * math.ceil(3 * limit / found), widest)
+        return next((w for w in self.literal_index_windows if w > window), None)
 
     def literal_window_by_index(self, window: int) -> bool:
         """Whether a window of `window` ids is read through the indexes (their
         candidates above the floor) rather than row by row."""
-        return False
+        return window > max(self.literal_window, self.literal_widest_window)
 
     def newest_id(self) -> int | None:
         """The highest message id, None when there are no messages."""

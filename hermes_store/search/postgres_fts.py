@@ -301,14 +301,18 @@ def scan_sql(where: str, filters: Filters) -> str:
 class PostgresSearch(SearchBackend):
     dialect = "postgresql"
     word_route = "tsvector"
-    # The first windows are read row by row (see _messages), so they start small; a
-    # rarer literal is looked for in a widening series (1,024, 8,192, 65,536, 524,288
-    # ids) before the whole table, whose cost grows with the table where a window's
-    # grows with the window. Past ROW_WINDOW ids a window is read through the indexes,
-    # their candidates kept above the floor (a row-by-row read costs ~1.5 us a row).
+    # The first window is read row by row (see _messages), so it is kept small. pg_trgm
+    # ignores punctuation, so a literal whose letters and digits are common (`the.` in
+    # 0.8 % of the rows, `the` in 25 %) has far more index candidates than hits: a
+    # literal seen often enough in the first window is looked for in a second one, read
+    # row by row, rather than in the whole table (docs/benchmarks.md has the figures).
+    # A rarer literal is looked for in windows of 65,536 then 524,288 ids read through
+    # the indexes, their candidates kept above the floor, before the whole table: the
+    # index scans cost the same, but only the window's candidates are read and checked,
+    # where the whole table's grow with the table (docs/search-at-scale.md).
     literal_window = 1_024
-    literal_widest_window = 524_288
-    literal_row_window = 8_192
+    literal_widest_window = 16_384
+    literal_index_windows = (65_536, 524_288)
     #: the newest ids the substring route reads row by row before pg_trgm's bitmap
     substring_span = 16_384
     #: the statement_timeout in force during a time-limited search, in milliseconds
@@ -455,9 +459,6 @@ class PostgresSearch(SearchBackend):
         # the page's own condition: one bitmap scan of the indexes, each row read once
         # and checked once, and the page cut from it (no id set joined back to messages)
         return None, _holds_literal(literal, params, trigram=trigram, words=words, window=False)
-
-    def literal_window_by_index(self, window: int) -> bool:
-        return window > self.literal_row_window
 
     def literal_page(self, rows: str, where: str, order: str) -> str:
         # Every matching row first (a bitmap scan of the indexes), then the page: without

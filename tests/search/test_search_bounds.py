@@ -382,15 +382,15 @@ def test_windows_give_the_pages_the_whole_table_gives(
     monkeypatch.setattr(PostgresSearch, "wider_window", wider)
     # windows small enough that some fall short, the wider ones through the indexes
     monkeypatch.setattr(PostgresSearch, "substring_span", 150)
-    monkeypatch.setattr(PostgresSearch, "literal_row_window", 16)
-    monkeypatch.setattr(PostgresSearch, "literal_widest_window", 128)
-    monkeypatch.setattr(PostgresSearch, "literal_window_growth", 2)
+    monkeypatch.setattr(PostgresSearch, "literal_widest_window", 16)
+    monkeypatch.setattr(PostgresSearch, "literal_index_windows", (32, 64, 128))
     for backend in (SqliteSearch, PostgresSearch):
         monkeypatch.setattr(backend, "literal_window", 8)
     assert _ids(spread) == whole
     if spread.engine.dialect.name == "postgresql":
         # the span held the newest 30 matches for short pages, not for a page of 40
         assert 30 in used and 0 in used
-        # 8, 16 ids row by row, 32, 64, 128 through the indexes (which holds the 5 newest
-        # hits of a page of 5), then for a page of 20 the whole table after them
-        assert windows[:9] == [16, 32, 64, 128, 16, 32, 64, 128, None]
+        # 8 ids row by row (too few hits to size a second window on), then 32, 64, 128
+        # through the indexes (which holds the 5 newest hits of a page of 5), then for a
+        # page of 20 the whole table after them
+        assert windows[:7] == [32, 64, 128, 32, 64, 128, None]

@@ -430,8 +430,8 @@ def _holding(stored: list[dict[str, Any]], literal: str) -> list[dict[str, Any]]
         (10, 0),
         (40, 0),
         (10**9, 0),
-        # 8 hits in the first 24 ids: wider windows of 192 and 1,536 ids, or none when
-        # the widest is 50 (the whole table follows the first)
+        # 8 hits in the first 24 ids: a second window of up to 192 ids, or of 50 that
+        # falls short of a page of 20 and is followed by the whole table
         (24, 16_384),
         (24, 50),
     ],
@@ -470,22 +470,26 @@ def test_a_literal_page_is_the_most_recently_stored_first_whatever_the_window(
     mixed = [h["id"] for h in search(store, f"{FLAG} origin", limit=50)]
     assert mixed == expected
     if widest == 16_384:
-        assert 24 * 8 in windows  # a page of 20 after 8 hits in 24 ids: 192 ids next
+        assert 24 * 8 in windows  # a page of 20 after 8 hits in 24 ids: 3 x 60 ids
     if widest == 50:
-        assert windows and set(windows) == {None}
+        assert 50 in windows
 
 
-def test_a_widening_series_of_windows_then_the_table() -> None:
+def test_a_density_window_where_the_first_showed_it_then_windows_by_the_indexes() -> None:
     from hermes_store.search.postgres_fts import PostgresSearch
     from hermes_store.search.sqlite_fts import SqliteSearch
 
     postgres = PostgresSearch(None)  # type: ignore[arg-type]  # no statement is run
-    series = [postgres.literal_window]
-    while (wider := postgres.wider_window(series[-1], 0, 20)) is not None:
-        series.append(wider)
-    assert series == [1_024, 8_192, 65_536, 524_288]
-    # row by row up to 8,192 ids, through the indexes above the floor past it
-    assert [postgres.literal_window_by_index(w) for w in series] == [False, False, True, True]
+    assert postgres.wider_window(1_024, 10, 20) == 1_024 * 6  # 3 x 20 / 10 windows
+    assert postgres.wider_window(1_024, 8, 100) == 16_384  # at most the widest
+    # too few hits to tell the density, or after the density window: the indexes' windows
+    assert postgres.wider_window(1_024, 7, 20) == 65_536
+    assert postgres.wider_window(6_144, 19, 20) == 65_536
+    assert postgres.wider_window(65_536, 19, 20) == 524_288
+    assert postgres.wider_window(524_288, 19, 20) is None  # then the whole table
+    # row by row up to 16,384 ids, through the indexes above the floor past it
+    assert not postgres.literal_window_by_index(16_384)
+    assert postgres.literal_window_by_index(65_536)
     assert SqliteSearch(None).wider_window(8_192, 100, 200) is None  # type: ignore[arg-type]
 
 
