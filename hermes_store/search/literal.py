@@ -30,12 +30,16 @@ order the page is first looked for among the newest ids only (the backend's
 `literal_window`: 8,192 ids on SQLite, whose indexes seek to the bound, 1,024 on
 PostgreSQL, which reads the window row by row), and a window that holds a whole page
 holds exactly the page the whole table would give, since every hit outside it has a
-lower id. A window short of a page is followed by the whole table, which costs what
-the literal's rows (or its index candidates) cost: not a widening series, because a
-window that falls short is paid for on top, except for one second window where the
-first showed the literal often enough to say how far back a page reaches
-(`SearchBackend.wider_window`; PostgreSQL only, whose trigram index ignores punctuation
-and so can hand over far more candidates than a literal has rows).
+lower id. A window short of a page is followed by wider ones where the backend has
+them (`SearchBackend.wider_window`; PostgreSQL only), then by the whole table, which
+costs what the literal's rows (or its index candidates) cost. On PostgreSQL a second
+window, read row by row, is sized by the first's density where the first showed the
+literal often enough (pg_trgm ignores punctuation and so can hand over far more
+candidates than a literal has rows); a rarer literal is then looked for in windows
+of 65,536 and 524,288 ids read through the indexes, their candidates kept above the
+floor (`SearchBackend.literal_window_by_index`: the id sets from the whole indexes,
+the page's rows above :floor), whose reading and checking grow with the window where
+the whole table's grow with the table.
 """
 
 from __future__ import annotations
