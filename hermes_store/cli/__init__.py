@@ -45,10 +45,12 @@ class _Version(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, *_args: Any) -> NoReturn:
         from .. import __version__
         from ..config import SCHEMA_VERSION
+        from ..head import HEAD_REVISION
 
+        # the head is what `current` and `upgrade` name; schema_version is the v23 contract
         print(
-            f"hermes-store {__version__} (upstream schema_version {SCHEMA_VERSION}, "
-            f"revision {SCHEMA_VERSION:04d})"
+            f"hermes-store {__version__} (head revision {HEAD_REVISION}, "
+            f"upstream schema_version {SCHEMA_VERSION})"
         )
         parser.exit()
 

@@ -25,6 +25,7 @@ from sqlalchemy.pool import NullPool
 from hermes_store import migrate
 from hermes_store.copy import copy_database
 from hermes_store.errors import DatabaseMissing, InvalidInput, SchemaTooNew
+from hermes_store.head import HEAD_REVISION
 from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.repositories.usage import UsageRepository
 from hermes_store.store import Store
@@ -173,7 +174,11 @@ def test_sessions_tagged_as_orphaned_delegates_can_be_listed(
 def test_version() -> None:
     done = run_cli("--version")
     assert done.returncode == 0, done.stderr
-    assert re.fullmatch(r"hermes-store \d+\.\d+\.\d+ \(.*schema_version 23.*\)\n", done.stdout)
+    assert re.fullmatch(
+        rf"hermes-store \d+\.\d+\.\d+ \(head revision {HEAD_REVISION}, upstream"
+        r" schema_version 23\)\n",
+        done.stdout,
+    )
 
 
 HEAVY = ("sqlalchemy", "alembic", "hermes_store.models", "hermes_store.migrate", "tqdm")
