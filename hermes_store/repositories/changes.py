@@ -24,13 +24,12 @@ made or fails. `follow_async` is the same for asyncio code.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from sqlalchemy import Connection, text
 from sqlalchemy.engine import URL
@@ -280,6 +279,36 @@ class _AsyncListener:
 # --------------------------------------------------------------------------- the feed
 
 
+class _Paging:
+    """The paging step `follow` and `follow_async` share: read the page after the
+    cursor, then, once its changes are handed on, say what comes next: "read" the next
+    page at once (this one was full), "wait" for news, or "stop" (nothing new came for
+    `idle_timeout` seconds). How to wait, and whether to stop early, is the caller's."""
+
+    def __init__(self, feed: ChangeFeed, cursor: int, n: int, idle_timeout: float | None) -> None:
+        self._feed = feed
+        self._cursor = cursor
+        self._n = n
+        self._idle_timeout = idle_timeout
+        self._last_news = time.monotonic()
+
+    def read(self) -> list[Change]:
+        """The next page (blocking: the async follower runs it on a worker thread)."""
+        return self._feed.changes(self._cursor, self._n)
+
+    def after(self, page: list[Change]) -> Literal["read", "wait", "stop"]:
+        """What comes after `page`, once its changes were handed on."""
+        if page:
+            self._cursor = page[-1].position
+            self._last_news = time.monotonic()
+        if len(page) == self._n:
+            return "read"
+        idle = self._idle_timeout
+        if idle is not None and time.monotonic() - self._last_news >= idle:
+            return "stop"
+        return "wait"
+
+
 class ChangeFeed:
     """The store's change feed: list, follow, trim."""
 
@@ -354,19 +383,14 @@ class ChangeFeed:
             else _Sleeper(stop)
         )
         try:
-            last_news = time.monotonic()
+            paging = _Paging(self, cursor, n, idle_timeout)
             while True:
-                page = self.changes(cursor, n)
-                for change in page:
-                    yield change
-                    cursor = change.position
-                if page:
-                    last_news = time.monotonic()
-                if len(page) == n:
+                page = paging.read()
+                yield from page
+                step = paging.after(page)
+                if step == "read":
                     continue
-                if stop is not None and stop.is_set():
-                    return
-                if idle_timeout is not None and time.monotonic() - last_news >= idle_timeout:
+                if step == "stop" or (stop is not None and stop.is_set()):
                     return
                 waiter.wait(interval)
         finally:
@@ -392,17 +416,15 @@ class ChangeFeed:
         if sql_named(self.store.dialect).pushes_changes:
             await listener.start(self.store.url)
         try:
-            last_news = time.monotonic()
+            paging = _Paging(self, cursor, n, idle_timeout)
             while True:
-                page = await runner(functools.partial(self.changes, cursor, n))
+                page = await runner(paging.read)
                 for change in page:
                     yield change
-                    cursor = change.position
-                if page:
-                    last_news = time.monotonic()
-                if len(page) == n:
+                step = paging.after(page)
+                if step == "read":
                     continue
-                if idle_timeout is not None and time.monotonic() - last_news >= idle_timeout:
+                if step == "stop":
                     return
                 await listener.wait(interval)
         finally:
