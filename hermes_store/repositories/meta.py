@@ -4,7 +4,7 @@ other Hermes modules own). Unknown keys are preserved; the table is never cleare
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, bindparam, delete, select
 from sqlalchemy.dialects import sqlite
@@ -16,6 +16,7 @@ from ._encoding import scrub
 from ._tables import META, K
 
 MetaValue = str | int | float | None
+T = TypeVar("T")
 
 
 # Meta keys are read and written by every maintenance throttle and search top-up, so the
@@ -65,6 +66,16 @@ class MetaRepository:
     def __init__(self, store: Store) -> None:
         self.store = store
 
+    @staticmethod
+    def _run(
+        conn: Connection | None,
+        unit: Callable[[Callable[[Connection], T]], T],
+        work: Callable[[Connection], T],
+    ) -> T:
+        """`work` on the caller's `conn` (joining its transaction), else in a unit of
+        work of its own (`unit`: the store's read or write)."""
+        return work(conn) if conn is not None else unit(work)
+
     def get_meta(self, key: str, *, conn: Connection | None = None) -> str | None:
         """The value, or None when the key is missing. With `conn`, read inside that
         unit of work (so it sees the caller's own uncommitted writes).
@@ -74,9 +85,7 @@ class MetaRepository:
             conn: a Connection of a unit of work to run in (its transaction is joined);
                 None: a unit of work of its own.
         """
-        if conn is not None:
-            return _get(conn, key)
-        return self.store.read(lambda unit: _get(unit, key))
+        return self._run(conn, self.store.read, lambda unit: _get(unit, key))
 
     def set_meta(self, key: str, value: MetaValue, *, conn: Connection | None = None) -> None:
         """Upsert; with `conn` the statement joins the caller's transaction (the
@@ -88,10 +97,7 @@ class MetaRepository:
             conn: a Connection of a unit of work to run in (its transaction is joined);
                 None: a unit of work of its own.
         """
-        if conn is not None:
-            set_value(conn, key, value)
-        else:
-            self.store.write(lambda unit: set_value(unit, key, value))
+        self._run(conn, self.store.write, lambda unit: set_value(unit, key, value))
 
     def delete_meta(self, key: str, *, conn: Connection | None = None) -> bool:
         """True if the key existed.
@@ -101,9 +107,7 @@ class MetaRepository:
             conn: a Connection of a unit of work to run in (its transaction is joined);
                 None: a unit of work of its own.
         """
-        if conn is not None:
-            return _delete(conn, key)
-        return self.store.write(lambda unit: _delete(unit, key))
+        return self._run(conn, self.store.write, lambda unit: _delete(unit, key))
 
     def list_meta_prefix(self, prefix: str) -> dict[str, str | None]:
         """Every key starting with `prefix` (taken literally: `%` and `_` are not
