@@ -4,52 +4,27 @@ other Hermes modules own). Unknown keys are preserved; the table is never cleare
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from sqlalchemy import Connection, bindparam, delete, select
-from sqlalchemy.dialects import sqlite
 
 from ..prepared import Prepared
 from ..store import Store
-from ._dialect import PreparedUpsert
-from ._encoding import scrub
+from ._state_meta import MetaValue, set_value
 from ._tables import META, K
 
-MetaValue = str | int | float | None
 T = TypeVar("T")
 
 
 # Meta keys are read and written by every maintenance throttle and search top-up, so the
-# three statements are prepared once per dialect.
+# statements are prepared once per dialect (the upsert, set_value, in _state_meta.py).
 _GET = Prepared(select(K.value).where(K.key == bindparam("key")))
 _DELETE = Prepared(delete(META).where(K.key == bindparam("key")))
-
-
-def _set_statement(insert: Callable[[Any], Any]) -> Any:
-    stmt = insert(META).values(key=bindparam("key"), value=bindparam("value"))
-    return stmt.on_conflict_do_update(index_elements=[K.key], set_={"value": stmt.excluded.value})
-
-
-_SET = PreparedUpsert(_set_statement)
-
-#: The same upsert compiled for the sqlite3 driver (parameters: key, value), for code that
-#: holds a raw connection, such as the Telegram tables' migration.
-SQLITE_SET_SQL = str(_set_statement(sqlite.insert).compile(dialect=sqlite.dialect()))
-
-
-def _text(value: MetaValue) -> str | None:
-    # Every value is stored as text, as the original does (a float epoch becomes '1.5').
-    return None if value is None else scrub(str(value))
 
 
 def _get(conn: Connection, key: str) -> str | None:
     value = _GET.scalar(conn, {"key": key})
     return None if value is None else str(value)
-
-
-def set_value(conn: Connection, key: str, value: MetaValue) -> None:
-    """Upsert `key` in `conn`'s transaction: the one `state_meta` write."""
-    _SET.run(conn, {"key": key, "value": _text(value)})
 
 
 def _delete(conn: Connection, key: str) -> bool:

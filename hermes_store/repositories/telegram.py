@@ -47,10 +47,10 @@ from ..errors import MigrationError, SessionNotFound
 from ..models.base import Integer_, Real_, Text_
 from ..prepared import Prepared
 from ..store import Store
-from . import meta
 from ._encoding import now, scrub
 from ._paging import bound_limit
 from ._sql import alias
+from ._state_meta import SQLITE_SET_SQL, set_value
 from ._tables import SESSIONS
 from .listing import rich_rows, rich_select
 
@@ -190,7 +190,7 @@ def _create_on_postgresql(conn: Connection) -> None:
     conn.execute(text(_PG_MIGRATION_LOCK))
     for ddl in POSTGRESQL_DDL:
         conn.execute(text(ddl))
-    meta.set_value(conn, SCHEMA_VERSION_KEY, SCHEMA_VERSION)
+    set_value(conn, SCHEMA_VERSION_KEY, SCHEMA_VERSION)
 
 
 def _enable_mode(conn: Connection, params: dict[str, Any]) -> dict[str, Any]:
@@ -436,7 +436,7 @@ class TelegramTopicRepository:
             con.execute(BINDINGS_DDL)
         for ddl in INDEX_DDL:
             con.execute(ddl)
-        con.execute(meta.SQLITE_SET_SQL, (SCHEMA_VERSION_KEY, SCHEMA_VERSION))
+        con.execute(SQLITE_SET_SQL, (SCHEMA_VERSION_KEY, SCHEMA_VERSION))
         orphans = con.execute(f"PRAGMA foreign_key_check('{BINDINGS_TABLE}')").fetchall()
         if orphans:
             raise MigrationError(

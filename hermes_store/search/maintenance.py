@@ -31,17 +31,13 @@ from sqlalchemy.exc import DBAPIError
 
 from .. import sqlite_driver
 from ..engine import write_connection
+from ..repositories._state_meta import set_value
 from ..retry import DEFAULT_RETRY, RetryPolicy
 from ..sqlite_damage import classify
 from .layout import HIGH_WATER, PROGRESS, fts_state
 
 CHUNK_IDS = 500
 FINISH_WINDOW = 1000
-
-_UPSERT_META = (
-    "INSERT INTO state_meta (key, value) VALUES (:k, :v) "
-    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
-)
 
 
 @dataclass(frozen=True)
@@ -89,7 +85,7 @@ def backfill_step(conn: Connection, chunk: int = CHUNK_IDS) -> Progress:
         upper = min(progress + chunk, high)
         window = {"lo": progress, "hi": upper}
         rows = _index_window(conn, window, only_missing=False)
-        conn.execute(text(_UPSERT_META), {"k": PROGRESS, "v": str(upper)})
+        set_value(conn, PROGRESS, upper)
         if upper >= high:
             return Progress("done", high, high, rows + _finish(conn, high))
         return Progress("backfill", upper, high, rows)
@@ -103,8 +99,8 @@ def _reset_indexes(conn: Connection) -> int:
     )
     high = int(conn.exec_driver_sql("SELECT COALESCE(MAX(id), 0) FROM messages").scalar() or 0)
     if high:
-        conn.execute(text(_UPSERT_META), {"k": HIGH_WATER, "v": str(high)})
-        conn.execute(text(_UPSERT_META), {"k": PROGRESS, "v": "0"})
+        set_value(conn, HIGH_WATER, high)
+        set_value(conn, PROGRESS, 0)
     else:
         conn.execute(
             text("DELETE FROM state_meta WHERE key IN (:h, :p)"),
@@ -154,7 +150,7 @@ def detach_cjk_triggers(conn: Connection) -> bool:
         )
         if not present:
             return False
-        conn.execute(text(_UPSERT_META), {"k": "fts_cjk_stale", "v": "1"})
+        set_value(conn, "fts_cjk_stale", "1")
         for name in present:
             conn.exec_driver_sql(f'DROP TRIGGER IF EXISTS "{name}"')
         return True
@@ -235,7 +231,7 @@ def settle(conn: Connection) -> bool:
         state = fts_state(conn)
         if state.layout != "v23" or state.backfill_pending or state.trash_tables:
             return False
-        conn.execute(text(_UPSERT_META), {"k": "fts_storage_version", "v": "1"})
+        set_value(conn, "fts_storage_version", "1")
         conn.execute(text("DELETE FROM state_meta WHERE key = 'fts_optimize_available'"))
         return True
 
