@@ -9,7 +9,8 @@ Public API, importable from here::
 - the repositories: `SessionRepository`, `MessageRepository`, `SearchRepository`,
   `UsageRepository`, `TitleRepository`, `MetaRepository`, `MaintenanceRepository`,
   `HousekeepingRepository`, `TelegramTopicRepository`, `CompressionLockRepository`,
-  `GatewayRoutingRepository`, `AsyncDelegationRepository`;
+  `GatewayRoutingRepository`, `AsyncDelegationRepository`, `ChangeFeed` (the change
+  feed) and `TurnRepository` (turn leases with fencing tokens);
 - `make_engine`, `read_only_engine` (a database read as it is, for notebooks),
   `resolve_url`, `SCHEMA_VERSION`, and the error types;
 - `hermes_store.migrate` (upgrade / current / check), the models in
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from .config import SCHEMA_VERSION, resolve_url
     from .engine import make_engine
     from .errors import (
+        ChangeCursorExpired,
         DatabaseCorrupt,
         DatabaseNotWritable,
         FTSUnavailable,
@@ -36,11 +38,14 @@ if TYPE_CHECKING:
         NotAHermesDatabase,
         NotAtHead,
         SchemaTooNew,
+        StaleTurn,
         StorageFull,
         StoreClosed,
         StoreError,
+        TurnHeld,
     )
     from .read_only import read_only_engine
+    from .repositories.changes import ChangeFeed
     from .repositories.coordination import (
         AsyncDelegationRepository,
         CompressionLockRepository,
@@ -54,6 +59,7 @@ if TYPE_CHECKING:
     from .repositories.sessions import SessionRepository
     from .repositories.telegram import TelegramTopicRepository
     from .repositories.titles import TitleRepository
+    from .repositories.turns import TurnRepository
     from .repositories.usage import UsageRepository
     from .store import Store
 
@@ -64,6 +70,7 @@ _CLASSES = {
     "Store": "store",
     "AsyncStore": "aio",
     "AsyncDelegationRepository": "repositories.coordination",
+    "ChangeFeed": "repositories.changes",
     "CompressionLockRepository": "repositories.coordination",
     "GatewayRoutingRepository": "repositories.coordination",
     "HousekeepingRepository": "repositories.housekeeping",
@@ -74,6 +81,7 @@ _CLASSES = {
     "SessionRepository": "repositories.sessions",
     "TelegramTopicRepository": "repositories.telegram",
     "TitleRepository": "repositories.titles",
+    "TurnRepository": "repositories.turns",
     "UsageRepository": "repositories.usage",
 }
 
@@ -81,6 +89,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "AsyncDelegationRepository",
     "AsyncStore",
+    "ChangeFeed",
     "CompressionLockRepository",
     "GatewayRoutingRepository",
     "HousekeepingRepository",
@@ -92,7 +101,9 @@ __all__ = [
     "Store",
     "TelegramTopicRepository",
     "TitleRepository",
+    "TurnRepository",
     "UsageRepository",
+    "ChangeCursorExpired",
     "DatabaseCorrupt",
     "DatabaseNotWritable",
     "FTSUnavailable",
@@ -100,9 +111,11 @@ __all__ = [
     "NotAHermesDatabase",
     "NotAtHead",
     "SchemaTooNew",
+    "StaleTurn",
     "StorageFull",
     "StoreClosed",
     "StoreError",
+    "TurnHeld",
     "make_engine",
     "read_only_engine",
     "resolve_url",

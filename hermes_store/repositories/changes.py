@@ -310,7 +310,11 @@ class _Paging:
 
 
 class ChangeFeed:
-    """The store's change feed: list, follow, trim."""
+    """The store's change feed: list, follow, trim.
+
+    Args:
+        store: the Store the feed works on.
+    """
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -318,7 +322,12 @@ class ChangeFeed:
     def changes(self, since: int = 0, limit: int = DEFAULT_BATCH) -> list[Change]:
         """Up to `limit` changes after position `since`, oldest first (empty when there
         are none yet). ChangeCursorExpired when changes after `since` were trimmed;
-        InvalidInput for a cursor ahead of the feed."""
+        InvalidInput for a cursor ahead of the feed.
+
+        Args:
+            since: the cursor to list from (a change's `position`; 0 from the oldest kept).
+            limit: at most this many changes (1 to MAX_BATCH).
+        """
         cursor, n = _check_cursor(since), _check_batch(limit)
         return self.store.read(lambda conn: _page(conn, cursor, n))
 
@@ -336,7 +345,14 @@ class ChangeFeed:
     def trim(self, *, through: int | None = None, older_than: float | None = None) -> int:
         """Drop changes at or below position `through` and/or made before `older_than`
         (epoch seconds); with neither, every change. Returns the oldest cursor that still
-        resumes; cursors below it raise ChangeCursorExpired from then on."""
+        resumes; cursors below it raise ChangeCursorExpired from then on.
+
+        Args:
+            through: drop the changes at or below this position (None: no bound by
+                position).
+            older_than: drop the changes made before this epoch second (None: no bound
+                by time).
+        """
         if through is not None:
             _check_cursor(through)
         if older_than is not None and not isinstance(older_than, int | float):
@@ -345,7 +361,11 @@ class ChangeFeed:
 
     def set_retention(self, rows: int) -> None:
         """Keep at least the newest `rows` changes (the triggers trim older ones every
-        1,000 positions). Applies to every writer of the database, the original's too."""
+        1,000 positions). Applies to every writer of the database, the original's too.
+
+        Args:
+            rows: how many of the newest changes are kept at least (>= 1).
+        """
         if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
             raise InvalidInput(f"retention is a number of changes (>= 1), not {rows!r}")
         self.store.write(
@@ -363,7 +383,16 @@ class ChangeFeed:
     ) -> Iterator[Change]:
         """Every change after `since`, as it commits, forever: until `stop` is set, or
         until nothing new came for `idle_timeout` seconds. Resume a follower by passing
-        the position of the last change it handled."""
+        the position of the last change it handled.
+
+        Args:
+            since: the cursor to resume from (a change's `position`; 0 from the oldest kept).
+            poll_interval: seconds between polls where nothing pushes news (SQLite), and
+                the longest wait for a missed notification on PostgreSQL.
+            batch: at most this many changes are read at a time.
+            stop: an Event another thread sets to end the follower (None: never).
+            idle_timeout: stop after this many seconds without news (None: never).
+        """
         cursor, n = _check_cursor(since), _check_batch(batch)
         interval = _check_interval(poll_interval)
         return self._follow(cursor, n, interval, stop, idle_timeout)
@@ -408,7 +437,17 @@ class ChangeFeed:
         """`follow` for asyncio: `async for change in feed.follow_async(since=c)`. The
         reads run through `run` (an AsyncStore's worker threads; a thread of asyncio's
         by default); waiting never blocks the loop. Stops when cancelled, or after
-        `idle_timeout` seconds without news."""
+        `idle_timeout` seconds without news.
+
+        Args:
+            since: the cursor to resume from (a change's `position`; 0 from the oldest kept).
+            poll_interval: seconds between polls where nothing pushes news (SQLite), and
+                the longest wait for a missed notification on PostgreSQL.
+            batch: at most this many changes are read at a time.
+            idle_timeout: stop after this many seconds without news (None: never).
+            run: a coroutine function that runs a blocking read off the event loop and
+                returns its result (such as `AsyncStore.run`; None: `asyncio.to_thread`).
+        """
         cursor, n = _check_cursor(since), _check_batch(batch)
         interval = _check_interval(poll_interval)
         runner = run or _to_thread

@@ -158,7 +158,11 @@ def _current(conn: Connection, session_id: str) -> Turn | None:
 
 
 class TurnRepository:
-    """Turn leases of sessions: acquire, renew, release, and what is current."""
+    """Turn leases of sessions: acquire, renew, release, and what is current.
+
+    Args:
+        store: the Store the repository works on.
+    """
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -167,14 +171,26 @@ class TurnRepository:
         """Grant `holder` the session's turn for `ttl` seconds and return its fencing
         token, one larger than any granted for the session before. Raises TurnHeld while
         another holder's lease is live. The same holder acquiring again gets a new
-        token, and its older one is stale from then on (a retry fences its original)."""
+        token, and its older one is stale from then on (a retry fences its original).
+
+        Args:
+            session_id: the session's id.
+            holder: who takes the turn (a worker's or host's name, not empty).
+            ttl: seconds the lease lasts (above 0, at most MAX_TTL).
+        """
         sid, who, seconds = _check_session_id(session_id), _check_holder(holder), _check_ttl(ttl)
         return self.store.write(lambda conn: _acquire(conn, sid, who, seconds))
 
     def renew_turn(self, session_id: str, token: int, ttl: float) -> float:
         """Extend the lease of `token` to `ttl` seconds from now (also after it expired,
         as long as nobody took the turn over); returns the new expiry. StaleTurn if the
-        token is no longer current or the turn was released."""
+        token is no longer current or the turn was released.
+
+        Args:
+            session_id: the session's id.
+            token: the token acquire_turn returned.
+            ttl: seconds from now the lease lasts (above 0, at most MAX_TTL).
+        """
         sid, seconds = _check_session_id(session_id), _check_ttl(ttl)
         checked = check_token(token)
         if checked is None:
@@ -184,7 +200,12 @@ class TurnRepository:
     def release_turn(self, session_id: str, token: int) -> bool:
         """End the lease of `token`; True if it was the current one, False when it was
         stale or already released (nothing changes then). A released token writes no
-        more; the next grant is a newer token."""
+        more; the next grant is a newer token.
+
+        Args:
+            session_id: the session's id.
+            token: the token acquire_turn returned.
+        """
         sid = _check_session_id(session_id)
         checked = check_token(token)
         if checked is None:
@@ -192,6 +213,10 @@ class TurnRepository:
         return self.store.write(lambda conn: _release(conn, sid, checked))
 
     def current_turn(self, session_id: str) -> Turn | None:
-        """The session's turn as stored, None if none was ever granted."""
+        """The session's turn as stored, None if none was ever granted.
+
+        Args:
+            session_id: the session's id.
+        """
         sid = _check_session_id(session_id)
         return self.store.read(lambda conn: _current(conn, sid))
