@@ -1,12 +1,15 @@
 """The public API as a newcomer meets it: every name in `hermes_store.__all__` imports
 from the top (lazily: importing the package alone loads no SQLAlchemy), every public
-class has a docstring, and every public method of the Store, the AsyncStore and the
-repositories documents each of its parameters in an `Args:` section (the class
-docstring documents `__init__`'s)."""
+class has a docstring, every repository (a public class of hermes_store/repositories/
+built on a Store) is exported from the top, and every public method of the Store, the
+AsyncStore and the repositories documents each of its parameters in an `Args:` section
+(the class docstring documents `__init__`'s)."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import pkgutil
 import re
 import subprocess
 import sys
@@ -17,12 +20,46 @@ import pytest
 
 import hermes_store
 
-#: The classes whose methods must document every parameter.
-DOCUMENTED = [
-    name
-    for name in hermes_store.__all__
-    if name in ("Store", "AsyncStore") or name.endswith("Repository")
-]
+
+def _built_on_a_store(cls: type) -> bool:
+    init = cls.__init__
+    return inspect.isfunction(init) and list(inspect.signature(init).parameters)[1:2] == ["store"]
+
+
+def repository_classes() -> dict[str, type]:
+    """Every repository: a public class defined in a public module of
+    hermes_store/repositories/ whose constructor takes the Store as `store` (what a user
+    builds on a Store; the rows and filters they return or take are not repositories)."""
+    found: dict[str, type] = {}
+    package = importlib.import_module("hermes_store.repositories")
+    for module_info in pkgutil.iter_modules(package.__path__):
+        if module_info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{package.__name__}.{module_info.name}")
+        for name, value in vars(module).items():
+            if (
+                inspect.isclass(value)
+                and value.__module__ == module.__name__
+                and not name.startswith("_")
+                and _built_on_a_store(value)
+            ):
+                found[name] = value
+    return found
+
+
+REPOSITORIES = repository_classes()
+
+#: The classes whose methods must document every parameter, exported or not.
+DOCUMENTED = {
+    "Store": hermes_store.Store,
+    "AsyncStore": hermes_store.AsyncStore,
+    **{
+        name: getattr(hermes_store, name)
+        for name in hermes_store.__all__
+        if name.endswith("Repository")
+    },
+    **REPOSITORIES,
+}
 
 
 def _methods(cls: type) -> Iterator[tuple[str, Callable[..., Any]]]:
@@ -98,9 +135,25 @@ def test_every_public_class_has_a_docstring() -> None:
     assert missing == []
 
 
-@pytest.mark.parametrize("name", DOCUMENTED)
+def test_every_repository_is_exported_from_the_top() -> None:
+    missing = [
+        f"{cls.__module__}.{name}"
+        for name, cls in REPOSITORIES.items()
+        if name not in hermes_store.__all__ or getattr(hermes_store, name) is not cls
+    ]
+    assert missing == [], f"add these to hermes_store.__all__ and _CLASSES: {missing}"
+
+
+def test_the_repositories_are_found() -> None:
+    assert {"SessionRepository", "MetaRepository", "ChangeFeed", "TurnRepository"} <= set(
+        REPOSITORIES
+    )
+    assert "Change" not in REPOSITORIES and "Turn" not in REPOSITORIES  # rows, not repositories
+
+
+@pytest.mark.parametrize("name", sorted(DOCUMENTED))
 def test_every_public_parameter_is_documented(name: str) -> None:
-    missing = undocumented(getattr(hermes_store, name))
+    missing = undocumented(DOCUMENTED[name])
     assert missing == [], f"document these in an Args: section: {missing}"
 
 
