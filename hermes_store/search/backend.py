@@ -1,5 +1,6 @@
-"""What a search backend offers the planner, and the registry that picks one per dialect
-(as Alembic picks its `DefaultImpl` subclass by `__dialect__`).
+"""What a search backend offers the planner, and how one is picked per dialect: a backend
+class names its `dialect` and, as it subclasses SearchBackend, becomes the `search` part
+of that dialect's bundle (backends.py); `backend_for` reads it through `dialect_for`.
 
 A backend knows its dialect's indexes and how to ask them; the planner (planner.py)
 decides which route runs, in which order, what falls back to what, and how pages are

@@ -1,12 +1,13 @@
 """What differs between SQLite and PostgreSQL lives in one dialect bundle per backend
 (hermes_store/backends.py), chosen by dialect name in one function: its store part
 (store_backends.py), its migration, adoption and copy part (dialects.py; for the
-revisions, the frozen migrations/_dialects.py) and its repository SQL part
-(repositories/_dialect.py). The modules that use them ask no dialect question of their
-own."""
+revisions, the frozen migrations/_dialects.py), its repository SQL part
+(repositories/_dialect.py) and its search part (search/backend.py). The modules that use
+them ask no dialect question of their own."""
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
@@ -67,13 +68,18 @@ def test_the_backend_is_chosen_by_dialect_name(url, runtime, revisions):
 
 
 @pytest.mark.parametrize(
-    ("url", "store", "sql"),
+    ("url", "store", "sql", "search"),
     [
-        ("sqlite://", "SQLiteStoreBackend", "SQLiteSQL"),
-        ("postgresql+psycopg://u@localhost/x", "PostgreSQLStoreBackend", "PostgreSQLSQL"),
+        ("sqlite://", "SQLiteStoreBackend", "SQLiteSQL", "sqlite_fts.SqliteSearch"),
+        (
+            "postgresql+psycopg://u@localhost/x",
+            "PostgreSQLStoreBackend",
+            "PostgreSQLSQL",
+            "postgres_fts.PostgresSearch",
+        ),
     ],
 )
-def test_one_bundle_holds_every_layer_s_part(url: str, store: str, sql: str) -> None:
+def test_one_bundle_holds_every_layer_s_part(url: str, store: str, sql: str, search: str) -> None:
     from hermes_store import backends, store_backends
     from hermes_store.repositories import _dialect
 
@@ -88,15 +94,44 @@ def test_one_bundle_holds_every_layer_s_part(url: str, store: str, sql: str) -> 
     assert bundle.store is getattr(store_backends, store)
     assert type(bundle.sql) is getattr(_dialect, sql)
     assert bundle.migration.name == bundle.name
+    module, name = search.split(".")
+    assert bundle.search is getattr(importlib.import_module(f"hermes_store.search.{module}"), name)
 
 
-def test_no_module_keeps_a_registry_of_its_own() -> None:
-    """The per-dialect classes are registered in backends.py only (search keeps its own
-    until it moves; the revisions keep their frozen table)."""
-    for relative in ("dialects.py", "store_backends.py", "repositories/_dialect.py"):
-        source = (REPO_ROOT / "hermes_store" / relative).read_text(encoding="utf-8")
-        assert "_BACKENDS" not in source and "def backend_for" not in source, relative
-        assert re.search(r'^bundle\("sqlite"\)\.\w+ = ', source, re.M), relative
+#: Each module that defines a part of the dialect bundles, and the line that registers it
+#: there (the search backends register as they subclass SearchBackend).
+REGISTERS = {
+    "dialects.py": r'^bundle\("sqlite"\)\.migration = ',
+    "store_backends.py": r'^bundle\("sqlite"\)\.store = ',
+    "repositories/_dialect.py": r'^bundle\("sqlite"\)\.sql = ',
+    "search/backend.py": r"^\s+bundle\(cls\.dialect\)\.search = cls$",
+}
+
+
+@pytest.mark.parametrize("relative", REGISTERS)
+def test_no_module_keeps_a_registry_of_its_own(relative: str) -> None:
+    """The per-dialect classes are registered in backends.py only: each module that
+    defines a part sets it in the bundle and keeps no table of its own, and the search
+    backend is picked from the bundle's `search` part (`backend_for` reads
+    `dialect_for`); the revisions keep their frozen table."""
+    source = (REPO_ROOT / "hermes_store" / relative).read_text(encoding="utf-8")
+    assert "_BACKENDS" not in source and "_REGISTRY" not in source, relative
+    assert re.search(REGISTERS[relative], source, re.M), relative
+    if relative == "search/backend.py":
+        assert "return dialect_for(conn).search(conn)" in source  # backend_for reads the bundle
+    else:
+        assert "def backend_for" not in source, relative
+
+
+def test_the_search_backend_is_the_bundle_s_search_part() -> None:
+    from hermes_store.search import backend
+
+    engine = create_engine("sqlite://", poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            assert type(backend.backend_for(conn)) is dialect_for(conn).search
+    finally:
+        engine.dispose()
 
 
 def test_an_unknown_dialect_is_refused_with_a_clear_error():
