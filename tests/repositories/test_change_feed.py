@@ -12,10 +12,13 @@ import random
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers import feed_workers
+from helpers.databases import JOURNAL_MODES, journal_mode, set_journal_mode
+from helpers.postgres import pg_database
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
@@ -35,8 +38,21 @@ from hermes_store.store import Store
 WRITERS = 8
 
 
+@pytest.fixture(params=[*(f"sqlite-{mode}" for mode in JOURNAL_MODES), "postgresql"])
+def feed_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A database at head: SQLite in each journal mode (a DELETE-mode reader blocks the
+    writers, a WAL one does not), then PostgreSQL."""
+    if request.param == "postgresql":
+        with pg_database(at_head=True) as url:
+            yield url
+        return
+    url = str(request.getfixturevalue("fresh_db"))
+    set_journal_mode(url.removeprefix("sqlite:///"), request.param.removeprefix("sqlite-"))
+    yield url
+
+
 def test_writer_processes_and_a_restarting_follower_see_every_change_once_in_commit_order(
-    backend_url: str, tmp_path: Path
+    feed_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """8 writer processes; a follower process killed (SIGKILL) at random points and
     started again, resuming from the cursor it persisted; at the end it catches up and
@@ -48,7 +64,7 @@ def test_writer_processes_and_a_restarting_follower_see_every_change_once_in_com
     log = tmp_path / "follower.log"
     writers = [
         spawn.Process(
-            target=feed_workers.write, args=(backend_url, i, 40, rng.randint(0, 10**6), str(r))
+            target=feed_workers.write, args=(feed_url, i, 40, rng.randint(0, 10**6), str(r))
         )
         for i, r in enumerate(reports)
     ]
@@ -58,7 +74,7 @@ def test_writer_processes_and_a_restarting_follower_see_every_change_once_in_com
     stop = threading.Event()
 
     def follow_steadily() -> None:
-        with Store(backend_url) as store:
+        with Store(feed_url) as store:
             feed = ChangeFeed(store)
             steady.extend(feed.follow(0, poll_interval=0.002, stop=stop))
             # what committed between its last read and the stop (after the cursor only)
@@ -71,7 +87,7 @@ def test_writer_processes_and_a_restarting_follower_see_every_change_once_in_com
     kills = 0
     while any(w.is_alive() for w in writers):
         follower = spawn.Process(
-            target=feed_workers.follow, args=(backend_url, str(log), rng.randint(0, 10**6), None)
+            target=feed_workers.follow, args=(feed_url, str(log), rng.randint(0, 10**6), None)
         )
         follower.start()
         time.sleep(rng.uniform(0.5, 2.5))
@@ -81,7 +97,7 @@ def test_writer_processes_and_a_restarting_follower_see_every_change_once_in_com
     for w in writers:
         w.join(timeout=300)
         assert w.exitcode == 0, f"a writer failed (exit code {w.exitcode})"
-    last = spawn.Process(target=feed_workers.follow, args=(backend_url, str(log), 1, 1.0))
+    last = spawn.Process(target=feed_workers.follow, args=(feed_url, str(log), 1, 1.0))
     last.start()
     last.join(timeout=120)
     assert last.exitcode == 0
@@ -92,7 +108,7 @@ def test_writer_processes_and_a_restarting_follower_see_every_change_once_in_com
     handled = [line.split() for line in log.read_text(encoding="utf-8").splitlines()]
     positions = [int(p) for p, *_ in handled]
     assert positions == sorted(set(positions)), "a change repeated or out of order"
-    with Store(backend_url) as store:
+    with Store(feed_url) as store:
         everything = ChangeFeed(store).changes(0, limit=10_000)
         with store.read() as conn:
             message_ids = sorted(int(r[0]) for r in conn.execute(text("SELECT id FROM messages")))
@@ -114,6 +130,9 @@ def test_writer_processes_and_a_restarting_follower_see_every_change_once_in_com
         mine = [c for c in seen if c.session_id == sid]
         assert [c.message_id for c in mine if c.kind == "message.appended"] == committed
         assert mine[0].kind == "session.created"
+    backend = request.node.callspec.params["feed_url"]
+    if backend.startswith("sqlite-"):  # the writers kept the mode the test set
+        assert journal_mode(feed_url.removeprefix("sqlite:///")) == backend.removeprefix("sqlite-")
 
 
 def test_a_write_by_plain_sqlite3_shows_in_the_feed(fresh_db: str) -> None:
