@@ -219,14 +219,81 @@ def word_sql(
     else:
         walk = "m.id ASC" if oldest else "m.id DESC"
     candidates = _candidates(f"m.{VECTOR} @@ {query_sql}", filters, walk)
-    sql = _select(
+    return _ranked_page(query_sql, filters, sort, f"m.id IN ({candidates})"), params
+
+
+def word_window_sql(fts5: Reading, filters: Filters) -> tuple[str, Params]:
+    """The ids of the newest :window matches of the tsquery among the newest :span ids,
+    read row by row walking the primary key newest first (stopping once :window are
+    found): for a word in a few percent of the rows that is a few ten thousand rows
+    whatever the table holds, where the word index reads every match (RUM's ordered scan
+    reads the term's whole posting list before it hands over the first id).
+    Parameters: the tsquery's, :span, :window."""
+    params: Params = {}
+    where = f"m.{VECTOR} @@ {_tsquery_sql(fts5, params)}"
+    return _newest_span(where, filters), params
+
+
+def word_page_sql(fts5: Reading, filters: Filters, sort: str | None) -> tuple[str, Params]:
+    """The page, by ts_rank_cd (by timestamp first for a time sort), of the ids :ids a
+    window gave. Parameters: the tsquery's, :ids, :limit, :offset."""
+    params: Params = {}
+    return _ranked_page(_tsquery_sql(fts5, params), filters, sort, "m.id = ANY(:ids)"), params
+
+
+def word_estimate_sql(fts5: Reading, filters: Filters) -> tuple[str, Params]:
+    """The plan of the tsquery's matches (the filters applied), whose estimate of the
+    rows is the planner's, from the statistics ANALYZE keeps of each lexeme's frequency
+    (EXPLAIN: nothing is read). Parameters: the tsquery's."""
+    params: Params = {}
+    sessions = " JOIN sessions AS s ON s.id = m.session_id" if filters.reads_sessions else ""
+    return (
+        f"EXPLAIN (FORMAT JSON) SELECT m.id FROM messages AS m{sessions}"  # noqa: S608
+        f" WHERE m.{VECTOR} @@ {_tsquery_sql(fts5, params)}{filters.sql}"
+    ), params
+
+
+#: The plan of the whole table, whose estimate of the rows is the planner's.
+TABLE_ESTIMATE_SQL = "EXPLAIN (FORMAT JSON) SELECT id FROM messages"
+
+
+def estimated_rows(plan: Any) -> float:
+    """The rows an EXPLAIN (FORMAT JSON) plan estimates its statement returns."""
+    return float(plan[0]["Plan"]["Plan Rows"])
+
+
+def walk_pays(matches: float, rows: float, window: int, span: int, row_cost: float) -> bool:
+    """Whether walking the newest ids is expected to fill the window within the span
+    (with a margin of half again, the estimate being an estimate) at a lower cost than
+    the word index's: the index's work grows with the matches, the walk's with the rows
+    read until `window` matches are found (`rows / matches` per match), each row costing
+    `row_cost` index matches."""
+    if matches <= 0 or rows <= 0:
+        return False
+    to_read = window * rows / matches
+    return to_read * 1.5 <= span and to_read * row_cost < matches
+
+
+def _ranked_page(query_sql: str, filters: Filters, sort: str | None, where: str) -> str:
+    return _select(
         filters,
-        f"m.id IN ({candidates})",
+        where,
         _order(sort),
         rank=f"ts_rank_cd(m.{VECTOR}, hq.query)",
         source=f"(SELECT {query_sql} AS query) AS hq, ",
     )
-    return sql, params
+
+
+def _newest_span(where: str, filters: Filters) -> str:
+    """The ids of the newest :window rows matching `where` among the newest :span ids,
+    the primary key walked newest first. The OFFSET 0 fence keeps the planner from the
+    indexes (which find every match in the table before the newest are kept)."""
+    sessions = " JOIN sessions AS s ON s.id = m.session_id" if filters.reads_sessions else ""
+    return (
+        "SELECT m.id FROM (SELECT * FROM messages WHERE id >"  # noqa: S608
+        " (SELECT max(id) FROM messages) - :span ORDER BY id DESC OFFSET 0) AS m"
+        f"{sessions} WHERE {where}{filters.sql} ORDER BY m.id DESC LIMIT :window"
+    )
 
 
 def _substring_where(tokens: Sequence[str], params: Params) -> str | None:
@@ -270,19 +337,14 @@ def substring_sql(
 def substring_window_sql(tokens: Sequence[str], filters: Filters) -> tuple[str, Params] | None:
     """The ids of the newest :window matches of the substring route among the newest
     :span ids, read row by row walking the primary key newest first (stopping once
-    :window are found). The OFFSET 0 fence keeps the planner from pg_trgm's bitmap,
-    which finds every match in the table before the newest are kept; a term in 1 % of
-    the rows fills a window of 64 after about 6,400 rows. None when no token is left."""
+    :window are found), where pg_trgm's bitmap finds every match in the table before the
+    newest are kept; a term in 1 % of the rows fills a window of 64 after about 6,400
+    rows. None when no token is left."""
     params: Params = {}
     where = _substring_where(tokens, params)
     if where is None:
         return None
-    sessions = " JOIN sessions AS s ON s.id = m.session_id" if filters.reads_sessions else ""
-    return (
-        "SELECT m.id FROM (SELECT * FROM messages WHERE id >"  # noqa: S608
-        " (SELECT max(id) FROM messages) - :span ORDER BY id DESC OFFSET 0) AS m"
-        f"{sessions} WHERE {where}{filters.sql} ORDER BY m.id DESC LIMIT :window"
-    ), params
+    return _newest_span(where, filters), params
 
 
 def substring_page_sql(filters: Filters) -> str:
@@ -315,6 +377,11 @@ class PostgresSearch(SearchBackend):
     literal_index_windows = (65_536, 524_288)
     #: the newest ids the substring route reads row by row before pg_trgm's bitmap
     substring_span = 16_384
+    #: the newest ids a frequent word's window may be read from row by row, and what
+    #: reading one costs in matches of the word index's ordered scan (about 0.7 against
+    #: 0.3 us at 1M rows: docs/search-at-scale.md); `walk_pays` weighs the two
+    word_span = 65_536
+    word_row_cost = 2.0
     #: the statement_timeout in force during a time-limited search, in milliseconds
     _statement_ms = 0
 
@@ -377,11 +444,36 @@ class PostgresSearch(SearchBackend):
     ) -> list[Hit]:
         if query.fts5_error is not None:
             raise QuerySyntaxError(query.fts5_error)
-        sql, params = word_sql(query.fts5, filters, sort, self.index_method())
-        params.update(window=limits.rank_window(limit, offset), limit=limit, offset=offset)
-        rows = self._run(sql, filters, params)
+        window = limits.rank_window(limit, offset)
+        page = {"limit": limit, "offset": offset}
+        ids = None if oldest_first(sort) else self._word_window(query, filters, window)
+        if ids is not None:
+            sql, params = word_page_sql(query.fts5, filters, sort)
+            rows = self._run(sql, filters, {**params, **page, "ids": ids})
+        else:
+            sql, params = word_sql(query.fts5, filters, sort, self.index_method())
+            rows = self._run(sql, filters, {**params, **page, "window": window})
         terms = query.fts5_positive_terms
         return [_hit(r, terms_snippet(decode_preview(r["content"]), terms)) for r in rows]
+
+    def _word_window(self, query: SearchQuery, filters: Filters, window: int) -> list[int] | None:
+        """The ids of the newest `window` matches, read from the newest WORD_SPAN ids row
+        by row, when the planner's estimates say that pays (`walk_pays`) and the span
+        holds that many (then they are the newest of the whole table, the ids the word
+        index would hand over); None otherwise (the word index is asked)."""
+        sql, params = word_estimate_sql(query.fts5, filters)
+        self.check_time()
+        plan = self.conn.execute(filters.statement(sql), {**filters.params, **params}).scalar()
+        matches = estimated_rows(plan)
+        if matches < window:  # the walk could not fill the window: the index answers
+            return None
+        rows = estimated_rows(self.conn.execute(text(TABLE_ESTIMATE_SQL)).scalar())
+        if not walk_pays(matches, rows, window, self.word_span, self.word_row_cost):
+            return None
+        sql, params = word_window_sql(query.fts5, filters)
+        found = self._run(sql, filters, {**params, "span": self.word_span, "window": window})
+        ids = [int(row["id"]) for row in found]
+        return ids if len(ids) >= window else None
 
     def substring_hits(
         self, query: SearchQuery, filters: Filters, sort: str | None, limit: int, offset: int

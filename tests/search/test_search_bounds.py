@@ -129,6 +129,50 @@ def test_postgres_word_sql_walks_rum_in_id_order_and_gin_by_id() -> None:
     assert "zephyr" in " ".join(str(v) for v in params.values())
 
 
+def test_postgres_word_window_sql_walks_the_newest_ids_and_the_page_ranks_them() -> None:
+    from hermes_store.search.postgres_fts import (
+        word_estimate_sql,
+        word_page_sql,
+        word_window_sql,
+    )
+
+    read = SearchQuery.read("rebase")
+    walk, params = word_window_sql(read.fts5, NO_FILTERS)
+    assert (
+        "FROM (SELECT * FROM messages WHERE id > (SELECT max(id) FROM messages) - :span"
+        " ORDER BY id DESC OFFSET 0) AS m WHERE m.search_vector @@ " in walk
+    )
+    assert walk.endswith("(m.active = 1 OR m.compacted = 1) ORDER BY m.id DESC LIMIT :window")
+    assert "rebase" not in walk and "rebase" in params.values()
+    page, _ = word_page_sql(read.fts5, NO_FILTERS, None)
+    assert "m.id = ANY(:ids)" in page and "ts_rank_cd" in page
+    assert "ORDER BY rank DESC, m.id" in page
+    by_source = Filters(["cli"], None, None, False)
+    estimate, _ = word_estimate_sql(read.fts5, by_source)
+    assert estimate.startswith("EXPLAIN (FORMAT JSON) SELECT m.id FROM messages AS m JOIN sessions")
+    assert "s.source IN :sources" in estimate
+    assert estimate.endswith("(m.active = 1 OR m.compacted = 1)")
+
+
+@pytest.mark.parametrize(
+    ("matches", "rows", "walks"),
+    [
+        (400_000, 10_000_000, True),  # 4 %: 25,600 rows read against 400,000 matches
+        (40_000, 1_000_000, False),  # the same word at 1M: the index's 40,000 cost less
+        (30_000, 10_000_000, False),  # 0.3 %: 341,000 rows to read, past the span
+        (0, 10_000_000, False),
+        (10, 0, False),
+    ],
+)
+def test_a_word_is_walked_only_where_the_estimates_say_it_pays(
+    matches: float, rows: float, walks: bool
+) -> None:
+    from hermes_store.search.postgres_fts import PostgresSearch, walk_pays
+
+    span, cost = PostgresSearch.word_span, PostgresSearch.word_row_cost
+    assert walk_pays(matches, rows, 1024, span, cost) is walks
+
+
 # --- the bounding rule, on both backends ---------------------------------------------------------
 
 
@@ -394,3 +438,90 @@ def test_windows_give_the_pages_the_whole_table_gives(
         # through the indexes (which holds the 5 newest hits of a page of 5), then for a
         # page of 20 the whole table after them
         assert windows[:7] == [32, 64, 128, 32, 64, 128, None]
+
+
+@pytest.fixture
+def dense(pg_fresh_db: str) -> Iterator[Store]:
+    """600 messages in two sessions (cli, telegram); `rebase` in every 3rd row, with
+    ranks that disagree with ids (a repeated word ranks higher), statistics analysed."""
+    store = Store(pg_fresh_db)
+    sessions = SessionRepository(store)
+    sessions.create_session("a", "cli")
+    sessions.create_session("b", "telegram")
+    for name in ("a", "b"):
+        rows = [
+            {
+                "role": ("user", "assistant", "tool")[n % 3 if n % 7 else 0],
+                "content": f"step {n} " + ("git rebase " * (1 + n % 5) if n % 3 == 0 else "merge"),
+                "timestamp": 1_000.0 + n - (40 if n % 11 == 0 else 0),
+            }
+            for n in range(300)
+        ]
+        MessageRepository(store).append_messages(name, rows)
+    with store.engine.begin() as conn:
+        conn.execute(text("ANALYZE messages, sessions"))
+    yield store
+    store.close()
+
+
+_WORD_CASES: list[tuple[str, dict[str, Any]]] = [
+    ("rebase", {}),
+    ("rebase", {"limit": 5, "offset": 4}),
+    ("rebase", {"sort": "newest", "limit": 7}),
+    ("rebase", {"sort": "oldest", "limit": 7}),
+    ("rebase", {"role_filter": ["user"]}),
+    ("rebase", {"source_filter": ["telegram"], "limit": 9}),
+    ("git rebase", {"limit": 12}),
+]
+
+
+def test_a_walked_word_window_gives_the_page_the_word_index_gives(
+    dense: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hermes_store.search import postgres_fts
+    from hermes_store.search.postgres_fts import (
+        TABLE_ESTIMATE_SQL,
+        PostgresSearch,
+        estimated_rows,
+        word_estimate_sql,
+    )
+
+    def pages() -> list[list[int]]:
+        return [[h["id"] for h in search(dense, q, **o)] for q, o in _WORD_CASES]
+
+    monkeypatch.setattr(limits, "RANK_WINDOW", 30)
+    monkeypatch.setattr(PostgresSearch, "word_span", 0)  # never walked: the word index
+    indexed = pages()
+    assert all(indexed) and len(indexed[0]) == 20
+
+    # the planner's estimates of the matches and the rows, from ANALYZE's statistics
+    sql, params = word_estimate_sql(SearchQuery.read("rebase").fts5, NO_FILTERS)
+    with dense.engine.connect() as conn:
+        matches = estimated_rows(conn.execute(text(sql), params).scalar())
+        rows = estimated_rows(conn.execute(text(TABLE_ESTIMATE_SQL)).scalar())
+        no_source = Filters([], None, None, False)
+        empty, _ = word_estimate_sql(SearchQuery.read("rebase").fts5, no_source)
+        nothing = estimated_rows(conn.execute(text(empty), params).scalar())
+    assert 150 <= matches <= 250 and rows == 600 and nothing <= 1
+
+    walked: list[int] = []
+    original = PostgresSearch._word_window
+
+    def recorded(self: Any, *args: Any) -> list[int] | None:
+        found = original(self, *args)
+        walked.append(len(found) if found is not None else 0)
+        return found
+
+    monkeypatch.setattr(PostgresSearch, "_word_window", recorded)
+    monkeypatch.setattr(PostgresSearch, "word_span", 65_536)
+    monkeypatch.setattr(PostgresSearch, "word_row_cost", 0.01)  # walking pays
+    assert pages() == indexed
+    # every case but the oldest-first one walked; the span held a window of 30 for each
+    assert walked == [30, 30, 30, 30, 30, 30]
+
+    walked.clear()
+    # a walk that falls short (60 ids hold about 20 matches): the word index answers
+    monkeypatch.setattr(postgres_fts, "walk_pays", lambda *args: True)
+    monkeypatch.setattr(PostgresSearch, "word_span", 60)
+    assert pages() == indexed
+    assert walked == [0, 0, 0, 0, 0, 0]
