@@ -25,12 +25,8 @@ from . import corpus
 from .stats import load_average, percentiles
 
 ROOT = Path(__file__).resolve().parents[1]
-#: the rows docs/search-at-scale.md profiles for the windows, and one that needs none
-QUERIES = (
-    corpus.PLANTED_CJK3,
-    *corpus.PLANTED_LITERALS,
-    "the.",
-)
+#: every search row of the benchmark's table
+QUERIES = tuple(corpus.QUERIES.values())
 
 
 def _child(url: str, code: str | None, samples: int) -> dict[str, Any]:

@@ -154,6 +154,51 @@ def test_postgres_word_window_sql_walks_the_newest_ids_and_the_page_ranks_them()
     assert estimate.endswith("(m.active = 1 OR m.compacted = 1)")
 
 
+def test_postgres_phrases_ask_the_index_for_their_words_and_check_the_row() -> None:
+    from hermes_store.search.postgres_fts import _holds_literal
+
+    read = SearchQuery.read('"connection pool exhausted" retry')
+    sql, params = word_sql(read.fts5, NO_FILTERS, None, "rum")
+    # the index is asked for every word, the row's own vector for the phrase
+    asked, checked = sql.split("WHERE (m.search_vector @@ ")[1].split(" AND ts_match_vq(")
+    assert asked.startswith("(((plainto_tsquery('simple', regexp_replace(:w4,")
+    assert checked.startswith("m.search_vector, (((phraseto_tsquery('simple', regexp_replace(:w2,")
+    assert params["w4"] == params["w2"] == "connection pool exhausted" and params["w5"] == "retry"
+    # a query of single words needs no check
+    words, _ = word_sql(SearchQuery.read("retry deploy").fts5, NO_FILTERS, None, "rum")
+    assert "ts_match_vq" not in words and "plainto_tsquery" not in words
+    # a negated phrase is left to the check
+    read = SearchQuery.read('retry NOT "pool exhausted"')
+    negated, params = word_sql(read.fts5, NO_FILTERS, None, "gin")
+    asked, checked = negated.split("WHERE (m.search_vector @@ ")[1].split(" AND ts_match_vq(")
+    assert ":w4" in asked and params["w4"] == "retry" and "!!" not in asked
+    assert "!!(phraseto_tsquery('simple', regexp_replace(:w3," in checked
+    # a literal's words vouch for it as an AND, the exact check follows
+    literal = _holds_literal("~/.config/zephyr.toml", {}, trigram=True, words=True, window=False)
+    assert "plainto_tsquery" in literal and "phraseto_tsquery" not in literal
+
+
+def test_a_phrase_finds_its_words_in_order_only(store: Store) -> None:
+    rows = [
+        ("the connection pool exhausted at noon", 1.0),
+        ("pool connection exhausted, words out of order", 2.0),
+        ("connection to the pool was exhausted", 3.0),
+        ("connection pool exhausted again; retry later", 4.0),
+        ("migration plan: migrating tables", 5.0),
+        ("plan migration", 6.0),
+    ]
+    ids = _chat(store, [("user", t, ts) for t, ts in rows])
+
+    def found(query: str) -> set[int]:
+        return {h["id"] for h in search(store, query)}
+
+    assert found('"connection pool exhausted"') == {ids[0], ids[3]}
+    assert found('"connection pool exhausted" retry') == {ids[3]}
+    assert found('exhausted NOT "connection pool"') == {ids[1], ids[2]}
+    assert found('"pool exhausted" OR "plan migration"') == {ids[0], ids[3], ids[5]}
+    assert found('"migration plan"') == {ids[4]}
+
+
 @pytest.mark.parametrize(
     ("matches", "rows", "walks"),
     [
