@@ -636,8 +636,7 @@ def _holds_literal(
         like = f"{TRIGRAM_TEXT} {_like_op(literal)} :idx{name} ESCAPE '\\'"
         arms.append(f"m.role <> 'tool' AND {like}")
     if words:
-        # the AND of the literal's words, not their phrase: the check above is exact
-        arms.append(f"m.{VECTOR} @@ {_words_sql(Term(literal, prefix=False, phrase=True), params)}")
+        arms.append(_matches_sql([[(False, Term(literal, prefix=False, phrase=True))]], params))
     scope = " OR ".join(f"({arm})" for arm in arms)
     return f"({scope}) AND {check}" if scope else check
 

@@ -173,9 +173,10 @@ def test_postgres_phrases_ask_the_index_for_their_words_and_check_the_row() -> N
     asked, checked = negated.split("WHERE (m.search_vector @@ ")[1].split(" AND ts_match_vq(")
     assert ":w4" in asked and params["w4"] == "retry" and "!!" not in asked
     assert "!!(phraseto_tsquery('simple', regexp_replace(:w3," in checked
-    # a literal's words vouch for it as an AND, the exact check follows
+    # a literal's words vouch for it where they stand as a phrase, asked the same way
     literal = _holds_literal("~/.config/zephyr.toml", {}, trigram=True, words=True, window=False)
-    assert "plainto_tsquery" in literal and "phraseto_tsquery" not in literal
+    assert "m.search_vector @@ (((plainto_tsquery('simple'" in literal
+    assert "ts_match_vq(m.search_vector, (((phraseto_tsquery('simple'" in literal
 
 
 def test_a_phrase_finds_its_words_in_order_only(store: Store) -> None:
@@ -197,6 +198,21 @@ def test_a_phrase_finds_its_words_in_order_only(store: Store) -> None:
     assert found('exhausted NOT "connection pool"') == {ids[1], ids[2]}
     assert found('"pool exhausted" OR "plan migration"') == {ids[0], ids[3], ids[5]}
     assert found('"migration plan"') == {ids[4]}
+
+
+def test_a_literal_in_tool_output_is_found_where_its_words_stand_as_a_phrase(
+    store: Store,
+) -> None:
+    SessionRepository(store).create_session("t", "cli")
+    messages = MessageRepository(store)
+
+    def tool(content: str) -> int:
+        return messages.append_message("t", "tool", content, tool_name="shell")
+
+    apart = tool("abdon't: t don")  # the literal mid-word, its words elsewhere, apart
+    phrase = tool("we don't retry")  # the literal on word boundaries
+    hits = {h["id"] for h in search(store, "don't")}
+    assert phrase in hits and apart not in hits
 
 
 @pytest.mark.parametrize(
