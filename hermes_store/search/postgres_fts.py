@@ -298,8 +298,11 @@ def word_estimate_sql(fts5: Reading, filters: Filters) -> tuple[str, Params]:
     ), params
 
 
-#: The plan of the whole table, whose estimate of the rows is the planner's.
+#: The plan of the whole table, whose estimate of the rows is the planner's; kept on the
+#: pooled connection for TABLE_ROWS_TTL seconds.
 TABLE_ESTIMATE_SQL = "EXPLAIN (FORMAT JSON) SELECT id FROM messages"
+TABLE_ROWS_TTL = 60.0
+_TABLE_ROWS_KEY = "hermes_store_search_table_rows"
 
 
 def estimated_rows(plan: Any) -> float:
@@ -512,13 +515,25 @@ class PostgresSearch(SearchBackend):
         matches = estimated_rows(plan)
         if matches < window:  # the walk could not fill the window: the index answers
             return None
-        rows = estimated_rows(self.conn.execute(text(TABLE_ESTIMATE_SQL)).scalar())
+        rows = self._table_rows()
         if not walk_pays(matches, rows, window, self.word_span, self.word_row_cost):
             return None
         sql, params = word_window_sql(query.fts5, filters)
         found = self._run(sql, filters, {**params, "span": self.word_span, "window": window})
         ids = [int(row["id"]) for row in found]
         return ids if len(ids) >= window else None
+
+    def _table_rows(self) -> float:
+        """The planner's estimate of the rows of messages, read at most once a
+        TABLE_ROWS_TTL per pooled connection (a density needs no more)."""
+        info = self.conn.connection.info
+        cached = info.get(_TABLE_ROWS_KEY)
+        now = time.monotonic()
+        if cached is not None and now - cached[0] < TABLE_ROWS_TTL:
+            return float(cached[1])
+        rows = estimated_rows(self.conn.execute(text(TABLE_ESTIMATE_SQL)).scalar())
+        info[_TABLE_ROWS_KEY] = (now, rows)
+        return rows
 
     def substring_hits(
         self, query: SearchQuery, filters: Filters, sort: str | None, limit: int, offset: int
