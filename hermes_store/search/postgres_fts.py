@@ -104,14 +104,32 @@ def _is_phrase(term: Term) -> bool:
     return len(_words(term.text)) > 1
 
 
-def _tsquery_sql(parsed: Parsed, params: dict[str, Any]) -> str:
-    """SQL building the tsquery from bound parameters (never from query text)."""
+#: A tsquery that matches no row: a lexeme holding a space, which the parser that
+#: builds the search vector never makes.
+_NO_ROW = "$$' '$$::tsquery"
+
+
+def _positive(sql: str) -> str:
+    """A positive term's tsquery, or one matching no row when the term's text holds no
+    word: FTS5 matches nothing for an empty phrase, where PostgreSQL drops an empty
+    operand of && (`"..." NOT b` would find every row without b)."""
+    return f"(CASE WHEN numnode({sql}) = 0 THEN {_NO_ROW} ELSE {sql} END)"
+
+
+def _tsquery_sql(parsed: Parsed, params: dict[str, Any], *, loose: bool = False) -> str:
+    """SQL building the tsquery from bound parameters (never from query text). `loose`:
+    each positive phrase as the AND of its words, a query every row of the exact one
+    matches (see _matches_sql)."""
     alternatives = []
     for group in parsed:
         parts = []
         for negated, term in group:
-            sql = _term_sql(term, params)
-            parts.append(f"!!({sql})" if negated else f"({sql})")
+            if negated:
+                parts.append(f"!!({_term_sql(term, params)})")
+            elif loose and _is_phrase(term):
+                parts.append(_positive(_words_sql(term, params)))
+            else:
+                parts.append(_positive(_term_sql(term, params)))
         alternatives.append("(" + " && ".join(parts) + ")")
     return "(" + " || ".join(alternatives) + ")"
 
@@ -119,26 +137,15 @@ def _tsquery_sql(parsed: Parsed, params: dict[str, Any]) -> str:
 def _matches_sql(parsed: Parsed, params: dict[str, Any]) -> str:
     """The condition "the row `m` matches the tsquery", in the form the word index answers
     quickly. The index holds no positions (RUM's attached id takes their place), so a
-    phrase is asked of it as the AND of its words, and checked on the row's own vector
-    by ts_match_vq (which no index serves): RUM's scan of a phrase reads far more than
-    the AND's (31 against 2.7 ms for a window of a three-word phrase at 1M rows). A
-    negated phrase is left to the check; a negated word stays in the index's query."""
+    positive phrase is asked of it as the AND of its words, and the row's own vector is
+    checked for the query by ts_match_vq (which no index serves): RUM's scan of a phrase
+    reads far more than the AND's (31 against 2.7 ms for a window of a three-word
+    phrase at 1M rows). Negated terms stay as they are, so the index's query matches
+    every row the exact one matches."""
     full = _tsquery_sql(parsed, params)
-    if not any(_is_phrase(term) for group in parsed for _, term in group):
+    if not any(_is_phrase(term) for group in parsed for negated, term in group if not negated):
         return f"m.{VECTOR} @@ {full}"
-    alternatives = []
-    for group in parsed:
-        parts = []
-        for negated, term in group:
-            if negated and not _is_phrase(term):
-                parts.append(f"!!({_term_sql(term, params)})")
-            elif not negated:
-                sql = _words_sql(term, params) if _is_phrase(term) else _term_sql(term, params)
-                parts.append(f"({sql})")
-        if not parts:  # a group of negated phrases only: the index cannot narrow it
-            return f"m.{VECTOR} @@ {full}"
-        alternatives.append("(" + " && ".join(parts) + ")")
-    loose = "(" + " || ".join(alternatives) + ")"
+    loose = _tsquery_sql(parsed, params, loose=True)
     return f"(m.{VECTOR} @@ {loose} AND ts_match_vq(m.{VECTOR}, {full}))"
 
 
@@ -275,8 +282,7 @@ def word_window_sql(fts5: Reading, filters: Filters) -> tuple[str, Params]:
     reads the term's whole posting list before it hands over the first id).
     Parameters: the tsquery's, :span, :window."""
     params: Params = {}
-    where = f"m.{VECTOR} @@ {_tsquery_sql(fts5, params)}"
-    return _newest_span(where, filters), params
+    return _newest_span(_matches_sql(fts5, params), filters), params
 
 
 def word_page_sql(fts5: Reading, filters: Filters, sort: str | None) -> tuple[str, Params]:

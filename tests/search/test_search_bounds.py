@@ -161,22 +161,24 @@ def test_postgres_phrases_ask_the_index_for_their_words_and_check_the_row() -> N
     sql, params = word_sql(read.fts5, NO_FILTERS, None, "rum")
     # the index is asked for every word, the row's own vector for the phrase
     asked, checked = sql.split("WHERE (m.search_vector @@ ")[1].split(" AND ts_match_vq(")
-    assert asked.startswith("(((plainto_tsquery('simple', regexp_replace(:w4,")
-    assert checked.startswith("m.search_vector, (((phraseto_tsquery('simple', regexp_replace(:w2,")
+    assert asked.startswith("(((CASE WHEN numnode(plainto_tsquery('simple', regexp_replace(:w4,")
+    assert checked.startswith(
+        "m.search_vector, (((CASE WHEN numnode(phraseto_tsquery('simple', regexp_replace(:w2,"
+    )
     assert params["w4"] == params["w2"] == "connection pool exhausted" and params["w5"] == "retry"
     # a query of single words needs no check
     words, _ = word_sql(SearchQuery.read("retry deploy").fts5, NO_FILTERS, None, "rum")
     assert "ts_match_vq" not in words and "plainto_tsquery" not in words
-    # a negated phrase is left to the check
+    # a negated phrase stays as it is: the index's query then matches every row the
+    # exact one does, and with no positive phrase the two are the same
     read = SearchQuery.read('retry NOT "pool exhausted"')
     negated, params = word_sql(read.fts5, NO_FILTERS, None, "gin")
-    asked, checked = negated.split("WHERE (m.search_vector @@ ")[1].split(" AND ts_match_vq(")
-    assert ":w4" in asked and params["w4"] == "retry" and "!!" not in asked
-    assert "!!(phraseto_tsquery('simple', regexp_replace(:w3," in checked
+    assert "ts_match_vq" not in negated and params["w3"] == "pool exhausted"
+    assert "!!(phraseto_tsquery('simple', regexp_replace(:w3," in negated
     # a literal's words vouch for it where they stand as a phrase, asked the same way
     literal = _holds_literal("~/.config/zephyr.toml", {}, trigram=True, words=True, window=False)
-    assert "m.search_vector @@ (((plainto_tsquery('simple'" in literal
-    assert "ts_match_vq(m.search_vector, (((phraseto_tsquery('simple'" in literal
+    assert "m.search_vector @@ (((CASE WHEN numnode(plainto_tsquery('simple'" in literal
+    assert "ts_match_vq(m.search_vector, (((CASE WHEN numnode(phraseto_tsquery(" in literal
 
 
 def test_a_phrase_finds_its_words_in_order_only(store: Store) -> None:
@@ -198,6 +200,10 @@ def test_a_phrase_finds_its_words_in_order_only(store: Store) -> None:
     assert found('exhausted NOT "connection pool"') == {ids[1], ids[2]}
     assert found('"pool exhausted" OR "plan migration"') == {ids[0], ids[3], ids[5]}
     assert found('"migration plan"') == {ids[4]}
+    # a phrase that holds no word matches nothing, as in FTS5, whatever stands beside it
+    assert found('"..." NOT "connection pool"') == set()
+    assert found('"..." NOT exhausted') == set()
+    assert found('"..." OR "plan migration"') == {ids[5]}
 
 
 def test_a_literal_in_tool_output_is_found_where_its_words_stand_as_a_phrase(
@@ -533,6 +539,9 @@ _WORD_CASES: list[tuple[str, dict[str, Any]]] = [
     ("rebase", {"role_filter": ["user"]}),
     ("rebase", {"source_filter": ["telegram"], "limit": 9}),
     ("git rebase", {"limit": 12}),
+    ('"git rebase"', {"limit": 10}),
+    ('rebase NOT "step 3"', {"limit": 10}),
+    ('"step 3 git"', {"limit": 10, "role_filter": ["user"]}),
 ]
 
 
@@ -577,12 +586,20 @@ def test_a_walked_word_window_gives_the_page_the_word_index_gives(
     monkeypatch.setattr(PostgresSearch, "word_span", 65_536)
     monkeypatch.setattr(PostgresSearch, "word_row_cost", 0.01)  # walking pays
     assert pages() == indexed
-    # every case but the oldest-first one walked; the span held a window of 30 for each
-    assert walked == [30, 30, 30, 30, 30, 30]
+    # every case but the oldest-first one asked; the span held a window of 30 for each
+    # but the last, whose estimate (under the window) said a walk could not fill it
+    assert walked == [30] * 8 + [0]
+
+    walked.clear()
+    # a span of the newest 150 ids, which hold 50 rebase rows: the window from a part of
+    # the table (the phrase of `step 3` has 2 rows in all, the index gives them)
+    monkeypatch.setattr(postgres_fts, "walk_pays", lambda *args: True)
+    monkeypatch.setattr(PostgresSearch, "word_span", 150)
+    assert pages() == indexed
+    assert walked == [30] * 8 + [0]
 
     walked.clear()
     # a walk that falls short (60 ids hold about 20 matches): the word index answers
-    monkeypatch.setattr(postgres_fts, "walk_pays", lambda *args: True)
     monkeypatch.setattr(PostgresSearch, "word_span", 60)
     assert pages() == indexed
-    assert walked == [0, 0, 0, 0, 0, 0]
+    assert walked == [0] * 9
