@@ -9,7 +9,7 @@ import gc
 import random
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
@@ -63,6 +63,19 @@ class LoopMonitor:
         return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
 
+def _calmest(measure: Callable[[], LoopMonitor], attempts: int = 2) -> LoopMonitor:
+    """The run with the smallest worst stall of up to `attempts` runs, stopping at one
+    within OPEN_STALL_S. Code that blocks the loop stalls it in every run; a stall of the
+    machine's own (another process scheduled on a loaded 2-core machine) is rarely
+    there twice."""
+    runs = []
+    for _ in range(attempts):
+        runs.append(measure())
+        if runs[-1].worst < OPEN_STALL_S:
+            break
+    return min(runs, key=lambda monitor: monitor.worst)
+
+
 def test_opening_does_not_block_the_loop(backend_url: str) -> None:
     async def main() -> LoopMonitor:
         monitor = LoopMonitor()
@@ -77,7 +90,7 @@ def test_opening_does_not_block_the_loop(backend_url: str) -> None:
             await store.aclose()
         return monitor
 
-    monitor = asyncio.run(main())
+    monitor = _calmest(lambda: asyncio.run(main()))
     assert len(monitor.stalls) > 5
     assert monitor.worst < OPEN_STALL_S, sorted(monitor.stalls)[-5:]
 
@@ -100,23 +113,18 @@ def test_opening_against_a_silent_server_does_not_block_the_loop() -> None:
     with _silent_server() as port:
         url = f"postgresql://nobody@127.0.0.1:{port}/state?connect_timeout=2"
 
-        async def main() -> tuple[LoopMonitor, BaseException | None, float]:
+        async def main() -> LoopMonitor:
             monitor = LoopMonitor()
             monitor.start()
             await asyncio.sleep(0.01)
             started = time.monotonic()
-            error: BaseException | None = None
-            try:
+            with pytest.raises((DatabaseUnavailable, OperationalError)):
                 await aio.AsyncStore.open(url, retry=RetryPolicy(server_budget_seconds=1.0))
-            except (DatabaseUnavailable, OperationalError) as exc:
-                error = exc
-            waited = time.monotonic() - started
+            assert time.monotonic() - started >= 1.0  # it did wait for the server, in a thread
             await monitor.stop()
-            return monitor, error, waited
+            return monitor
 
-        monitor, error, waited = asyncio.run(main())
-    assert error is not None
-    assert waited >= 1.0  # it did wait for the server, in a thread
+        monitor = _calmest(lambda: asyncio.run(main()))
     assert monitor.worst < OPEN_STALL_S, sorted(monitor.stalls)[-5:]
 
 
