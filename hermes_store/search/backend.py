@@ -56,6 +56,8 @@ class SearchBackend:
     literal_widest_window: ClassVar[int] = 0
     #: Wider windows read through the indexes before the whole table (`wider_window`).
     literal_index_windows: ClassVar[tuple[int, ...]] = ()
+    #: The hits the first window must show for a second one to be sized by its density.
+    literal_sizing_hits: ClassVar[int] = 8
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -198,16 +200,21 @@ class SearchBackend:
         hits, fewer than the `limit` of a page; None to go to the whole table.
 
         After the first window, where it showed the literal often enough to say how far
-        back a page reaches (8 hits or more): three times as many ids as that density
-        needs, at most `literal_widest_window` (read like the first). Otherwise, and
-        after that one, the next of `literal_index_windows` wider than `window`, read
-        through the indexes (docs/search-at-scale.md). Each window is one statement,
-        started only within the search's time limit (check_time), so the series ends at
-        the deadline as any search does."""
+        back a page reaches (`sizes_by_density`): three times as many ids as that
+        density needs, at most `literal_widest_window` (read like the first).
+        Otherwise, and after that one, the next of `literal_index_windows` wider than
+        `window`, read through the indexes (docs/search-at-scale.md). Each window is one
+        statement, started only within the search's time limit (check_time), so the
+        series ends at the deadline as any search does."""
         widest = self.literal_widest_window
-        if found >= 8 and window == self.literal_window and widest > window:
+        if window == self.literal_window and widest > window and self.sizes_by_density(found):
             return min(window * math.ceil(3 * limit / found), widest)
         return next((w for w in self.literal_index_windows if w > window), None)
+
+    def sizes_by_density(self, found: int) -> bool:
+        """Whether `found` hits in the first window are enough for `wider_window` to size
+        a second one by their density."""
+        return found >= self.literal_sizing_hits
 
     def literal_window_by_index(self, window: int) -> bool:
         """Whether a window of `window` ids is read through the indexes (their

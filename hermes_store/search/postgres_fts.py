@@ -429,6 +429,12 @@ class PostgresSearch(SearchBackend):
     literal_window = 1_024
     literal_widest_window = 16_384
     literal_index_windows = (65_536, 524_288)
+    # The index windows cost what the literal's posting lists hold, which grows with the
+    # table; a second window read row by row costs what it holds (16,384 rows: 15-20
+    # ms). In a large table, two hits in the first window are enough to size one
+    # (docs/search-at-scale.md: at 10M rows `don't` 58 -> 23 ms, at 1M 14 -> 24 ms).
+    literal_sparse_sizing_hits = 2
+    literal_sparse_table_rows = 3_000_000
     #: the newest ids the substring route reads row by row before pg_trgm's bitmap
     substring_span = 16_384
     #: the newest ids a frequent word's window may be read from row by row, and what
@@ -528,6 +534,14 @@ class PostgresSearch(SearchBackend):
         found = self._run(sql, filters, {**params, "span": self.word_span, "window": window})
         ids = [int(row["id"]) for row in found]
         return ids if len(ids) >= window else None
+
+    def sizes_by_density(self, found: int) -> bool:
+        if super().sizes_by_density(found):
+            return True
+        return (
+            found >= self.literal_sparse_sizing_hits
+            and self._table_rows() >= self.literal_sparse_table_rows
+        )
 
     def _table_rows(self) -> float:
         """The planner's estimate of the rows of messages, read at most once a

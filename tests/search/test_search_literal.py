@@ -399,6 +399,10 @@ FLAG = "--force-with-lease"
 
 @pytest.fixture
 def stacked(store: Store) -> tuple[Store, list[dict[str, Any]]]:
+    return _stack(store)
+
+
+def _stack(store: Store) -> tuple[Store, list[dict[str, Any]]]:
     """150 messages, the literal in every third (a tool row every seventh, where it
     stands on word boundaries), stamped so that timestamp order is the reverse of the
     order they were stored in."""
@@ -475,11 +479,43 @@ def test_a_literal_page_is_the_most_recently_stored_first_whatever_the_window(
         assert 50 in windows
 
 
+def test_in_a_large_table_two_hits_size_the_second_window(
+    pg_fresh_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL (SQLite's indexes seek to the floor: no density window there): where
+    the table's estimate is past literal_sparse_table_rows, a first window with two hits
+    sizes the second (read row by row); the pages stay the ones the whole table gives."""
+    from hermes_store.search.postgres_fts import PostgresSearch
+
+    store, stored = _stack(Store(pg_fresh_db))
+    windows: list[int | None] = []
+    chosen = PostgresSearch.wider_window
+
+    def recorded(self: Any, *args: int) -> int | None:
+        windows.append(chosen(self, *args))
+        return windows[-1]
+
+    monkeypatch.setattr(PostgresSearch, "wider_window", recorded)
+    monkeypatch.setattr(PostgresSearch, "literal_window", 6)  # 2 hits in the newest 6
+    monkeypatch.setattr(PostgresSearch, "literal_sizing_hits", 1_000)  # never on its own
+    expected = [row["id"] for row in reversed(_holding(stored, FLAG))]
+    found = [h["id"] for h in search(store, FLAG, limit=10)]
+    assert found == expected[:10] and windows[0] == 65_536  # a small table: the indexes
+
+    windows.clear()
+    monkeypatch.setattr(PostgresSearch, "literal_sparse_table_rows", 100)  # 150 rows here
+    found = [h["id"] for h in search(store, FLAG, limit=10)]
+    assert found == expected[:10] and windows[0] == 6 * 15  # 3 x 10 / 2 windows of 6
+    store.close()
+
+
 def test_a_density_window_where_the_first_showed_it_then_windows_by_the_indexes() -> None:
     from hermes_store.search.postgres_fts import PostgresSearch
     from hermes_store.search.sqlite_fts import SqliteSearch
 
     postgres = PostgresSearch(None)  # type: ignore[arg-type]  # no statement is run
+    table_rows = 1_000_000.0
+    postgres._table_rows = lambda: table_rows  # type: ignore[method-assign]
     assert postgres.wider_window(1_024, 10, 20) == 1_024 * 6  # 3 x 20 / 10 windows
     assert postgres.wider_window(1_024, 8, 100) == 16_384  # at most the widest
     # too few hits to tell the density, or after the density window: the indexes' windows
@@ -491,6 +527,12 @@ def test_a_density_window_where_the_first_showed_it_then_windows_by_the_indexes(
     assert not postgres.literal_window_by_index(16_384)
     assert postgres.literal_window_by_index(65_536)
     assert SqliteSearch(None).wider_window(8_192, 100, 200) is None  # type: ignore[arg-type]
+    # in a table of more than 3M rows two hits are enough (the indexes' windows cost
+    # what the literal's posting lists hold there)
+    table_rows = 10_000_000.0
+    assert postgres.wider_window(1_024, 3, 20) == 16_384
+    assert postgres.wider_window(1_024, 2, 5) == 1_024 * 8
+    assert postgres.wider_window(1_024, 1, 20) == 65_536
 
 
 def test_sort_newest_and_oldest_order_literal_hits_by_timestamp(stacked: Any) -> None:
