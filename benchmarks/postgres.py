@@ -346,6 +346,8 @@ def explain(pg_url: str, queries: Sequence[str]) -> None:
                 cur = raw.cursor()
                 for statement, params in captured:
                     print(statement)
+                    if statement.startswith("EXPLAIN"):  # the search's own estimate
+                        continue
                     cur.execute("EXPLAIN (ANALYZE, BUFFERS) " + statement, params)
                     for (line,) in cur.fetchall():
                         print("    " + line)
