@@ -140,3 +140,31 @@ def test_the_10m_run_needs_both_flags(args: list[str]) -> None:
     )
     assert run.returncode == 2, run.stdout + run.stderr
     assert "--size 10m runs with --postgres-only" in run.stderr
+
+
+def test_the_postgres_profile_explains_every_statement_a_search_runs(pg_fresh_db: str) -> None:
+    """`python -m benchmarks.postgres explain URL QUERY`: every statement a search runs,
+    its own EXPLAIN estimates printed as they are, the others with their plans."""
+    from hermes_store.repositories.messages import MessageRepository
+    from hermes_store.repositories.sessions import SessionRepository
+    from hermes_store.store import Store
+
+    store = Store(pg_fresh_db)
+    try:
+        SessionRepository(store).create_session("s", "cli")
+        MessageRepository(store).append_messages(
+            "s", [{"role": "user", "content": f"migration step {n}"} for n in range(30)]
+        )
+    finally:
+        store.close()
+    run = subprocess.run(
+        [sys.executable, "-m", "benchmarks.postgres", "explain", pg_fresh_db, "migrat*"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "===== 'migrat*': 20 hits" in run.stdout
+    assert "EXPLAIN (FORMAT JSON) SELECT m.id FROM messages" in run.stdout  # printed
+    assert run.stdout.count("Execution Time") >= 3  # the others explained
