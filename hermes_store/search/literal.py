@@ -24,7 +24,8 @@ whole condition, which it answers with one bitmap scan of both indexes, each row
 and checked once, before the page is cut (`SearchBackend.literal_page`).
 
 Order: every literal hit is as relevant as the next, so the most recently stored come
-first (message id, newest first); `sort="newest"` / `"oldest"` order by timestamp. A
+first (message id, newest first); `sort="newest"` orders the newest limits.time_window
+hits (by id, from the same windows) by timestamp, `"oldest"` every hit by timestamp. A
 literal found in thousands of rows would cost thousands of row reads to order; in id
 order the page is first looked for among the newest ids only (the backend's
 `literal_window`: 8,192 ids on SQLite, whose indexes seek to the bound, 1,024 on
@@ -47,6 +48,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from . import limits
 from .backend import Hit, SearchBackend
 from .common import Filters, time_direction
 from .reading import TRIGRAM_CHARS, Parsed, Term, fold, words_of
@@ -165,10 +167,16 @@ def literal_hits(
     backend: SearchBackend, parsed: Parsed, filters: Filters, sort: str | None, limit: int
 ) -> list[Hit]:
     """The first `limit` rows matching the literal reading: the most recently stored
-    first, or by timestamp for sort="newest" / "oldest"."""
+    first; for sort="newest" the newest limits.time_window of them (the id windows
+    bound the work as for the default order), ordered by timestamp, as the other
+    time-ordered routes keep theirs; for sort="oldest" every match by timestamp."""
     direction = time_direction(sort)
     if direction is None:
         rows = _newest_ids_page(backend, parsed, filters, limit)
+    elif direction == "DESC":
+        newest = _newest_ids_page(backend, parsed, filters, limits.time_window(limit, 0))
+        by_time = sorted(newest, key=lambda row: (row["timestamp"], row["id"]), reverse=True)
+        rows = by_time[:limit]
     else:
         order = f"m.timestamp {direction}, m.id {direction}"
         rows = _page(backend, parsed, filters, order, limit, None)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SessionRepository
-from hermes_store.search import search_messages
+from hermes_store.search import limits, search_messages
 from hermes_store.search.query import contains_cjk, sanitize_fts5_query
 from hermes_store.search.reading import (
     TRIGRAM_CHARS,
@@ -544,6 +544,43 @@ def test_sort_newest_and_oldest_order_literal_hits_by_timestamp(stacked: Any) ->
     assert oldest == [row["id"] for row in reversed(by_time)][:8]
     # stored order is the reverse here: the default order differs from "newest"
     assert [h["id"] for h in search(store, FLAG, limit=8)] != newest
+
+
+def test_sort_newest_orders_the_newest_literal_hits_by_timestamp(
+    stacked: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sort="newest" on a literal keeps the newest limits.TIME_WINDOW hits in id order
+    (found through the id windows, whose work the page bounds) and orders them by
+    timestamp, as the other time-ordered routes do; with no more hits than that, the
+    page is every hit by timestamp."""
+    from hermes_store.search import literal
+
+    store, stored = stacked
+    holding = _holding(stored, FLAG)  # 50 rows, timestamps the reverse of ids
+    by_time = sorted(holding, key=lambda row: row["timestamp"], reverse=True)
+    assert [h["id"] for h in search(store, FLAG, sort="newest", limit=8)] == [
+        row["id"] for row in by_time[:8]
+    ]
+    from hermes_store.search.postgres_fts import PostgresSearch
+    from hermes_store.search.sqlite_fts import SqliteSearch
+
+    monkeypatch.setattr(limits, "TIME_WINDOW", 10)
+    for backend in (SqliteSearch, PostgresSearch):
+        monkeypatch.setattr(backend, "literal_window", 30)  # the newest 30 hold 10 hits
+    pages: list[int | None] = []  # the floor of each statement the tier ran
+    original = literal._page
+
+    def recorded(*args: Any) -> list[Any]:
+        pages.append(args[5])
+        return original(*args)
+
+    monkeypatch.setattr(literal, "_page", recorded)
+    newest_ten = sorted(holding, key=lambda row: row["id"])[-10:]
+    expected = sorted(newest_ten, key=lambda row: row["timestamp"], reverse=True)
+    assert [h["id"] for h in search(store, FLAG, sort="newest", limit=4)] == [
+        row["id"] for row in expected[:4]
+    ]
+    assert pages == [max(row["id"] for row in stored) - 30]  # that window, not the table
 
 
 def test_a_literal_is_found_as_a_whole_not_as_its_pieces(store: Store) -> None:
