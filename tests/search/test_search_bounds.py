@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from helpers.postgres import PG_ADMIN_URL, require_pg
+from helpers.search import record_wider_windows
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
@@ -482,15 +483,8 @@ def test_windows_give_the_pages_the_whole_table_gives(
         used.append(len(found) if found is not None else 0)
         return found
 
-    windows: list[int | None] = []
-    chosen = PostgresSearch.wider_window
-
-    def wider(self: Any, *args: int) -> int | None:
-        windows.append(chosen(self, *args))
-        return windows[-1]
-
+    windows = record_wider_windows(monkeypatch, PostgresSearch)
     monkeypatch.setattr(PostgresSearch, "_substring_window", recorded)
-    monkeypatch.setattr(PostgresSearch, "wider_window", wider)
     # windows small enough that some fall short, the wider ones through the indexes
     monkeypatch.setattr(PostgresSearch, "substring_span", 150)
     monkeypatch.setattr(PostgresSearch, "literal_widest_window", 16)

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from helpers.search import record_wider_windows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -449,19 +450,11 @@ def test_a_literal_page_is_the_most_recently_stored_first_whatever_the_window(
     from hermes_store.search.postgres_fts import PostgresSearch
     from hermes_store.search.sqlite_fts import SqliteSearch
 
-    windows: list[int | None] = []  # what the backend chose after each short window
-
-    def recorded(chosen: Any) -> Any:
-        def wider_window(self: Any, *args: int) -> int | None:
-            windows.append(chosen(self, *args))
-            return windows[-1]
-
-        return wider_window
-
+    # what the backend chose after each short window
+    windows = record_wider_windows(monkeypatch, SqliteSearch, PostgresSearch)
     for backend in (SqliteSearch, PostgresSearch):
         monkeypatch.setattr(backend, "literal_window", window)
         monkeypatch.setattr(backend, "literal_widest_window", widest)
-        monkeypatch.setattr(backend, "wider_window", recorded(backend.wider_window))
     store, stored = stacked
     expected = [row["id"] for row in reversed(_holding(stored, FLAG))]
     assert len(expected) == 50
@@ -488,14 +481,7 @@ def test_in_a_large_table_two_hits_size_the_second_window(
     from hermes_store.search.postgres_fts import PostgresSearch
 
     store, stored = _stack(Store(pg_fresh_db))
-    windows: list[int | None] = []
-    chosen = PostgresSearch.wider_window
-
-    def recorded(self: Any, *args: int) -> int | None:
-        windows.append(chosen(self, *args))
-        return windows[-1]
-
-    monkeypatch.setattr(PostgresSearch, "wider_window", recorded)
+    windows = record_wider_windows(monkeypatch, PostgresSearch)
     monkeypatch.setattr(PostgresSearch, "literal_window", 6)  # 2 hits in the newest 6
     monkeypatch.setattr(PostgresSearch, "literal_sizing_hits", 1_000)  # never on its own
     expected = [row["id"] for row in reversed(_holding(stored, FLAG))]

@@ -76,12 +76,14 @@ def _calmest(measure: Callable[[], LoopMonitor], attempts: int = 2) -> LoopMonit
     return min(runs, key=lambda monitor: monitor.worst)
 
 
-def test_opening_does_not_block_the_loop(backend_url: str) -> None:
+def _watch_an_open(url: str) -> LoopMonitor:
+    """The loop's stalls while an AsyncStore on `url` opens and answers a call."""
+
     async def main() -> LoopMonitor:
         monitor = LoopMonitor()
         monitor.start()
         await asyncio.sleep(0.01)  # the monitor is running before the open starts
-        store = await aio.AsyncStore.open(backend_url)
+        store = await aio.AsyncStore.open(url)
         await asyncio.sleep(0.01)
         await monitor.stop()
         try:
@@ -90,9 +92,21 @@ def test_opening_does_not_block_the_loop(backend_url: str) -> None:
             await store.aclose()
         return monitor
 
-    monitor = _calmest(lambda: asyncio.run(main()))
+    return asyncio.run(main())
+
+
+def _assert_opens_without_blocking(url: str) -> None:
+    monitor = _calmest(lambda: _watch_an_open(url))
     assert len(monitor.stalls) > 5
     assert monitor.worst < OPEN_STALL_S, sorted(monitor.stalls)[-5:]
+
+
+def test_opening_a_sqlite_file_does_not_block_the_loop(journal_db: str) -> None:
+    _assert_opens_without_blocking(journal_db)  # in each journal mode
+
+
+def test_opening_a_postgresql_database_does_not_block_the_loop(pg_fresh_db: str) -> None:
+    _assert_opens_without_blocking(pg_fresh_db)
 
 
 @contextmanager
