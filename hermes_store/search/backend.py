@@ -159,35 +159,36 @@ class SearchBackend:
 
     # --- id sets for the literal reading (literal.py assembles them) -----------------------
 
-    def word_ids(self, terms: list[Term], params: dict[str, Any], *, floor: bool) -> str:
+    def word_ids(self, terms: list[Term], params: dict[str, Any], *, windowed: bool) -> str:
         """SELECT of the ids of rows holding every term (words, phrases, prefixes); with
-        `floor`, only ids above the parameter `:floor` (read from the index itself, so
-        that a window of the newest rows costs what the window holds)."""
+        `windowed`, only ids in the window (:floor, :ceiling] (read from the index
+        itself, so that a window of the newest or oldest rows costs what it holds)."""
         raise NotImplementedError
 
     def has_trigram_index(self) -> bool:
         return True
 
     def literal_ids(
-        self, literal: str, params: Params, *, trigram: bool, words: bool, floor: bool
+        self, literal: str, params: Params, *, trigram: bool, words: bool, windowed: bool
     ) -> str:
         """SELECT of the ids of the rows whose content, tool name or tool calls contain
         `literal` by `reading.fold`, among: with `trigram`, the non-tool rows (the trigram
         index); with `words`, the rows holding its words as a phrase (the word index;
         only its tool rows are needed when `trigram` is set too); with neither, every
         row, or every non-tool row for a literal of 3 or more characters (a scan). With
-        `floor`, only ids above `:floor`, as `word_ids`."""
+        `windowed`, only ids in the window, as `word_ids`."""
         raise NotImplementedError
 
     def literal_candidates(
-        self, literal: str, params: Params, *, trigram: bool, words: bool, floor: bool
+        self, literal: str, params: Params, *, trigram: bool, words: bool, windowed: bool
     ) -> tuple[str | None, str | None]:
         """The rows `literal_ids` gives, in two parts: a SELECT of candidate ids (None:
         every row) and a condition on the row `m` that decides among them (None: every
         candidate holds the literal). A page cut newest first with the condition applied
         row by row checks candidates only until the page is full. By default: the exact
         id set, nothing left to decide."""
-        return self.literal_ids(literal, params, trigram=trigram, words=words, floor=floor), None
+        ids = self.literal_ids(literal, params, trigram=trigram, words=words, windowed=windowed)
+        return ids, None
 
     def literal_page(self, rows: str, where: str, order: str) -> str:
         """The literal tier's page: the ids of the `rows` (`messages AS m`, maybe joined
@@ -218,13 +219,15 @@ class SearchBackend:
 
     def literal_window_by_index(self, window: int) -> bool:
         """Whether a window of `window` ids is read through the indexes (their
-        candidates above the floor) rather than row by row."""
+        candidates in the window) rather than row by row."""
         return window > max(self.literal_window, self.literal_widest_window)
 
-    def newest_id(self) -> int | None:
-        """The highest message id, None when there are no messages."""
-        found = self.fetch("SELECT max(id) FROM messages", {})
-        return None if not found or found[0][0] is None else int(found[0][0])
+    def id_range(self) -> tuple[int, int] | None:
+        """The lowest and highest message ids, None when there are no messages."""
+        found = self.fetch("SELECT min(id), max(id) FROM messages", {})
+        if not found or found[0][0] is None:
+            return None
+        return int(found[0][0]), int(found[0][1])
 
     def attach_context(self, hits: list[Hit]) -> None:
         """Set `context` on hits that have none (common.attach_context)."""

@@ -25,22 +25,24 @@ and checked once, before the page is cut (`SearchBackend.literal_page`).
 
 Order: every literal hit is as relevant as the next, so the most recently stored come
 first (message id, newest first); `sort="newest"` orders the newest limits.time_window
-hits (by id, from the same windows) by timestamp, `"oldest"` every hit by timestamp. A
-literal found in thousands of rows would cost thousands of row reads to order; in id
-order the page is first looked for among the newest ids only (the backend's
-`literal_window`: 8,192 ids on SQLite, whose indexes seek to the bound, 1,024 on
-PostgreSQL, which reads the window row by row), and a window that holds a whole page
-holds exactly the page the whole table would give, since every hit outside it has a
-lower id. A window short of a page is followed by wider ones where the backend has
-them (`SearchBackend.wider_window`; PostgreSQL only), then by the whole table, which
-costs what the literal's rows (or its index candidates) cost. On PostgreSQL a second
-window, read row by row, is sized by the first's density where the first showed the
-literal often enough (pg_trgm ignores punctuation and so can hand over far more
-candidates than a literal has rows); a rarer literal is then looked for in windows
-of 65,536 and 524,288 ids read through the indexes, their candidates kept above the
-floor (`SearchBackend.literal_window_by_index`: the id sets from the whole indexes,
-the page's rows above :floor), whose reading and checking grow with the window where
-the whole table's grow with the table.
+hits (by id, from the same windows) by timestamp, `"oldest"` the oldest
+limits.time_window hits (by id, from windows of the oldest ids) likewise, as the
+other time-ordered routes keep theirs. A literal found in thousands of rows would cost
+thousands of row reads to order; in id order the page is first looked for among the
+newest ids only (the backend's `literal_window`: 8,192 ids on SQLite, whose indexes
+seek to the bound, 1,024 on PostgreSQL, which reads the window row by row), and a
+window that holds a whole page holds exactly the page the whole table would give,
+since every hit outside it has a lower id. A window short of a page is followed by
+wider ones where the backend has them (`SearchBackend.wider_window`; PostgreSQL only),
+then by the whole table, which costs what the literal's rows (or its index candidates)
+cost. On PostgreSQL a second window, read row by row, is sized by the first's density
+where the first showed the literal often enough (pg_trgm ignores punctuation and so
+can hand over far more candidates than a literal has rows); a rarer literal is then
+looked for in windows of 65,536 and 524,288 ids read through the indexes, their
+candidates kept in the window (`SearchBackend.literal_window_by_index`: the id sets
+from the whole indexes, the page's rows in the window), whose reading and checking
+grow with the window where the whole table's grow with the table. A window is the ids
+in (:floor, :ceiling]: the newest `window` ids, or the oldest for sort="oldest".
 """
 
 from __future__ import annotations
@@ -54,8 +56,12 @@ from .common import Filters, time_direction
 from .reading import TRIGRAM_CHARS, Parsed, Term, fold, words_of
 from .snippets import terms_snippet
 
-#: The literal tier's own order (sort is neither "newest" nor "oldest")
+#: The literal tier's own order (sort is neither "newest" nor "oldest"), and the order
+#: of the hits sort="oldest" orders by timestamp
 _BY_ID = "m.id DESC"
+_OLDEST_BY_ID = "m.id ASC"
+#: the ceiling of a window of the newest ids: above every id
+_ABOVE_EVERY_ID = 2**63 - 1
 
 _SELECT = (
     "SELECT m.id, m.session_id, m.role, m.content AS body, m.tool_name, m.tool_calls AS calls,"
@@ -66,13 +72,13 @@ _SELECT = (
 
 class _Statement:
     def __init__(
-        self, backend: SearchBackend, filters: Filters, *, floor: bool, page_floor: bool = False
+        self, backend: SearchBackend, filters: Filters, *, windowed: bool, page_only: bool = False
     ) -> None:
         self.backend = backend
         self.filters = filters
-        self.floor = floor  # every id set above the parameter :floor
-        # the id sets from the whole indexes, the page's rows above the parameter :floor
-        self.page_floor = page_floor
+        self.windowed = windowed  # every id set in the window (:floor, :ceiling]
+        # the id sets from the whole indexes, the page's rows in the window
+        self.page_only = page_only
         self.params: dict[str, Any] = {}
         self.ctes: list[str] = []
 
@@ -93,12 +99,12 @@ class _Statement:
         trigram, words = self._literal_args(literal)
         return self.ids(
             self.backend.literal_ids(
-                literal, self.params, trigram=trigram, words=words, floor=self.floor
+                literal, self.params, trigram=trigram, words=words, windowed=self.windowed
             )
         )
 
     def _word_ids(self, terms: list[Term]) -> str:
-        return self.backend.word_ids(terms, self.params, floor=self.floor)
+        return self.backend.word_ids(terms, self.params, windowed=self.windowed)
 
     def group(
         self, group: Sequence[tuple[bool, Term]], *, lazy: bool
@@ -116,7 +122,7 @@ class _Statement:
             if term.literal and lazy and not negated:
                 trigram, in_words = self._literal_args(term.text)
                 candidates, condition = self.backend.literal_candidates(
-                    term.text, self.params, trigram=trigram, words=in_words, floor=self.floor
+                    term.text, self.params, trigram=trigram, words=in_words, windowed=self.windowed
                 )
                 positive += [self.ids(candidates)] if candidates else []
                 conditions += [condition] if condition else []
@@ -148,8 +154,8 @@ class _Statement:
             ids, where = " UNION ".join(groups), []
         if ids is not None:
             where.insert(0, f"m.id IN (SELECT id FROM {self.ids(ids)})")  # noqa: S608
-        if self.page_floor:
-            where.append("m.id > :floor")
+        if self.page_only:
+            where.append("m.id > :floor AND m.id <= :ceiling")
         sessions = (
             " JOIN sessions AS s ON s.id = m.session_id" if self.filters.reads_sessions else ""
         )
@@ -167,19 +173,19 @@ def literal_hits(
     backend: SearchBackend, parsed: Parsed, filters: Filters, sort: str | None, limit: int
 ) -> list[Hit]:
     """The first `limit` rows matching the literal reading: the most recently stored
-    first; for sort="newest" the newest limits.time_window of them (the id windows
-    bound the work as for the default order), ordered by timestamp, as the other
-    time-ordered routes keep theirs; for sort="oldest" every match by timestamp."""
+    first; for a time sort the newest (or, for sort="oldest", the oldest)
+    limits.time_window of them, found through the id windows that bound the work as
+    for the default order, ordered by timestamp, as the other time-ordered routes keep
+    theirs."""
     direction = time_direction(sort)
     if direction is None:
-        rows = _newest_ids_page(backend, parsed, filters, limit)
-    elif direction == "DESC":
-        newest = _newest_ids_page(backend, parsed, filters, limits.time_window(limit, 0))
-        by_time = sorted(newest, key=lambda row: (row["timestamp"], row["id"]), reverse=True)
-        rows = by_time[:limit]
+        rows = _windowed_page(backend, parsed, filters, limit, oldest=False)
     else:
-        order = f"m.timestamp {direction}, m.id {direction}"
-        rows = _page(backend, parsed, filters, order, limit, None)
+        oldest = direction == "ASC"
+        window = limits.time_window(limit, 0)
+        found = _windowed_page(backend, parsed, filters, window, oldest=oldest)
+        by_time = sorted(found, key=lambda row: (row["timestamp"], row["id"]), reverse=not oldest)
+        rows = by_time[:limit]
     positive = [term for group in parsed for negated, term in group if not negated]
     literals = [t.text for t in positive if t.literal]
     words = [t for t in positive if not t.literal]
@@ -187,19 +193,26 @@ def literal_hits(
     return [_hit(row, literals, folded, words) for row in rows]
 
 
-def _newest_ids_page(
-    backend: SearchBackend, parsed: Parsed, filters: Filters, limit: int
+def _windowed_page(
+    backend: SearchBackend, parsed: Parsed, filters: Filters, limit: int, *, oldest: bool
 ) -> list[Hit]:
-    newest = backend.newest_id()
-    if newest is None:
+    """The first `limit` hits in id order (newest first, or oldest first), from the
+    windows of ids at that end of the table, then from the whole table."""
+    ids = backend.id_range()
+    if ids is None:
         return []
+    lowest, highest = ids
+    order = _OLDEST_BY_ID if oldest else _BY_ID
     window: int | None = backend.literal_window
-    while window is not None and newest > window:
-        rows = _page(backend, parsed, filters, _BY_ID, limit, newest - window, window)
+    while window is not None and window <= highest - lowest:
+        bounds = (
+            (lowest - 1, lowest - 1 + window) if oldest else (highest - window, _ABOVE_EVERY_ID)
+        )
+        rows = _page(backend, parsed, filters, order, limit, bounds, window)
         if len(rows) >= limit:
             return rows
         window = backend.wider_window(window, len(rows), limit)
-    return _page(backend, parsed, filters, _BY_ID, limit, None)
+    return _page(backend, parsed, filters, order, limit, None)
 
 
 def _page(
@@ -208,17 +221,19 @@ def _page(
     filters: Filters,
     order: str,
     limit: int,
-    floor: int | None,
+    bounds: tuple[int, int] | None,
     window: int = 0,
 ) -> list[Hit]:
-    by_index = floor is not None and backend.literal_window_by_index(window)
+    """The first `limit` hits in `order`, among the ids in (floor, ceiling] of `bounds`
+    (a window of `window` ids), or the whole table."""
+    by_index = bounds is not None and backend.literal_window_by_index(window)
     statement = _Statement(
-        backend, filters, floor=floor is not None and not by_index, page_floor=by_index
+        backend, filters, windowed=bounds is not None and not by_index, page_only=by_index
     )
     sql = statement.sql(parsed, order)
     params = {**statement.params, "limit": limit}
-    if floor is not None:
-        params["floor"] = floor
+    if bounds is not None:
+        params["floor"], params["ceiling"] = bounds
     return backend.literal_rows(sql, filters, params)
 
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import TextClause, text
 from sqlalchemy.exc import DBAPIError
@@ -52,6 +53,7 @@ TRIGRAM_TEXT = (
 #: Above every message id: RUM orders by the distance to it, a float8, exact below 2**53.
 _NEWEST_ID = 2**53
 _PUNCT_RE = re.compile(r"[!-/:-@\[-`{-~]+")
+_T = TypeVar("_T")
 _COLUMN_TEXTS = tuple(f"COALESCE(m.{c}, '')" for c in ("content", "tool_name", "tool_calls"))
 
 
@@ -304,11 +306,67 @@ def word_estimate_sql(fts5: Reading, filters: Filters) -> tuple[str, Params]:
     ), params
 
 
-#: The plan of the whole table, whose estimate of the rows is the planner's; kept on the
-#: pooled connection for TABLE_ROWS_TTL seconds.
+#: The plan of the whole table, whose estimate of the rows is the planner's.
 TABLE_ESTIMATE_SQL = "EXPLAIN (FORMAT JSON) SELECT id FROM messages"
-TABLE_ROWS_TTL = 60.0
+#: ANALYZE's most common lexemes of the search vector (`most_common_elems`) and the
+#: fraction of the rows holding each (`most_common_elem_freqs`, the smallest and largest
+#: of those after them): the statistics the planner estimates a tsquery's matches from.
+COMMON_WORDS_SQL = (
+    "SELECT s.most_common_elems::text::text[] AS words, s.most_common_elem_freqs AS freqs"  # noqa: S608
+    " FROM pg_stats AS s JOIN pg_class AS c ON c.oid = to_regclass('messages')"
+    " JOIN pg_namespace AS n ON n.oid = c.relnamespace"
+    f" WHERE s.schemaname = n.nspname AND s.tablename = c.relname AND s.attname = '{VECTOR}'"
+    " AND NOT s.inherited"
+)
+#: How long the planner's statistics read above are kept on a pooled connection: they
+#: only weigh a search's routes against each other (ANALYZE changes them no faster).
+STATISTICS_TTL = 60.0
 _TABLE_ROWS_KEY = "hermes_store_search_table_rows"
+_COMMON_WORDS_KEY = "hermes_store_search_common_words"
+_WORD_RE = re.compile(r"[0-9A-Za-z]+")
+
+
+@dataclass(frozen=True)
+class CommonWords:
+    """ANALYZE's most common lexemes and the fraction of the rows holding each; a lexeme
+    not listed is estimated by the planner below the smallest listed fraction."""
+
+    frequencies: Mapping[str, float]
+    rarest: float
+
+
+def common_words(row: Any) -> CommonWords | None:
+    """The statistics of COMMON_WORDS_SQL's row; None when ANALYZE has kept none."""
+    if row is None or not row.words or not row.freqs:
+        return None
+    words: list[str] = list(row.words)
+    freqs = [float(f) for f in row.freqs[: len(words)]]
+    return CommonWords(dict(zip(words, freqs, strict=True)), min(freqs))
+
+
+def density_bound(parsed: Parsed, words: CommonWords) -> float | None:
+    """At least the fraction of the rows the planner can estimate the query matches: an
+    OR's groups summed, each group at most its rarest positive word (a negated term
+    only lowers it). None when a term's lexemes cannot be known here (a prefix, a word
+    beside ASCII letters and digits, whose lexeme the parser decides)."""
+    total = 0.0
+    for group in parsed:
+        rarest: float | None = None
+        for negated, term in group:
+            if negated:
+                continue
+            if term.prefix:
+                return None
+            lexemes = _words(term.text)
+            if not all(_WORD_RE.fullmatch(word) for word in lexemes):
+                return None
+            listed = (words.frequencies.get(w.lower(), words.rarest) for w in lexemes)
+            found = min(listed, default=0.0)  # a term with no word matches no row
+            rarest = found if rarest is None else min(rarest, found)
+        if rarest is None:
+            return None
+        total += rarest
+    return min(total, 1.0)
 
 
 def estimated_rows(plan: Any) -> float:
@@ -423,7 +481,7 @@ class PostgresSearch(SearchBackend):
     # literal seen often enough in the first window is looked for in a second one, read
     # row by row, rather than in the whole table (docs/benchmarks.md has the figures).
     # A rarer literal is looked for in windows of 65,536 then 524,288 ids read through
-    # the indexes, their candidates kept above the floor, before the whole table: the
+    # the indexes, their candidates kept in the window, before the whole table: the
     # index scans cost the same, but only the window's candidates are read and checked,
     # where the whole table's grow with the table (docs/search-at-scale.md).
     literal_window = 1_024
@@ -520,20 +578,29 @@ class PostgresSearch(SearchBackend):
         """The ids of the newest `window` matches, read from the newest WORD_SPAN ids row
         by row, when the planner's estimates say that pays (`walk_pays`) and the span
         holds that many (then they are the newest of the whole table, the ids the word
-        index would hand over); None otherwise (the word index is asked)."""
+        index would hand over); None otherwise (the word index is asked). The planner is
+        asked (EXPLAIN) only when ANALYZE's most common words leave the walk possible,
+        so a rare word, which most are, costs no round trip here."""
+        rows = self._table_rows()
+        words = self._common_words()
+        bound = None if words is None else density_bound(query.fts5, words)
+        if bound is not None and not self._walk_pays(bound * rows, rows, window):
+            return None
         sql, params = word_estimate_sql(query.fts5, filters)
         self.check_time()
         plan = self.conn.execute(filters.statement(sql), {**filters.params, **params}).scalar()
-        matches = estimated_rows(plan)
-        if matches < window:  # the walk could not fill the window: the index answers
-            return None
-        rows = self._table_rows()
-        if not walk_pays(matches, rows, window, self.word_span, self.word_row_cost):
+        if not self._walk_pays(estimated_rows(plan), rows, window):
             return None
         sql, params = word_window_sql(query.fts5, filters)
         found = self._run(sql, filters, {**params, "span": self.word_span, "window": window})
         ids = [int(row["id"]) for row in found]
         return ids if len(ids) >= window else None
+
+    def _walk_pays(self, matches: float, rows: float, window: int) -> bool:
+        # fewer matches than the window: a walk could not fill it, the index answers
+        return matches >= window and walk_pays(
+            matches, rows, window, self.word_span, self.word_row_cost
+        )
 
     def sizes_by_density(self, found: int) -> bool:
         if super().sizes_by_density(found):
@@ -544,16 +611,29 @@ class PostgresSearch(SearchBackend):
         )
 
     def _table_rows(self) -> float:
-        """The planner's estimate of the rows of messages, read at most once a
-        TABLE_ROWS_TTL per pooled connection (a density needs no more)."""
+        """The planner's estimate of the rows of messages (a density needs no more)."""
+        return self._planner_statistic(
+            _TABLE_ROWS_KEY,
+            lambda: estimated_rows(self.conn.execute(text(TABLE_ESTIMATE_SQL)).scalar()),
+        )
+
+    def _common_words(self) -> CommonWords | None:
+        return self._planner_statistic(
+            _COMMON_WORDS_KEY,
+            lambda: common_words(self.conn.execute(text(COMMON_WORDS_SQL)).one_or_none()),
+        )
+
+    def _planner_statistic(self, key: str, read: Callable[[], _T]) -> _T:
+        """`read()`, kept on the pooled connection for STATISTICS_TTL seconds."""
         info = self.conn.connection.info
-        cached = info.get(_TABLE_ROWS_KEY)
+        cached = info.get(key)
         now = time.monotonic()
-        if cached is not None and now - cached[0] < TABLE_ROWS_TTL:
-            return float(cached[1])
-        rows = estimated_rows(self.conn.execute(text(TABLE_ESTIMATE_SQL)).scalar())
-        info[_TABLE_ROWS_KEY] = (now, rows)
-        return rows
+        if cached is not None and now - cached[0] < STATISTICS_TTL:
+            value: _T = cached[1]
+            return value
+        value = read()
+        info[key] = (now, value)
+        return value
 
     def substring_hits(
         self, query: SearchQuery, filters: Filters, sort: str | None, limit: int, offset: int
@@ -600,9 +680,9 @@ class PostgresSearch(SearchBackend):
 
     # --- id sets for the literal tier -------------------------------------------------------
 
-    def word_ids(self, terms: list[Term], params: dict[str, Any], *, floor: bool) -> str:
+    def word_ids(self, terms: list[Term], params: dict[str, Any], *, windowed: bool) -> str:
         matches = _matches_sql([[(False, term) for term in terms]], params)
-        return f"SELECT m.id FROM {_messages(floor)} WHERE {matches}"  # noqa: S608
+        return f"SELECT m.id FROM {_messages(windowed)} WHERE {matches}"  # noqa: S608
 
     def attach_context(self, hits: list[Hit]) -> None:
         # the lateral join the routes' own statements use, for hits found elsewhere
@@ -616,17 +696,17 @@ class PostgresSearch(SearchBackend):
             hit["context"] = found.get(hit["id"], [])
 
     def literal_ids(
-        self, literal: str, params: Params, *, trigram: bool, words: bool, floor: bool
+        self, literal: str, params: Params, *, trigram: bool, words: bool, windowed: bool
     ) -> str:
-        condition = _holds_literal(literal, params, trigram=trigram, words=words, window=floor)
-        return f"SELECT m.id FROM {_messages(floor)} WHERE {condition}"  # noqa: S608
+        condition = _holds_literal(literal, params, trigram=trigram, words=words, window=windowed)
+        return f"SELECT m.id FROM {_messages(windowed)} WHERE {condition}"  # noqa: S608
 
     def literal_candidates(
-        self, literal: str, params: Params, *, trigram: bool, words: bool, floor: bool
+        self, literal: str, params: Params, *, trigram: bool, words: bool, windowed: bool
     ) -> tuple[str | None, str | None]:
-        if floor:  # the window is an id set, read row by row (_messages)
+        if windowed:  # the window is an id set, read row by row (_messages)
             return super().literal_candidates(
-                literal, params, trigram=trigram, words=words, floor=floor
+                literal, params, trigram=trigram, words=words, windowed=windowed
             )
         # the page's own condition: one bitmap scan of the indexes, each row read once
         # and checked once, and the page cut from it (no id set joined back to messages)
@@ -641,12 +721,14 @@ class PostgresSearch(SearchBackend):
         return f"SELECT m.id FROM ({found}) AS m ORDER BY {order} LIMIT :limit"  # noqa: S608
 
 
-def _messages(floor: bool) -> str:
-    """The rows an id set is taken from: with `floor`, the window of the newest ids,
-    read row by row. OFFSET 0 keeps the planner from reaching for pg_trgm's index, whose
-    selectivity estimate for a long pattern is far too low: it would fetch and recheck
-    every candidate in the table to keep the few in the window."""
-    return "(SELECT * FROM messages WHERE id > :floor OFFSET 0) AS m" if floor else "messages AS m"
+def _messages(windowed: bool) -> str:
+    """The rows an id set is taken from: with `windowed`, the window's ids (:floor,
+    :ceiling], read row by row. OFFSET 0 keeps the planner from reaching for pg_trgm's
+    index, whose selectivity estimate for a long pattern is far too low: it would fetch
+    and recheck every candidate in the table to keep the few in the window."""
+    if not windowed:
+        return "messages AS m"
+    return "(SELECT * FROM messages WHERE id > :floor AND id <= :ceiling OFFSET 0) AS m"
 
 
 def _holds_literal(

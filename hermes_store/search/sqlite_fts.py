@@ -47,8 +47,8 @@ def _interrupted(exc: DBAPIError) -> bool:
     return getattr(exc.orig, "sqlite_errorcode", None) == sqlite3.SQLITE_INTERRUPT
 
 
-def _above(floor: bool) -> str:
-    return " AND rowid > :floor" if floor else ""
+def _in_window(windowed: bool) -> str:
+    return " AND rowid > :floor AND rowid <= :ceiling" if windowed else ""
 
 
 def _fts_damaged(exc: DatabaseError) -> bool:
@@ -307,38 +307,40 @@ class SqliteSearch(SearchBackend):
 
     # --- id sets for the literal tier -------------------------------------------------------
 
-    def word_ids(self, terms: list[Term], params: dict[str, Any], *, floor: bool) -> str:
+    def word_ids(self, terms: list[Term], params: dict[str, Any], *, windowed: bool) -> str:
         name = f"w{len(params)}"
         params[name] = " AND ".join(_fts5_string(t.text) + "*" * t.prefix for t in terms)
-        return f"SELECT rowid FROM messages_fts WHERE messages_fts MATCH :{name}" + _above(floor)  # noqa: S608
+        window = _in_window(windowed)
+        return f"SELECT rowid FROM messages_fts WHERE messages_fts MATCH :{name}{window}"  # noqa: S608
 
     def has_trigram_index(self) -> bool:
         return self._trigram_usable()
 
     def literal_ids(
-        self, literal: str, params: Params, *, trigram: bool, words: bool, floor: bool
+        self, literal: str, params: Params, *, trigram: bool, words: bool, windowed: bool
     ) -> str:
         candidates, condition = self.literal_candidates(
-            literal, params, trigram=trigram, words=words, floor=floor
+            literal, params, trigram=trigram, words=words, windowed=windowed
         )
         scope = f"m.id IN ({candidates}) AND " if candidates else ""
         return f"SELECT m.id FROM messages AS m WHERE {scope}{condition}"  # noqa: S608
 
     def literal_candidates(
-        self, literal: str, params: Params, *, trigram: bool, words: bool, floor: bool
+        self, literal: str, params: Params, *, trigram: bool, words: bool, windowed: bool
     ) -> tuple[str | None, str]:
         n = len(params)
         params[f"lit{n}"] = fold(literal)
         sources = []
-        # FTS5 seeks to a rowid bound: a window of the newest rows costs what it holds
+        # FTS5 seeks to rowid bounds: a window of the newest or oldest rows costs what it holds
+        window = _in_window(windowed)
         if trigram:
             params[f"tri{n}"] = _trigram_cover(literal)
             table = "messages_fts_trigram"
-            sources.append(f"SELECT rowid FROM {table} WHERE {table} MATCH :tri{n}{_above(floor)}")  # noqa: S608
+            sources.append(f"SELECT rowid FROM {table} WHERE {table} MATCH :tri{n}{window}")  # noqa: S608
         if words:
             params[f"fts{n}"] = _fts5_string(literal)  # a phrase of the tokenizer's own words
             table = "messages_fts"
-            sources.append(f"SELECT rowid FROM {table} WHERE {table} MATCH :fts{n}{_above(floor)}")  # noqa: S608
+            sources.append(f"SELECT rowid FROM {table} WHERE {table} MATCH :fts{n}{window}")  # noqa: S608
         # SQLite's lower() folds ASCII letters only: exactly reading.fold
         exact = " OR ".join(
             f"instr(lower(COALESCE(m.{column}, '')), :lit{n}) > 0" for column in _COLUMNS
@@ -346,7 +348,7 @@ class SqliteSearch(SearchBackend):
         if sources:
             return " UNION ".join(sources), f"({exact})"
         scope = "m.role <> 'tool' AND " if len(literal) >= TRIGRAM_CHARS else ""
-        scope += "m.id > :floor AND " if floor else ""
+        scope += "m.id > :floor AND m.id <= :ceiling AND " if windowed else ""
         return None, f"{scope}({exact})"
 
     def literal_rows(self, sql: str, filters: Filters, params: dict[str, Any]) -> list[Hit]:

@@ -241,6 +241,73 @@ def test_a_word_is_walked_only_where_the_estimates_say_it_pays(
     assert walk_pays(matches, rows, 1024, span, cost) is walks
 
 
+@pytest.mark.parametrize(
+    ("query", "bound"),
+    [
+        ("rebase", 0.04),
+        ("Rebase", 0.04),  # the lexeme is lower case
+        ("git rebase", 0.04),  # an AND: its rarest word
+        ('"git rebase"', 0.04),
+        ("rebase NOT git", 0.04),  # a negated term only lowers it
+        ("git OR rebase", 0.14),  # an OR: its groups summed
+        ("the OR git OR rebase", 0.44),
+        ("zephyrine", 0.002),  # not listed: below the rarest listed word
+        ('"src/main.py"', 0.002),  # punctuation separates words, as in the vector
+        ('"..." OR rebase', 0.04),  # a phrase of no word matches nothing
+        ("migrat*", None),  # a prefix's lexemes are the index's to know
+        ("café", None),  # the parser decides a non-ASCII word's lexeme
+        ("数据库", None),
+    ],
+)
+def test_the_common_words_bound_a_querys_density(query: str, bound: float | None) -> None:
+    from hermes_store.search.postgres_fts import CommonWords, density_bound
+
+    words = CommonWords({"the": 0.3, "git": 0.1, "rebase": 0.04, "main": 0.01}, 0.002)
+    found = density_bound(SearchQuery.read(query).fts5, words)
+    assert found == (None if bound is None else pytest.approx(bound))
+
+
+def test_a_rare_word_costs_no_estimate_a_frequent_one_is_estimated(
+    dense: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ANALYZE's most common words decide whether the planner is asked (EXPLAIN) if a
+    word may be walked: a word too rare to fill the window in the span is not."""
+    from sqlalchemy import event
+
+    from hermes_store.search.postgres_fts import COMMON_WORDS_SQL, PostgresSearch, common_words
+
+    with dense.engine.connect() as conn:
+        words = common_words(conn.execute(text(COMMON_WORDS_SQL)).one_or_none())
+    assert words is not None
+    assert words.frequencies["step"] == 1.0 and 0.3 < words.frequencies["rebase"] < 0.36
+    assert "zephyrine" not in words.frequencies and words.rarest < 0.05
+
+    statements: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    event.listen(dense.engine, "before_cursor_execute", record)
+    monkeypatch.setattr(limits, "RANK_WINDOW", 30)
+
+    def estimates(query: str) -> int:
+        statements.clear()
+        search(dense, query)
+        return sum(s.startswith("EXPLAIN (FORMAT JSON) SELECT m.id") for s in statements)
+
+    # 600 rows: a walk needs a window of 30 matches in 5 % of them, within half the span
+    monkeypatch.setattr(PostgresSearch, "word_span", 65_536)
+    monkeypatch.setattr(PostgresSearch, "word_row_cost", 0.01)
+    assert estimates("zephyrine") == 0
+    assert estimates("rebase") == 1
+    assert estimates("zephyrine OR rebase") == 1
+    assert estimates("zephyrine rebase") == 0
+    assert estimates("migrat*") == 1  # unknown lexemes: the planner is asked
+    # walking costs more than the index for any word here: no estimate is needed
+    monkeypatch.setattr(PostgresSearch, "word_row_cost", 10.0)
+    assert estimates("rebase") == 0
+
+
 # --- the bounding rule, on both backends ---------------------------------------------------------
 
 

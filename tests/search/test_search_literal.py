@@ -532,19 +532,22 @@ def test_sort_newest_and_oldest_order_literal_hits_by_timestamp(stacked: Any) ->
     assert [h["id"] for h in search(store, FLAG, limit=8)] != newest
 
 
-def test_sort_newest_orders_the_newest_literal_hits_by_timestamp(
-    stacked: Any, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("sort", ["newest", "oldest"])
+def test_a_time_sort_orders_the_literal_hits_at_its_end_by_timestamp(
+    stacked: Any, monkeypatch: pytest.MonkeyPatch, sort: str
 ) -> None:
     """sort="newest" on a literal keeps the newest limits.TIME_WINDOW hits in id order
-    (found through the id windows, whose work the page bounds) and orders them by
-    timestamp, as the other time-ordered routes do; with no more hits than that, the
-    page is every hit by timestamp."""
+    (found through the windows of the newest ids, whose work the page bounds) and orders
+    them by timestamp, as the other time-ordered routes do; sort="oldest" the oldest,
+    from windows of the oldest ids. With no more hits than that, the page is every hit
+    by timestamp."""
     from hermes_store.search import literal
 
     store, stored = stacked
+    newest = sort == "newest"
     holding = _holding(stored, FLAG)  # 50 rows, timestamps the reverse of ids
-    by_time = sorted(holding, key=lambda row: row["timestamp"], reverse=True)
-    assert [h["id"] for h in search(store, FLAG, sort="newest", limit=8)] == [
+    by_time = sorted(holding, key=lambda row: row["timestamp"], reverse=newest)
+    assert [h["id"] for h in search(store, FLAG, sort=sort, limit=8)] == [
         row["id"] for row in by_time[:8]
     ]
     from hermes_store.search.postgres_fts import PostgresSearch
@@ -552,21 +555,23 @@ def test_sort_newest_orders_the_newest_literal_hits_by_timestamp(
 
     monkeypatch.setattr(limits, "TIME_WINDOW", 10)
     for backend in (SqliteSearch, PostgresSearch):
-        monkeypatch.setattr(backend, "literal_window", 30)  # the newest 30 hold 10 hits
+        monkeypatch.setattr(backend, "literal_window", 30)  # 30 ids at either end: 10 hits
     pages: list[int | None] = []  # the floor of each statement the tier ran
     original = literal._page
 
     def recorded(*args: Any) -> list[Any]:
-        pages.append(args[5])
+        pages.append(None if args[5] is None else args[5][0])
         return original(*args)
 
     monkeypatch.setattr(literal, "_page", recorded)
-    newest_ten = sorted(holding, key=lambda row: row["id"])[-10:]
-    expected = sorted(newest_ten, key=lambda row: row["timestamp"], reverse=True)
-    assert [h["id"] for h in search(store, FLAG, sort="newest", limit=4)] == [
+    by_id = sorted(holding, key=lambda row: row["id"])
+    ten = by_id[-10:] if newest else by_id[:10]
+    expected = sorted(ten, key=lambda row: row["timestamp"], reverse=newest)
+    assert [h["id"] for h in search(store, FLAG, sort=sort, limit=4)] == [
         row["id"] for row in expected[:4]
     ]
-    assert pages == [max(row["id"] for row in stored) - 30]  # that window, not the table
+    ids = [row["id"] for row in stored]
+    assert pages == [max(ids) - 30 if newest else min(ids) - 1]  # that window, not the table
 
 
 def test_a_literal_is_found_as_a_whole_not_as_its_pieces(store: Store) -> None:
