@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 QUERIES = tuple(corpus.QUERIES.values())
 
 
-def _child(url: str, code: str | None, samples: int) -> dict[str, Any]:
-    """Time each query `samples` times (after two warm-up searches) with the code in
+def _child(url: str, code: str | None, samples: int, queries: list[str]) -> dict[str, Any]:
+    """Time each of `queries` `samples` times (after two warm-up searches) with the code in
     `code` (None: this tree)."""
     if code is not None:
         sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
@@ -43,7 +43,7 @@ def _child(url: str, code: str | None, samples: int) -> dict[str, Any]:
     store = Store(url)
     out: dict[str, Any] = {"module": sys.modules["hermes_store"].__file__, "rows": {}}
     try:
-        for query in QUERIES:
+        for query in queries:
             times = []
             hits: list[int] = []
             for n in range(samples + 2):
@@ -60,15 +60,21 @@ def _child(url: str, code: str | None, samples: int) -> dict[str, Any]:
     return out
 
 
-def _run_child(url: str, code: str | None, samples: int) -> dict[str, Any]:
+def _run_child(url: str, code: str | None, samples: int, queries: list[str]) -> dict[str, Any]:
     args = [sys.executable, "-m", "benchmarks.windows", "--child", "--samples", str(samples)]
     args += ["--code", code] if code else []
+    args += [arg for query in queries for arg in ("--query", query)]
     done = subprocess.run([*args, url], cwd=ROOT, capture_output=True, text=True, check=True)
     result: dict[str, Any] = json.loads(done.stdout)
     return result
 
 
-def compare(url: str, before: str, rounds: int, samples: int) -> list[dict[str, Any]]:
+def compare(
+    url: str, before: str, rounds: int, samples: int, queries: list[str] | None = None
+) -> list[dict[str, Any]]:
+    """Each of `queries` (default: every search row) before and after, in alternating
+    rounds."""
+    queries = list(queries or QUERIES)
     with tempfile.TemporaryDirectory(prefix="hs-before-") as scratch:
         archive = subprocess.run(
             ["git", "archive", before, "hermes_store"], cwd=ROOT, capture_output=True, check=True
@@ -79,8 +85,8 @@ def compare(url: str, before: str, rounds: int, samples: int) -> list[dict[str, 
         same: dict[str, bool] = {}
         for _ in range(rounds):
             got = {
-                "before": _run_child(url, scratch, samples),
-                "after": _run_child(url, None, samples),
+                "before": _run_child(url, scratch, samples, queries),
+                "after": _run_child(url, None, samples, queries),
             }
             loads.append(load_average())
             if not got["before"]["module"].startswith(scratch):
@@ -88,11 +94,11 @@ def compare(url: str, before: str, rounds: int, samples: int) -> list[dict[str, 
             for side, result in got.items():
                 for query, row in result["rows"].items():
                     sides[side].setdefault(query, []).extend(row["samples"])
-            for query in QUERIES:
+            for query in queries:
                 hits = [got[s]["rows"][query]["hits"] for s in ("before", "after")]
                 same[query] = same.get(query, True) and hits[0] == hits[1]
     rows = []
-    for query in QUERIES:
+    for query in queries:
         b50, b95 = percentiles(sides["before"][query])
         a50, a95 = percentiles(sides["after"][query])
         rows.append(
@@ -115,13 +121,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", default="main", help="the git revision measured first")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--samples", type=int, default=10, help="per query and round")
+    parser.add_argument(
+        "--query", action="append", help="a query to time (repeatable; default: every row)"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--code", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(_child(args.url, args.code, args.samples)))
+        print(json.dumps(_child(args.url, args.code, args.samples, args.query or list(QUERIES))))
         return 0
-    rows = compare(args.url, args.before, args.rounds, args.samples)
+    rows = compare(args.url, args.before, args.rounds, args.samples, args.query)
     print(f"{'query':<24} | before p50/p95 ms    | after p50/p95 ms     | same page | load")
     for row in rows:
         print(
