@@ -63,7 +63,7 @@ def _child(url: str, code: str | None, samples: int, queries: list[str]) -> dict
 def _run_child(url: str, code: str | None, samples: int, queries: list[str]) -> dict[str, Any]:
     args = [sys.executable, "-m", "benchmarks.windows", "--child", "--samples", str(samples)]
     args += ["--code", code] if code else []
-    args += [arg for query in queries for arg in ("--query", query)]
+    args += [f"--query={query}" for query in queries]
     done = subprocess.run([*args, url], cwd=ROOT, capture_output=True, text=True, check=True)
     result: dict[str, Any] = json.loads(done.stdout)
     return result

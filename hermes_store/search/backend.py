@@ -22,7 +22,7 @@ from sqlalchemy.exc import DBAPIError
 from ..backends import bundle, dialect_for
 from ..errors import SearchTimedOut
 from . import limits
-from .common import Filters, attach_context, fetch_rows, like_clauses, like_snippet, row_dicts
+from .common import Edge, Filters, attach_context, fetch_rows, like_clauses, like_snippet, row_dicts
 from .reading import Term
 from .search_query import SearchQuery
 
@@ -159,35 +159,35 @@ class SearchBackend:
 
     # --- id sets for the literal reading (literal.py assembles them) -----------------------
 
-    def word_ids(self, terms: list[Term], params: dict[str, Any], *, windowed: bool) -> str:
+    def word_ids(self, terms: list[Term], params: dict[str, Any], *, edge: Edge | None) -> str:
         """SELECT of the ids of rows holding every term (words, phrases, prefixes); with
-        `windowed`, only ids in the window (:floor, :ceiling] (read from the index
-        itself, so that a window of the newest or oldest rows costs what it holds)."""
+        `edge`, only ids in the window at that end of the table (common.id_window; read
+        from the index itself, so that a window costs what it holds)."""
         raise NotImplementedError
 
     def has_trigram_index(self) -> bool:
         return True
 
     def literal_ids(
-        self, literal: str, params: Params, *, trigram: bool, words: bool, windowed: bool
+        self, literal: str, params: Params, *, trigram: bool, words: bool, edge: Edge | None
     ) -> str:
         """SELECT of the ids of the rows whose content, tool name or tool calls contain
         `literal` by `reading.fold`, among: with `trigram`, the non-tool rows (the trigram
         index); with `words`, the rows holding its words as a phrase (the word index;
         only its tool rows are needed when `trigram` is set too); with neither, every
         row, or every non-tool row for a literal of 3 or more characters (a scan). With
-        `windowed`, only ids in the window, as `word_ids`."""
+        `edge`, only ids in the window, as `word_ids`."""
         raise NotImplementedError
 
     def literal_candidates(
-        self, literal: str, params: Params, *, trigram: bool, words: bool, windowed: bool
+        self, literal: str, params: Params, *, trigram: bool, words: bool, edge: Edge | None
     ) -> tuple[str | None, str | None]:
         """The rows `literal_ids` gives, in two parts: a SELECT of candidate ids (None:
         every row) and a condition on the row `m` that decides among them (None: every
         candidate holds the literal). A page cut newest first with the condition applied
         row by row checks candidates only until the page is full. By default: the exact
         id set, nothing left to decide."""
-        ids = self.literal_ids(literal, params, trigram=trigram, words=words, windowed=windowed)
+        ids = self.literal_ids(literal, params, trigram=trigram, words=words, edge=edge)
         return ids, None
 
     def literal_page(self, rows: str, where: str, order: str) -> str:

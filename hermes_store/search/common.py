@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import Connection, TextClause, bindparam, text
 from sqlalchemy.exc import DBAPIError
@@ -13,6 +13,8 @@ from sqlalchemy.exc import DBAPIError
 from .query import like_pattern
 
 JSON_PREFIX = "\x00json:"
+#: The end of the table a window of ids is taken from (the literal tier's windows).
+Edge = Literal["newest", "oldest"]
 CONTEXT_CHARS = 200
 
 
@@ -73,8 +75,17 @@ def row_dicts(result: Any) -> list[dict[str, Any]]:
     return [dict(zip(keys, values, strict=True)) for values in result.all()]
 
 
+def id_window(column: str, edge: Edge) -> str:
+    """The condition keeping `column` in a window of ids at `edge` of the table: above
+    the parameter :floor, or up to :ceiling. One bound each, as no id lies past the
+    table's end: a second, always-true one can change the plan (PostgreSQL then hands
+    it to the word index as a condition instead of intersecting the primary key's
+    range with the other indexes)."""
+    return f"{column} > :floor" if edge == "newest" else f"{column} <= :ceiling"
+
+
 def time_direction(sort: str | None) -> str | None:
-    """"DESC" for sort="newest", "ASC" for "oldest" (any case, trimmed), None for any
+    """ "DESC" for sort="newest", "ASC" for "oldest" (any case, trimmed), None for any
     other sort, which asks for relevance (spec/behaviour.md 6.1)."""
     return {"newest": "DESC", "oldest": "ASC"}.get((sort or "").strip().lower())
 

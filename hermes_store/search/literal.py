@@ -42,7 +42,8 @@ looked for in windows of 65,536 and 524,288 ids read through the indexes, their
 candidates kept in the window (`SearchBackend.literal_window_by_index`: the id sets
 from the whole indexes, the page's rows in the window), whose reading and checking
 grow with the window where the whole table's grow with the table. A window is the ids
-in (:floor, :ceiling]: the newest `window` ids, or the oldest for sort="oldest".
+above :floor (the newest `window` ids) or up to :ceiling (the oldest, for
+sort="oldest"): `common.id_window`.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from typing import Any
 
 from . import limits
 from .backend import Hit, SearchBackend
-from .common import Filters, time_direction
+from .common import Edge, Filters, id_window, time_direction
 from .reading import TRIGRAM_CHARS, Parsed, Term, fold, words_of
 from .snippets import terms_snippet
 
@@ -60,8 +61,6 @@ from .snippets import terms_snippet
 #: of the hits sort="oldest" orders by timestamp
 _BY_ID = "m.id DESC"
 _OLDEST_BY_ID = "m.id ASC"
-#: the ceiling of a window of the newest ids: above every id
-_ABOVE_EVERY_ID = 2**63 - 1
 
 _SELECT = (
     "SELECT m.id, m.session_id, m.role, m.content AS body, m.tool_name, m.tool_calls AS calls,"
@@ -72,13 +71,18 @@ _SELECT = (
 
 class _Statement:
     def __init__(
-        self, backend: SearchBackend, filters: Filters, *, windowed: bool, page_only: bool = False
+        self,
+        backend: SearchBackend,
+        filters: Filters,
+        *,
+        edge: Edge | None,
+        page_edge: Edge | None = None,
     ) -> None:
         self.backend = backend
         self.filters = filters
-        self.windowed = windowed  # every id set in the window (:floor, :ceiling]
-        # the id sets from the whole indexes, the page's rows in the window
-        self.page_only = page_only
+        self.edge = edge  # every id set in the window at that end of the table
+        # the id sets from the whole indexes, the page's rows in the window at that end
+        self.page_edge = page_edge
         self.params: dict[str, Any] = {}
         self.ctes: list[str] = []
 
@@ -99,12 +103,12 @@ class _Statement:
         trigram, words = self._literal_args(literal)
         return self.ids(
             self.backend.literal_ids(
-                literal, self.params, trigram=trigram, words=words, windowed=self.windowed
+                literal, self.params, trigram=trigram, words=words, edge=self.edge
             )
         )
 
     def _word_ids(self, terms: list[Term]) -> str:
-        return self.backend.word_ids(terms, self.params, windowed=self.windowed)
+        return self.backend.word_ids(terms, self.params, edge=self.edge)
 
     def group(
         self, group: Sequence[tuple[bool, Term]], *, lazy: bool
@@ -122,7 +126,7 @@ class _Statement:
             if term.literal and lazy and not negated:
                 trigram, in_words = self._literal_args(term.text)
                 candidates, condition = self.backend.literal_candidates(
-                    term.text, self.params, trigram=trigram, words=in_words, windowed=self.windowed
+                    term.text, self.params, trigram=trigram, words=in_words, edge=self.edge
                 )
                 positive += [self.ids(candidates)] if candidates else []
                 conditions += [condition] if condition else []
@@ -154,8 +158,8 @@ class _Statement:
             ids, where = " UNION ".join(groups), []
         if ids is not None:
             where.insert(0, f"m.id IN (SELECT id FROM {self.ids(ids)})")  # noqa: S608
-        if self.page_only:
-            where.append("m.id > :floor AND m.id <= :ceiling")
+        if self.page_edge:
+            where.append(id_window("m.id", self.page_edge))
         sessions = (
             " JOIN sessions AS s ON s.id = m.session_id" if self.filters.reads_sessions else ""
         )
@@ -203,12 +207,11 @@ def _windowed_page(
         return []
     lowest, highest = ids
     order = _OLDEST_BY_ID if oldest else _BY_ID
+    edge: Edge = "oldest" if oldest else "newest"
     window: int | None = backend.literal_window
     while window is not None and window <= highest - lowest:
-        bounds = (
-            (lowest - 1, lowest - 1 + window) if oldest else (highest - window, _ABOVE_EVERY_ID)
-        )
-        rows = _page(backend, parsed, filters, order, limit, bounds, window)
+        bound = lowest - 1 + window if oldest else highest - window
+        rows = _page(backend, parsed, filters, order, limit, (edge, bound), window)
         if len(rows) >= limit:
             return rows
         window = backend.wider_window(window, len(rows), limit)
@@ -221,19 +224,22 @@ def _page(
     filters: Filters,
     order: str,
     limit: int,
-    bounds: tuple[int, int] | None,
+    bound: tuple[Edge, int] | None,
     window: int = 0,
 ) -> list[Hit]:
-    """The first `limit` hits in `order`, among the ids in (floor, ceiling] of `bounds`
-    (a window of `window` ids), or the whole table."""
-    by_index = bounds is not None and backend.literal_window_by_index(window)
-    statement = _Statement(
-        backend, filters, windowed=bounds is not None and not by_index, page_only=by_index
-    )
+    """The first `limit` hits in `order`, in the window of `window` ids at an end of
+    the table (`bound`: the end, and the :floor or :ceiling id that bounds the window
+    there), or in the whole table."""
+    if bound is None:
+        statement = _Statement(backend, filters, edge=None)
+    elif backend.literal_window_by_index(window):
+        statement = _Statement(backend, filters, edge=None, page_edge=bound[0])
+    else:
+        statement = _Statement(backend, filters, edge=bound[0])
     sql = statement.sql(parsed, order)
     params = {**statement.params, "limit": limit}
-    if bounds is not None:
-        params["floor"], params["ceiling"] = bounds
+    if bound is not None:
+        params["floor" if bound[0] == "newest" else "ceiling"] = bound[1]
     return backend.literal_rows(sql, filters, params)
 
 

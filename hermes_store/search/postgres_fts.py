@@ -36,7 +36,15 @@ from .backend import (
     SearchBackend,
     Snippet,
 )
-from .common import CONTEXT_CHARS, Filters, decode_preview, oldest_first, ranked_order
+from .common import (
+    CONTEXT_CHARS,
+    Edge,
+    Filters,
+    decode_preview,
+    id_window,
+    oldest_first,
+    ranked_order,
+)
 from .index_method import cached_pg_index_method, pg_index_method
 from .reading import TRIGRAM_CHARS, Parsed, QuerySyntaxError, Term
 from .search_query import Reading, SearchQuery
@@ -680,9 +688,9 @@ class PostgresSearch(SearchBackend):
 
     # --- id sets for the literal tier -------------------------------------------------------
 
-    def word_ids(self, terms: list[Term], params: dict[str, Any], *, windowed: bool) -> str:
+    def word_ids(self, terms: list[Term], params: dict[str, Any], *, edge: Edge | None) -> str:
         matches = _matches_sql([[(False, term) for term in terms]], params)
-        return f"SELECT m.id FROM {_messages(windowed)} WHERE {matches}"  # noqa: S608
+        return f"SELECT m.id FROM {_messages(edge)} WHERE {matches}"  # noqa: S608
 
     def attach_context(self, hits: list[Hit]) -> None:
         # the lateral join the routes' own statements use, for hits found elsewhere
@@ -696,17 +704,18 @@ class PostgresSearch(SearchBackend):
             hit["context"] = found.get(hit["id"], [])
 
     def literal_ids(
-        self, literal: str, params: Params, *, trigram: bool, words: bool, windowed: bool
+        self, literal: str, params: Params, *, trigram: bool, words: bool, edge: Edge | None
     ) -> str:
-        condition = _holds_literal(literal, params, trigram=trigram, words=words, window=windowed)
-        return f"SELECT m.id FROM {_messages(windowed)} WHERE {condition}"  # noqa: S608
+        window = edge is not None
+        condition = _holds_literal(literal, params, trigram=trigram, words=words, window=window)
+        return f"SELECT m.id FROM {_messages(edge)} WHERE {condition}"  # noqa: S608
 
     def literal_candidates(
-        self, literal: str, params: Params, *, trigram: bool, words: bool, windowed: bool
+        self, literal: str, params: Params, *, trigram: bool, words: bool, edge: Edge | None
     ) -> tuple[str | None, str | None]:
-        if windowed:  # the window is an id set, read row by row (_messages)
+        if edge:  # the window is an id set, read row by row (_messages)
             return super().literal_candidates(
-                literal, params, trigram=trigram, words=words, windowed=windowed
+                literal, params, trigram=trigram, words=words, edge=edge
             )
         # the page's own condition: one bitmap scan of the indexes, each row read once
         # and checked once, and the page cut from it (no id set joined back to messages)
@@ -721,14 +730,14 @@ class PostgresSearch(SearchBackend):
         return f"SELECT m.id FROM ({found}) AS m ORDER BY {order} LIMIT :limit"  # noqa: S608
 
 
-def _messages(windowed: bool) -> str:
-    """The rows an id set is taken from: with `windowed`, the window's ids (:floor,
-    :ceiling], read row by row. OFFSET 0 keeps the planner from reaching for pg_trgm's
+def _messages(edge: Edge | None) -> str:
+    """The rows an id set is taken from: with `edge`, the window of ids at that end of
+    the table, read row by row. OFFSET 0 keeps the planner from reaching for pg_trgm's
     index, whose selectivity estimate for a long pattern is far too low: it would fetch
     and recheck every candidate in the table to keep the few in the window."""
-    if not windowed:
+    if edge is None:
         return "messages AS m"
-    return "(SELECT * FROM messages WHERE id > :floor AND id <= :ceiling OFFSET 0) AS m"
+    return f"(SELECT * FROM messages WHERE {id_window('id', edge)} OFFSET 0) AS m"  # noqa: S608
 
 
 def _holds_literal(

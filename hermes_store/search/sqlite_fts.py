@@ -22,7 +22,7 @@ from ..retry import is_retryable
 from . import limits
 from . import query as q
 from .backend import Hit, IndexDamaged, Params, SearchBackend, Snippet
-from .common import Filters, oldest_first, ranked_order, time_direction
+from .common import Edge, Filters, id_window, oldest_first, ranked_order, time_direction
 from .layout import HIGH_WATER, PROGRESS
 from .reading import TRIGRAM_CHARS, QuerySyntaxError, Term, fold
 from .search_query import SearchQuery
@@ -47,8 +47,8 @@ def _interrupted(exc: DBAPIError) -> bool:
     return getattr(exc.orig, "sqlite_errorcode", None) == sqlite3.SQLITE_INTERRUPT
 
 
-def _in_window(windowed: bool) -> str:
-    return " AND rowid > :floor AND rowid <= :ceiling" if windowed else ""
+def _in_window(edge: Edge | None) -> str:
+    return f" AND {id_window('rowid', edge)}" if edge else ""
 
 
 def _fts_damaged(exc: DatabaseError) -> bool:
@@ -307,32 +307,32 @@ class SqliteSearch(SearchBackend):
 
     # --- id sets for the literal tier -------------------------------------------------------
 
-    def word_ids(self, terms: list[Term], params: dict[str, Any], *, windowed: bool) -> str:
+    def word_ids(self, terms: list[Term], params: dict[str, Any], *, edge: Edge | None) -> str:
         name = f"w{len(params)}"
         params[name] = " AND ".join(_fts5_string(t.text) + "*" * t.prefix for t in terms)
-        window = _in_window(windowed)
+        window = _in_window(edge)
         return f"SELECT rowid FROM messages_fts WHERE messages_fts MATCH :{name}{window}"  # noqa: S608
 
     def has_trigram_index(self) -> bool:
         return self._trigram_usable()
 
     def literal_ids(
-        self, literal: str, params: Params, *, trigram: bool, words: bool, windowed: bool
+        self, literal: str, params: Params, *, trigram: bool, words: bool, edge: Edge | None
     ) -> str:
         candidates, condition = self.literal_candidates(
-            literal, params, trigram=trigram, words=words, windowed=windowed
+            literal, params, trigram=trigram, words=words, edge=edge
         )
         scope = f"m.id IN ({candidates}) AND " if candidates else ""
         return f"SELECT m.id FROM messages AS m WHERE {scope}{condition}"  # noqa: S608
 
     def literal_candidates(
-        self, literal: str, params: Params, *, trigram: bool, words: bool, windowed: bool
+        self, literal: str, params: Params, *, trigram: bool, words: bool, edge: Edge | None
     ) -> tuple[str | None, str]:
         n = len(params)
         params[f"lit{n}"] = fold(literal)
         sources = []
         # FTS5 seeks to rowid bounds: a window of the newest or oldest rows costs what it holds
-        window = _in_window(windowed)
+        window = _in_window(edge)
         if trigram:
             params[f"tri{n}"] = _trigram_cover(literal)
             table = "messages_fts_trigram"
@@ -348,7 +348,7 @@ class SqliteSearch(SearchBackend):
         if sources:
             return " UNION ".join(sources), f"({exact})"
         scope = "m.role <> 'tool' AND " if len(literal) >= TRIGRAM_CHARS else ""
-        scope += "m.id > :floor AND m.id <= :ceiling AND " if windowed else ""
+        scope += f"{id_window('m.id', edge)} AND " if edge else ""
         return None, f"{scope}({exact})"
 
     def literal_rows(self, sql: str, filters: Filters, params: dict[str, Any]) -> list[Hit]:
