@@ -237,18 +237,28 @@ def _context_by_id(sql: str) -> TextClause:
 
 #: query_canceled: statement_timeout (or a cancel request) stopped the statement
 _QUERY_CANCELED = "57014"
-# The search's statement_timeout, for the rest of its transaction only (set_config's
-# `true`), never above one the session already has; with the value it replaces, which
-# the search puts back when it ends (the caller's transaction may go on). The OFFSET 0
-# fence reads the old value before set_config changes it; SHOW's form ("2s", "1min")
-# read as an interval gives its milliseconds (pg_settings costs half a millisecond).
-_LIMIT_STATEMENTS = text(
-    "SELECT old.setting, old.ms, set_config('statement_timeout', old.ms::text, true) FROM"
-    " (SELECT setting, CASE WHEN ms > 0 AND ms < CAST(:ms AS bigint) THEN ms"
+# The search's settings, for the rest of its transaction only (set_config's `true`),
+# with the values they replace, which the search puts back when it ends (the caller's
+# transaction may go on). statement_timeout: the search's limit, never above one the
+# session already has (none when :ms is NULL). work_mem: PostgresSearch.work_mem, never
+# below the session's own. The OFFSET 0 fence reads the old values before set_config
+# changes them; SHOW's form ("2s", "1min") read as an interval gives its milliseconds
+# (pg_settings costs half a millisecond).
+_SEARCH_SETTINGS = text(
+    "SELECT old.setting, old.ms,"
+    " set_config('statement_timeout', COALESCE(old.ms::text, old.setting), true),"
+    " old.work_mem, set_config('work_mem', CASE WHEN pg_size_bytes(old.work_mem)"
+    " < pg_size_bytes(:work_mem) THEN :work_mem ELSE old.work_mem END, true) FROM"
+    " (SELECT setting, work_mem, CASE WHEN CAST(:ms AS bigint) IS NULL THEN NULL"
+    " WHEN ms > 0 AND ms < CAST(:ms AS bigint) THEN ms"
     " ELSE CAST(:ms AS bigint) END AS ms FROM"
-    " (SELECT current_setting('statement_timeout') AS setting, CAST(extract(epoch FROM"
+    " (SELECT current_setting('statement_timeout') AS setting,"
+    " current_setting('work_mem') AS work_mem, CAST(extract(epoch FROM"
     " CAST(current_setting('statement_timeout') AS interval)) * 1000 AS bigint) AS ms"
     " OFFSET 0) AS now) AS old"
+)
+_PUT_BACK = text(
+    "SELECT set_config('statement_timeout', :ms, true), set_config('work_mem', :work_mem, true)"
 )
 _SET_LIMIT = text("SELECT set_config('statement_timeout', :ms, true)")
 #: the largest statement_timeout PostgreSQL accepts (INT_MAX milliseconds)
@@ -508,6 +518,11 @@ class PostgresSearch(SearchBackend):
     #: 0.3 us at 1M rows: docs/search-at-scale.md); `walk_pays` weighs the two
     word_span = 65_536
     word_row_cost = 2.0
+    #: The work_mem a search's statements get at least (for its transaction only). RUM's
+    #: ordered scan sorts the matches it reads by id in work_mem, and spills them to
+    #: disk at PostgreSQL's default of 4MB (10M rows: `migrat*` 60 -> 33 ms, a
+    #: three-word AND 56 -> 31 ms, `zephyrine` 19 -> 10 ms: docs/search-at-scale.md).
+    work_mem = "16MB"
     #: the statement_timeout in force during a time-limited search, in milliseconds
     _statement_ms = 0
 
@@ -515,12 +530,14 @@ class PostgresSearch(SearchBackend):
     def time_limit(self, budget_ms: float | None) -> Iterator[None]:
         # statement_timeout stops the statement running at the deadline (check_time
         # lowers it as the deadline nears), and no statement starts past it
-        if budget_ms is None:
-            yield
-            return
         started = time.monotonic()
-        ms = min(max(1, round(budget_ms)), _LONGEST_TIMEOUT_MS)
-        old, limit_ms, _ = self.conn.execute(_LIMIT_STATEMENTS, {"ms": ms}).one()
+        ms = None if budget_ms is None else min(max(1, round(budget_ms)), _LONGEST_TIMEOUT_MS)
+        settings = {"ms": ms, "work_mem": self.work_mem}
+        old, limit_ms, _, old_work_mem, _ = self.conn.execute(_SEARCH_SETTINGS, settings).one()
+        if limit_ms is None:
+            yield
+            self._put_back(old, old_work_mem)
+            return
         self._statement_ms = int(limit_ms)
         try:
             with super().time_limit(float(limit_ms)):
@@ -532,17 +549,17 @@ class PostgresSearch(SearchBackend):
                 raise self.timed_out() from exc
             raise
         except SearchTimedOut:
-            # no statement failed: the caller's transaction goes on with its own limit
-            self._put_back(old)
+            # no statement failed: the caller's transaction goes on with its own settings
+            self._put_back(old, old_work_mem)
             raise
-        self._put_back(old)
+        self._put_back(old, old_work_mem)
 
     def index_method(self, *, cached: bool = True) -> IndexMethod:
         return cached_pg_index_method(self.conn) if cached else pg_index_method(self.conn)
 
-    def _put_back(self, statement_timeout: str) -> None:
+    def _put_back(self, statement_timeout: str, work_mem: str) -> None:
         if not self.conn.get_execution_options().get(TRANSACTION_ENDS_WITH_SEARCH):
-            self.conn.execute(_SET_LIMIT, {"ms": statement_timeout})
+            self.conn.execute(_PUT_BACK, {"ms": statement_timeout, "work_mem": work_mem})
 
     def check_time(self) -> None:
         super().check_time()

@@ -265,6 +265,44 @@ def test_the_limit_ends_with_the_search(many: Store, monkeypatch: pytest.MonkeyP
         assert conn.execute(heavy).scalar_one() > 0
 
 
+@pytest.mark.parametrize("budget", ["10000", "0"])
+def test_a_search_raises_work_mem_for_its_own_statements(
+    pg_fresh_db: str, monkeypatch: pytest.MonkeyPatch, budget: str
+) -> None:
+    """PostgreSQL: the search's statements run with PostgresSearch.work_mem at least
+    (RUM's ordered scan sorts in it), with or without a time limit; a larger one of the
+    session's is kept, and the caller's transaction goes on with its own after."""
+    from sqlalchemy import event
+
+    from hermes_store.repositories.messages import MessageRepository
+    from hermes_store.repositories.sessions import SessionRepository
+    from hermes_store.search.postgres_fts import PostgresSearch
+
+    monkeypatch.setenv(TIMEOUT_ENV, budget)
+    pg_store = Store(pg_fresh_db)
+    SessionRepository(pg_store).create_session("w", "cli")
+    MessageRepository(pg_store).append_message("w", "user", "a zephyr line")
+    seen: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.startswith("SELECT m."):  # a search statement: its settings
+            seen.append(cursor.connection.execute("SHOW work_mem").fetchone()[0])
+
+    event.listen(pg_store.engine, "after_cursor_execute", record)
+    show = text("SHOW work_mem")
+    with pg_store.read() as conn:
+        conn.execute(text("SET LOCAL work_mem = '4MB'"))
+        assert search_messages(conn, "zephyr")
+        assert conn.execute(show).scalar_one() == "4MB"
+        assert seen and set(seen) == {PostgresSearch.work_mem}
+        seen.clear()
+        conn.execute(text("SET LOCAL work_mem = '64MB'"))
+        assert search_messages(conn, "zephyr")
+        assert seen and set(seen) == {"64MB"}
+        assert conn.execute(show).scalar_one() == "64MB"
+    pg_store.close()
+
+
 def test_a_statement_running_at_the_deadline_is_stopped(store: Store) -> None:
     """The limit stops a statement already running when the deadline comes (SQLite: the
     progress handler interrupts it; PostgreSQL: statement_timeout cancels it), not only
