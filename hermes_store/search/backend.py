@@ -224,7 +224,7 @@ class SearchBackend:
 
     def id_range(self) -> tuple[int, int] | None:
         """The lowest and highest message ids, None when there are no messages."""
-        found = self.fetch("SELECT min(id), max(id) FROM messages", {})
+        found = self.fetch(ID_RANGE_SQL, {})
         if not found or found[0][0] is None:
             return None
         return int(found[0][0]), int(found[0][1])
@@ -249,6 +249,11 @@ class SearchBackend:
         """The rows of a statement without filters, as tuples."""
         self.check_time()
         return fetch_rows(self.conn, sql, params)
+
+
+#: The lowest and highest message ids, in two subqueries: SQLite seeks the primary key
+#: for a lone min() or max() only, and scans the whole table for both in one SELECT.
+ID_RANGE_SQL = "SELECT (SELECT min(id) FROM messages), (SELECT max(id) FROM messages)"
 
 
 def backend_for(conn: Connection) -> SearchBackend:

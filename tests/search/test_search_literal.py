@@ -699,3 +699,21 @@ def test_a_literal_window_is_bounded_at_one_end_only() -> None:
     sqlite = SqliteSearch(None)  # type: ignore[arg-type]
     found = sqlite.word_ids([Term("zephyr", prefix=False, phrase=False)], {}, edge="oldest")
     assert found.endswith("AND rowid <= :ceiling")
+
+
+def test_the_id_range_is_read_from_the_primary_key(store: Store) -> None:
+    """The literal tier reads the lowest and highest ids before its windows: two seeks
+    of the primary key on either backend, never a scan of the table (SQLite scans it
+    for min() and max() in one SELECT)."""
+    from hermes_store.search.backend import ID_RANGE_SQL
+
+    SessionRepository(store).create_session("s", "cli")
+    ids = MessageRepository(store).append_messages(
+        "s", [{"role": "user", "content": f"line {n}"} for n in range(5)]
+    )
+    with store.read() as conn:
+        assert tuple(conn.execute(sa.text(ID_RANGE_SQL)).one()) == (min(ids), max(ids))
+        explain = "EXPLAIN QUERY PLAN " if store.dialect == "sqlite" else "EXPLAIN "
+        rows = conn.execute(sa.text(explain + ID_RANGE_SQL))
+        plan = " ".join(str(row[-1]) for row in rows)
+    assert "SCAN messages" not in plan and "Seq Scan" not in plan, plan
