@@ -294,15 +294,17 @@ def word_sql(
     return _ranked_page(query_sql, filters, sort, f"m.id IN ({candidates})"), params
 
 
-def word_window_sql(fts5: Reading, filters: Filters) -> tuple[str, Params]:
-    """The ids of the newest :window matches of the tsquery among the newest :span ids,
-    read row by row walking the primary key newest first (stopping once :window are
-    found): for a word in a few percent of the rows that is a few ten thousand rows
-    whatever the table holds, where the word index reads every match (RUM's ordered scan
-    reads the term's whole posting list before it hands over the first id).
-    Parameters: the tsquery's, :span, :window."""
+def word_window_sql(
+    fts5: Reading, filters: Filters, *, oldest: bool = False
+) -> tuple[str, Params]:
+    """The ids of the newest :window matches of the tsquery among the newest :span ids
+    (the oldest among the oldest with `oldest`), read row by row walking the primary key
+    from that end (stopping once :window are found): for a word in a few percent of the
+    rows that is a few ten thousand rows whatever the table holds, where the word index
+    reads every match (RUM's ordered scan reads the term's whole posting list before it
+    hands over the first id). Parameters: the tsquery's, :span, :window."""
     params: Params = {}
-    return _newest_span(_matches_sql(fts5, params), filters), params
+    return _span(_matches_sql(fts5, params), filters, oldest=oldest), params
 
 
 def word_page_sql(fts5: Reading, filters: Filters, sort: str | None) -> tuple[str, Params]:
@@ -414,15 +416,21 @@ def _ranked_page(query_sql: str, filters: Filters, sort: str | None, where: str)
     )
 
 
-def _newest_span(where: str, filters: Filters) -> str:
-    """The ids of the newest :window rows matching `where` among the newest :span ids,
-    the primary key walked newest first. The OFFSET 0 fence keeps the planner from the
-    indexes (which find every match in the table before the newest are kept)."""
+def _span(where: str, filters: Filters, *, oldest: bool = False) -> str:
+    """The ids of the newest :window rows matching `where` among the newest :span ids
+    (with `oldest`, the oldest among the oldest), the primary key walked from that end.
+    The OFFSET 0 fence keeps the planner from the indexes (which find every match in the
+    table before the newest are kept)."""
     sessions = " JOIN sessions AS s ON s.id = m.session_id" if filters.reads_sessions else ""
+    span = (
+        "id < (SELECT min(id) FROM messages) + :span ORDER BY id ASC"
+        if oldest
+        else "id > (SELECT max(id) FROM messages) - :span ORDER BY id DESC"
+    )
+    order = "ASC" if oldest else "DESC"
     return (
-        "SELECT m.id FROM (SELECT * FROM messages WHERE id >"  # noqa: S608
-        " (SELECT max(id) FROM messages) - :span ORDER BY id DESC OFFSET 0) AS m"
-        f"{sessions} WHERE {where}{filters.sql} ORDER BY m.id DESC LIMIT :window"
+        f"SELECT m.id FROM (SELECT * FROM messages WHERE {span} OFFSET 0) AS m"  # noqa: S608
+        f"{sessions} WHERE {where}{filters.sql} ORDER BY m.id {order} LIMIT :window"
     )
 
 
@@ -474,7 +482,7 @@ def substring_window_sql(tokens: Sequence[str], filters: Filters) -> tuple[str, 
     where = _substring_where(tokens, params)
     if where is None:
         return None
-    return _newest_span(where, filters), params
+    return _span(where, filters), params
 
 
 def substring_page_sql(filters: Filters) -> str:
@@ -589,7 +597,7 @@ class PostgresSearch(SearchBackend):
             raise QuerySyntaxError(query.fts5_error)
         window = limits.rank_window(limit, offset)
         page = {"limit": limit, "offset": offset}
-        ids = None if oldest_first(sort) else self._word_window(query, filters, window)
+        ids = self._word_window(query, filters, window, oldest=oldest_first(sort))
         if ids is not None:
             sql, params = word_page_sql(query.fts5, filters, sort)
             rows = self._run(sql, filters, {**params, **page, "ids": ids})
@@ -599,11 +607,14 @@ class PostgresSearch(SearchBackend):
         terms = query.fts5_positive_terms
         return [_hit(r, terms_snippet(decode_preview(r["content"]), terms)) for r in rows]
 
-    def _word_window(self, query: SearchQuery, filters: Filters, window: int) -> list[int] | None:
-        """The ids of the newest `window` matches, read from the newest WORD_SPAN ids row
-        by row, when the planner's estimates say that pays (`walk_pays`) and the span
-        holds that many (then they are the newest of the whole table, the ids the word
-        index would hand over); None otherwise (the word index is asked). The planner is
+    def _word_window(
+        self, query: SearchQuery, filters: Filters, window: int, *, oldest: bool
+    ) -> list[int] | None:
+        """The ids of the newest `window` matches (the oldest, with `oldest`), read from
+        the newest (oldest) WORD_SPAN ids row by row, when the planner's estimates say
+        that pays (`walk_pays`) and the span holds that many (then they are the newest
+        (oldest) of the whole table, the ids the word index would hand over); None
+        otherwise (the word index is asked). The planner is
         asked (EXPLAIN) only when ANALYZE's most common words leave the walk possible,
         so a rare word, which most are, costs no round trip here."""
         rows = self._table_rows()
@@ -616,7 +627,7 @@ class PostgresSearch(SearchBackend):
         plan = self.conn.execute(filters.statement(sql), {**filters.params, **params}).scalar()
         if not self._walk_pays(estimated_rows(plan), rows, window):
             return None
-        sql, params = word_window_sql(query.fts5, filters)
+        sql, params = word_window_sql(query.fts5, filters, oldest=oldest)
         found = self._run(sql, filters, {**params, "span": self.word_span, "window": window})
         ids = [int(row["id"]) for row in found]
         return ids if len(ids) >= window else None

@@ -144,6 +144,12 @@ def test_postgres_word_window_sql_walks_the_newest_ids_and_the_page_ranks_them()
         " ORDER BY id DESC OFFSET 0) AS m WHERE m.search_vector @@ " in walk
     )
     assert walk.endswith("(m.active = 1 OR m.compacted = 1) ORDER BY m.id DESC LIMIT :window")
+    oldest, _ = word_window_sql(read.fts5, NO_FILTERS, oldest=True)
+    assert (
+        "FROM (SELECT * FROM messages WHERE id < (SELECT min(id) FROM messages) + :span"
+        " ORDER BY id ASC OFFSET 0) AS m WHERE " in oldest
+    )
+    assert oldest.endswith("ORDER BY m.id ASC LIMIT :window")
     assert "rebase" not in walk and "rebase" in params.values()
     page, _ = word_page_sql(read.fts5, NO_FILTERS, None)
     assert "m.id = ANY(:ids)" in page and "ts_rank_cd" in page
@@ -638,8 +644,8 @@ def test_a_walked_word_window_gives_the_page_the_word_index_gives(
     walked: list[int] = []
     original = PostgresSearch._word_window
 
-    def recorded(self: Any, *args: Any) -> list[int] | None:
-        found = original(self, *args)
+    def recorded(self: Any, *args: Any, **options: Any) -> list[int] | None:
+        found = original(self, *args, **options)
         walked.append(len(found) if found is not None else 0)
         return found
 
@@ -647,20 +653,20 @@ def test_a_walked_word_window_gives_the_page_the_word_index_gives(
     monkeypatch.setattr(PostgresSearch, "word_span", 65_536)
     monkeypatch.setattr(PostgresSearch, "word_row_cost", 0.01)  # walking pays
     assert pages() == indexed
-    # every case but the oldest-first one asked; the span held a window of 30 for each
-    # but the last, whose estimate (under the window) said a walk could not fill it
-    assert walked == [30] * 8 + [0]
+    # every case asked (sort="oldest" walks the oldest ids); the span held a window of
+    # 30 for each but the last, whose estimate (under the window) said a walk could not
+    assert walked == [30] * 9 + [0]
 
     walked.clear()
-    # a span of the newest 150 ids, which hold 50 rebase rows: the window from a part of
-    # the table (the phrase of `step 3` has 2 rows in all, the index gives them)
+    # a span of the newest (oldest) 150 ids, which hold 50 rebase rows: the window from
+    # a part of the table (the phrase of `step 3` has 2 rows in all, the index gives them)
     monkeypatch.setattr(postgres_fts, "walk_pays", lambda *args: True)
     monkeypatch.setattr(PostgresSearch, "word_span", 150)
     assert pages() == indexed
-    assert walked == [30] * 8 + [0]
+    assert walked == [30] * 9 + [0]
 
     walked.clear()
     # a walk that falls short (60 ids hold about 20 matches): the word index answers
     monkeypatch.setattr(PostgresSearch, "word_span", 60)
     assert pages() == indexed
-    assert walked == [0] * 9
+    assert walked == [0] * 10
