@@ -184,7 +184,7 @@ class SearchBackend:
     ) -> tuple[str | None, str | None]:
         """The rows `literal_ids` gives, in two parts: a SELECT of candidate ids (None:
         every row) and a condition on the row `m` that decides among them (None: every
-        candidate holds the literal). A page cut newest first with the condition applied
+        candidate holds the literal). A page cut in id order with the condition applied
         row by row checks candidates only until the page is full. By default: the exact
         id set, nothing left to decide."""
         ids = self.literal_ids(literal, params, trigram=trigram, words=words, edge=edge)

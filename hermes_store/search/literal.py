@@ -29,15 +29,16 @@ hits (by id, from the same windows) by timestamp, `"oldest"` the oldest
 limits.time_window hits (by id, from windows of the oldest ids) likewise, as the
 other time-ordered routes keep theirs. A literal found in thousands of rows would cost
 thousands of row reads to order; in id order the page is first looked for among the
-newest ids only (the backend's `literal_window`: 8,192 ids on SQLite, whose indexes
-seek to the bound, 1,024 on PostgreSQL, which reads the window row by row), and a
-window that holds a whole page holds exactly the page the whole table would give,
-since every hit outside it has a lower id. A window short of a page is followed by
-wider ones where the backend has them (`SearchBackend.wider_window`; PostgreSQL only),
-then by the whole table, which costs what the literal's rows (or its index candidates)
-cost. On PostgreSQL a second window, read row by row, is sized by the first's density
-where the first showed the literal often enough (pg_trgm ignores punctuation and so
-can hand over far more candidates than a literal has rows); a rarer literal is then
+newest ids only (the oldest for sort="oldest"; the backend's `literal_window`: 8,192
+ids on SQLite, whose indexes seek to the bound, 1,024 on PostgreSQL, which reads the
+window row by row), and a window that holds a whole page holds exactly the page the
+whole table would give, since every hit outside it is further from that end of the
+table. A window short of a page is followed by wider ones where the backend has them
+(`SearchBackend.wider_window`; PostgreSQL only), then by the whole table, which costs
+what the literal's rows (or its index candidates) cost. On PostgreSQL a second window,
+read row by row, is sized by the first's density where the first showed the literal
+often enough (pg_trgm ignores punctuation and so can hand over far more candidates
+than a literal has rows); a rarer literal is then
 looked for in windows of 65,536 and 524,288 ids read through the indexes, their
 candidates kept in the window (`SearchBackend.literal_window_by_index`: the id sets
 from the whole indexes, the page's rows in the window), whose reading and checking
@@ -147,7 +148,7 @@ class _Statement:
         # page is ids and sort keys only: a frequent literal matches thousands of rows, and
         # sorting their text and joining their sessions cost more than finding them. A
         # query of one group (no OR) leaves its literals' checks to the page, which SQLite
-        # then applies walking the candidates newest first, only until the page is full.
+        # then applies walking the candidates in the page's id order, only until the page is full.
         if len(parsed) == 1:
             ids, where = self.group(parsed[0], lazy=True)
         else:

@@ -294,9 +294,7 @@ def word_sql(
     return _ranked_page(query_sql, filters, sort, f"m.id IN ({candidates})"), params
 
 
-def word_window_sql(
-    fts5: Reading, filters: Filters, *, oldest: bool = False
-) -> tuple[str, Params]:
+def word_window_sql(fts5: Reading, filters: Filters, *, oldest: bool = False) -> tuple[str, Params]:
     """The ids of the newest :window matches of the tsquery among the newest :span ids
     (the oldest among the oldest with `oldest`), read row by row walking the primary key
     from that end (stopping once :window are found): for a word in a few percent of the
@@ -348,8 +346,8 @@ _WORD_RE = re.compile(r"[0-9A-Za-z]+")
 
 @dataclass(frozen=True)
 class CommonWords:
-    """ANALYZE's most common lexemes and the fraction of the rows holding each; a lexeme
-    not listed is estimated by the planner below the smallest listed fraction."""
+    """ANALYZE's most common lexemes and the fraction of the rows holding each; the
+    planner estimates a lexeme not listed at min(0.005, rarest / 2), below `rarest`."""
 
     frequencies: Mapping[str, float]
     rarest: float
@@ -365,10 +363,11 @@ def common_words(row: Any) -> CommonWords | None:
 
 
 def density_bound(parsed: Parsed, words: CommonWords) -> float | None:
-    """At least the fraction of the rows the planner can estimate the query matches: an
-    OR's groups summed, each group at most its rarest positive word (a negated term
-    only lowers it). None when a term's lexemes cannot be known here (a prefix, a word
-    beside ASCII letters and digits, whose lexeme the parser decides)."""
+    """An upper bound of the planner's estimate of the fraction of the rows the query
+    matches: an OR's groups summed, each group at most its rarest positive word (a
+    negated term only lowers it; a term of no word is asked as a lexeme that is never
+    listed). None when a term's lexemes cannot be known here (a prefix, a word beside
+    ASCII letters and digits, whose lexeme the parser decides)."""
     total = 0.0
     for group in parsed:
         rarest: float | None = None
@@ -381,7 +380,7 @@ def density_bound(parsed: Parsed, words: CommonWords) -> float | None:
             if not all(_WORD_RE.fullmatch(word) for word in lexemes):
                 return None
             listed = (words.frequencies.get(w.lower(), words.rarest) for w in lexemes)
-            found = min(listed, default=0.0)  # a term with no word matches no row
+            found = min(listed, default=words.rarest)
             rarest = found if rarest is None else min(rarest, found)
         if rarest is None:
             return None
@@ -395,9 +394,9 @@ def estimated_rows(plan: Any) -> float:
 
 
 def walk_pays(matches: float, rows: float, window: int, span: int, row_cost: float) -> bool:
-    """Whether walking the newest ids is expected to fill the window within the span
-    (with a margin of half again, the estimate being an estimate) at a lower cost than
-    the word index's: the index's work grows with the matches, the walk's with the rows
+    """Whether walking the ids at the table's end is expected to fill the window within
+    the span (with a margin of half again, the estimate being an estimate) at a lower
+    cost than the word index's: the index's work grows with the matches, the walk's with the rows
     read until `window` matches are found (`rows / matches` per match), each row costing
     `row_cost` index matches."""
     if matches <= 0 or rows <= 0:
@@ -420,7 +419,7 @@ def _span(where: str, filters: Filters, *, oldest: bool = False) -> str:
     """The ids of the newest :window rows matching `where` among the newest :span ids
     (with `oldest`, the oldest among the oldest), the primary key walked from that end.
     The OFFSET 0 fence keeps the planner from the indexes (which find every match in the
-    table before the newest are kept)."""
+    table before the window's are kept)."""
     sessions = " JOIN sessions AS s ON s.id = m.session_id" if filters.reads_sessions else ""
     span = (
         "id < (SELECT min(id) FROM messages) + :span ORDER BY id ASC"
@@ -521,7 +520,8 @@ class PostgresSearch(SearchBackend):
     literal_sparse_table_rows = 3_000_000
     #: the newest ids the substring route reads row by row before pg_trgm's bitmap
     substring_span = 16_384
-    #: the newest ids a frequent word's window may be read from row by row, and what
+    #: the ids at the table's end (newest, or oldest for sort="oldest") a frequent word's
+    #: window may be read from row by row, and what
     #: reading one costs in matches of the word index's ordered scan (about 0.7 against
     #: 0.3 us at 1M rows: docs/search-at-scale.md); `walk_pays` weighs the two
     word_span = 65_536
@@ -543,7 +543,13 @@ class PostgresSearch(SearchBackend):
         settings = {"ms": ms, "work_mem": self.work_mem}
         old, limit_ms, _, old_work_mem, _ = self.conn.execute(_SEARCH_SETTINGS, settings).one()
         if limit_ms is None:
-            yield
+            try:
+                yield
+            except DBAPIError:
+                raise  # the transaction failed: nothing more can run in it
+            except BaseException:
+                self._put_back(old, old_work_mem)
+                raise
             self._put_back(old, old_work_mem)
             return
         self._statement_ms = int(limit_ms)
@@ -614,13 +620,15 @@ class PostgresSearch(SearchBackend):
         the newest (oldest) WORD_SPAN ids row by row, when the planner's estimates say
         that pays (`walk_pays`) and the span holds that many (then they are the newest
         (oldest) of the whole table, the ids the word index would hand over); None
-        otherwise (the word index is asked). The planner is
-        asked (EXPLAIN) only when ANALYZE's most common words leave the walk possible,
-        so a rare word, which most are, costs no round trip here."""
+        otherwise (the word index is asked). The planner is asked (EXPLAIN) only when
+        ANALYZE's most common words leave the walk possible, so a rare word, which most
+        are, costs no round trip here."""
         rows = self._table_rows()
         words = self._common_words()
         bound = None if words is None else density_bound(query.fts5, words)
-        if bound is not None and not self._walk_pays(bound * rows, rows, window):
+        # the margin: the cached statistics may lag the planner's by a minute of growth
+        # or an ANALYZE, and its estimate is rounded to whole rows
+        if bound is not None and not self._walk_pays(bound * rows * 1.5 + 1, rows, window):
             return None
         sql, params = word_estimate_sql(query.fts5, filters)
         self.check_time()
@@ -734,8 +742,8 @@ class PostgresSearch(SearchBackend):
     def literal_ids(
         self, literal: str, params: Params, *, trigram: bool, words: bool, edge: Edge | None
     ) -> str:
-        window = edge is not None
-        condition = _holds_literal(literal, params, trigram=trigram, words=words, window=window)
+        windowed = edge is not None
+        condition = _holds_literal(literal, params, trigram=trigram, words=words, window=windowed)
         return f"SELECT m.id FROM {_messages(edge)} WHERE {condition}"  # noqa: S608
 
     def literal_candidates(

@@ -292,8 +292,10 @@ def test_a_search_raises_work_mem_for_its_own_statements(
     show = text("SHOW work_mem")
     with pg_store.read() as conn:
         conn.execute(text("SET LOCAL work_mem = '4MB'"))
+        conn.execute(text("SET LOCAL statement_timeout = '3s'"))
         assert search_messages(conn, "zephyr")
         assert conn.execute(show).scalar_one() == "4MB"
+        assert conn.execute(text("SHOW statement_timeout")).scalar_one() == "3s"
         assert seen and set(seen) == {PostgresSearch.work_mem}
         seen.clear()
         conn.execute(text("SET LOCAL work_mem = '64MB'"))

@@ -473,6 +473,53 @@ def test_a_literal_page_is_the_most_recently_stored_first_whatever_the_window(
         assert 50 in windows
 
 
+@pytest.mark.parametrize("sort", [None, "newest", "oldest"])
+@pytest.mark.parametrize(
+    ("window", "widest", "by_index"),
+    [
+        (10, 0, (30, 60)),  # windows read through the indexes, the page kept in them
+        (24, 16_384, (30, 60)),  # a density window first
+        (12, 0, ()),  # the whole table after the first window
+        (200, 0, ()),  # one window holds every row
+    ],
+)
+def test_a_window_at_either_end_of_a_pruned_table_gives_the_whole_tables_page(
+    stacked: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    sort: str | None,
+    window: int,
+    widest: int,
+    by_index: tuple[int, ...],
+) -> None:
+    """With the oldest rows deleted (the lowest id past 1), every window series at
+    either end of the table gives the page the whole table gives: in id order, or the
+    limits.TIME_WINDOW hits at the sort's end of the table by timestamp."""
+    from hermes_store.search.postgres_fts import PostgresSearch
+    from hermes_store.search.sqlite_fts import SqliteSearch
+
+    store, stored = stacked
+    with store.engine.begin() as conn:
+        conn.execute(sa.text("DELETE FROM messages WHERE id < :first"), {"first": stored[7]["id"]})
+    kept = _holding(stored[7:], FLAG)  # the first hit kept is the lowest id left
+    assert kept[0]["id"] == stored[9]["id"]
+    monkeypatch.setattr(limits, "TIME_WINDOW", 12)
+    for backend in (SqliteSearch, PostgresSearch):
+        monkeypatch.setattr(backend, "literal_window", window)
+        monkeypatch.setattr(backend, "literal_widest_window", widest)
+    monkeypatch.setattr(PostgresSearch, "literal_index_windows", by_index)
+    by_id = sorted(kept, key=lambda row: row["id"])
+    for limit in (5, 12, 20):
+        if sort is None:
+            expected = [row["id"] for row in reversed(by_id)][:limit]
+        else:
+            newest = sort == "newest"
+            end = by_id[-max(12, limit) :] if newest else by_id[: max(12, limit)]
+            by_time = sorted(end, key=lambda row: (row["timestamp"], row["id"]), reverse=newest)
+            expected = [row["id"] for row in by_time][:limit]
+        found = [h["id"] for h in search(store, FLAG, sort=sort, limit=limit)]
+        assert found == expected, (limit, sort)
+
+
 def test_in_a_large_table_two_hits_size_the_second_window(
     pg_fresh_db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
