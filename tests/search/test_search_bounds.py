@@ -527,6 +527,10 @@ _CASES: list[tuple[str, dict[str, Any]]] = [
     ("ops@zephyr.io", {}),
     ("ops@zephyr.io", {"role_filter": ["assistant"], "limit": 3}),
     ("ops@zephyr.io ready", {"limit": 2}),
+    # a 2-character CJK term: the LIKE scan, the span first on PostgreSQL
+    ("数据", {}),
+    ("数据", {"limit": 5, "offset": 3}),
+    ("数据", {"limit": 40}),
 ]
 
 
