@@ -38,11 +38,11 @@ table. A window short of a page is followed by wider ones where the backend has 
 what the literal's rows (or its index candidates) cost. On PostgreSQL a second window,
 read row by row, is sized by the first's density where the first showed the literal
 often enough (pg_trgm ignores punctuation and so can hand over far more candidates
-than a literal has rows); a rarer literal is then
-looked for in windows of 65,536 and 524,288 ids read through the indexes, their
-candidates kept in the window (`SearchBackend.literal_window_by_index`: the id sets
-from the whole indexes, the page's rows in the window), whose reading and checking
-grow with the window where the whole table's grow with the table. A window is the ids
+than a literal has rows); a rarer literal is then looked for in windows of 65,536 and
+524,288 ids read through the indexes, their candidates kept in the window
+(`SearchBackend.literal_window_by_index`: the id sets from the whole indexes, the
+page's rows in the window), whose reading and checking grow with the window where the
+whole table's grow with the table. A window is the ids
 above :floor (the newest `window` ids) or up to :ceiling (the oldest, for
 sort="oldest"): `common.id_window`.
 """
@@ -148,7 +148,8 @@ class _Statement:
         # page is ids and sort keys only: a frequent literal matches thousands of rows, and
         # sorting their text and joining their sessions cost more than finding them. A
         # query of one group (no OR) leaves its literals' checks to the page, which SQLite
-        # then applies walking the candidates in the page's id order, only until the page is full.
+        # then applies walking the candidates in the page's id order, only until the page
+        # is full.
         if len(parsed) == 1:
             ids, where = self.group(parsed[0], lazy=True)
         else:

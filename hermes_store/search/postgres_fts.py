@@ -25,7 +25,6 @@ from sqlalchemy.exc import DBAPIError
 
 from ..contract import PG_SEARCH_VECTOR_COLUMN as VECTOR
 from ..contract import PG_WORD_PUNCTUATION
-from ..errors import SearchTimedOut
 from . import limits
 from . import query as q
 from .backend import (
@@ -396,9 +395,9 @@ def estimated_rows(plan: Any) -> float:
 def walk_pays(matches: float, rows: float, window: int, span: int, row_cost: float) -> bool:
     """Whether walking the ids at the table's end is expected to fill the window within
     the span (with a margin of half again, the estimate being an estimate) at a lower
-    cost than the word index's: the index's work grows with the matches, the walk's with the rows
-    read until `window` matches are found (`rows / matches` per match), each row costing
-    `row_cost` index matches."""
+    cost than the word index's: the index's work grows with the matches, the walk's
+    with the rows read until `window` matches are found (`rows / matches` per match),
+    each row costing `row_cost` index matches."""
     if matches <= 0 or rows <= 0:
         return False
     to_read = window * rows / matches
@@ -521,9 +520,9 @@ class PostgresSearch(SearchBackend):
     #: the newest ids the substring route reads row by row before pg_trgm's bitmap
     substring_span = 16_384
     #: the ids at the table's end (newest, or oldest for sort="oldest") a frequent word's
-    #: window may be read from row by row, and what
-    #: reading one costs in matches of the word index's ordered scan (about 0.7 against
-    #: 0.3 us at 1M rows: docs/search-at-scale.md); `walk_pays` weighs the two
+    #: window may be read from row by row, and what reading one costs in matches of the
+    #: word index's ordered scan (about 0.7 against 0.3 us at 1M rows:
+    #: docs/search-at-scale.md); `walk_pays` weighs the two
     word_span = 65_536
     word_row_cost = 2.0
     #: The work_mem a search's statements get at least (for its transaction only). RUM's
@@ -542,28 +541,19 @@ class PostgresSearch(SearchBackend):
         ms = None if budget_ms is None else min(max(1, round(budget_ms)), _LONGEST_TIMEOUT_MS)
         settings = {"ms": ms, "work_mem": self.work_mem}
         old, limit_ms, _, old_work_mem, _ = self.conn.execute(_SEARCH_SETTINGS, settings).one()
-        if limit_ms is None:
-            try:
-                yield
-            except DBAPIError:
-                raise  # the transaction failed: nothing more can run in it
-            except BaseException:
-                self._put_back(old, old_work_mem)
-                raise
-            self._put_back(old, old_work_mem)
-            return
-        self._statement_ms = int(limit_ms)
+        self._statement_ms = 0 if limit_ms is None else int(limit_ms)
         try:
-            with super().time_limit(float(limit_ms)):
+            with super().time_limit(None if limit_ms is None else float(limit_ms)):
                 yield
         except DBAPIError as exc:
             # a cancel that came before the limit was someone else's (pg_cancel_backend)
-            late = (time.monotonic() - started) * 1000 >= limit_ms
+            late = limit_ms is not None and (time.monotonic() - started) * 1000 >= limit_ms
             if getattr(exc.orig, "sqlstate", None) == _QUERY_CANCELED and late:
                 raise self.timed_out() from exc
-            raise
-        except SearchTimedOut:
-            # no statement failed: the caller's transaction goes on with its own settings
+            raise  # the transaction failed: nothing more can run in it
+        except Exception:
+            # no statement failed (SearchTimedOut between statements, a caller's error):
+            # the caller's transaction goes on with its own settings
             self._put_back(old, old_work_mem)
             raise
         self._put_back(old, old_work_mem)
