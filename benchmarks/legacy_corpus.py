@@ -31,7 +31,7 @@ from .raw_floor import MESSAGE_COLUMNS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(
-    os.environ.get("HERMES_STORE_FIXTURES", REPO_ROOT.parent / "shared" / "fixtures" / "legacy")
+    os.environ.get("HERMES_STORE_FIXTURES", REPO_ROOT / "tests" / "fixtures" / "legacy")
 )
 
 #: shape -> (fixture file, schema_version the original wrote)

@@ -1,8 +1,8 @@
 """The legacy fixture databases and raw access to SQLite files, bypassing hermes-store.
 
-The fixtures written by the original Hermes code are found relative to the repository
-(`<repo>/../shared/fixtures/legacy`) or through `HERMES_STORE_FIXTURES`, and are only
-ever copied: opening them in place would create sidecar files or change them."""
+The fixtures written by the original Hermes code live in the repository
+(tests/fixtures/legacy; `HERMES_STORE_FIXTURES` names another directory) and are only ever
+copied: opening them in place would create sidecar files or change them."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.pool import NullPool
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+IN_REPO_FIXTURES = REPO_ROOT / "tests" / "fixtures" / "legacy"
 FIXTURES_ENV = "HERMES_STORE_FIXTURES"
 #: Schema versions the original stored (3 never existed as a stored version).
 EXPECTED_VERSIONS: tuple[int, ...] = (1, 2, *range(4, 24))
@@ -28,7 +29,7 @@ def fixtures_dir() -> Path:
     override = os.environ.get(FIXTURES_ENV)
     if override:
         return Path(override).expanduser().resolve()
-    return REPO_ROOT.parent / "shared" / "fixtures" / "legacy"
+    return IN_REPO_FIXTURES
 
 
 def fixture_file(version: int, suffix: str = "db") -> Path:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.databases import fixtures_dir
 
 from hermes_store.head import HEAD_REVISION
 
@@ -35,7 +36,7 @@ SEARCHES = (
     "literal common letters",
 )
 REPO_ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = REPO_ROOT.parent / "shared" / "fixtures" / "legacy"
+FIXTURES = fixtures_dir()
 
 
 def test_quick_benchmark_reports_every_row(tmp_path: Path) -> None:
