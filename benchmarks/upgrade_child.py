@@ -13,7 +13,7 @@ paused to let other writers in (alone / shared regime, maintenance.Pacing).
 `original` is the original's throttle, max(0.2 s, 4 x step) after every step.
 
 Appender (`--append`): a stand-in for a running Hermes, written here after the original's
-v23 write path (spec/behaviour.md 16.1): one sqlite3 connection with a 1 s busy timeout,
+v23 write path (docs/reference/behaviour.md 16.1): one sqlite3 connection with a 1 s busy timeout,
 each append one BEGIN IMMEDIATE transaction (a message row, the session's counter),
 retried up to 15 times with 20-150 ms random sleeps on "locked"/"busy", a PASSIVE
 checkpoint every 50 writes. It appends every INTERVAL seconds until STOP_FILE exists and

@@ -1,6 +1,6 @@
 """Recognising a database the original Hermes code wrote, by its shape.
 
-One upstream version number shipped with several shapes (spec/history.md section 5), and
+One upstream version number shipped with several shapes (docs/reference/history.md section 5), and
 real files carry extra columns from short-lived builds. So the number alone does not say
 where a file stands on the revision chain. The rule used here: a file is stamped at the
 highest revision r <= its `schema_version` such that everything revisions 1..r create is

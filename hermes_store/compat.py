@@ -141,7 +141,7 @@ def _default_db_path() -> Path:
 
 
 def fts5_cjk_so_path() -> Path:
-    """Where the original looks for its CJK bigram tokenizer (spec/schema.md 5.4)."""
+    """Where the original looks for its CJK bigram tokenizer (docs/reference/schema.md 5.4)."""
     configured = os.environ.get(CJK_SO_ENV)
     return Path(configured) if configured else hermes_home() / "lib" / "libfts5_cjk.so"
 
@@ -419,7 +419,7 @@ class SessionDB:
 
     # -- search --------------------------------------------------------------------------
 
-    # spec/behaviour.md 6.2: the facade's search never raises on any input, so a query
+    # docs/reference/behaviour.md 6.2: the facade's search never raises on any input, so a query
     # beyond the search bounds (search/limits.py) finds nothing, as an unreadable one does
     search_messages = _forward(
         "_search", SearchRepository.search_messages, refused=(QueryTooComplex, list)

@@ -32,7 +32,7 @@ HERMES_HOME_ATTR: Final = "hermes_home"
 #: pg_advisory_xact_lock key every upgrade on PostgreSQL takes ("hermesmg" as 64 bits).
 PG_MIGRATION_LOCK: Final = 0x6865726D65736D67
 
-# --- SQLite FTS5 objects (spec/schema.md 5 and 6) -----------------------------------------
+# --- SQLite FTS5 objects (docs/reference/schema.md 5 and 6) -------------------------------
 
 FTS_TABLE: Final = "messages_fts"
 FTS_TRIGRAM_TABLE: Final = "messages_fts_trigram"
@@ -60,7 +60,7 @@ FTS5_SHADOW_SUFFIXES: Final = ("data", "idx", "content", "docsize", "config")
 #: What a demoted legacy index's shadow tables are renamed to (the original's prefix).
 FTS_TRASH_PREFIX: Final = "fts_v22_trash_"
 
-# --- state_meta keys of the FTS bookkeeping (spec/schema.md 5.3) --------------------------
+# --- state_meta keys of the FTS bookkeeping (docs/reference/schema.md 5.3) ----------------
 
 META_FTS_HIGH_WATER: Final = "fts_rebuild_high_water"
 META_FTS_PROGRESS: Final = "fts_rebuild_progress"
@@ -105,8 +105,8 @@ PG_SEARCH_INDEXES: Final = frozenset(
 
 #: Every table hermes-store adds beyond the upstream v23 schema carries this prefix, as
 #: its version table does: the original ignores tables it does not know, the reference
-#: schema comparison (spec/README.md, Authority 1) leaves them out, and `check` judges them
-#: against the project's own models.
+#: schema comparison (docs/reference/README.md 2, rule 1) leaves them out, and `check`
+#: judges them against the project's own models.
 OWN_TABLE_PREFIX: Final = "hermes_store_"
 
 #: Appends made with an idempotency key: (session_id, key) -> the message ids the first

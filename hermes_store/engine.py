@@ -67,7 +67,7 @@ class JournalChoice:
 def journal_choice(
     current: str, policy: JournalPolicy, version: tuple[int, int, int], driver: str = "sqlite3"
 ) -> JournalChoice:
-    """The original's rules (spec/schema.md, journal mode), for a file now in `current`
+    """The original's rules (docs/reference/schema.md, journal mode), for a file now in `current`
     mode opened through a SQLite `version` (the library of driver `driver`)."""
     sqlite = f"SQLite {'.'.join(map(str, version))} ({driver})"
     vulnerable = wal_reset_vulnerable(version)

@@ -1,5 +1,5 @@
 """What each upstream schema version adds to a Hermes `state.db`, by name (frozen facts
-of spec/history.md): the basis of adoption (adoption.py) and of the judgement whether a
+of docs/reference/history.md): the basis of adoption (adoption.py) and of the judgement whether a
 database can be read as it is (read_only.py)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from .contract import FTS_TABLE, FTS_TRIGRAM_TABLE
 _S, _M = "sessions", "messages"
 
 # What each upstream version adds, as (kind, table, name). "column" items name a column
-# of a table; "table" and "index" items name the object. Frozen facts of spec/history.md.
+# of a table; "table" and "index" items name the object. Frozen facts of docs/reference/history.md.
 INVENTORY: dict[int, tuple[tuple[str, str, str], ...]] = {
     1: (
         ("table", "schema_version", ""),

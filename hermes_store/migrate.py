@@ -86,7 +86,7 @@ from .waiting import (
 log = logging.getLogger(__name__)
 
 #: Opening waits out other processes' locks for this long, as the original's later builds
-#: do (spec/behaviour.md 16.2), instead of failing after one busy timeout.
+#: do (docs/reference/behaviour.md 16.2), instead of failing after one busy timeout.
 OPEN_RETRY = RetryPolicy(budget_seconds=20.0)
 
 #: The project's head: the upstream chain 0001..0023, then its own revisions.
@@ -152,7 +152,7 @@ def drop_reflection_gaps(conn: Connection, upgrade_ops: ops.UpgradeOps) -> None:
 
 def _tolerated(diff: Any, conn: Connection) -> bool:
     """Shapes the original leaves in real files and that must be kept, never "fixed":
-    extra columns and indexes from short-lived or later builds (spec/schema.md 10, rule
+    extra columns and indexes from short-lived or later builds (docs/reference/schema.md 10, rule
     13), and `messages.active` added without NOT NULL DEFAULT 1 by old reconcilers (its
     NULLs are healed; the declaration cannot change without rebuilding messages)."""
     if isinstance(diff, tuple) and diff[0] in ("remove_column", "remove_index"):

@@ -1,7 +1,7 @@
 """A normalised description of a SQLite schema, for golden-schema tests and `check`.
 
 Column order, the text layout of CREATE statements and the order of rows in
-sqlite_master are not part of the contract (spec/README.md, Authority 1); names,
+sqlite_master are not part of the contract (docs/reference/README.md 2, rule 1); names,
 declared types, NOT NULL, defaults, keys, foreign keys, index columns/order/uniqueness/
 partial conditions, views, triggers and FTS definitions are.
 

@@ -1,12 +1,14 @@
-"""What the original does to a `state.db` that SQLite cannot use as it is (spec/behaviour.md
-1.1 step 3 and 17): a health probe on a fresh connection, a zeroed file moved aside, and
-the schema repair that escalates from an FTS rebuild to dropping the FTS schema.
+"""What the original does to a `state.db` that SQLite cannot use as it is
+(docs/reference/behaviour.md 1.1 step 3, and 17): a health probe on a fresh connection, a
+zeroed file moved aside, and the schema repair that escalates from an FTS rebuild to
+dropping the FTS schema.
 
 Byte-level access to the database file (reading its header, copying it for a backup) is
 only ever done while this process holds no connection to it: closing any descriptor of a
-file drops every POSIX lock the process holds on it, SQLite's included (spec/lessons.md
-section 2, upstream #71418). Everything else goes through SQLite connections, whose
-library keeps its descriptors and locks consistent. Nothing here changes a file mode.
+file drops every POSIX lock the process holds on it, SQLite's included (upstream #71418:
+the original's probe of the header at every open corrupted a heavy user's databases that
+way). Everything else goes through SQLite connections, whose library keeps its
+descriptors and locks consistent. Nothing here changes a file mode.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from .retry import RetryPolicy, sqlite_busy
 T = TypeVar("T")
 
 #: How long a command waits for a lock unless told otherwise (`--wait SECONDS`): the
-#: original's wait at open (spec/behaviour.md 16.2).
+#: original's wait at open (docs/reference/behaviour.md 16.2).
 DEFAULT_WAIT_S = 20.0
 #: A line about a wait at most this often (HERMES_STORE_PROGRESS_EVERY sets it too).
 WAIT_REPORT_EVERY_S = 5.0

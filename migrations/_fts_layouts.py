@@ -202,8 +202,8 @@ END""",
 
 
 # --- which layout a file has ----------------------------------------------------------------
-# A frozen copy of hermes_store.search.layout.classify (spec/schema.md 6.2), so that what a
-# released revision decides never follows later changes of the runtime. A test
+# A frozen copy of hermes_store.search.layout.classify (docs/reference/schema.md 6.2), so
+# that what a released revision decides never follows later changes of the runtime. A test
 # (tests/search/test_fts_layout_detector.py) fails when the two disagree on any fixture or
 # generated layout: change both together, or add a revision.
 

@@ -1,7 +1,7 @@
 """Small idempotent building blocks the revisions share.
 
 Every structural step is add-if-missing, because one upstream version number shipped with
-several shapes (spec/history.md section 5): a revision must work whether the item it adds
+several shapes (docs/reference/history.md section 5): a revision must work whether the item it adds
 is already there or not. Data migrations are gated by the upstream `schema_version`
 number, exactly as the original gates them. Nothing here imports the ORM models.
 
@@ -289,7 +289,7 @@ def _free_trash_name(shadow: str) -> str:
 
 def demote_fts_tables(names: Iterable[str]) -> list[str]:
     """Take FTS5 virtual tables out of the schema in O(1), inside the caller's transaction:
-    the original's demotion (spec/schema.md 5.5 step 2). A `DROP TABLE` of a large FTS
+    the original's demotion (docs/reference/schema.md 5.5 step 2). A `DROP TABLE` of a large FTS
     table frees every page of its shadow tables while holding the write lock, for as long
     as that takes on a multi-gigabyte index (#65798; docs/benchmarks.md); instead the
     virtual table's `sqlite_master` row is deleted under `PRAGMA writable_schema`, and its

@@ -1,5 +1,5 @@
 """`messages`: the transcript, one row per message; `id` is the insertion order
-(spec/schema.md 2.3)."""
+(docs/reference/schema.md 2.3)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ schema_version = Table(
 
 class StateMeta(Base):
     """A row of `state_meta`: string key/value bookkeeping (FTS markers, maintenance
-    throttles, other Hermes modules' keys), see spec/schema.md 7."""
+    throttles, other Hermes modules' keys), see docs/reference/schema.md 7."""
 
     __tablename__ = "state_meta"
 

@@ -1,4 +1,4 @@
-"""`sessions`: one row per conversation segment (spec/schema.md 2.2)."""
+"""`sessions`: one row per conversation segment (docs/reference/schema.md 2.2)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`session_model_usage`: token and cost deltas per session x model x route x task
-(spec/schema.md 2.4)."""
+(docs/reference/schema.md 2.4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""How values are stored, in the original's conventions (spec/schema.md section 8):
+"""How values are stored, in the original's conventions (docs/reference/schema.md section 8):
 REAL epoch seconds, 0/1 flags, JSON as TEXT with Python's default formatting, structured
 message content behind the `\\x00json:` prefix, lone surrogates replaced by U+FFFD."""
 
@@ -53,7 +53,7 @@ def parse_tool_calls(value: Any) -> Any:
 
 
 def encode_tool_calls(value: Any) -> tuple[str | None, int]:
-    """(stored text, count added to tool_call_count), per behaviour.md 3.1."""
+    """(stored text, count added to tool_call_count), per docs/reference/behaviour.md 3.1."""
     parsed = parse_tool_calls(value)
     stored = json.dumps(parsed) if parsed else None
     if parsed is None:

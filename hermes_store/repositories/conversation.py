@@ -1,5 +1,5 @@
 """The agent's conversation format: stored rows turned into the message dicts a model is
-sent and a user is shown (spec/behaviour.md 4.1 and 4.2).
+sent and a user is shown (docs/reference/behaviour.md 4.1 and 4.2).
 
 Only presentation lives here: recalled-memory fences are stripped, a prompt replayed
 across a compression boundary is shown once, the background review turns are hidden,

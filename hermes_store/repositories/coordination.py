@@ -1,7 +1,7 @@
 """Tables processes coordinate through: compression leases, the gateway's routing index
 and peer identity on sessions, session handoffs, and (read-only) async delegations.
 
-spec/behaviour.md 12 (locks), 13 (gateway), 14 (async delegations).
+docs/reference/behaviour.md 12 (locks), 13 (gateway), 14 (async delegations).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Deleting sessions: the rows (children orphaned first, messages, then the sessions),
 the delegate runs that go with a deleted session, and the transcript files a deleted
-session leaves in the sessions directory (spec/behaviour.md section 9).
+session leaves in the sessions directory (docs/reference/behaviour.md section 9).
 
 Every id list that reaches SQL is chunked (`_sql.IN_CHUNK`), so no batch size can hit
 SQLite's variable limit (upstream #87928).

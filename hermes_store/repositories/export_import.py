@@ -1,7 +1,7 @@
 """Moving sessions between databases as JSON: exports (one session, a compression
 lineage, every session page by page), JSON Lines streams, and the import: the rules an
 entry must meet (one place for every caller, so both backends see the same refusals),
-the all-or-nothing `import_sessions` payload check (spec/behaviour.md section 8) and the
+the all-or-nothing `import_sessions` payload check (docs/reference/behaviour.md section 8) and the
 writes. Importing entry by entry is `importing.py`.
 """
 

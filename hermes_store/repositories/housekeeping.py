@@ -1,6 +1,6 @@
 """Housekeeping: the search index's state and upkeep, the database's size, VACUUM, and the
-throttled auto-prune / auto-archive the original runs at start-up (spec/behaviour.md 9,
-spec/schema.md 5.3-5.5).
+throttled auto-prune / auto-archive the original runs at start-up (docs/reference/behaviour.md 9,
+docs/reference/schema.md 5.3-5.5).
 
 What differs between the backends lives here: SQLite has FTS5 indexes to backfill,
 rebuild and optimise, and VACUUM runs on a connection outside any transaction under the
@@ -111,7 +111,7 @@ class HousekeepingRepository:
         self, progress_cb: ProgressReport | None = None, vacuum: bool = True
     ) -> dict[str, Any]:
         """Finish the conversion to the v23 index layout (backfill, then teardown of the
-        legacy tables), VACUUM if asked, and report `{ok, vacuumed}` (spec 5.5).
+        legacy tables), VACUUM if asked, and report `{ok, vacuumed}` (docs/reference/schema.md 5.5).
 
         PostgreSQL has no layout to convert: `{ok: True, vacuumed: None, reason:
         "nothing_to_optimize"}`, and nothing is changed.

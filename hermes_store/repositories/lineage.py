@@ -1,5 +1,5 @@
 """Lineage: how sessions link to each other through `parent_session_id`, and the walks
-along those links (spec/schema.md section 8, spec/behaviour.md sections 5.3 and 9).
+along those links (docs/reference/schema.md 8, docs/reference/behaviour.md 5.3 and 9).
 
 A child is a compression continuation (its parent ended with `compression`), a `/branch`
 child (marker `_branched_from` in `model_config`, or the legacy heuristic) or a delegate
@@ -69,7 +69,7 @@ def marker(config: ColumnElement[Any], key: str) -> ColumnElement[Any]:
 
 
 def is_branch_child(a: NamedFromClause) -> ColumnElement[bool]:
-    """schema.md section 8: the `/branch` marker, or the legacy heuristic (the parent
+    """docs/reference/schema.md section 8: the `/branch` marker, or the legacy heuristic (the parent
     ended `branched` and the child started after it)."""
     parent = alias(SESSIONS, "branch_parent")
     return or_(
@@ -180,8 +180,8 @@ def _next_continuation(
 
 
 def compression_tip(conn: Connection, session_id: str) -> str:
-    """The live end of a compression chain (behaviour.md 5.3); the input when there is
-    no continuation, also for unknown ids."""
+    """The live end of a compression chain (docs/reference/behaviour.md 5.3); the input
+    when there is no continuation, also for unknown ids."""
     current = session_id
     seen = {session_id}
     for _ in range(MAX_LINEAGE_HOPS):
@@ -303,7 +303,7 @@ def _delegate_rows(conn: Connection) -> list[tuple[str, str | None, str]]:
 
 
 def with_delegates(conn: Connection, roots: Iterable[str]) -> set[str]:
-    """`roots` plus their delegate descendants (behaviour.md section 9): rows whose
+    """`roots` plus their delegate descendants (docs/reference/behaviour.md section 9): rows whose
     `_delegate_from` names a collected id, and children of a collected id that carry any
     `_delegate_from`, walked to a fixed point. One read of the marked rows, however deep
     the tree: a walk level by level would parse every model_config once per level."""

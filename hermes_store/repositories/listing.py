@@ -1,6 +1,6 @@
 """Session listings: the filters, the rich row (the full row plus preview and last
 activity), the order by activity over a compression chain, the id/title search, and the
-projection of a compressed conversation onto its live tip (spec/behaviour.md 4.2).
+projection of a compressed conversation onto its live tip (docs/reference/behaviour.md 4.2).
 
 A listing is the view people look at most, so its statement is prepared once per
 *shape* (which filters are present, how many sources, compact or full rows, the order)

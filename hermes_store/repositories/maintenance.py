@@ -1,4 +1,4 @@
-"""Export, import, deletion, pruning and archiving (spec/behaviour.md 8 and 9): the
+"""Export, import, deletion, pruning and archiving (docs/reference/behaviour.md 8 and 9): the
 repository over `export_import.py`, `deletion.py` and `pruning.py`.
 
 Long deletions run as a series of short write transactions of at most `_sql.IN_CHUNK`
@@ -98,11 +98,12 @@ class MaintenanceRepository:
         return self.store.read(lambda conn: export_session(conn, session_id))
 
     def export_session_lineage(self, session_id: str) -> dict[str, Any] | None:
-        """A compression lineage exported as one logical session (spec section 8): the
-        last segment's fields, plus `segments` (one `export_session` dict per segment,
-        root first), `lineage_session_ids`, `messages` (all segments' active messages
-        concatenated) and `message_count` (their total). None for unknown ids. Read in
-        one transaction, so the segments are consistent with each other.
+        """A compression lineage exported as one logical session
+        (docs/reference/behaviour.md 8): the last segment's fields, plus `segments` (one
+        `export_session` dict per segment, root first), `lineage_session_ids`, `messages`
+        (all segments' active messages concatenated) and `message_count` (their total).
+        None for unknown ids. Read in one transaction, so the segments are consistent
+        with each other.
 
         Args:
             session_id: the session's id.
@@ -232,7 +233,7 @@ class MaintenanceRepository:
     ) -> bool:
         """Delete a session only if it is untitled (NULL or ''), has no message rows
         (inactive ones count) and no child sessions; decided and done in one write.
-        Its files under `sessions_dir` are removed afterwards (spec section 9).
+        Its files under `sessions_dir` are removed afterwards (docs/reference/behaviour.md 9).
 
         Args:
             session_id: the session's id.
@@ -296,8 +297,8 @@ class MaintenanceRepository:
         sessions_dir: str | Path | None = None,
         **filters: Unpack[PruneFilters],
     ) -> int:
-        """Delete ended sessions matching every filter (behaviour.md 9); open sessions are
-        never pruned. Returns how many were deleted.
+        """Delete ended sessions matching every filter (docs/reference/behaviour.md 9);
+        open sessions are never pruned. Returns how many were deleted.
 
         Args:
             older_than_days: only sessions whose last activity is older than this many days.

@@ -1,5 +1,5 @@
 """How a message becomes a `messages` row and a row becomes a message again
-(spec/behaviour.md 3.1, spec/schema.md section 8).
+(docs/reference/behaviour.md 3.1, docs/reference/schema.md section 8).
 
 Every writer encodes through here, so a value that cannot be stored is refused with
 InvalidInput naming the field before anything reaches the driver (whose own error would

@@ -1,4 +1,4 @@
-"""Messages: the transcript of a session and its counters (spec/behaviour.md sections 3,
+"""Messages: the transcript of a session and its counters (docs/reference/behaviour.md sections 3,
 4.1 and the publication half of 12).
 
 Every method that touches more than one row runs in one `Store.write` unit of work, so a
@@ -820,7 +820,7 @@ class MessageRepository:
         require_compression_lease: bool = True,
     ) -> None:
         """Create the continuation of a compressed session with its first messages and end
-        the parent with `compression`, all in one transaction (spec section 12).
+        the parent with `compression`, all in one transaction (docs/reference/behaviour.md 12).
 
         Args:
             parent_session_id: the parent session's id.
@@ -1014,7 +1014,7 @@ class MessageRepository:
         include_inactive: bool = False,
         repair_alternation: bool = False,
     ) -> list[ConversationMessage]:
-        """The transcript in the agent's message format (spec section 4.1).
+        """The transcript in the agent's message format (docs/reference/behaviour.md 4.1).
 
         With `include_ancestors` the rows of the whole lineage come root first (each
         session's rows in id order) and prompts replayed across a compression boundary
@@ -1036,7 +1036,7 @@ class MessageRepository:
         self, session_id: str
     ) -> tuple[list[ConversationMessage], list[ConversationMessage]]:
         """(model_history, display_history) from one read of the lineage's active rows
-        (spec section 4.2): what the model is sent is the session's own rows with the
+        (docs/reference/behaviour.md 4.2): what the model is sent is the session's own rows with the
         alternation repair; what the user sees is the whole lineage, root first, with
         replayed prompts shown once. Equal to `get_messages_as_conversation(id,
         repair_alternation=True)` and `get_messages_as_conversation(id,
@@ -1055,7 +1055,7 @@ class MessageRepository:
     def get_ancestor_display_prefix(self, session_id: str) -> list[ConversationMessage]:
         """The display rows of the session's ancestors only, root first, with replayed
         prompts de-duplicated among them (what a UI shows above the live session's own
-        transcript); [] when the session has no parent (spec section 4.2).
+        transcript); [] when the session has no parent (docs/reference/behaviour.md 4.2).
 
         Args:
             session_id: the session's id.

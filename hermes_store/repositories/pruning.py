@@ -1,5 +1,5 @@
 """Which sessions a prune, an archive or an empty-session sweep selects, and the
-archiving itself (spec/behaviour.md section 9). The deleting is `deletion.py`'s.
+archiving itself (docs/reference/behaviour.md section 9). The deleting is `deletion.py`'s.
 
 Deliberate difference from v23: the `*_like` prune filters take `%` and `_` literally
 (v23 passes them to LIKE unescaped, so `_` matched any character). Later upstream builds
@@ -70,7 +70,7 @@ PRUNE_FILTERS = frozenset(FILTERS)
 
 class PruneFilters(TypedDict, total=False):
     """The keyword filters of prune_sessions, list_prune_candidates and archive_sessions
-    (behaviour.md 9), as type checkers see them; None means "not filtered"."""
+    (docs/reference/behaviour.md 9), as type checkers see them; None means "not filtered"."""
 
     last_active_before: float | None
     last_active_after: float | None

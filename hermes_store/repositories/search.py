@@ -1,5 +1,5 @@
 """Message search as a repository: what a gateway service injects to search people's
-history (spec/behaviour.md section 6). The query language and the routes are
+history (docs/reference/behaviour.md section 6). The query language and the routes are
 `hermes_store.search`'s; this class gives them a unit of work."""
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ class SearchRepository:
     search_messages = read_method(
         planner.search_messages,
         options={TRANSACTION_ENDS_WITH_SEARCH: True},
-        doc="""Messages matching `query` (spec/behaviour.md 6.1), best first, in one read unit
-        of work. Each hit has `id, session_id, role, snippet` (the match marked
+        doc="""Messages matching `query` (docs/reference/behaviour.md 6.1), best first, in one
+        read unit of work. Each hit has `id, session_id, role, snippet` (the match marked
         `>>>`/`<<<`), `timestamp, tool_name, source, model, session_started` and `context`
         (the neighbouring messages); a query that cannot be read finds nothing. Raises
         QueryTooComplex for a query of too many terms, SearchTimedOut for a search that

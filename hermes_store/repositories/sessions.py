@@ -1,5 +1,5 @@
 """Sessions: creation and lifecycle, per-session settings, compression state, and the
-repository's views of lineage and listings (spec/behaviour.md sections 2, 4.2, 5.3 and 7).
+repository's views of lineage and listings (docs/reference/behaviour.md sections 2, 4.2, 5.3 and 7).
 
 Rows come back as plain dicts of the full `sessions` row (`SELECT *`), so columns this
 code does not know (added by a newer Hermes or a fork) come back too. Missing sessions
@@ -437,7 +437,7 @@ class SessionRepository:
 
     def prune_empty_ghost_sessions(self, sessions_dir: str | Path | None = None) -> int:
         """Delete the empty rows a TUI leaves behind when it is opened and closed without
-        a message (spec section 2): source `tui`, untitled, ended, started more than
+        a message (docs/reference/behaviour.md 2): source `tui`, untitled, ended, started more than
         24 hours ago and without any message row. Their children (if any) are orphaned;
         their transcript files under `sessions_dir` are removed afterwards.
 
@@ -452,7 +452,7 @@ class SessionRepository:
 
     def finalize_orphaned_compression_sessions(self) -> int:
         """End (`orphaned_compression`, now) the continuations a crashed compression left
-        open (spec section 2): still open, no API call made, started more than 7 days
+        open (docs/reference/behaviour.md 2): still open, no API call made, started more than 7 days
         ago, holding messages, and whose parent ended with `compression`."""
         parent = SESSIONS.alias("p")
         ts = now()
@@ -976,7 +976,7 @@ class SessionRepository:
     ) -> list[ListingRow]:
         """Listing rows whose id (or an id of their forward compression chain) holds
         `query`, case-insensitively: exact ids first, then prefixes, then the rest, each
-        group in last-activity order (spec section 6.6).
+        group in last-activity order (docs/reference/behaviour.md 6.6).
 
         Args:
             query: the search text.
@@ -1166,7 +1166,7 @@ class SessionRepository:
         skipped) is a `/skill` invocation, newest start first: their titles were made
         from the expanded skill body rather than the request. Rows are `{id, title,
         content}` with the full first-turn content (decoded), so a caller can re-derive
-        what the user typed and re-title the session (spec section 7.2).
+        what the user typed and re-title the session (docs/reference/behaviour.md 7.2).
 
         Args:
             limit: at most this many rows.
@@ -1199,7 +1199,8 @@ class SessionRepository:
     def get_first_assistant_text(self, session_id: str) -> str:
         """The text of the session's first assistant message with content (by timestamp,
         then id; inactive rows included, as in the original); "" when there is none or
-        its content is structured (spec section 7.2, used to re-title `/skill` sessions).
+        its content is structured (docs/reference/behaviour.md 7.2, used to re-title
+        `/skill` sessions).
 
         Args:
             session_id: the session's id.

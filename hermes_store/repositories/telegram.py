@@ -1,10 +1,11 @@
 """Telegram DM topic mode (opt-in): `telegram_dm_topic_mode` and
 `telegram_dm_topic_bindings`.
 
-spec/behaviour.md 15, spec/schema.md 2.9. The two tables exist only after a user opts
-in (`/topic`): nothing here creates them implicitly except the explicit opt-in paths
-(`apply_telegram_topic_migration`, `enable_telegram_topic_mode`, `bind_telegram_topic`).
-Every reader returns an empty result (None, False, []) while the tables are missing.
+docs/reference/behaviour.md 15, docs/reference/schema.md 2.9. The two tables exist only
+after a user opts in (`/topic`): nothing here creates them implicitly except the
+explicit opt-in paths (`apply_telegram_topic_migration`, `enable_telegram_topic_mode`,
+`bind_telegram_topic`). Every reader returns an empty result (None, False, []) while the
+tables are missing.
 
 These tables are owned by the Telegram module and are excluded from the ORM metadata and
 from Alembic; this module holds their one definition. On SQLite they are created from raw

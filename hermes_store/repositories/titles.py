@@ -1,4 +1,4 @@
-"""Session titles (spec/behaviour.md sections 5.1 and 5.2).
+"""Session titles (docs/reference/behaviour.md sections 5.1 and 5.2).
 
 Non-NULL titles are unique (`idx_sessions_title_unique`); the one exception to "taken
 means refused" is a compression continuation, which takes the title over from its

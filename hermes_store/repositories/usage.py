@@ -1,4 +1,4 @@
-"""Token and cost accounting (spec/behaviour.md 10.1 and 10.3) and usage statistics.
+"""Token and cost accounting (docs/reference/behaviour.md 10.1 and 10.3) and usage statistics.
 
 `sessions` carries the running totals of the main agent loop; `session_model_usage`
 carries the same deltas split by model x route x task, plus auxiliary tasks (vision,
@@ -288,7 +288,7 @@ class UsageRepository:
     ) -> None:
         """Add one model call's usage to the session's totals and its model x route row
         (with `absolute`, set the totals to a snapshot instead, and write no row); a
-        missing session row is created first (spec section 10.1).
+        missing session row is created first (docs/reference/behaviour.md 10.1).
 
         Args:
             session_id: the session's id.

@@ -134,7 +134,7 @@ class SearchBackend:
     ) -> list[Hit]:
         """A scan: each term a case-insensitive substring of content, tool name or tool
         calls (OR, or AND with `all_terms`), newest first; the snippet starts 40
-        characters before the first term in content (spec/behaviour.md 6.1)."""
+        characters before the first term in content (docs/reference/behaviour.md 6.1)."""
         params: dict[str, Any] = {}
         where = like_clauses(terms, params, self.like_operator, all_terms=all_terms)
         if id_range is not None:

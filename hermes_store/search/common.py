@@ -86,7 +86,7 @@ def id_window(column: str, edge: Edge) -> str:
 
 def time_direction(sort: str | None) -> str | None:
     """`DESC` for sort="newest", `ASC` for "oldest" (any case, trimmed), None for any
-    other sort, which asks for relevance (spec/behaviour.md 6.1)."""
+    other sort, which asks for relevance (docs/reference/behaviour.md 6.1)."""
     return {"newest": "DESC", "oldest": "ASC"}.get((sort or "").strip().lower())
 
 

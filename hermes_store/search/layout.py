@@ -1,4 +1,4 @@
-"""Which FTS layout a SQLite database has (spec/schema.md section 6.2)."""
+"""Which FTS layout a SQLite database has (docs/reference/schema.md section 6.2)."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def _options(sql: str) -> str:
 
 
 def classify(conn: Connection) -> str:
-    """The layout of a SQLite file's FTS objects, by spec/schema.md 6.2: "v23" only
+    """The layout of a SQLite file's FTS objects, by docs/reference/schema.md 6.2: "v23" only
     when the whole v23 layout is there, a legacy layout by its release's marks, "hybrid"
     for any mixture no release wrote as such. Revisions 0011 and 0023 decide with the
     frozen copy in migrations/_fts_layouts.py (`layout`); tests/search/test_fts_layout_detector.py

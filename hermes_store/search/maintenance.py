@@ -1,7 +1,7 @@
 """FTS maintenance on SQLite: the chunked, resumable backfill of the v23 indexes with the
 original's marker protocol, the trash teardown, a full rebuild and the integrity check.
 
-Protocol (spec/schema.md 5.3): while `fts_rebuild_high_water` (H) exists, a row is
+Protocol (docs/reference/schema.md 5.3): while `fts_rebuild_high_water` (H) exists, a row is
 indexed iff id <= `fts_rebuild_progress` (P) or id > H. A step claims the next range
 inside BEGIN IMMEDIATE by re-reading P, indexes ids in (P, min(P + 500, H)] and moves P,
 all in one transaction, so processes of the original (or a second hermes-store) can run

@@ -1,5 +1,5 @@
 """The search planner: which route answers a query, in which order, what falls back to
-what, and the top-up of a pending backfill (spec/behaviour.md 6.4, 6.5), the same for
+what, and the top-up of a pending backfill (docs/reference/behaviour.md 6.4, 6.5), the same for
 every backend (backend.py picks the one for the connection's dialect).
 
 1. A query holding CJK: the trigram index when every CJK term has 3 or more CJK
@@ -168,7 +168,7 @@ def search_messages(
     sort: str | None = None,
     include_inactive: bool = False,
 ) -> list[Hit]:
-    """Messages matching `query` (spec/behaviour.md 6.1), best first (or
+    """Messages matching `query` (docs/reference/behaviour.md 6.1), best first (or
     `sort="newest"/"oldest"`). Each hit has `id, session_id, role, snippet` (the match
     marked `>>>`/`<<<`), `timestamp, tool_name, source, model, session_started` and
     `context` (the neighbouring messages). A query that cannot be read finds nothing.

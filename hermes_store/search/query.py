@@ -1,6 +1,6 @@
 """Turning user input into something FTS5 accepts (dialect-free).
 
-`sanitize_fts5_query` follows the original's v23 rules step by step (spec/behaviour.md
+`sanitize_fts5_query` follows the original's v23 rules step by step (docs/reference/behaviour.md
 6.2); what survives may still be an FTS5 syntax error (`don't`, `a,b`), which the search
 routes treat as "no results" instead of raising.
 """

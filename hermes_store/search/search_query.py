@@ -1,7 +1,7 @@
 """One search query, read once: every reading the planner and the backends need, built
 when the search starts and never re-derived from the text afterwards.
 
-- `sanitized`: the original's reading (spec/behaviour.md 6.2), repeats merged
+- `sanitized`: the original's reading (docs/reference/behaviour.md 6.2), repeats merged
   (limits.py); what SQLite's FTS5 is asked with.
 - `fts5`: that text read by FTS5's rules (`reading.parse_fts5`), which PostgreSQL
   rebuilds as a tsquery; `fts5_error` says why FTS5 would reject it.

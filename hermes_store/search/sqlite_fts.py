@@ -1,5 +1,5 @@
 """Search on SQLite: the FTS5 word index, the trigram index, and a LIKE scan (the routes
-of spec/behaviour.md 6.4, ordered by planner.py), plus the id range a pending backfill
+of docs/reference/behaviour.md 6.4, ordered by planner.py), plus the id range a pending backfill
 has not indexed yet (6.5).
 
 All SQL here is assembled from fixed fragments; user text only ever travels as bound

@@ -329,7 +329,8 @@ def test_the_asyncio_example_runs_as_written(
 
 
 def _pages() -> list[Path]:
-    return [README, *sorted(DOCS.glob("*.md"))]
+    """The README, every page under docs/ (the reference included) and the fixtures' own."""
+    return [README, *sorted(DOCS.rglob("*.md")), REPO / "tests/fixtures/legacy/README.md"]
 
 
 @pytest.mark.parametrize("page", _pages(), ids=lambda p: str(p.relative_to(REPO)))

@@ -17,7 +17,7 @@ from hermes_store.compat import (
 )
 
 # Public methods of the original v23 SessionDB that the facade provides, with the
-# parameter names (in order) the original declares (spec/behaviour.md).
+# parameter names (in order) the original declares (docs/reference/behaviour.md).
 ORIGINAL_SIGNATURES = {
     "create_session": ["session_id", "source"],
     "end_session": ["session_id", "end_reason"],

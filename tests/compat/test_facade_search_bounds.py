@@ -1,4 +1,4 @@
-"""The drop-in facade's search never raises on any input (spec/behaviour.md 6.2): a query
+"""The drop-in facade's search never raises on any input (docs/reference/behaviour.md 6.2): a query
 past the search bounds (search/limits.py) finds nothing there, with a warning logged,
 while the repository raises the typed error."""
 

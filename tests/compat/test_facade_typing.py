@@ -17,7 +17,7 @@ from hermes_store.compat import SessionDB
 
 REPO = Path(__file__).resolve().parents[2]
 
-#: The public methods of the original v23 `SessionDB` (spec/behaviour.md sections 1-15).
+#: The public methods of the original v23 `SessionDB` (docs/reference/behaviour.md sections 1-15).
 ORIGINAL_PUBLIC_METHODS = """
 append_message apply_telegram_topic_migration archive_and_compact archive_sessions
 archive_stale_sessions backfill_repo_roots bind_telegram_topic claim_handoff

@@ -1,5 +1,5 @@
 """Adopting databases the original Hermes code wrote, at every stored schema version,
-plus the odd shapes real files have (history.md sections 2, 3 and 5)."""
+plus the odd shapes real files have (docs/reference/history.md sections 2, 3 and 5)."""
 
 from __future__ import annotations
 
@@ -644,7 +644,8 @@ def test_check_tolerates_healed_nullable_active(legacy_db, db):
 
 
 def test_v18_gateway_metadata_backfill_from_sessions_json(legacy_db, hermes_home, db):
-    """history.md 2, v18: fill only NULL columns from $HERMES_HOME/sessions/sessions.json."""
+    """docs/reference/history.md 2, v18: fill only NULL columns from
+    $HERMES_HOME/sessions/sessions.json."""
     (hermes_home / "sessions").mkdir()
     origin = {"chat_id": "111", "thread_id": "7", "platform": "telegram"}
     (hermes_home / "sessions" / "sessions.json").write_text(

@@ -1,7 +1,7 @@
 """A database created from nothing is the v23 layout directly, whichever route creates it
 (`alembic upgrade head`, `hermes-store upgrade`, opening a `SessionDB`), and `alembic
 downgrade base` leaves nothing of hermes-store's behind, so `upgrade head` works again
-(issue 14, part 3; spec/README.md "Authority" 1)."""
+(issue 14, part 3; docs/reference/README.md 2, rule 1)."""
 
 from __future__ import annotations
 

@@ -138,8 +138,8 @@ def _statements(schema_sql: str) -> list[str]:
 
 
 def _open_as_the_original(path: Path, reference_schema: str) -> sqlite3.Connection:
-    """A writable open as the original v23 code does it (spec/behaviour.md 1.1 step 4,
-    spec/history.md 2 and 3): foreign keys on, its schema created where missing, its
+    """A writable open as the original v23 code does it (docs/reference/behaviour.md 1.1 step 4,
+    docs/reference/history.md 2 and 3): foreign keys on, its schema created where missing, its
     declared columns reconciled, no version-gated step at version 23. It knows only its
     own tables: anything else in the file is left alone."""
     con = sqlite3.connect(path, isolation_level=None, timeout=5)

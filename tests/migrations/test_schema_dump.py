@@ -61,8 +61,8 @@ def test_head_schema_matches_the_committed_dump(dialect, request, db):
 
 
 def test_the_sqlite_dump_is_the_reference_schema(fresh_db, legacy_db, db):
-    """state_v23.db is the authority for a fresh file (spec/README.md): its dump and the
-    committed one are the same text."""
+    """state_v23.db is the authority for a fresh file (docs/reference/README.md 2): its
+    dump and the committed one are the same text."""
     reference = _dump(db.url_for(legacy_db(23)), db)
     assert reference == _dump(fresh_db, db)
     assert reference == (SCHEMA_DIR / "sqlite_head.sql").read_text(encoding="utf-8")

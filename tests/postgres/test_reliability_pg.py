@@ -163,9 +163,10 @@ def test_lease_waits_for_an_in_flight_append(pg_store: Any) -> None:
     """A real append has passed its checks (no lease) and is inserting, uncommitted, when
     a compressor asks for the session's lease. The lease must not be granted until the
     append commits: otherwise the compressor reads a transcript without that message and
-    the message lands in a session under another holder's lease (behaviour.md 3.1, 12).
-    With the lease taken under the session's row lock the compressor waits, and then the
-    transcript it reads holds the message; later appends by others are refused."""
+    the message lands in a session under another holder's lease
+    (docs/reference/behaviour.md 3.1, 12). With the lease taken under the session's row
+    lock the compressor waits, and then the transcript it reads holds the message; later
+    appends by others are refused."""
     from sqlalchemy.engine import make_url
 
     from hermes_store.errors import CompressionSessionBusyError

@@ -1,5 +1,5 @@
 """The models explain themselves: every mapped class and every column has a description
-(taken from spec/schema.md), none of it reaches the DDL, and the model of `sessions` has a
+(taken from docs/reference/schema.md), none of it reaches the DDL, and the model of `sessions` has a
 name that does not shadow `sqlalchemy.orm.Session`."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def test_every_model_and_column_is_documented() -> None:
     ]
     assert undocumented == []
     columns = [f"{t.name}.{c.name}" for t in metadata.tables.values() for c in t.columns]
-    # spec/schema.md section 2, then the project's own tables (hermes_store_*)
+    # docs/reference/schema.md section 2, then the project's own tables (hermes_store_*)
     assert len(columns) == 48 + 23 + 18 + 2 + 4 + 4 + 18 + 1 + 4 + 5 + 2 + 4
     assert [name for name in columns if not _doc(name)] == []
     # the attribute a notebook user inspects carries it too

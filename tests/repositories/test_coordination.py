@@ -1,4 +1,4 @@
-"""Compression leases (spec/behaviour.md 12), gateway routing, peers and handoffs (13),
+"""Compression leases (docs/reference/behaviour.md 12), gateway routing, peers and handoffs (13),
 read-only async delegations (14), and state_meta (11), on real database files."""
 
 from __future__ import annotations

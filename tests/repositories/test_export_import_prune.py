@@ -1,4 +1,4 @@
-"""Export, import, deletion, pruning and archiving (spec/behaviour.md 8 and 9), on real
+"""Export, import, deletion, pruning and archiving (docs/reference/behaviour.md 8 and 9), on real
 database files."""
 
 from __future__ import annotations

@@ -91,7 +91,8 @@ def test_nul_bytes_in_session_fields_and_ids(store: Store, repos: Any) -> None:
 
 
 def test_lone_surrogates_in_text_become_replacement_characters(store: Store, repos: Any) -> None:
-    """The original's rule (behaviour.md 17): U+FFFD before binding, in every text field."""
+    """The original's rule (docs/reference/behaviour.md 17): U+FFFD before binding, in
+    every text field."""
     sessions, messages, titles = repos
     messages.append_message("s", "user", "a\ud800b\udfffc", reasoning="r\udc00")
     row = messages.get_messages("s")[0]
@@ -168,10 +169,10 @@ def test_queries_over_two_kilobytes(store: Store, repos: Any) -> None:
 
 # --------------------------------------------------------------------------- punctuation
 
-#: Characters the sanitiser turns into spaces or accepts around a word (behaviour.md 6.2
-#: "ok" rows): `needle<c>` must find the row (the original's reading, after the literal
-#: `needle<c>`, which the row does not hold). With the others FTS5's reading is a syntax
-#: error and the literal is not there: no results, never an error.
+#: Characters the sanitiser turns into spaces or accepts around a word (the "ok" rows of
+#: docs/reference/behaviour.md 6.2): `needle<c>` must find the row (the original's reading,
+#: after the literal `needle<c>`, which the row does not hold). With the others FTS5's
+#: reading is a syntax error and the literal is not there: no results, never an error.
 FINDS_THE_WORD = set('"()*+:^_{}')
 
 

@@ -1,4 +1,4 @@
-"""The v23 helpers added last (spec/behaviour.md 2, 4.2, 7.2, 8 and 9): ghost and orphan
+"""The v23 helpers added last (docs/reference/behaviour.md 2, 4.2, 7.2, 8 and 9): ghost and orphan
 clean-up, /skill re-titling helpers, resume conversations, lineage export, conditional
 delete and filtered archiving. Real database files, no mocks; one test per rule."""
 

@@ -393,8 +393,9 @@ def test_import_sessions_refuses_a_bad_value_with_its_reason(
     repo: MaintenanceRepository,
     raw: RawConnection,
 ) -> None:
-    """`import_sessions` keeps the original's contract (spec section 8: nothing is written
-    when any entry is invalid) and reports the same reasons, never a driver error."""
+    """`import_sessions` keeps the original's contract (docs/reference/behaviour.md 8:
+    nothing is written when any entry is invalid) and reports the same reasons, never a
+    driver error."""
     result = repo.import_sessions([entry("g1"), bad_entry(fields, message)])
     assert result == {
         "ok": False,

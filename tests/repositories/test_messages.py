@@ -1,4 +1,4 @@
-"""MessageRepository on real SQLite files: spec/behaviour.md 3.1 (append_message, its
+"""MessageRepository on real SQLite files: docs/reference/behaviour.md 3.1 (append_message, its
 encodings and the tool_calls edge cases), 3.2 (bulk writers, rewind), 3.3 (readers),
 4.1 (conversation format), the publication half of 12 and the robustness rules of 17."""
 

@@ -1,6 +1,6 @@
-"""SessionRepository on real SQLite files: spec/behaviour.md section 2 (sessions),
-4.2/5.3 (lineage), 7 (listing and counting) and the lineage classes of schema.md 8.
-The listing examples of behaviour.md 7.1 run on a copy of the real v23 fixture."""
+"""SessionRepository on real SQLite files: docs/reference/behaviour.md section 2 (sessions),
+4.2/5.3 (lineage), 7 (listing and counting) and the lineage classes of docs/reference/schema.md 8.
+The listing examples of docs/reference/behaviour.md 7.1 run on a copy of the real v23 fixture."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Telegram DM topic mode (spec/behaviour.md 15, spec/schema.md 2.9) on real files."""
+"""Telegram DM topic mode (docs/reference/behaviour.md 15, docs/reference/schema.md 2.9) on
+real files."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Titles on real SQLite files: sanitize_title (spec/behaviour.md 5.1, its verified
+"""Titles on real SQLite files: sanitize_title (docs/reference/behaviour.md 5.1, its verified
 table), the title methods of 5.2 and their verified `my project #N` examples."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Token accounting (spec/behaviour.md 10.1), auxiliary usage (10.3) and the usage
+"""Token accounting (docs/reference/behaviour.md 10.1), auxiliary usage (10.3) and the usage
 statistics helpers, on real database files."""
 
 from __future__ import annotations
@@ -359,7 +359,8 @@ def test_estimated_cost_alone_writes_usage_row(
 def test_actual_cost_alone_moves_only_the_session_total(
     repo: UsageRepository, con: sqlite3.Connection
 ) -> None:
-    # behaviour.md lists "tokens, calls or an estimated cost" as what earns a usage row.
+    # docs/reference/behaviour.md 10.1 lists "tokens, calls or an estimated cost" as what
+    # earns a usage row.
     repo.update_token_counts("s1", actual_cost_usd=0.02)
     assert session(con, "s1")["actual_cost_usd"] == pytest.approx(0.02)
     assert usage_rows(con, "s1") == []

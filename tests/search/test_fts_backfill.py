@@ -1,5 +1,5 @@
 """The chunked, resumable FTS backfill after adopting a legacy database: the marker
-protocol (spec/schema.md 5.3), live indexing of new rows, completion, and a run killed
+protocol (docs/reference/schema.md 5.3), live indexing of new rows, completion, and a run killed
 half-way."""
 
 from __future__ import annotations

@@ -136,6 +136,6 @@ def test_the_frozen_copy_agrees_on_every_fixture(fixture_version, legacy_db, db)
         runtime, frozen = _both(conn)
         conn.rollback()
     assert frozen == runtime
-    # spec/schema.md 6.1: L1 up to v9, the last v10 build's L2, L3 from v11 to v22
+    # docs/reference/schema.md 6.1: L1 up to v9, the last v10 build's L2, L3 from v11 to v22
     expected = "L1" if fixture_version < 10 else "L2" if fixture_version == 10 else "L3"
     assert runtime == ("v23" if fixture_version == 23 else expected)

@@ -1,4 +1,4 @@
-"""Search on a real SQLite file at head: the sanitiser table of spec/behaviour.md 6.2,
+"""Search on a real SQLite file at head: the sanitiser table of docs/reference/behaviour.md 6.2,
 the routing of 6.4, filters, snippets, context, and hostile input that must never raise."""
 
 from __future__ import annotations

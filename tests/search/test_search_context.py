@@ -1,4 +1,4 @@
-"""The context of search hits (spec/behaviour.md 6.1), on both backends: for every hit
+"""The context of search hits (docs/reference/behaviour.md 6.1), on both backends: for every hit
 the previous message of its session, the hit, the next one, ordered by (timestamp, id),
 inactive rows included, content decoded and cut to 200 characters."""
 

@@ -367,7 +367,7 @@ def test_short_literals(rows: Any) -> None:
 @pytest.mark.sqlite_only
 def test_literals_in_a_range_a_backfill_has_not_indexed_yet(store: Store) -> None:
     """Rows the triggers skipped (ids in (progress, high water]) are found by the
-    pending-range top-up, literals included (spec/behaviour.md 6.5)."""
+    pending-range top-up, literals included (docs/reference/behaviour.md 6.5)."""
     SessionRepository(store).create_session("s", "cli")
     messages = MessageRepository(store)
     indexed = messages.append_message("s", "user", "edit src/main.py now")

@@ -1,6 +1,6 @@
 """The search planner and its backends, on SQLite and on PostgreSQL: the backend chosen
 by dialect name, the slow-search log (HERMES_SEARCH_SLOW_MS, logger `hermes_state`,
-spec/behaviour.md 6.1), and snippets that hold a matched phrase or hyphenated term as
+docs/reference/behaviour.md 6.1), and snippets that hold a matched phrase or hyphenated term as
 one highlighted run with the text's own punctuation, as FTS5's snippet() does."""
 
 from __future__ import annotations

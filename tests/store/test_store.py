@@ -1,6 +1,6 @@
 """The store layer on real files: connection pragmas and journal-mode rules
-(spec/schema.md 9), units of work with BEGIN IMMEDIATE, the retry policy, checkpoints,
-file modes, read-only handles and thread safety (spec/behaviour.md 16).
+(docs/reference/schema.md 9), units of work with BEGIN IMMEDIATE, the retry policy, checkpoints,
+file modes, read-only handles and thread safety (docs/reference/behaviour.md 16).
 
 Locks are held by raw sqlite3 connections (in this thread or in a helper thread), never
 by mocks; every database lives under the test's own `tmp_path`.
