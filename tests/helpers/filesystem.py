@@ -1,4 +1,5 @@
-"""File-system situations the tests put a database in."""
+"""File-system situations the tests put a database in. Those that need a mount (root and
+the right to mount) skip where they cannot have one, and fail under CI (helpers/system.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
+from helpers.system import unavailable
 
 
 @contextmanager
@@ -25,13 +26,13 @@ def read_only_path(target: Path) -> Iterator[None]:
         return
     bound = subprocess.run(["mount", "--bind", str(target), str(target)], capture_output=True)
     if bound.returncode != 0:
-        pytest.skip(f"root, and no bind mount possible: {bound.stderr.decode().strip()}")
+        unavailable(f"root, and no bind mount possible: {bound.stderr.decode().strip()}")
     try:
         ro = subprocess.run(
             ["mount", "-o", "remount,bind,ro", str(target)], capture_output=True, check=False
         )
         if ro.returncode != 0:
-            pytest.skip(f"cannot remount read-only: {ro.stderr.decode().strip()}")
+            unavailable(f"cannot remount read-only: {ro.stderr.decode().strip()}")
         yield
     finally:
         if subprocess.run(["umount", str(target)], capture_output=True).returncode != 0:
@@ -42,9 +43,9 @@ def read_only_path(target: Path) -> Iterator[None]:
 def tmpfs(mount_point: Path, size: str) -> Iterator[Path]:
     """A tmpfs of `size` (as mount's `size=` takes it: 600k, 1m) mounted at `mount_point`
     (created), unmounted afterwards: a small disk to fill. Skips where it cannot mount
-    (not root, no mount permission)."""
+    (not root, no mount permission), fails so under CI."""
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
+        unavailable("mounting a tmpfs needs root")
     mount_point.mkdir()
     done = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount_point)],
@@ -53,7 +54,7 @@ def tmpfs(mount_point: Path, size: str) -> Iterator[Path]:
         check=False,
     )
     if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip() or done.returncode}")
+        unavailable(f"cannot mount a tmpfs: {done.stderr.strip() or done.returncode}")
     try:
         yield mount_point
     finally:

@@ -23,6 +23,10 @@ from pathlib import Path
 import pytest
 
 USER = "hermes"  # the cluster's superuser, and the role the stores log in as
+#: The PgBouncer binary to run: this variable, else the copy .ci/fetch-pgbouncer unpacks
+#: into the clone (no system package needed), else one on PATH or in /usr/sbin.
+PGBOUNCER_ENV = "HERMES_STORE_PGBOUNCER"
+FETCHED_PGBOUNCER = Path(__file__).resolve().parents[2] / ".ci-cache/pgbouncer/bin/pgbouncer"
 
 
 def _bin_dir() -> Path | None:
@@ -41,6 +45,17 @@ def _unavailable(reason: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"CI must run the PostgreSQL outage tests: {reason}")
     pytest.skip(reason)
+
+
+def pgbouncer_binary() -> str | None:
+    override = os.environ.get(PGBOUNCER_ENV)
+    if override:
+        return override
+    if FETCHED_PGBOUNCER.is_file():
+        return str(FETCHED_PGBOUNCER)
+    return shutil.which("pgbouncer") or (
+        "/usr/sbin/pgbouncer" if os.path.exists("/usr/sbin/pgbouncer") else None
+    )
 
 
 def _server_user() -> dict[str, str]:
@@ -335,11 +350,12 @@ class PgBouncer:
     docs/postgresql.md gives hermes-store users."""
 
     def __init__(self, cluster: Cluster, pool_size: int = 2) -> None:
-        binary = shutil.which("pgbouncer") or (
-            "/usr/sbin/pgbouncer" if os.path.exists("/usr/sbin/pgbouncer") else None
-        )
+        binary = pgbouncer_binary()
         if binary is None:
-            _unavailable("pgbouncer is not installed (apt-get install pgbouncer)")
+            _unavailable(
+                f"no pgbouncer: .ci/fetch-pgbouncer unpacks one into the clone (or set"
+                f" {PGBOUNCER_ENV}, or install the pgbouncer package)"
+            )
         assert binary is not None
         self.cluster = cluster
         self.dir = _private_dir("hermes-pgbouncer-")
