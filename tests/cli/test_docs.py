@@ -254,6 +254,8 @@ def test_an_undocumented_command_or_option_is_reported() -> None:
 #   ```python postgresql,     against a new database on the test server: in the block,
 #   ```sh postgresql          `me@dbhost` stands for the server and `hermes` for the
 #                             database (the name `createdb` is given and URLs end with)
+#   ```sh legacy              after a copy of a file the original Hermes wrote (the legacy
+#                             fixture at schema version 22) was put at ~/.hermes/state.db
 #   ```sh clone               the README's install, run on a fresh clone by
 #                             tests/project/test_clone.py
 #   ```LANG not-run: REASON   not run, for the reason given (an install from the package
@@ -304,6 +306,7 @@ class PageRun:
         (self.cwd / ".venv").symlink_to(_venv_bin().parent)
         self.namespace: dict[str, object] | None = None
         self.pg: dict[str, str] = {}
+        self.databases: list[str] = []
 
     def environment(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in ("HERMES_STORE_URL", "VIRTUAL_ENV")}
@@ -319,15 +322,18 @@ class PageRun:
 
         require_pg()
         assert PG_SERVER in block.code, f"a postgresql block names the server {PG_SERVER}"
-        if not self.pg:
-            admin = make_url(PG_ADMIN_URL)
-            self.pg = {
-                "server": f"{admin.username}@{admin.host}:{admin.port or 5432}",
-                "database": f"hs_doc_{uuid.uuid4().hex[:16]}",
-                "PGHOST": str(admin.host),
-                "PGPORT": str(admin.port or 5432),
-                "PGUSER": str(admin.username),
-            }
+        admin = make_url(PG_ADMIN_URL)
+        self.pg.update(
+            server=f"{admin.username}@{admin.host}:{admin.port or 5432}",
+            PGHOST=str(admin.host),
+            PGPORT=str(admin.port or 5432),
+            PGUSER=str(admin.username),
+        )
+        # each block that runs `createdb` makes a database of its own, as a reader who
+        # follows one section of the page would; the blocks after it use that one
+        if "database" not in self.pg or re.search(r"^createdb ", block.code, re.M):
+            self.pg["database"] = f"hs_doc_{uuid.uuid4().hex[:16]}"
+            self.databases.append(self.pg["database"])
         code = block.code.replace(f"{PG_SERVER}/{PG_DATABASE}", f"{PG_SERVER}/{self.pg['database']}")
         code = code.replace(PG_SERVER, self.pg["server"])
         code = re.sub(
@@ -335,10 +341,21 @@ class PageRun:
         )
         return Block(block.lang, block.line, code, block.info)
 
+    def put_legacy_file(self) -> None:
+        from helpers.databases import _require_fixtures, fixture_file
+
+        _require_fixtures()
+        target = self.home / ".hermes" / "state.db"
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(fixture_file(22).read_bytes())
+
     def run(self, block: Block) -> str:
         """Run one block; what it printed."""
         if block.says("postgresql"):
             block = self.with_server(block)
+        if block.says("legacy"):
+            self.put_legacy_file()
         if block.lang == "sh":
             return self._sh(block)
         return self._python(block)
@@ -365,10 +382,10 @@ class PageRun:
         return self.capsys.readouterr().out
 
     def close(self) -> None:
-        if self.pg:
-            from helpers.postgres import _admin_execute
+        from helpers.postgres import _admin_execute
 
-            _admin_execute(f'DROP DATABASE IF EXISTS "{self.pg["database"]}" WITH (FORCE)')
+        for name in self.databases:
+            _admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture
