@@ -7,8 +7,8 @@ Python's own `sqlite3` links the system's library, which on most machines is suc
 `pysqlite3` is the same DB-API module built with a bundled, fixed SQLite; it is a
 dependency on the platforms it publishes wheels for (`has_pysqlite3_wheel`; the `sqlite`
 extra asks for it everywhere). When it is importable and its SQLite is fixed it is used,
-and new files get WAL. `HERMES_STORE_SQLITE_DRIVER` overrides the choice: `sqlite3` (the standard library)
-or `pysqlite3` (required; an error if it is missing).
+and new files get WAL. `HERMES_STORE_SQLITE_DRIVER` overrides the choice: `sqlite3` (the
+standard library) or `pysqlite3` (required; an error if it is missing).
 
 One process drives every SQLite file through one library: two copies of SQLite in one
 process do not see each other's POSIX locks, and closing a file in one drops the locks

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shlex
 import sqlite3
 import subprocess
 import sys
@@ -334,10 +333,11 @@ class PageRun:
         if "database" not in self.pg or re.search(r"^createdb ", block.code, re.M):
             self.pg["database"] = f"hs_doc_{uuid.uuid4().hex[:16]}"
             self.databases.append(self.pg["database"])
-        code = block.code.replace(f"{PG_SERVER}/{PG_DATABASE}", f"{PG_SERVER}/{self.pg['database']}")
+        database = self.pg["database"]
+        code = block.code.replace(f"{PG_SERVER}/{PG_DATABASE}", f"{PG_SERVER}/{database}")
         code = code.replace(PG_SERVER, self.pg["server"])
         code = re.sub(
-            rf"^(createdb .*) {PG_DATABASE}$", rf"\1 {self.pg['database']}", code, flags=re.M
+            rf"^(createdb .*) {PG_DATABASE}$", rf"\1 {database}", code, flags=re.M
         )
         return Block(block.lang, block.line, code, block.info)
 

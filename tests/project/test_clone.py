@@ -14,6 +14,7 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def _user_environment(home: Path) -> dict[str, str]:
         for k, v in os.environ.items()
         if not k.startswith(("HERMES_", "PYTHON", "PYTEST", "COV_")) and k != "VIRTUAL_ENV"
     }
-    venv_bin = str(Path(os.sys.executable).parent)
+    venv_bin = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != venv_bin)
     env["HOME"] = str(home)
     return env
@@ -75,7 +76,12 @@ def test_a_fresh_clone_runs_the_readme_as_written(tmp_path: Path) -> None:
     started = time.monotonic()
     first = subprocess.run(
         ["bash", "-e", "-c", readme_install()],
-        cwd=clone, env=env, capture_output=True, text=True, timeout=900, check=False,
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
     )
     install_seconds = time.monotonic() - started
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
@@ -92,7 +98,12 @@ def test_a_fresh_clone_runs_the_readme_as_written(tmp_path: Path) -> None:
     script = f"{sh1.code}python - <<'EXAMPLE'\n{example.code}EXAMPLE\n{sh2.code}"
     quick = subprocess.run(
         ["bash", "-e", "-c", script],
-        cwd=clone, env=env, capture_output=True, text=True, timeout=600, check=False,
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     assert quick.returncode == 0, quick.stdout[-4000:] + quick.stderr[-4000:]
     lines = quick.stdout.splitlines()

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.databases import set_journal_mode
 
 from hermes_store import migrate
-from helpers.databases import set_journal_mode
 
 pd = pytest.importorskip("pandas")
 

@@ -290,8 +290,8 @@ def test_the_dependency_marker_is_where_pysqlite3_has_wheels(
     requirement = _pysqlite3_requirement()
     environment = {
         "platform_python_implementation": implementation,
-        "python_version": "%d.%d" % version,
-        "python_full_version": "%d.%d.0" % version,
+        "python_version": f"{version[0]}.{version[1]}",
+        "python_full_version": f"{version[0]}.{version[1]}.0",
         "sys_platform": system,
         "platform_machine": machine,
     }
