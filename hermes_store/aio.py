@@ -248,7 +248,8 @@ class AsyncStore:
         url: a database URL or a SQLite path (default: $HERMES_STORE_URL, else
             $HERMES_HOME/state.db).
         workers: worker threads for the blocking calls.
-        store: the Store the repository works on.
+        store: an open `Store` to serve instead of opening one from `url` (the other
+            keyword arguments are then unused); `aclose` closes it.
         retry: how lock contention and transient server faults are retried.
         checkpoint_every: on SQLite, a PASSIVE WAL checkpoint after this many writes (0:
             never).
@@ -259,6 +260,22 @@ class AsyncStore:
             it).
         check_schema: refuse a database that is missing or not at head when opening (False
             skips the check).
+
+    Attributes:
+        sync: the synchronous `Store` underneath.
+        sessions: `SessionRepository`'s methods as coroutines (`AsyncSessions`).
+        titles: `TitleRepository`'s (`AsyncTitles`).
+        messages: `MessageRepository`'s (`AsyncMessages`).
+        usage: `UsageRepository`'s (`AsyncUsage`).
+        meta: `MetaRepository`'s (`AsyncMeta`).
+        search: `SearchRepository`'s (`AsyncSearch`).
+        maintenance: `MaintenanceRepository`'s (`AsyncMaintenance`).
+        compression_locks: `CompressionLockRepository`'s (`AsyncCompressionLocks`).
+        gateway_routing: `GatewayRoutingRepository`'s (`AsyncGatewayRouting`).
+        delegations: `AsyncDelegationRepository`'s (`AsyncDelegations`).
+        telegram_topics: `TelegramTopicRepository`'s (`AsyncTelegramTopics`).
+        feed: `ChangeFeed`'s (`AsyncChangeFeed`); `changes()` follows the feed.
+        turns: `TurnRepository`'s (`AsyncTurns`).
     """
 
     def __init__(

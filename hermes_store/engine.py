@@ -75,8 +75,8 @@ def journal_choice(
         why = "the file is in WAL mode, which is never switched back while others may hold it"
         if vulnerable:
             why += (
-                f"; {sqlite} has the WAL-reset bug, so writers on it risk corrupting it: "
-                "install hermes-store[sqlite] for a fixed SQLite"
+                f"; {sqlite} has the WAL-reset bug, so writers on it risk corrupting it "
+                f"(a fixed SQLite: {sqlite_driver.how_to_get_the_fix()})"
             )
         else:
             why += f"; {sqlite} has the WAL-reset fix"
@@ -89,8 +89,8 @@ def journal_choice(
         return JournalChoice(
             "delete",
             f"{sqlite} has the WAL-reset bug (3.7.0 to 3.51.2, but 3.44.6+ and 3.50.7+), which "
-            "can corrupt a WAL file under concurrent writers; install hermes-store[sqlite] "
-            "for a fixed SQLite and WAL",
+            "can corrupt a WAL file under concurrent writers (a fixed SQLite, and with it WAL: "
+            f"{sqlite_driver.how_to_get_the_fix()})",
         )
     return JournalChoice("wal", f"{sqlite} has the WAL-reset fix")
 

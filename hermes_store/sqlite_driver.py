@@ -4,10 +4,11 @@ SQLite builds from 3.7.0 up to 3.51.2 (but the 3.44.6 and 3.50.7 backports) carr
 WAL-reset bug, which can corrupt a WAL database under concurrent writers, so on them a
 new `state.db` runs in DELETE journal mode, where a reader keeps writers from committing.
 Python's own `sqlite3` links the system's library, which on most machines is such a build.
-The `sqlite` extra installs `pysqlite3`, the same DB-API module built with a bundled,
-fixed SQLite; when it is importable and its SQLite is fixed it is used, and new files get
-WAL. `HERMES_STORE_SQLITE_DRIVER` overrides the choice: `sqlite3` (the standard library)
-or `pysqlite3` (required; an error if it is missing).
+`pysqlite3` is the same DB-API module built with a bundled, fixed SQLite; it is a
+dependency on the platforms it publishes wheels for (`has_pysqlite3_wheel`; the `sqlite`
+extra asks for it everywhere). When it is importable and its SQLite is fixed it is used,
+and new files get WAL. `HERMES_STORE_SQLITE_DRIVER` overrides the choice: `sqlite3` (the
+standard library) or `pysqlite3` (required; an error if it is missing).
 
 One process drives every SQLite file through one library: two copies of SQLite in one
 process do not see each other's POSIX locks, and closing a file in one drops the locks
@@ -19,7 +20,9 @@ from __future__ import annotations
 
 import importlib
 import os
+import platform
 import sqlite3
+import sys
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
@@ -40,6 +43,47 @@ def wal_reset_vulnerable(version: tuple[int, int, int]) -> bool:
     if (3, 50, 7) <= version < (3, 51, 0) or (3, 44, 6) <= version < (3, 45, 0):
         return False
     return True
+
+
+def has_pysqlite3_wheel(
+    implementation: str | None = None,
+    version: tuple[int, int] | None = None,
+    system: str | None = None,
+    machine: str | None = None,
+) -> bool:
+    """Whether pysqlite3 publishes a wheel for this platform (or the one given), which is
+    where the project depends on it: the environment marker of its requirement in
+    pyproject.toml says the same (CPython 3.11-3.14 on Linux x86_64, macOS arm64,
+    Windows x86 and x64)."""
+    implementation = implementation or platform.python_implementation()
+    version = version or (sys.version_info.major, sys.version_info.minor)
+    system = system or sys.platform
+    machine = machine if machine is not None else platform.machine()
+    if implementation != "CPython" or version >= (3, 15):
+        return False
+    wheels = {"linux": ("x86_64",), "darwin": ("arm64",), "win32": ("AMD64", "x86")}
+    return machine in wheels.get(system, ())
+
+
+def how_to_get_the_fix() -> str:
+    """What gives this process a SQLite with the WAL-reset fix, for the messages that say
+    a file runs in DELETE mode (or in WAL mode on a SQLite with the bug)."""
+    bundled = _bundled()
+    if bundled is not None and not wal_reset_vulnerable(bundled.sqlite_version_info):
+        return (
+            f"pysqlite3 is installed and its SQLite {bundled.sqlite_version} has the fix: "
+            f"leave {DRIVER_ENV} unset"
+        )
+    if bundled is not None:
+        return f"pysqlite3's SQLite {bundled.sqlite_version} has the bug too: upgrade pysqlite3"
+    if has_pysqlite3_wheel():
+        return "pip install pysqlite3 (a dependency of hermes-store here, with a fixed SQLite)"
+    return (
+        f"pysqlite3 has no wheel for this platform ({platform.python_implementation()} "
+        f"{sys.version_info.major}.{sys.version_info.minor}, {sys.platform} "
+        f"{platform.machine()}), so it is not installed, and built from source it links the "
+        "system's SQLite: use a Python linked against SQLite 3.51.3 or newer"
+    )
 
 
 def _bundled() -> ModuleType | None:
@@ -133,14 +177,11 @@ def choose(setting: str | None = None) -> Driver:
             f"the standard library's SQLite {sqlite3.sqlite_version} has the WAL-reset bug; "
             f"pysqlite3 bundles {bundled.sqlite_version}, which has the fix",
         )
-    if bundled is not None:
-        why = f"pysqlite3's SQLite {bundled.sqlite_version} has the WAL-reset bug too"
-    else:
-        why = "pysqlite3 (pip install 'hermes-store[sqlite]') is not installed"
     return Driver(
         "sqlite3",
         sqlite3,
-        f"the standard library's SQLite {sqlite3.sqlite_version} has the WAL-reset bug and {why}",
+        f"the standard library's SQLite {sqlite3.sqlite_version} has the WAL-reset bug; "
+        f"{how_to_get_the_fix()}",
     )
 
 

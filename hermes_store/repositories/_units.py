@@ -44,5 +44,7 @@ def read_method(
     method.__signature__ = signature.replace(parameters=[this, *parameters])  # type: ignore[attr-defined]
     method.__name__ = query.__name__
     method.__qualname__ = query.__name__
+    # the signature's annotations are `query`'s, so they resolve in its module
+    method.__module__ = query.__module__
     method.__doc__ = doc or query.__doc__
     return method

@@ -6,12 +6,14 @@ README stays short, and its test command is the one .ci/run runs."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
-import shlex
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
+import textwrap
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +28,7 @@ CLI_DOC = DOCS / "cli.md"
 CI_RUN = REPO / ".ci" / "run"
 README_MAX_LINES = 200
 
-FENCE = re.compile(r"^```(\w*)\s*$")
+FENCE = re.compile(r"^```([\w-]*)((?:\s[^`]*)?)$")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 INLINE_CODE = re.compile(r"`[^`\n]*`")
@@ -40,21 +42,32 @@ class Block:
     lang: str
     line: int  # 1-based line of the first code line
     code: str
+    info: str = ""  # the fence's words after the language
+
+    def says(self, word: str) -> bool:
+        return word in self.info.split()
+
+    @property
+    def not_run(self) -> str | None:
+        """The reason a block that is not run gives (`not-run: REASON`), else None."""
+        marker = re.search(r"(?:^|\s)not-run:\s*(.*)$", self.info)
+        return marker.group(1).strip() if marker else None
 
 
 def blocks(text: str) -> list[Block]:
-    """The fenced code blocks of a page, in order."""
+    """The fenced code blocks of a page, in order (an indented block's code dedented)."""
     found: list[Block] = []
     lang: str | None = None
+    info = ""
     body: list[str] = []
     start = 0
     for number, line in enumerate(text.splitlines(), start=1):
         fence = FENCE.match(line.strip())
         if lang is None:
             if fence:
-                lang, body, start = fence.group(1), [], number + 1
-        elif fence and not fence.group(1):
-            found.append(Block(lang, start, "\n".join(body) + "\n"))
+                lang, info, body, start = fence.group(1), fence.group(2).strip(), [], number + 1
+        elif fence and not fence.group(1) and not fence.group(2).strip():
+            found.append(Block(lang, start, textwrap.dedent("\n".join(body)) + "\n", info))
             lang = None
         else:
             body.append(line)
@@ -229,36 +242,210 @@ def test_an_undocumented_command_or_option_is_reported() -> None:
 
 
 # ------------------------------------------------------------------ examples that run
+#
+# Every fenced block of README.md and docs/*.md says what it is in its fence:
+#   ```python, ```sh          run here, in order, as written: each page in an empty
+#                             directory of its own (the working directory; HOME and
+#                             HERMES_HOME=~/.hermes are inside it too), sh blocks with bash
+#                             and the project's venv as `.venv` (its bin first on PATH);
+#                             python blocks in this process, each in a fresh namespace
+#   ```python continued       in the namespace the page's previous python block left
+#   ```python postgresql,     against a new database on the test server: in the block,
+#   ```sh postgresql          `me@dbhost` stands for the server and `hermes` for the
+#                             database (the name `createdb` is given and URLs end with)
+#   ```sh legacy              after a copy of a file the original Hermes wrote (the legacy
+#                             fixture at schema version 22) was put at ~/.hermes/state.db
+#   ```sh clone               the README's install, run on a fresh clone by
+#                             tests/project/test_clone.py
+#   ```LANG not-run: REASON   not run, for the reason given (an install from the package
+#                             index, a command that takes minutes, a server elsewhere)
+#   ```text                   not code: what a command prints, a listing
+# A block without a language, or in another language without `not-run:`, fails the test.
+# The python blocks of PAGES_RUN_ELSEWHERE run in the test named there, on data of its own.
+
+RUNS = ("python", "sh")
+PAGES_RUN_ELSEWHERE = {"analytics.md": "tests/repositories/test_analytics.py"}
+PG_SERVER, PG_DATABASE = "me@dbhost", "hermes"
 
 
-def _hermes_store(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    """The installed `hermes-store` command, as a user runs it."""
-    script = Path(sys.executable).parent / "hermes-store"
-    assert script.is_file(), f"{script} is missing: install the project (pip install -e .)"
-    return subprocess.run(
-        [str(script), *args], cwd=cwd, capture_output=True, text=True, timeout=300
+def _venv_bin() -> Path:
+    return Path(sys.executable).parent
+
+
+def _how_it_runs(page: Path, block: Block) -> str:
+    """"run", "clone", "elsewhere", "not-run" or "text"; a block that says nothing the
+    runner understands fails here."""
+    where = f"{page.relative_to(REPO)}:{block.line - 1}"
+    if block.not_run is not None:
+        assert block.not_run, f"{where}: `not-run:` needs a reason"
+        return "not-run"
+    if block.lang == "text":
+        return "text"
+    assert block.lang in RUNS, (
+        f"{where}: a ```{block.lang or '(no language)'} block: mark it ```text (output, a "
+        "listing) or `not-run: REASON`, or make it python/sh"
     )
+    if block.says("clone"):
+        assert page == README and block.lang == "sh", f"{where}: only the README's install"
+        return "clone"
+    if block.lang == "python" and page.name in PAGES_RUN_ELSEWHERE:
+        return "elsewhere"
+    return "run"
 
 
-def _run_shell_block(block: Block, cwd: Path) -> dict[str, str]:
-    """Run each `hermes-store ...` line of a sh block; return each line's stdout."""
-    outputs: dict[str, str] = {}
-    for line in block.code.splitlines():
-        words = shlex.split(line, comments=True)
-        if not words:
-            continue
-        assert words[0] == "hermes-store", f"not a hermes-store command: {line}"
-        done = _hermes_store(words[1:], cwd)
-        assert done.returncode == 0, f"{line}\n{done.stdout}{done.stderr}"
-        outputs[" ".join(words[1:])] = done.stdout
-    return outputs
+class PageRun:
+    """One page's blocks, run in order in one directory."""
+
+    def __init__(self, page: Path, root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        self.page, self.capsys = page, capsys
+        self.cwd = root / "work"
+        self.home = root / "home"
+        self.cwd.mkdir()
+        self.home.mkdir()
+        (self.cwd / ".venv").symlink_to(_venv_bin().parent)
+        self.namespace: dict[str, object] | None = None
+        self.pg: dict[str, str] = {}
+        self.databases: list[str] = []
+
+    def environment(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in ("HERMES_STORE_URL", "VIRTUAL_ENV")}
+        env["HOME"] = str(self.home)
+        env["HERMES_HOME"] = str(self.home / ".hermes")
+        env["PATH"] = f"{_venv_bin()}{os.pathsep}{env.get('PATH', '')}"
+        return env
+
+    def with_server(self, block: Block) -> Block:
+        """A postgresql block with its placeholders replaced by the test server's."""
+        from helpers.postgres import PG_ADMIN_URL, require_pg
+        from sqlalchemy.engine import make_url
+
+        require_pg()
+        assert PG_SERVER in block.code, f"a postgresql block names the server {PG_SERVER}"
+        admin = make_url(PG_ADMIN_URL)
+        self.pg.update(
+            server=f"{admin.username}@{admin.host}:{admin.port or 5432}",
+            PGHOST=str(admin.host),
+            PGPORT=str(admin.port or 5432),
+            PGUSER=str(admin.username),
+        )
+        # each block that runs `createdb` makes a database of its own, as a reader who
+        # follows one section of the page would; the blocks after it use that one
+        if "database" not in self.pg or re.search(r"^createdb ", block.code, re.M):
+            self.pg["database"] = f"hs_doc_{uuid.uuid4().hex[:16]}"
+            self.databases.append(self.pg["database"])
+        database = self.pg["database"]
+        code = block.code.replace(f"{PG_SERVER}/{PG_DATABASE}", f"{PG_SERVER}/{database}")
+        code = code.replace(PG_SERVER, self.pg["server"])
+        code = re.sub(
+            rf"^(createdb .*) {PG_DATABASE}$", rf"\1 {database}", code, flags=re.M
+        )
+        return Block(block.lang, block.line, code, block.info)
+
+    def put_legacy_file(self) -> None:
+        from helpers.databases import _require_fixtures, fixture_file
+
+        _require_fixtures()
+        target = self.home / ".hermes" / "state.db"
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(fixture_file(22).read_bytes())
+
+    def run(self, block: Block) -> str:
+        """Run one block; what it printed."""
+        if block.says("postgresql"):
+            block = self.with_server(block)
+        if block.says("legacy"):
+            self.put_legacy_file()
+        if block.lang == "sh":
+            return self._sh(block)
+        return self._python(block)
+
+    def _sh(self, block: Block) -> str:
+        env = self.environment()
+        env.update({k: v for k, v in self.pg.items() if k.startswith("PG")})
+        done = subprocess.run(
+            ["bash", "-e", "-o", "pipefail", "-c", block.code],
+            cwd=self.cwd, env=env, capture_output=True, text=True, timeout=600, check=False,
+        )
+        where = f"{self.page.relative_to(REPO)}:{block.line - 1}"
+        assert done.returncode == 0, f"{where}:\n{block.code}\n{done.stdout}{done.stderr}"
+        return done.stdout
+
+    def _python(self, block: Block) -> str:
+        if block.says("continued"):
+            assert self.namespace is not None, "a continued block follows a python block"
+        else:
+            self.namespace = {"__name__": f"doc_{self.page.stem}"}
+        code = compile("\n" * (block.line - 1) + block.code, str(self.page), "exec")
+        self.capsys.readouterr()
+        exec(code, self.namespace)  # noqa: S102 - the page's own example
+        return self.capsys.readouterr().out
+
+    def close(self) -> None:
+        from helpers.postgres import _admin_execute
+
+        for name in self.databases:
+            _admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def _run_python_block(block: Block, page: Path, capsys: pytest.CaptureFixture[str]) -> str:
-    code = compile("\n" * (block.line - 1) + block.code, str(page), "exec")
-    capsys.readouterr()
-    exec(code, {"__name__": f"doc_{page.stem}"})  # noqa: S102 - the page's own example
-    return capsys.readouterr().out
+@pytest.fixture
+def page_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Iterator[Callable[[Path], PageRun]]:
+    """`page_run(page)`: a PageRun with this process in its directory and environment."""
+    runs: list[PageRun] = []
+
+    def make(page: Path) -> PageRun:
+        run = PageRun(page, tmp_path, capsys)
+        for name, value in run.environment().items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.delenv("HERMES_STORE_URL", raising=False)
+        monkeypatch.chdir(run.cwd)
+        runs.append(run)
+        return run
+
+    yield make
+    for run in runs:
+        run.close()
+
+
+def _pages() -> list[Path]:
+    """The README, every page under docs/ (the reference included) and the fixtures' own."""
+    return [README, *sorted(DOCS.rglob("*.md")), REPO / "tests/fixtures/legacy/README.md"]
+
+
+@pytest.mark.parametrize("page", _pages(), ids=lambda p: str(p.relative_to(REPO)))
+def test_every_block_runs_as_written(page: Path, page_run: Callable[[Path], PageRun]) -> None:
+    found = blocks(page.read_text(encoding="utf-8"))
+    plan = [(block, _how_it_runs(page, block)) for block in found]
+    to_run = [block for block, how in plan if how == "run"]
+    if not to_run:
+        return
+    run = page_run(page)
+    for block in to_run:
+        run.run(block)
+
+
+def test_the_blocks_run_elsewhere_are_the_pages_python_blocks() -> None:
+    from repositories.test_analytics import BLOCKS
+
+    page = DOCS / "analytics.md"
+    mine = [b for b in blocks(page.read_text(encoding="utf-8")) if b.lang == "python"]
+    assert [(b.line, b.code) for b in mine] == [(b.line, b.code) for b in BLOCKS]
+    assert all(_how_it_runs(page, b) == "elsewhere" for b in mine)
+
+
+def test_a_block_that_says_nothing_fails(tmp_path: Path) -> None:
+    page = DOCS / "some.md"
+    for lang, info in (("", ""), ("sql", ""), ("ini", "excerpt")):
+        with pytest.raises(AssertionError, match="mark it ```text"):
+            _how_it_runs(page, Block(lang, 3, "x\n", info))
+    with pytest.raises(AssertionError, match="needs a reason"):
+        _how_it_runs(page, Block("sh", 3, "x\n", "not-run:"))
+    assert _how_it_runs(page, Block("sql", 3, "x\n", "not-run: plain SQL")) == "not-run"
+    assert _how_it_runs(page, Block("text", 3, "x\n")) == "text"
+    assert blocks("```python continued\nx = 1\n```\n")[0].says("continued")
+    assert blocks("```sh not-run: takes an hour\nx\n```\n")[0].not_run == "takes an hour"
 
 
 def _promised_prints(block: Block) -> list[str]:
@@ -269,68 +456,59 @@ def _promised_prints(block: Block) -> list[str]:
     ]
 
 
-def test_the_readme_quick_start_runs_as_written(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.chdir(tmp_path)
+def quick_start() -> list[Block]:
+    """The README's quick start: sh, python, sh."""
     quick = blocks(section(README.read_text(encoding="utf-8"), "## Quick start"))
     assert [b.lang for b in quick] == ["sh", "python", "sh"], quick
-    _run_shell_block(quick[0], tmp_path)
-    assert (tmp_path / "state.db").is_file()
+    return quick
 
-    printed = _run_python_block(quick[1], README, capsys)
+
+def test_the_readme_quick_start_runs_as_written(page_run: Callable[[Path], PageRun]) -> None:
+    run = page_run(README)
+    quick = quick_start()
+    run.run(quick[0])
+    assert (run.cwd / "state.db").is_file()
+
+    printed = run.run(quick[1])
     promised = _promised_prints(quick[1])
     assert promised, "the quick start says what it prints"
     assert printed.splitlines() == promised
 
-    out = _run_shell_block(quick[2], tmp_path)
-    assert "s1" in out["sessions list --url state.db"]
-    assert "flights to Kyoto" in out["sessions list --url state.db"]
-    assert "flights to >>>Kyoto<<<" in out["search kyoto --url state.db"]
-    assert "at head:       yes" in out["check --url state.db"]
+    out = run.run(quick[2])
+    assert "s1" in out and "flights to Kyoto" in out  # sessions list
+    assert "flights to >>>Kyoto<<<" in out  # search
+    assert "at head:       yes" in out  # check
 
 
-def test_the_python_page_example_runs_as_written(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.chdir(tmp_path)
+def test_the_python_page_example_runs_as_written(page_run: Callable[[Path], PageRun]) -> None:
     page = DOCS / "python.md"
+    run = page_run(page)
     example = blocks(section(page.read_text(encoding="utf-8"), "## The store and its repositories"))
-    assert [b.lang for b in example] == ["python"]
-    _run_shell_block(Block("sh", 0, "hermes-store upgrade --url state.db\n"), tmp_path)
-    _run_python_block(example[0], page, capsys)
-    with sqlite3.connect(tmp_path / "state.db") as con:
+    assert [b.lang for b in example] == ["sh", "python"]
+    for block in example:
+        run.run(block)
+    with sqlite3.connect(run.cwd / "state.db") as con:
         rows = con.execute("SELECT session_id, role, content FROM messages").fetchall()
     assert rows == [("s1", "user", "flights to Kyoto")]
 
 
-def test_the_asyncio_example_runs_as_written(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.chdir(tmp_path)
+def test_the_asyncio_example_runs_as_written(page_run: Callable[[Path], PageRun]) -> None:
     page = DOCS / "asyncio.md"
-    text = page.read_text(encoding="utf-8")
-    assert "hermes-store upgrade --url state.db" in section(text, "## Example")
-    example = [b for b in blocks(section(text, "## Example")) if b.lang == "python"]
-    assert len(example) == 1
-    _run_shell_block(Block("sh", 0, "hermes-store upgrade --url state.db\n"), tmp_path)
-
-    printed = _run_python_block(example[0], page, capsys).split()
+    run = page_run(page)
+    example = blocks(section(page.read_text(encoding="utf-8"), "## Example"))
+    assert [b.lang for b in example] == ["sh", "python"]
+    run.run(example[0])
+    printed = run.run(example[1]).split()
 
     # the retry with the same idempotency key returned the first append's id and wrote
     # nothing: one message in the database
     assert len(printed) == 2 and printed[0] == printed[1], printed
-    with sqlite3.connect(tmp_path / "state.db") as con:
+    with sqlite3.connect(run.cwd / "state.db") as con:
         rows = con.execute("SELECT id, session_id, content FROM messages").fetchall()
     assert rows == [(int(printed[0]), "chat-1", "hello")]
 
 
 # ------------------------------------------------------------------ links and size
-
-
-def _pages() -> list[Path]:
-    """The README, every page under docs/ (the reference included) and the fixtures' own."""
-    return [README, *sorted(DOCS.rglob("*.md")), REPO / "tests/fixtures/legacy/README.md"]
 
 
 @pytest.mark.parametrize("page", _pages(), ids=lambda p: str(p.relative_to(REPO)))
@@ -389,3 +567,11 @@ def test_the_readme_test_command_is_what_ci_runs() -> None:
     install, tests = _readme_test_command()
     assert (install, tests) == _ci_test_command()
     assert (install, tests) == ("pip install -e '.[test,postgres]'", "python -m pytest -n auto")
+
+
+def test_the_api_reference_command_is_what_ci_runs() -> None:
+    page = (DOCS / "api.md").read_text(encoding="utf-8")
+    (command,) = [b.code.strip() for b in blocks(page) if "-m pdoc" in b.code]
+    ci = re.search(r'"\$PY" (-W error .*-m pdoc .*?)\)', CI_RUN.read_text(encoding="utf-8"))
+    assert ci, "the pdoc line of .ci/run"
+    assert command == f"python {ci.group(1)}"

@@ -186,3 +186,23 @@ def test_the_check_finds_an_undocumented_parameter_and_method() -> None:
             pass
 
     assert undocumented(Sample) == ["Sample.__init__(flush)", "Sample.half(value)", "Sample.bare"]
+
+
+def test_the_async_store_documents_each_attribute_it_has(fresh_db: str) -> None:
+    """The `Attributes:` section of AsyncStore's docstring names exactly the public
+    attributes an open AsyncStore has (its repositories and `sync`), and the `store`
+    argument is described as what it is."""
+    from hermes_store.aio import AsyncStore
+
+    store = AsyncStore(fresh_db)
+    try:
+        attributes = {name for name in vars(store) if not name.startswith("_")}
+    finally:
+        import asyncio
+
+        asyncio.run(store.aclose())
+    doc = inspect.getdoc(AsyncStore) or ""
+    _, _, section = doc.partition("\nAttributes:\n")
+    documented = set(re.findall(r"^    (\w+): \S", section, re.M))
+    assert documented == attributes
+    assert "the Store the repository works on" not in doc

@@ -53,7 +53,7 @@ def _readme_install() -> str:
     """The `pip install -e ...` of the README's "On a fresh machine" command."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     section = readme.split("## On a fresh machine", 1)[1].split("\n## ", 1)[0]
-    command = re.search(r"```sh\n(.*?)\n```", section, re.S)
+    command = re.search(r"```sh[^\n]*\n(.*?)\n```", section, re.S)
     assert command is not None, "no sh block in README's 'On a fresh machine'"
     step = next(s.strip() for s in command.group(1).split("&&") if "pip install -e" in s)
     return step

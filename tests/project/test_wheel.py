@@ -6,10 +6,13 @@ package `hermes_store._migrations`, see pyproject.toml).
 
 How it works, and why:
 
-* The working tree (uncommitted edits included) is copied to a temporary directory and the
-  wheel is built there with `python -m build --wheel --no-isolation`. Building from a copy
-  keeps setuptools' `build/` and `*.egg-info` out of the checkout, so a stale
-  `build/lib` can never smuggle a deleted revision file into the wheel.
+* .ci/run builds the sdist and the wheel once (`python -m build`, into build/dist) and
+  names the directory in $HERMES_STORE_DIST; this test installs those. Without it the
+  working tree (uncommitted edits included) is copied to a temporary directory and built
+  there the same way: `python -m build` makes the sdist, then the wheel from the unpacked
+  sdist, so the sdist is shown to hold what a build needs. Building from a copy keeps
+  setuptools' `build/` and `*.egg-info` out of the checkout, so a stale `build/lib` can
+  never smuggle a deleted revision file into the wheel.
 * `--no-isolation` needs the build-system requirements of pyproject.toml
   (`setuptools>=68`, `wheel`) in the running environment. A venv made by
   `python3 -m venv` on Python 3.11 has setuptools 65 and no `wheel`, and `pip install -e`
@@ -23,7 +26,8 @@ How it works, and why:
   no hand-maintained wheelhouse, and after the first run it is served from pip's cache.
 * Everything in the venv runs with cwd = tmp_path (outside the repository), PYTHONPATH
   unset and HERMES_HOME pointing into tmp_path, so only the installed package can be
-  imported and no real ~/.hermes is touched.
+  imported and no real ~/.hermes is touched. The README's quick start runs as written in
+  a directory whose `.venv` is this venv; the legacy file is a copy of a fixture.
 
 All of it is one test function: with `pytest -n auto` a module-scoped fixture would be
 built once per xdist worker.
@@ -35,12 +39,17 @@ import json
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
+import tarfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from hermes_store.sqlite_driver import wal_reset_vulnerable
 
 REPO = Path(__file__).resolve().parents[2]
 #: the project head: the upstream revisions 0001..0023, then its own (hs0001, ...)
@@ -64,7 +73,11 @@ def _ignore(directory: str, names: list[str]) -> set[str]:
 
 def _clean_env(tmp_path: Path, venv_bin: Path | None = None) -> dict[str, str]:
     env = dict(os.environ)
-    for name in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV", "HERMES_STORE_URL"):
+    # a user's environment: no driver pinned (conftest pins the suite's), no URL
+    for name in (
+        "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV", "HERMES_STORE_URL",
+        "HERMES_STORE_SQLITE_DRIVER",
+    ):
         env.pop(name, None)
     env["HERMES_HOME"] = str(tmp_path / "hermes-home")
     env["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -90,23 +103,53 @@ def _ok(proc: subprocess.CompletedProcess[str], what: str) -> str:
     return proc.stdout
 
 
-def _build_wheel(tmp_path: Path) -> Path:
-    from build import ProjectBuilder
+#: where .ci/run leaves the wheel and the sdist it built (`python -m build`), so that this
+#: test installs those and does not build them again
+DIST_ENV = "HERMES_STORE_DIST"
 
-    src = tmp_path / "src"
-    shutil.copytree(REPO, src, ignore=_ignore)
-    out = tmp_path / "dist"
-    env = _clean_env(tmp_path)
-    unmet = ProjectBuilder(src).check_dependencies("wheel")
-    args = [sys.executable, "-m", "build", "--wheel", "-o", str(out)]
-    if not unmet:
-        args.insert(4, "--no-isolation")
+
+def _dists(tmp_path: Path) -> tuple[Path, Path]:
+    """The wheel and the sdist: those of $HERMES_STORE_DIST, else built here from a copy of
+    the working tree with `python -m build`, which builds the sdist and then the wheel
+    from the unpacked sdist (so a wheel at all means the sdist holds what a build needs)."""
+    given = os.environ.get(DIST_ENV)
+    if given:
+        out = Path(given)
     else:
-        print(f"build requirements unmet here ({sorted(unmet)}): building isolated")
-    _ok(_run([*args, str(src)], cwd=tmp_path, env=env, timeout=600), " ".join(args[1:]))
+        from build import ProjectBuilder
+
+        src = tmp_path / "src"
+        shutil.copytree(REPO, src, ignore=_ignore)
+        out = tmp_path / "dist"
+        env = _clean_env(tmp_path)
+        unmet = ProjectBuilder(src).check_dependencies("wheel")
+        args = [sys.executable, "-m", "build", "-o", str(out)]
+        if not unmet:
+            args.insert(3, "--no-isolation")
+        else:
+            print(f"build requirements unmet here ({sorted(unmet)}): building isolated")
+        _ok(_run([*args, str(src)], cwd=tmp_path, env=env, timeout=600), " ".join(args[1:]))
     wheels = sorted(out.glob("hermes_store-*.whl"))
-    assert len(wheels) == 1, f"expected one wheel in {out}, found {wheels}"
-    return wheels[0]
+    sdists = sorted(out.glob("hermes_store-*.tar.gz"))
+    assert len(wheels) == 1 and len(sdists) == 1, f"one wheel and one sdist in {out}"
+    return wheels[0], sdists[0]
+
+
+def _check_sdist_contents(sdist: Path) -> None:
+    with tarfile.open(sdist) as tf:
+        names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
+    for required in (
+        "pyproject.toml",
+        "README.md",
+        "hermes_store/__init__.py",
+        "hermes_store/py.typed",
+        "migrations/env.py",
+        "migrations/script.py.mako",
+        "migrations/versions/__init__.py",
+    ):
+        assert required in names, f"{required} missing from {sdist.name}"
+    revisions = [n for n in names if n.startswith("migrations/versions/") and n.endswith(".py")]
+    assert len(revisions) > SCHEMA_VERSION, revisions
 
 
 def _check_wheel_contents(wheel: Path) -> None:
@@ -164,8 +207,15 @@ print(json.dumps({
 # The backend's own warnings (beta [tool.setuptools], deprecations), relayed by
 # ProjectBuilder.check_dependencies, are about pyproject.toml, not about this test.
 @pytest.mark.filterwarnings("ignore::pyproject_hooks.BuildBackendWarning")
-def test_installed_wheel_upgrades_a_fresh_database(tmp_path: Path) -> None:
-    wheel = _build_wheel(tmp_path)
+def test_the_installed_wheel_runs_the_quick_start_and_upgrades_a_legacy_file(
+    tmp_path: Path, legacy_db: Callable[..., Path]
+) -> None:
+    """The package as users get it: the wheel (not editable) in a fresh venv runs the
+    README's quick start as written and `hermes-store upgrade` on a file the original
+    wrote; new files get WAL from the pysqlite3 the wheel depends on here, and without
+    pysqlite3 `check` says what to install."""
+    wheel, sdist = _dists(tmp_path)
+    _check_sdist_contents(sdist)
     _check_wheel_contents(wheel)
 
     venv = tmp_path / "venv"
@@ -178,15 +228,23 @@ def test_installed_wheel_upgrades_a_fresh_database(tmp_path: Path) -> None:
         _run([str(python), "-m", "pip", "install", str(wheel)], cwd=tmp_path, env=env, timeout=600),
         "pip install <wheel>",
     )
-
     console = bin_dir / "hermes-store"
     assert console.is_file(), "the wheel installed no hermes-store console script"
-    db = tmp_path / "state.db"
-    _ok(
-        _run([str(console), "upgrade", "--url", str(db)], cwd=tmp_path, env=env),
-        "hermes-store upgrade",
-    )
-    assert db.is_file()
+
+    # The README's quick start, in a directory whose .venv is this venv.
+    from cli.test_docs import _promised_prints, quick_start
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / ".venv").symlink_to(venv)
+    first, example, commands = quick_start()
+    _ok(_run(["bash", "-e", "-c", first.code], cwd=work, env=env), first.code)
+    printed = _ok(_run([str(python), "-c", example.code], cwd=work, env=env), "quick start")
+    assert printed.splitlines() == _promised_prints(example)
+    out = _ok(_run(["bash", "-e", "-c", commands.code], cwd=work, env=env), commands.code)
+    assert "flights to >>>Kyoto<<<" in out and "at head:       yes" in out, out
+    db = work / "state.db"
+    assert _journal_mode(db) == "wal", "pysqlite3 came with the wheel: a new file gets WAL"
 
     facts = json.loads(
         _ok(_run([str(python), "-c", _INSPECT, str(db)], cwd=tmp_path, env=env), "inspection")
@@ -204,11 +262,40 @@ def test_installed_wheel_upgrades_a_fresh_database(tmp_path: Path) -> None:
     assert facts["schema_version"] == [SCHEMA_VERSION], facts
     assert facts["alembic"] == [HEAD], facts
 
-    # A second run finds the database at head and changes nothing; `check` agrees.
-    _ok(
-        _run([str(console), "upgrade", "--url", str(db)], cwd=tmp_path, env=env),
+    # A file the original Hermes wrote (schema version 22), upgraded by the installed
+    # command; a second run changes nothing and `check` agrees.
+    legacy = legacy_db(22)
+    upgraded = _ok(
+        _run([str(console), "upgrade", "--url", str(legacy)], cwd=tmp_path, env=env),
+        "hermes-store upgrade <legacy file>",
+    )
+    assert "adopted a Hermes database at schema_version 22" in upgraded, upgraded
+    again = _ok(
+        _run([str(console), "upgrade", "--url", str(legacy)], cwd=tmp_path, env=env),
         "second hermes-store upgrade",
     )
+    assert "at head already" in again, again
+    _ok(_run([str(console), "check", "--url", str(legacy)], cwd=tmp_path, env=env), "check")
+
+    # Without pysqlite3 the same install runs on the standard library's SQLite: a new
+    # file gets DELETE mode where that SQLite has the bug, and `check` says why.
     _ok(
-        _run([str(console), "check", "--url", str(db)], cwd=tmp_path, env=env), "hermes-store check"
+        _run([str(python), "-m", "pip", "uninstall", "-y", "pysqlite3"], cwd=tmp_path, env=env),
+        "pip uninstall pysqlite3",
     )
+    bare = tmp_path / "without-pysqlite3.db"
+    _ok(_run([str(console), "upgrade", "--url", str(bare)], cwd=tmp_path, env=env), "upgrade")
+    report = _ok(_run([str(console), "check", "--url", str(bare)], cwd=tmp_path, env=env), "check")
+    if wal_reset_vulnerable(sqlite3.sqlite_version_info):
+        assert _journal_mode(bare) == "delete"
+        assert "pip install pysqlite3" in report, report
+    else:
+        assert _journal_mode(bare) == "wal"
+
+
+def _journal_mode(path: Path) -> str:
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return str(con.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+    finally:
+        con.close()

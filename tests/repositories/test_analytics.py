@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.databases import set_journal_mode
 
 from hermes_store import migrate
 
@@ -70,7 +71,8 @@ def python_blocks(text: str) -> list[Block]:
 
 BLOCKS = python_blocks(DOC.read_text(encoding="utf-8"))
 SETUP = BLOCKS[0]
-SECTIONS = list(dict.fromkeys(b.section for b in BLOCKS[1:]))
+# the sections that print; the last block, `engine.dispose()`, prints nothing
+SECTIONS = list(dict.fromkeys(b.section for b in BLOCKS[1:-1]))
 
 
 @pytest.fixture
@@ -125,8 +127,11 @@ def test_examples_run_against_the_v23_fixture(
 
     ns, printed = run(BLOCKS, capsys)
 
-    # Every block states what it prints, so every block prints something.
-    for block, out in zip(BLOCKS, printed, strict=True):
+    # Every block states what it prints, so every block prints something; the last one
+    # closes the engine.
+    assert BLOCKS[-1].section == "When you are done"
+    assert BLOCKS[-1].code.startswith("engine.dispose()")
+    for block, out in zip(BLOCKS[:-1], printed[:-1], strict=True):
         assert out.strip(), f"block at docs/analytics.md:{block.line} printed nothing"
     assert "5 sessions, 64 messages" in printed[0]
 
@@ -224,7 +229,7 @@ def test_examples_run_against_the_v23_fixture(
     assert len(per_day) == (last_day - first_day).days + 1
 
     # lazy="raise" and selectinload.
-    lazy_out = printed[-1]
+    lazy_out = printed[-2]
     assert "lazy='raise'" in lazy_out
     loaded = {s.id: s for s in ns["loaded"]}
     assert len(loaded) == 5
@@ -264,3 +269,24 @@ def test_each_section_is_self_contained(
     """Setup plus one section's blocks, nothing else, runs."""
     _, printed = run([SETUP, *(b for b in BLOCKS[1:] if b.section == section)], capsys)
     assert all(out.strip() for out in printed)
+
+
+def test_the_page_leaves_nothing_beside_a_wal_file(
+    analytics_db: Path, db: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Beside a file in WAL mode (what a fixed SQLite gives), the setup's engine leaves
+    -wal/-shm while it holds a connection; the page's last block disposes of it, and the
+    file is left as it was found."""
+    set_journal_mode(str(analytics_db), "wal")
+    before = db.dump(analytics_db)
+    namespace: dict[str, Any] = {"__name__": "analytics_md"}
+    exec(SETUP.compiled(), namespace)  # noqa: S102 - the page's own example
+
+    def files() -> list[str]:
+        return sorted(p.name for p in analytics_db.parent.glob(f"{analytics_db.name}*"))
+
+    assert f"{analytics_db.name}-shm" in files(), files()
+    exec(BLOCKS[-1].compiled(), namespace)  # noqa: S102
+    capsys.readouterr()
+    assert files() == [analytics_db.name]
+    assert db.dump(analytics_db) == before

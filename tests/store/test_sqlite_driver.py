@@ -102,7 +102,7 @@ def test_a_new_file_gets_wal_only_from_a_fixed_sqlite(tmp_path: Path, driver: st
         assert "has the WAL-reset fix" in storage["journal_reason"]
     else:
         assert "WAL-reset bug" in storage["journal_reason"]
-        assert "hermes-store[sqlite]" in storage["journal_reason"]
+        assert sqlite_driver.how_to_get_the_fix() in storage["journal_reason"]
 
     text = _cli("check", "--url", str(path), driver=driver).stdout
     assert f"sqlite:        {driver} {storage['sqlite_version']}" in text
@@ -245,3 +245,82 @@ def test_listing_walks_the_start_time_index_on_every_sqlite(fresh_db: str, drive
     assert done.returncode == 0, done.stderr
     steps = done.stdout.splitlines()
     assert steps[0] == "SCAN s USING INDEX idx_sessions_started", steps
+
+
+# --------------------------------------------------------------------------- the dependency
+
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+
+#: (implementation, version, sys.platform, platform.machine()) and whether pysqlite3 0.6.1
+#: has a wheel there (its files on the index: cp39-cp314, manylinux_2_28 and musllinux
+#: x86_64, macosx_11_0_arm64, win32, win_amd64)
+PLATFORMS = [
+    (("CPython", (3, 11), "linux", "x86_64"), True),
+    (("CPython", (3, 14), "linux", "x86_64"), True),
+    (("CPython", (3, 15), "linux", "x86_64"), False),
+    (("CPython", (3, 12), "linux", "aarch64"), False),
+    (("CPython", (3, 12), "darwin", "arm64"), True),
+    (("CPython", (3, 12), "darwin", "x86_64"), False),
+    (("CPython", (3, 12), "win32", "AMD64"), True),
+    (("CPython", (3, 12), "win32", "x86"), True),
+    (("CPython", (3, 12), "win32", "ARM64"), False),
+    (("PyPy", (3, 11), "linux", "x86_64"), False),
+    (("CPython", (3, 12), "freebsd14", "amd64"), False),
+]
+
+
+def _pysqlite3_requirement() -> Any:
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]
+    (requirement,) = [
+        r for r in map(Requirement, project["dependencies"]) if r.name == "pysqlite3"
+    ]
+    assert project["optional-dependencies"]["sqlite"] == ["pysqlite3>=0.6.1"]
+    return requirement
+
+
+@pytest.mark.parametrize(("where", "wheel"), PLATFORMS, ids=lambda p: str(p))
+def test_the_dependency_marker_is_where_pysqlite3_has_wheels(
+    where: tuple[str, tuple[int, int], str, str], wheel: bool
+) -> None:
+    implementation, version, system, machine = where
+    requirement = _pysqlite3_requirement()
+    environment = {
+        "platform_python_implementation": implementation,
+        "python_version": f"{version[0]}.{version[1]}",
+        "python_full_version": f"{version[0]}.{version[1]}.0",
+        "sys_platform": system,
+        "platform_machine": machine,
+    }
+    assert requirement.marker.evaluate(environment) is wheel
+    assert sqlite_driver.has_pysqlite3_wheel(implementation, version, system, machine) is wheel
+
+
+def test_a_process_without_pysqlite3_says_what_to_install(tmp_path: Path) -> None:
+    """A process that cannot import pysqlite3 (`sys.modules` entry None: Python's own way
+    to make an import fail) runs on the standard library's SQLite, creates a new file in
+    DELETE mode where that SQLite has the bug, and `check` says what to install. The
+    wheel test does the same in a venv where pysqlite3 was uninstalled."""
+    path = tmp_path / "state.db"
+    code = (
+        "import sys; sys.modules['pysqlite3'] = None; sys.modules['pysqlite3.dbapi2'] = None; "
+        "from hermes_store.cli import main; raise SystemExit(main())"
+    )
+    assert _run(code, "upgrade", "--url", str(path)).returncode == 0
+    done = _run(code, "check", "--json", "--url", str(path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    storage = json.loads(done.stdout)["storage"]
+    assert storage["driver"] == "sqlite3"
+    if not STDLIB_VULNERABLE:
+        assert journal_mode(path) == "wal"
+        return
+    assert journal_mode(path) == "delete"
+    # this machine (CPython on Linux x86_64) is one pysqlite3 has a wheel for
+    hint = "pip install pysqlite3 (a dependency of hermes-store here, with a fixed SQLite)"
+    assert storage["driver_reason"] == (
+        f"the standard library's SQLite {sqlite3.sqlite_version} has the WAL-reset bug; {hint}"
+    )
+    assert storage["journal_reason"].endswith(f"(a fixed SQLite, and with it WAL: {hint})")
