@@ -58,6 +58,10 @@ class RepositorySQL:
         """The epoch seconds that leases are judged by."""
         return time.time()
 
+    def message_columns(self, conn: Connection) -> tuple[str, ...] | None:
+        """The columns a whole-row read of `messages` names; None: every column (`*`)."""
+        return None
+
 
 class SQLiteSQL(RepositorySQL):
     """No locks to take: the write transaction began IMMEDIATE and holds the database's
@@ -90,9 +94,31 @@ class PostgreSQLSQL(RepositorySQL):
             conn.execute(text("SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8")).scalar_one()
         )
 
+    def message_columns(self, conn: Connection) -> tuple[str, ...]:
+        """Every column of `messages` but the search machinery's (the generated search
+        vector, which the server would render as text for every row read), read from the
+        catalogue once per connection: one a newer Hermes or a fork added shows on the
+        connections opened after it was added."""
+        info = conn.connection.info
+        found: tuple[str, ...] | None = info.get(_MESSAGE_COLUMNS)
+        if found is None:
+            names = conn.exec_driver_sql(_COLUMNS_OF_MESSAGES).scalars().all()
+            found = info[_MESSAGE_COLUMNS] = tuple(
+                str(name) for name in names if name not in SEARCH_COLUMNS
+            )
+        return found
+
     def database_size(self, conn: Connection) -> int | None:
         size = conn.scalar(text("SELECT pg_database_size(current_database())"))
         return None if size is None else int(size)
+
+
+#: Connection.info key of a PostgreSQL connection's `message_columns`.
+_MESSAGE_COLUMNS = "hermes_message_columns"
+_COLUMNS_OF_MESSAGES = (
+    "SELECT attname FROM pg_attribute WHERE attrelid = 'messages'::regclass"
+    " AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
+)
 
 
 bundle("sqlite").sql = SQLiteSQL()
@@ -125,6 +151,12 @@ def lock_key(conn: Connection, key: str) -> None:
     """Serialise units of work on a name that has no row yet (a title, a lock name):
     a transaction-scoped advisory lock on PostgreSQL, nothing on SQLite."""
     repository_sql(conn).lock_key(conn, key)
+
+
+def message_columns(conn: Connection) -> tuple[str, ...] | None:
+    """The columns a whole-row read of `messages` names (None: `*`): on PostgreSQL every
+    column but the search vector, on SQLite `*`, which has no such column."""
+    return repository_sql(conn).message_columns(conn)
 
 
 def database_size(conn: Connection) -> int | None:

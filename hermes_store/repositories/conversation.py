@@ -35,6 +35,16 @@ def strip_memory_context(text: str) -> str:
     return text.strip()
 
 
+#: The columns `conversation_message` reads, and the two that place a row in a lineage:
+#: a conversation is read with these only (never PostgreSQL's search vector).
+CONVERSATION_COLUMNS = (
+    "id", "session_id", "role", "content", "api_content", "display_kind",
+    "display_metadata", "timestamp", "tool_call_id", "tool_name", "effect_disposition",
+    "tool_calls", "platform_message_id", "observed", "finish_reason", "reasoning",
+    "reasoning_content", "reasoning_details", "codex_reasoning_items", "codex_message_items",
+)  # fmt: skip
+
+
 def conversation_message(row: RowLike) -> dict[str, Any]:
     """One stored row in the agent's format: only the keys the row actually fills."""
     role = row["role"]
