@@ -153,6 +153,13 @@ ACTIVITY_TABLE: Final = "hermes_store_session_activity"
 ACTIVITY_INDEX: Final = "hermes_store_session_activity_last_active"
 #: Every trigger and function that keeps ACTIVITY_TABLE is named with this prefix.
 ACTIVITY_OBJECT_PREFIX: Final = "hermes_store_activity_"
+#: PostgreSQL: one append in one call (revision hs0005), and the SQLSTATEs (class HS, the
+#: project's) of its refusals: a live lease of another holder, no such session, a session
+#: closed by compression.
+APPEND_FUNCTION: Final = "hermes_store_append_message"
+APPEND_BUSY: Final = "HS001"
+APPEND_MISSING: Final = "HS002"
+APPEND_CLOSED: Final = "HS003"
 #: Tables that describe one database's own history, never copied to another database
 #: (the target's triggers write its own feed and activity as the copy inserts rows).
 LOCAL_TABLES: Final = frozenset(

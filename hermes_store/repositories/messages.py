@@ -33,6 +33,7 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.exc import DBAPIError
 
 from ..errors import (
     CompressionSessionBusyError,
@@ -51,7 +52,14 @@ from ..rows import (
 )
 from ..store import Store
 from . import idempotency, turns
-from ._dialect import data_columns, data_dicts, lock_session, message_columns
+from ._dialect import (
+    append_refusal,
+    data_columns,
+    data_dicts,
+    lock_session,
+    message_columns,
+    repository_sql,
+)
 from ._encoding import decode_content, encode_display_metadata, now, scrub
 from ._paging import (
     bound_limit,
@@ -153,6 +161,16 @@ _LEASE_HOLDER = Prepared(
     select(L.holder).where(L.session_id == bindparam("session_id"), L.expires_at > bindparam("at"))
 )
 _SESSION_STATE = Prepared(select(S.ended_at, S.end_reason).where(S.id == bindparam("session_id")))
+#: The session's state and the holder of its live lease, if any, in one statement.
+_APPEND_STATE = Prepared(
+    select(
+        S.ended_at,
+        S.end_reason,
+        select(L.holder)
+        .where(L.session_id == bindparam("session_id"), L.expires_at > bindparam("at"))
+        .scalar_subquery(),
+    ).where(S.id == bindparam("session_id"))
+)
 _INSERT_ONE = Prepared(
     insert(MESSAGES).values({name: bindparam(name) for name in INSERT_COLUMNS}).returning(M.id)
 )
@@ -189,17 +207,22 @@ def _insert_many(count: int) -> Prepared:
 
 
 def _check_append_allowed(conn: Connection, session_id: str, holder: str | None, at: float) -> None:
-    """Another holder's live lease, then a compression-closed session, then a missing one."""
-    current = _LEASE_HOLDER.scalar(conn, {"session_id": session_id, "at": at})
+    """Another holder's live lease, then a missing session, then a compression-closed one:
+    one statement for a session that exists."""
+    params = {"session_id": session_id, "at": at}
+    state = _APPEND_STATE.first(conn, params)
+    current = _LEASE_HOLDER.scalar(conn, params) if state is None else state[2]
     if current is not None and str(current) != holder:
-        raise CompressionSessionBusyError(
-            f"Session '{session_id}' is being compressed by another writer",
-            session_id,
-        )
-    state = _SESSION_STATE.first(conn, {"session_id": session_id})
+        raise _busy(session_id)
     if state is None:
         raise SessionNotFound(session_id)
     _check_not_compression_closed(session_id, state[0], state[1])
+
+
+def _busy(session_id: str) -> CompressionSessionBusyError:
+    return CompressionSessionBusyError(
+        f"Session '{session_id}' is being compressed by another writer", session_id
+    )
 
 
 def _check_not_compression_closed(session_id: str, ended_at: Any, end_reason: Any) -> None:
@@ -253,6 +276,36 @@ def _set_counts(conn: Connection, session_id: str, messages: int, tool_calls: in
 # --------------------------------------------------------------------------- units of work
 
 
+def _append_in_one_call(
+    conn: Connection,
+    session_id: str,
+    holder: str | None,
+    explicit_ts: float | None,
+    fields: Mapping[str, Any],
+) -> int | None:
+    """A plain append (no key, no turn) through the database's one-call append where it
+    has one (PostgreSQL): the same checks in the same order, in one round trip; None
+    where it has none."""
+    sql = repository_sql(conn)
+    if not sql.appends_in_one_call:
+        return None
+    at = now()
+    values, n_calls = encode_row(
+        session_id, timestamp=at if explicit_ts is None else explicit_ts, **fields
+    )
+    try:
+        return sql.append_one(conn, values, holder, at, n_calls)
+    except DBAPIError as exc:
+        refusal = append_refusal(exc)
+        if refusal == "busy":
+            raise _busy(session_id) from None
+        if refusal == "missing":
+            raise SessionNotFound(session_id) from None
+        if refusal == "closed":
+            raise CompressionSessionClosedError(session_id) from None
+        raise
+
+
 def _append_one(
     conn: Connection,
     session_id: str,
@@ -262,6 +315,10 @@ def _append_one(
     key: str | None = None,
     turn_token: int | None = None,
 ) -> int:
+    if key is None and turn_token is None:
+        appended = _append_in_one_call(conn, session_id, holder, explicit_ts, fields)
+        if appended is not None:
+            return appended
     lock_session(conn, session_id)  # the checks below must hold until commit
     if key is not None:
         # before the checks: a retry of an append that happened returns its id even if

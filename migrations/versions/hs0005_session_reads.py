@@ -9,6 +9,10 @@
   triggers on `sessions` and `messages`, so the original Hermes code's writes keep it
   true as well: every trigger recomputes the value from the rows (`MAX(timestamp)` is
   one probe of the v23 index on (session_id, timestamp)), never adjusts it.
+- On PostgreSQL, `hermes_store_append_message`: one append (the session's row lock, the
+  compression lease, the session checks, the insert and the counters) in one call, which
+  returns the new id and the transaction's marker for the commit-outcome check, so an
+  append is BEGIN, this call and COMMIT instead of seven round trips.
 
 No v23 object changes and `schema_version` stays 23; the snapshot comparison with the
 reference schema leaves `hermes_store_*` objects out.
@@ -19,6 +23,10 @@ from hermes_store.contract import (
     ACTIVITY_INDEX,
     ACTIVITY_OBJECT_PREFIX,
     ACTIVITY_TABLE,
+    APPEND_BUSY,
+    APPEND_CLOSED,
+    APPEND_FUNCTION,
+    APPEND_MISSING,
     MESSAGES_SESSION_ID_INDEX,
 )
 
@@ -163,6 +171,66 @@ def _pg_upgrade() -> None:
         )
 
 
+# --------------------------------------------------------------------------- one-call append
+
+#: The columns the function inserts after session_id, in its parameters' order, with
+#: their PostgreSQL types (as the v23 tables declare them there).
+APPEND_COLUMNS = (
+    ("role", "text"), ("content", "text"), ("tool_call_id", "text"), ("tool_calls", "text"),
+    ("tool_name", "text"), ("effect_disposition", "text"),
+    ("timestamp", "double precision"), ("token_count", "bigint"), ("finish_reason", "text"),
+    ("reasoning", "text"), ("reasoning_content", "text"), ("reasoning_details", "text"),
+    ("codex_reasoning_items", "text"), ("codex_message_items", "text"),
+    ("platform_message_id", "text"), ("observed", "bigint"), ("active", "bigint"),
+    ("compacted", "bigint"), ("api_content", "text"), ("display_kind", "text"),
+    ("display_metadata", "text"),
+)  # fmt: skip
+_PARAMETERS = ", ".join(f"p_{name} {kind}" for name, kind in APPEND_COLUMNS)
+_INSERTED = ", ".join(f'"{name}"' for name, _kind in APPEND_COLUMNS)
+_VALUES = ", ".join(f"p_{name}" for name, _kind in APPEND_COLUMNS)
+# Raised for the three refusals, told apart by their SQLSTATE (class HS: hermes-store's).
+# The lease is judged at the client's `p_at` plus the time this call waited for the
+# session's row lock, as an append that took the lock first and then read the clock.
+PG_APPEND = f"""CREATE OR REPLACE FUNCTION {APPEND_FUNCTION}(
+    p_session_id text, p_holder text, p_at double precision, p_tool_calls_added bigint,
+    {_PARAMETERS}
+) RETURNS TABLE (new_id bigint, transaction_id text, backend_pid integer, server_started text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    found_session boolean;
+    session_ended_at double precision;
+    session_end_reason text;
+    lease_holder text;
+    inserted bigint;
+BEGIN
+    SELECT s.ended_at, s.end_reason INTO session_ended_at, session_end_reason
+    FROM sessions AS s WHERE s.id = p_session_id FOR UPDATE;
+    found_session := FOUND;
+    SELECT l.holder INTO lease_holder FROM compression_locks AS l
+    WHERE l.session_id = p_session_id AND l.expires_at >
+        p_at + EXTRACT(EPOCH FROM clock_timestamp() - statement_timestamp())::float8;
+    IF lease_holder IS NOT NULL AND lease_holder IS DISTINCT FROM p_holder THEN
+        RAISE EXCEPTION 'session % is being compressed by another writer', p_session_id
+            USING ERRCODE = '{APPEND_BUSY}';
+    END IF;
+    IF NOT found_session THEN
+        RAISE EXCEPTION 'session % not found', p_session_id USING ERRCODE = '{APPEND_MISSING}';
+    END IF;
+    IF session_ended_at IS NOT NULL AND session_end_reason = 'compression' THEN
+        RAISE EXCEPTION 'session % was closed by compression', p_session_id
+            USING ERRCODE = '{APPEND_CLOSED}';
+    END IF;
+    INSERT INTO messages (session_id, {_INSERTED}) VALUES (p_session_id, {_VALUES})
+    RETURNING id INTO inserted;
+    UPDATE sessions SET message_count = COALESCE(message_count, 0) + 1,
+        tool_call_count = COALESCE(tool_call_count, 0) + p_tool_calls_added
+    WHERE id = p_session_id;
+    RETURN QUERY SELECT inserted, pg_current_xact_id_if_assigned()::text, pg_backend_pid(),
+        pg_postmaster_start_time()::text;
+END
+$$"""
+
+
 def upgrade() -> None:
     _ops.execute(CREATE_INDEX)
     _ops.execute(CREATE_ACTIVITY)
@@ -171,6 +239,7 @@ def upgrade() -> None:
     _ops.execute(CREATE_ACTIVITY_INDEX)
     if _ops.is_postgresql():
         _pg_upgrade()
+        _ops.execute(PG_APPEND)
     else:
         _sqlite_upgrade()
 
@@ -180,7 +249,7 @@ def downgrade() -> None:
         for name, event, _function in PG_TRIGGERS:
             table = event.rsplit(" ", 1)[1]
             _ops.execute(f"DROP TRIGGER IF EXISTS {ACTIVITY_OBJECT_PREFIX}{name} ON {table}")
-        for function in PG_FUNCTIONS:
+        for function in (*PG_FUNCTIONS, APPEND_FUNCTION):
             _ops.execute(f"DROP FUNCTION IF EXISTS {function}")
     else:
         _ops.drop_triggers(ACTIVITY_OBJECT_PREFIX + name for name, _e, _b in SQLITE_TRIGGERS)
