@@ -117,7 +117,10 @@ class Prepared:
 
 
 def _all_tuples(cursor: Any) -> list[tuple[Any, ...]]:
-    return [tuple(row) for row in cursor.fetchall()]
+    rows = cursor.fetchall()
+    if not rows or type(rows[0]) is tuple:  # the sqlite3 modules' rows already are
+        return rows  # type: ignore[no-any-return]
+    return [tuple(row) for row in rows]
 
 
 def _first_tuple(cursor: Any) -> tuple[Any, ...] | None:

@@ -74,6 +74,7 @@ from ._sql import all_columns, chunks, rowcount
 from ._tables import MESSAGES, SESSIONS, L, M, S
 from .conversation import (
     CONVERSATION_COLUMNS,
+    SESSION_ID,
     conversation,
     repair_message_alternation,
     strip_memory_context,
@@ -613,16 +614,16 @@ def _anchored_rows(
 
 def _lineage_rows(
     conn: Connection, session_id: str, include_ancestors: bool, include_inactive: bool
-) -> tuple[list[str], list[RowLike]]:
+) -> tuple[list[str], list[Sequence[Any]]]:
     """(root-to-tip chain, its rows in chain order then id order), with the columns a
     conversation shows: one indexed read per session of the chain."""
     chain = [session_id]
     if include_ancestors:
         chain = [*reversed(ancestor_ids(conn, session_id)), session_id]
     statement = _conversation_rows(include_inactive)
-    rows: list[RowLike] = []
+    rows: list[Sequence[Any]] = []
     for member in chain:
-        rows += statement.dicts(conn, {"session_id": member})
+        rows += statement.rows(conn, {"session_id": member})
     return chain, rows
 
 
@@ -1170,7 +1171,7 @@ class MessageRepository:
             session_id: the session's id.
         """
         _, rows = self.store.read(lambda conn: _lineage_rows(conn, session_id, True, False))
-        own = [r for r in rows if r["session_id"] == session_id]
+        own = [r for r in rows if r[SESSION_ID] == session_id]
         return (
             _messages(conversation(own, dedupe_replays=False, repair_alternation=True)),
             _messages(conversation(rows, dedupe_replays=True, repair_alternation=False)),
@@ -1187,7 +1188,7 @@ class MessageRepository:
         chain, rows = self.store.read(lambda conn: _lineage_rows(conn, session_id, True, False))
         if len(chain) < 2:
             return []
-        ancestors = [r for r in rows if r["session_id"] != session_id]
+        ancestors = [r for r in rows if r[SESSION_ID] != session_id]
         return _messages(conversation(ancestors, dedupe_replays=True, repair_alternation=False))
 
 
