@@ -32,6 +32,11 @@ with --quick; `--no-concurrent` skips it), and hermes-store beside the agent fra
 session stores on one workload (benchmarks/peers.py: 200 chats, 20 with --quick; rows of
 stores that are not installed say so; `--no-peers` skips it).
 
+The per-turn calls of an agent (benchmarks/per_turn.py): hermes-store beside the agent
+frameworks' stores called in rotation in one thread, on SQLite through each driver and on
+PostgreSQL, each row's ratio to the best peer (200 calls per store and row, 20 with
+--quick; `--no-per-turn` skips it).
+
 Last, the change feed (benchmarks/feed.py): a poll at 100k changes against 10k, and an
 append with the feed's triggers against one without them, on both backends
 (`--no-feed` skips it).
@@ -52,7 +57,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import concurrent, corpus, feed, journal_modes, peers, postgres, scale, upgrade
+from . import (
+    concurrent,
+    corpus,
+    feed,
+    journal_modes,
+    peers,
+    per_turn,
+    postgres,
+    scale,
+    upgrade,
+)
 from .raw_floor import Floor, bulk_load, connect, create_schema, record_statements
 from .stats import comparison
 
@@ -246,6 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-feed", action="store_true", help="skip the change-feed table")
     parser.add_argument(
+        "--no-per-turn", action="store_true", help="skip the per-turn comparison with the peers"
+    )
+    parser.add_argument(
         "--postgres-only",
         action="store_true",
         help="with --size 10m: PostgreSQL at 10M messages (benchmarks/scale.py), nothing else",
@@ -293,6 +311,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_peers:
         print("agent-framework session stores:")
         compared = peers.run(20 if args.quick else 200, turns=3)
+    turns = None
+    if not args.no_per_turn:
+        print("per-turn calls beside the agent frameworks' stores:")
+        turns = per_turn.run(20 if args.quick else 200)
     changes = None
     if not args.no_feed:
         print("change feed:")
@@ -308,6 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     if compared is not None:
         print()
         peers.print_table(compared)
+    if turns is not None:
+        print()
+        per_turn.print_table(turns)
     if changes is not None:
         print()
         feed.print_table(changes)
@@ -328,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
             "postgres": pg,
             "concurrent": chats,
             "peers": compared,
+            "per_turn": turns,
             "feed": changes,
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n")

@@ -12,9 +12,10 @@ calls, as a chat sees them once it has started) and of the event loop's stalls (
 a task asking for a 1 ms sleep wakes). Each row has a database of its own (a fresh file,
 a fresh PostgreSQL database).
 
-The rows "writes not serialised" drop the Store's process-wide write lock on PostgreSQL
-(benchmarks/native.py says how) to show what it costs each path; the shipped AsyncStore
-keeps it.
+The rows "writes not serialised" drop a process-wide write lock on PostgreSQL
+(benchmarks/native.py says how) to show what it costs each path. A Store's PostgreSQL
+writes take none any more (row locks keep them apart), so for the thread pool both rows
+run the same code; the native path serialises unless told not to.
 """
 
 from __future__ import annotations

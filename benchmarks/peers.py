@@ -17,7 +17,9 @@ terms: hermes-store appends two messages in one `append_messages` call and loads
 `get_messages_as_conversation`; the Agents SDK `add_items` the two items and
 `get_items`; ADK appends two events (`append_event`, its unit) and `get_session`. The
 Agents SDK has no listing, so its row lists its sessions table with the query such a
-listing would send, through its own engine.
+listing would send, through its own engine. A store that raises (ADK on SQLite can give
+up with "database is locked" under 200 chats) is recorded as failed, with its error, and
+the run goes on.
 """
 
 from __future__ import annotations
@@ -253,6 +255,7 @@ def run(
 ) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     skipped: dict[str, str] = {}
+    failed: dict[str, str] = {}
     admin = postgres.admin_url()
     with tempfile.TemporaryDirectory(prefix="hermes-peers-") as tmp:
         for backend in backends:
@@ -263,19 +266,24 @@ def run(
                 if why:
                     skipped[label] = why
                     continue
-                if backend == "sqlite":
-                    url = f"sqlite:///{Path(tmp) / (peer.__name__ + '.db')}"
-                    result = asyncio.run(
-                        _run_peer(peer, _async_url(backend, url, peer), chats, turns)
-                    )
-                else:
-                    with postgres.scratch_database(admin) as url:
+                try:
+                    if backend == "sqlite":
+                        url = f"sqlite:///{Path(tmp) / (peer.__name__ + '.db')}"
                         result = asyncio.run(
                             _run_peer(peer, _async_url(backend, url, peer), chats, turns)
                         )
+                    else:
+                        with postgres.scratch_database(admin) as url:
+                            result = asyncio.run(
+                                _run_peer(peer, _async_url(backend, url, peer), chats, turns)
+                            )
+                except Exception as exc:  # noqa: BLE001 (a store that fails is recorded so)
+                    failed[label] = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"[:200]
+                    print(f"  {label}: failed ({failed[label]})")
+                    continue
                 rows.append({"backend": backend, "store": peer.name, **result})
                 print(f"  {label}: {result['appends_per_s']:.0f} appends/s")
-    return {"chats": chats, "turns": turns, "rows": rows, "skipped": skipped}
+    return {"chats": chats, "turns": turns, "rows": rows, "skipped": skipped, "failed": failed}
 
 
 def print_table(result: dict[str, Any]) -> None:
@@ -304,6 +312,8 @@ def print_table(result: dict[str, Any]) -> None:
         print(fmt(line))
     for label, why in result["skipped"].items():
         print(f"skipped {label}: {why}")
+    for label, why in result.get("failed", {}).items():
+        print(f"failed {label}: {why}")
 
 
 def main(argv: list[str] | None = None) -> int:

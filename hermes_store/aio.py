@@ -522,6 +522,7 @@ class AsyncMessages(_AsyncRepository[MessageRepository]):
     clear_messages = awaitable(MessageRepository.clear_messages)
     publish_compression_child = awaitable(MessageRepository.publish_compression_child)
     get_messages = awaitable(MessageRepository.get_messages)
+    get_newest_messages = awaitable(MessageRepository.get_newest_messages)
     get_messages_around = awaitable(MessageRepository.get_messages_around)
     get_anchored_view = awaitable(MessageRepository.get_anchored_view)
     list_recent_user_messages = awaitable(MessageRepository.list_recent_user_messages)

@@ -142,6 +142,26 @@ SESSIONS_VIEW_V1: Final = "hermes_store_v1_sessions"
 MESSAGES_VIEW_V1: Final = "hermes_store_v1_messages"
 #: A session's turn lease: holder, fencing token (grows with every grant), expiry.
 TURNS_TABLE: Final = "hermes_store_turns"
+
+# --- per-turn reads (revision hs0005) --------------------------------------------------
+
+#: messages(session_id, id): a conversation in id order, its newest rows newest first.
+MESSAGES_SESSION_ID_INDEX: Final = "hermes_store_messages_session_id"
+#: session_id -> last_active (its newest message's timestamp, else its started_at), kept
+#: by triggers on sessions and messages; what a listing by last activity walks.
+ACTIVITY_TABLE: Final = "hermes_store_session_activity"
+ACTIVITY_INDEX: Final = "hermes_store_session_activity_last_active"
+#: Every trigger and function that keeps ACTIVITY_TABLE is named with this prefix.
+ACTIVITY_OBJECT_PREFIX: Final = "hermes_store_activity_"
+#: PostgreSQL: one append in one call (revision hs0005), and the SQLSTATEs (class HS, the
+#: project's) of its refusals: a live lease of another holder, no such session, a session
+#: closed by compression.
+APPEND_FUNCTION: Final = "hermes_store_append_message"
+APPEND_BUSY: Final = "HS001"
+APPEND_MISSING: Final = "HS002"
+APPEND_CLOSED: Final = "HS003"
 #: Tables that describe one database's own history, never copied to another database
-#: (the target's triggers write its own feed as the copy inserts rows).
-LOCAL_TABLES: Final = frozenset({CHANGES_TABLE, CHANGES_PENDING_TABLE, FEED_STATE_TABLE})
+#: (the target's triggers write its own feed and activity as the copy inserts rows).
+LOCAL_TABLES: Final = frozenset(
+    {CHANGES_TABLE, CHANGES_PENDING_TABLE, FEED_STATE_TABLE, ACTIVITY_TABLE}
+)

@@ -6,9 +6,10 @@ SQLAlchemy's pysqlite documentation. Pragmas are set in a connect listener, outs
 transaction, because a PRAGMA inside one does nothing.
 
 PostgreSQL (psycopg 3): READ COMMITTED; where SQLite relies on BEGIN IMMEDIATE the
-repositories take row locks (repositories/_dialect.py). A lost connection is noticed
-before use (pre-ping), a vanished server within about 30 s (TCP keepalives), and a
-statement may not wait on a lock forever. Which faults are retried: pg_faults.
+repositories take row locks (repositories/_dialect.py). A lost connection fails the unit
+of work that meets it, which is retried on a fresh one; a vanished server is noticed
+within about 30 s (TCP keepalives), and a statement may not wait on a lock forever.
+Which faults are retried: pg_faults.
 """
 
 from __future__ import annotations
@@ -522,7 +523,9 @@ def _postgresql_engine(url: URL, *, read_only: bool, **engine_kwargs: Any) -> En
         )
         url = url.difference_update_query(["prepare_threshold"])
     connect_args.update(engine_kwargs.pop("connect_args", {}))
-    engine_kwargs.setdefault("pool_pre_ping", True)
+    # No ping per checkout (a round trip per unit of work): a connection the server
+    # dropped fails its unit of work, which the store retries on a fresh connection
+    # (pg_faults), and SQLAlchemy then replaces every pooled connection older than it.
     engine_kwargs.setdefault("isolation_level", "READ COMMITTED")
     engine = create_engine(url, connect_args=connect_args, **engine_kwargs)
 

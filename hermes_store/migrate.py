@@ -41,6 +41,7 @@ from .config import (
 from .contract import (
     FTS_REBUILT_LATER_ATTR,
     HERMES_HOME_ATTR,
+    MESSAGES_SESSION_ID_INDEX,
     OWN_TABLE_PREFIX,
     PG_SEARCH_COLUMNS,
     PG_SEARCH_INDEXES,
@@ -117,7 +118,8 @@ def make_config(connection: Connection | None = None, *, command_name: str = "")
 
 # PG_SEARCH_COLUMNS / PG_SEARCH_INDEXES: what PostgreSQL has beyond the models, the
 # search machinery that stands in for the FTS5 tables on SQLite. Exactly these names,
-# nothing broader.
+# nothing broader. MESSAGES_SESSION_ID_INDEX is the project's own index on a v23 table
+# (revision hs0005), which no model declares.
 
 
 def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
@@ -128,7 +130,7 @@ def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
     if type_ == "column":
         return (parent_names.get("table_name"), name) not in PG_SEARCH_COLUMNS
     if type_ == "index":
-        return name not in PG_SEARCH_INDEXES
+        return name not in PG_SEARCH_INDEXES and name != MESSAGES_SESSION_ID_INDEX
     return True
 
 
@@ -140,7 +142,7 @@ def include_object(
     if type_ == "column" and reflected:
         return (obj.table.name, name) not in PG_SEARCH_COLUMNS
     if type_ == "index" and reflected:
-        return name not in PG_SEARCH_INDEXES
+        return name not in PG_SEARCH_INDEXES and name != MESSAGES_SESSION_ID_INDEX
     return True
 
 

@@ -32,7 +32,9 @@ transactions whose WAL it lost, so after a restart (`pg_postmaster_start_time()`
 out, which the checkpoint it started with records; an id at or above it was lost, COMMIT
 included. When that checkpoint has been superseded (or the server is another one, after a
 failover) the outcome cannot be known: DatabaseUnavailable with `outcome_unknown`, never a
-guess. Cost: one round trip per write that changed something, on the success path.
+guess. Cost: one round trip per write that changed something, on the success path, none
+for a work that reads the marker in a statement of its own (`note_transaction`: the
+one-call append).
 """
 
 from __future__ import annotations
@@ -156,6 +158,19 @@ class _Marker:
     server_started: str  # pg_postmaster_start_time(): which life of the server it was
 
 
+#: Connection.info key of a marker a unit of work read itself (`note_transaction`).
+_NOTED = "hermes_noted_transaction"
+
+
+def note_transaction(conn: Connection, xid: str | None, backend_pid: int, started: str) -> None:
+    """Hand the write path the marker of `conn`'s transaction, read by the work itself in
+    a statement it had to send anyway (the one-call append returns it), so that the
+    commit-outcome check costs no round trip of its own. A transaction's id does not
+    change once assigned, so later statements of the same work leave it valid."""
+    if xid is not None:
+        conn.info[_NOTED] = _Marker(int(xid), int(backend_pid), started)
+
+
 class WriteOnce:
     """One call of Store.write on PostgreSQL: remembers the transaction of an attempt whose
     COMMIT was sent, so that the next attempt can find out whether it was applied.
@@ -175,6 +190,11 @@ class WriteOnce:
         return self._marker is not None
 
     def before_commit(self, conn: Connection, result: Any) -> None:
+        noted = conn.info.pop(_NOTED, None)
+        if noted is not None:
+            # the work read its transaction's marker itself (the one-call append)
+            self._marker, self.result = noted, result
+            return
         row = conn.execute(
             text(
                 "SELECT pg_current_xact_id_if_assigned()::text, pg_backend_pid(),"
@@ -189,6 +209,7 @@ class WriteOnce:
         """Whether an earlier attempt of this write committed (then its result stands).
         Raises CommitInDoubt while that cannot be known yet, DatabaseUnavailable (outcome
         unknown) when it never can be."""
+        conn.info.pop(_NOTED, None)  # a marker noted by an attempt that did not commit
         marker = self._marker
         if marker is None:
             return False

@@ -116,8 +116,26 @@ class Prepared:
         return self._execute(conn, params, _rowcount)
 
 
+def _driver_rows(cursor: Any) -> tuple[list[Any], list[str]]:
+    """Every row as the driver returns it (a tuple), and the column names. From a
+    SQLAlchemy result (PostgreSQL) the rows come from its DB-API cursor: a statement
+    compiled here declares no result types, so SQLAlchemy would only wrap each row."""
+    if isinstance(cursor, CursorResult):
+        raw = cursor.cursor
+        if raw is None or raw.description is None:
+            return [], []
+        names = [column[0] for column in raw.description]
+        rows = list(raw.fetchall())
+        cursor.close()
+        return rows, names
+    return cursor.fetchall(), [column[0] for column in cursor.description or ()]
+
+
 def _all_tuples(cursor: Any) -> list[tuple[Any, ...]]:
-    return [tuple(row) for row in cursor.fetchall()]
+    rows, _names = _driver_rows(cursor)
+    if not rows or type(rows[0]) is tuple:  # both drivers' rows already are
+        return rows
+    return [tuple(row) for row in rows]
 
 
 def _first_tuple(cursor: Any) -> tuple[Any, ...] | None:
@@ -127,11 +145,8 @@ def _first_tuple(cursor: Any) -> tuple[Any, ...] | None:
 
 
 def _all_dicts(cursor: Any) -> list[dict[str, Any]]:
-    if isinstance(cursor, CursorResult):
-        names = list(cursor.keys())
-    else:
-        names = [column[0] for column in cursor.description]
-    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    rows, names = _driver_rows(cursor)
+    return [dict(zip(names, row, strict=True)) for row in rows]
 
 
 def _rowcount(cursor: Any) -> int:

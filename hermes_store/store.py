@@ -5,7 +5,8 @@ READ COMMITTED on PostgreSQL), retried as a whole by the store's RetryPolicy on 
 contention, so `fn` must not have side effects outside the database. Every 50th
 successful write runs a PASSIVE WAL checkpoint; `close()` runs a TRUNCATE checkpoint.
 `store.read()` gives a Connection in a deferred transaction that never takes the write
-lock.
+lock. On PostgreSQL writes take no process-wide lock: the row locks the repositories take
+keep apart the writes that must not interleave.
 
 Units of work get a SQLAlchemy Core `Connection`, not an ORM `Session`: a Session costs
 about 0.1 ms per unit of work in its own bookkeeping, which is most of what a listing or
@@ -23,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, TypeVar, overload
 
 from sqlalchemy import Connection, Engine
@@ -145,6 +146,7 @@ class Store:
             leave_no_companions(self.engine, path)
         self._writer = self.engine.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
         self._write_lock = threading.Lock()
+        self._count_lock = threading.Lock()
         self._backend: StoreBackend = dialect_for(self.engine).store(
             self.engine, self.url, read_only=read_only, retry=retry, write_lock=self._write_lock
         )
@@ -199,14 +201,15 @@ class Store:
 
     @property
     def write_lock(self) -> threading.Lock:
-        """The lock this store's writes hold (one writer at a time in the process); work
-        that must not interleave with them, such as VACUUM, holds it too."""
+        """The lock this store's writes hold on SQLite (one writer at a time in the
+        process); work that must not interleave with them, such as VACUUM, holds it too.
+        On PostgreSQL writes do not take it: row locks keep them apart."""
         return self._write_lock
 
     def _writer_connection(self) -> Connection:
         """The connection a write goes through: kept between writes (under the write
-        lock) where the backend says so, else checked out per write, so that the pool
-        pings it and a connection a restart or a pooler left half-dead never starts one."""
+        lock) where the backend says so, else checked out per write; a connection a
+        restart or a pooler left half-dead fails the attempt, which is retried."""
         if not self._backend.keeps_writer_connection:
             return self._writer.connect()
         conn = self._write_conn
@@ -234,8 +237,10 @@ class Store:
         # whether it was applied (pg_faults), so the work is never applied twice
         once = self._backend.write_once()
 
+        lock = self._write_lock if self._backend.serialises_writes else nullcontext()
+
         def attempt() -> tuple[T, int]:
-            with self._write_lock:
+            with lock:
                 conn = self._writer_connection()
                 try:
                     # BEGIN IMMEDIATE now, not at `work`'s first statement: the lock is
@@ -249,9 +254,10 @@ class Store:
                                 once.before_commit(conn, result)
                 finally:
                     if not self._backend.keeps_writer_connection:
-                        conn.close()  # back to the pool, which vets it before its next use
-                self._writes += 1  # under the lock: concurrent writers must not lose counts
-                return result, self._writes
+                        conn.close()  # back to the pool
+                with self._count_lock:  # concurrent writers must not lose counts
+                    self._writes += 1
+                    return result, self._writes
 
         def run() -> tuple[T, int]:
             in_doubt = None if once is None else lambda: once.in_doubt
@@ -319,18 +325,30 @@ class Store:
 
     @contextmanager
     def _read_block(self) -> Iterator[Connection]:
-        with self._typed_errors(), self._read_transaction() as conn:
+        with self._typed_errors(), self._read_transaction(vet=True) as conn:
             yield conn
 
+    def _vetted_connection(self) -> Connection:
+        conn = self.engine.connect()
+        try:
+            self._backend.vet_for_block(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
     @contextmanager
-    def _read_transaction(self) -> Iterator[Connection]:
+    def _read_transaction(self, vet: bool = False) -> Iterator[Connection]:
         # under the retry policy: a new SQLite connection reads the journal mode, which a
-        # committing writer can lock; a PostgreSQL server may be restarting
-        conn = self.retry.run(self.engine.connect, server=self._server)
+        # committing writer can lock; a PostgreSQL server may be restarting. A block
+        # (`vet`) has its connection tried first, since the block cannot be run again.
+        connect = self._vetted_connection if vet else self.engine.connect
+        conn = self.retry.run(connect, server=self._server)
         with conn:
             try:
                 try:
-                    conn.begin()
+                    if not conn.in_transaction():  # vetting began it
+                        conn.begin()
                     self._backend.start_read(conn)
                     yield conn
                 except DBAPIError:

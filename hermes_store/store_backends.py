@@ -50,6 +50,9 @@ class StoreBackend:
 
     #: True: one writer connection is kept between writes (under the store's write lock).
     keeps_writer_connection: ClassVar[bool] = False
+    #: True: the store's writes take its process-wide write lock, one at a time. SQLite
+    #: has one writer per file anyway; a server keeps writers apart with row locks.
+    serialises_writes: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -93,6 +96,10 @@ class StoreBackend:
     def start_read(self, conn: Connection) -> None:
         """Run at the start of every read transaction."""
 
+    def vet_for_block(self, conn: Connection) -> None:
+        """Before a `with store.read()` block, which cannot be run again: fail here, where
+        the connection is retried, on a connection that is no longer usable."""
+
     def checkpoint(self, mode: str) -> None:
         """Move committed work into the main database file, best effort."""
         if mode not in CHECKPOINT_MODES:
@@ -100,6 +107,15 @@ class StoreBackend:
 
 
 class PostgreSQLStoreBackend(StoreBackend):
+    """Writes run side by side (row locks serialise those on one session), each on a
+    connection checked out without a ping: a connection the server dropped fails the
+    attempt, which the retry policy runs again on a fresh one (with the COMMIT check)."""
+
+    serialises_writes = False
+
+    def vet_for_block(self, conn: Connection) -> None:
+        conn.exec_driver_sql("SELECT 1")
+
     @property
     def server(self) -> str:
         return pg_faults.describe_server(self.engine.url)

@@ -15,7 +15,7 @@ from .base import Base
 from .coordination import AsyncDelegation, CompressionLock, GatewayRouting
 from .messages import Message
 from .meta import StateMeta, schema_version
-from .own import ChangeRecord, FeedState, IdempotencyKey, TurnLease
+from .own import ChangeRecord, FeedState, IdempotencyKey, SessionActivity, TurnLease
 from .sessions import HermesSession
 from .sessions import Session as Session  # explicit re-export, kept out of __all__
 from .usage import SessionModelUsage
@@ -32,6 +32,7 @@ __all__ = [
     "HermesSession",
     "IdempotencyKey",
     "Message",
+    "SessionActivity",
     "SessionModelUsage",
     "StateMeta",
     "TurnLease",

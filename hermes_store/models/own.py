@@ -4,10 +4,17 @@ reference-schema comparison leaves them out; `check` compares them with these mo
 
 from __future__ import annotations
 
-from sqlalchemy import ForeignKey
+from sqlalchemy import ForeignKey, Index
 from sqlalchemy.orm import Mapped, mapped_column
 
-from ..contract import CHANGES_TABLE, FEED_STATE_TABLE, IDEMPOTENCY_TABLE, TURNS_TABLE
+from ..contract import (
+    ACTIVITY_INDEX,
+    ACTIVITY_TABLE,
+    CHANGES_TABLE,
+    FEED_STATE_TABLE,
+    IDEMPOTENCY_TABLE,
+    TURNS_TABLE,
+)
 from .base import Base, Integer_, Real_, Text_
 
 
@@ -92,4 +99,22 @@ class TurnLease(Base):
     )
     expires_at: Mapped[float] = mapped_column(
         Real_, nullable=False, doc="When the lease lapses, epoch seconds (UTC)."
+    )
+
+
+class SessionActivity(Base):
+    """A row of `hermes_store_session_activity`: a session's last activity, kept by
+    triggers on sessions and messages (also for the original Hermes code's writes), so a
+    listing by last activity walks the most recent sessions first."""
+
+    __tablename__ = ACTIVITY_TABLE
+    __table_args__ = (Index(ACTIVITY_INDEX, "last_active"),)
+
+    session_id: Mapped[str] = mapped_column(
+        Text_, primary_key=True, doc="The session (sessions.id; no foreign key)."
+    )
+    last_active: Mapped[float] = mapped_column(
+        Real_,
+        nullable=False,
+        doc="Its newest message's timestamp, else when it started, epoch seconds (UTC).",
     )

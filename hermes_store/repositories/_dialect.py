@@ -14,17 +14,26 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from functools import cache
 from typing import Any
 
 from sqlalchemy import Boolean, Connection, Integer, Text, text
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
+from .. import pg_faults
 from ..backends import bundle, dialect_for
-from ..contract import PG_SEARCH_VECTOR_COLUMN
+from ..contract import (
+    APPEND_BUSY,
+    APPEND_CLOSED,
+    APPEND_FUNCTION,
+    APPEND_MISSING,
+    PG_SEARCH_VECTOR_COLUMN,
+)
 from ..prepared import Prepared
 from ..search.common import row_dicts
 
@@ -49,6 +58,8 @@ class RepositorySQL:
 
     #: Whether a commit can wake a follower (LISTEN/NOTIFY) rather than being polled for.
     pushes_changes = False
+    #: Whether `append_one` appends a message in one call (a function on the server).
+    appends_in_one_call = False
 
     def database_size(self, conn: Connection) -> int | None:
         """Bytes the database takes."""
@@ -57,6 +68,19 @@ class RepositorySQL:
     def clock(self, conn: Connection) -> float:
         """The epoch seconds that leases are judged by."""
         return time.time()
+
+    def message_columns(self, conn: Connection) -> tuple[str, ...] | None:
+        """The columns a whole-row read of `messages` names; None: every column (`*`)."""
+        return None
+
+    def append_one(
+        self, conn: Connection, row: Mapping[str, Any], holder: str | None, at: float, calls: int
+    ) -> int | None:
+        """Append the encoded `row` in one call, checks and counters included, where the
+        database has a function for it (the new id); None where it has not, and the
+        caller sends the statements itself. A refusal raises the DBAPIError whose
+        SQLSTATE `append_refusal` names."""
+        return None
 
 
 class SQLiteSQL(RepositorySQL):
@@ -77,6 +101,7 @@ class PostgreSQLSQL(RepositorySQL):
     share_lock = " FOR SHARE"
     update_lock = " FOR UPDATE"
     pushes_changes = True
+    appends_in_one_call = True
 
     def lock_session(self, conn: Connection, session_id: str) -> None:
         conn.execute(text("SELECT 1 FROM sessions WHERE id = :id FOR UPDATE"), {"id": session_id})
@@ -90,9 +115,61 @@ class PostgreSQLSQL(RepositorySQL):
             conn.execute(text("SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8")).scalar_one()
         )
 
+    def append_one(
+        self, conn: Connection, row: Mapping[str, Any], holder: str | None, at: float, calls: int
+    ) -> int:
+        params = {**row, "holder": holder, "at": at, "tool_calls_added": calls}
+        found = _append_one_call(tuple(row)).first(conn, params)
+        assert found is not None  # the function returns one row or raises
+        pg_faults.note_transaction(conn, found[1], found[2], found[3])
+        return int(found[0])
+
+    def message_columns(self, conn: Connection) -> tuple[str, ...]:
+        """Every column of `messages` but the search machinery's (the generated search
+        vector, which the server would render as text for every row read), read from the
+        catalogue once per connection: one a newer Hermes or a fork added shows on the
+        connections opened after it was added."""
+        info = conn.connection.info
+        found: tuple[str, ...] | None = info.get(_MESSAGE_COLUMNS)
+        if found is None:
+            names = conn.exec_driver_sql(_COLUMNS_OF_MESSAGES).scalars().all()
+            found = info[_MESSAGE_COLUMNS] = tuple(
+                str(name) for name in names if name not in SEARCH_COLUMNS
+            )
+        return found
+
     def database_size(self, conn: Connection) -> int | None:
         size = conn.scalar(text("SELECT pg_database_size(current_database())"))
         return None if size is None else int(size)
+
+
+@cache
+def _append_one_call(columns: tuple[str, ...]) -> Prepared:
+    """The one-call append (revision hs0005) of a row with these columns, its arguments
+    named (the server checks every name against the function's parameters)."""
+    arguments = ", ".join(f"p_{name} => :{name}" for name in columns)
+    # the function's and the columns' names, never input
+    sql = f"SELECT new_id, transaction_id, backend_pid, server_started FROM {APPEND_FUNCTION}"  # noqa: S608
+    sql += "(p_holder => :holder, p_at => :at, p_tool_calls_added => :tool_calls_added, "
+    return Prepared(text(f"{sql}{arguments})"))
+
+
+
+#: Which refusal an error of the one-call append is, by its SQLSTATE.
+APPEND_REFUSALS = {APPEND_BUSY: "busy", APPEND_MISSING: "missing", APPEND_CLOSED: "closed"}
+
+
+def append_refusal(exc: DBAPIError) -> str | None:
+    """'busy', 'missing' or 'closed' for the one-call append's refusals; None otherwise."""
+    return APPEND_REFUSALS.get(str(getattr(exc.orig, "sqlstate", None)))
+
+
+#: Connection.info key of a PostgreSQL connection's `message_columns`.
+_MESSAGE_COLUMNS = "hermes_message_columns"
+_COLUMNS_OF_MESSAGES = (
+    "SELECT attname FROM pg_attribute WHERE attrelid = 'messages'::regclass"
+    " AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
+)
 
 
 bundle("sqlite").sql = SQLiteSQL()
@@ -125,6 +202,12 @@ def lock_key(conn: Connection, key: str) -> None:
     """Serialise units of work on a name that has no row yet (a title, a lock name):
     a transaction-scoped advisory lock on PostgreSQL, nothing on SQLite."""
     repository_sql(conn).lock_key(conn, key)
+
+
+def message_columns(conn: Connection) -> tuple[str, ...] | None:
+    """The columns a whole-row read of `messages` names (None: `*`): on PostgreSQL every
+    column but the search vector, on SQLite `*`, which has no such column."""
+    return repository_sql(conn).message_columns(conn)
 
 
 def database_size(conn: Connection) -> int | None:

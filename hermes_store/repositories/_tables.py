@@ -11,7 +11,14 @@ from typing import cast
 
 from sqlalchemy import Table
 
-from ..models import AsyncDelegation, CompressionLock, Message, SessionModelUsage, StateMeta
+from ..models import (
+    AsyncDelegation,
+    CompressionLock,
+    Message,
+    SessionActivity,
+    SessionModelUsage,
+    StateMeta,
+)
 from ..models import Session as SessionModel
 
 SESSIONS = cast(Table, SessionModel.__table__)
@@ -20,6 +27,7 @@ LOCKS = cast(Table, CompressionLock.__table__)
 USAGE = cast(Table, SessionModelUsage.__table__)
 META = cast(Table, StateMeta.__table__)
 DELEGATIONS = cast(Table, AsyncDelegation.__table__)
+ACTIVITY = cast(Table, SessionActivity.__table__)
 S = SESSIONS.c
 M = MESSAGES.c
 L = LOCKS.c

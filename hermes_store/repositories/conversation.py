@@ -9,11 +9,11 @@ and consecutive user turns can be merged. Nothing here reads or writes the datab
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ._encoding import decode_content, decode_display_metadata, decode_json
-from .message_codec import RowLike, decode_tool_calls
+from .message_codec import decode_tool_calls
 
 REVIEW_PROMPT_PREFIXES = (
     "Review the conversation above and update the skill library",
@@ -29,46 +29,81 @@ _MEMORY_FENCE = re.compile(r"</?memory-context>", re.I)
 
 def strip_memory_context(text: str) -> str:
     """Remove recalled-memory fences, their system note and stray fence tags."""
-    text = _MEMORY_BLOCK.sub("", text)
-    text = _MEMORY_NOTE.sub("", text)
-    text = _MEMORY_FENCE.sub("", text)
+    # each pattern starts with "<" or "[": a text without it cannot match (most do not)
+    if "<" in text:
+        text = _MEMORY_BLOCK.sub("", text)
+    if "[" in text:
+        text = _MEMORY_NOTE.sub("", text)
+    if "<" in text:
+        text = _MEMORY_FENCE.sub("", text)
     return text.strip()
 
 
-def conversation_message(row: RowLike) -> dict[str, Any]:
-    """One stored row in the agent's format: only the keys the row actually fills."""
-    role = row["role"]
-    content = decode_content(row["content"])
+#: The columns `conversation_message` reads, in the order it reads them by position, and
+#: the two that place a row in a lineage: a conversation is read with these only (never
+#: PostgreSQL's search vector).
+CONVERSATION_COLUMNS = (
+    "id", "session_id", "role", "content", "api_content", "display_kind",
+    "display_metadata", "timestamp", "tool_call_id", "tool_name", "effect_disposition",
+    "tool_calls", "platform_message_id", "observed", "finish_reason", "reasoning",
+    "reasoning_content", "reasoning_details", "codex_reasoning_items", "codex_message_items",
+)  # fmt: skip
+_AT = {name: index for index, name in enumerate(CONVERSATION_COLUMNS)}
+SESSION_ID = _AT["session_id"]
+_ROLE, _CONTENT, _API, _KIND, _META, _TS = (
+    _AT[name]
+    for name in ("role", "content", "api_content", "display_kind", "display_metadata", "timestamp")
+)
+_CALLS, _PLATFORM, _OBSERVED = _AT["tool_calls"], _AT["platform_message_id"], _AT["observed"]
+_FINISH, _REASONING, _REASONING_CONTENT = (
+    _AT[name] for name in ("finish_reason", "reasoning", "reasoning_content")
+)
+_OPTIONAL_TEXT = tuple(
+    (_AT[key], key) for key in ("tool_call_id", "tool_name", "effect_disposition")
+)
+_JSON_FIELDS = tuple(
+    (_AT[key], key)
+    for key in ("reasoning_details", "codex_reasoning_items", "codex_message_items")
+)
+
+
+def conversation_message(row: Sequence[Any]) -> dict[str, Any]:
+    """One stored row (CONVERSATION_COLUMNS, by position) in the agent's format: only
+    the keys the row actually fills."""
+    role = row[_ROLE]
+    content = decode_content(row[_CONTENT])
     if role in ("user", "assistant") and isinstance(content, str):
         content = strip_memory_context(content)
     msg: dict[str, Any] = {"role": role, "content": content}
-    if row["api_content"]:
-        msg["api_content"] = row["api_content"]
-    if row["display_kind"]:
-        msg["display_kind"] = row["display_kind"]
-    metadata = decode_display_metadata(row["display_metadata"])
-    if metadata is not None:
-        msg["display_metadata"] = metadata
-    if row["timestamp"]:
-        msg["timestamp"] = float(row["timestamp"])
-    for key in ("tool_call_id", "tool_name", "effect_disposition"):
-        if row[key]:
-            msg[key] = row[key]
-    if row["tool_calls"] is not None:
-        msg["tool_calls"] = decode_tool_calls(row["tool_calls"])
-    if row["platform_message_id"]:
-        msg["message_id"] = row["platform_message_id"]
-    if row["observed"]:
+    if row[_API]:
+        msg["api_content"] = row[_API]
+    if row[_KIND]:
+        msg["display_kind"] = row[_KIND]
+    if row[_META] is not None:
+        metadata = decode_display_metadata(row[_META])
+        if metadata is not None:
+            msg["display_metadata"] = metadata
+    if row[_TS]:
+        msg["timestamp"] = float(row[_TS])
+    for index, key in _OPTIONAL_TEXT:
+        if row[index]:
+            msg[key] = row[index]
+    if row[_CALLS] is not None:
+        msg["tool_calls"] = decode_tool_calls(row[_CALLS])
+    if row[_PLATFORM]:
+        msg["message_id"] = row[_PLATFORM]
+    if row[_OBSERVED]:
         msg["observed"] = True
     if role == "assistant":
-        for key in ("finish_reason", "reasoning"):
-            if row[key]:
-                msg[key] = row[key]
-        if row["reasoning_content"] is not None:
-            msg["reasoning_content"] = row["reasoning_content"]
-        for key in ("reasoning_details", "codex_reasoning_items", "codex_message_items"):
-            if row[key] is not None:
-                msg[key] = decode_json(row[key])
+        if row[_FINISH]:
+            msg["finish_reason"] = row[_FINISH]
+        if row[_REASONING]:
+            msg["reasoning"] = row[_REASONING]
+        if row[_REASONING_CONTENT] is not None:
+            msg["reasoning_content"] = row[_REASONING_CONTENT]
+        for index, key in _JSON_FIELDS:
+            if row[index] is not None:
+                msg[key] = decode_json(row[index])
     return msg
 
 
@@ -91,11 +126,12 @@ def drop_replayed_prompts(messages: list[dict[str, Any]]) -> list[dict[str, Any]
 def is_review_prompt(msg: Mapping[str, Any]) -> bool:
     """A background skill/memory review turn, which the user never typed."""
     content = msg["content"]
-    return (
-        msg["role"] in ("user", "system")
-        and isinstance(content, str)
-        and content.lstrip().startswith(REVIEW_PROMPT_PREFIXES)
-    )
+    if msg["role"] not in ("user", "system") or not isinstance(content, str):
+        return False
+    first = content[:1]
+    if first != "R" and not first.isspace():
+        return False  # what lstrip() would leave cannot start with a prefix
+    return content.lstrip().startswith(REVIEW_PROMPT_PREFIXES)
 
 
 def drop_review_prompts(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -138,9 +174,10 @@ def repair_message_alternation(messages: list[dict[str, Any]]) -> list[dict[str,
 
 
 def conversation(
-    rows: Iterable[RowLike], dedupe_replays: bool, repair_alternation: bool
+    rows: Iterable[Sequence[Any]], dedupe_replays: bool, repair_alternation: bool
 ) -> list[dict[str, Any]]:
-    """Rows in transcript order as the conversation the agent and its UIs use."""
+    """Rows (CONVERSATION_COLUMNS) in transcript order as the conversation the agent and
+    its UIs use."""
     messages = [conversation_message(r) for r in rows]
     if dedupe_replays:
         messages = drop_replayed_prompts(messages)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 from sqlalchemy import (
@@ -36,7 +36,7 @@ from ._dialect import usually
 from ._paging import row_limit, row_offset
 from ._preview import first_user_excerpt, shape_session_preview
 from ._sql import alias, contains_caseless, path_prefix_values, path_under
-from ._tables import SESSIONS
+from ._tables import ACTIVITY, SESSIONS
 from .lineage import (
     COMPRESSION,
     DELEGATE_MARKER,
@@ -307,6 +307,102 @@ def _by_chain_activity(s: NamedFromClause, shape: PageShape) -> tuple[Select[Any
     return query, [stats.c.activity.desc(), s.c.started_at.desc(), s.c.id.desc()]
 
 
+# --------------------------------------------------------------------------- by recent activity
+
+#: Sessions read from the activity index first, per listed row wanted (at least
+#: RECENT_WALK_MIN); a walk that cannot tell the page yet reads RECENT_WALK_GROWTH times more.
+RECENT_WALK_PER_ROW = 2
+RECENT_WALK_MIN = 64
+RECENT_WALK_GROWTH = 4
+
+
+@cache
+def _recent_roots(filters: tuple[Any, ...]) -> Prepared:
+    """The listed rows (by `filters`) whose compression chain holds one of the `walk`
+    most recently active sessions, each with its chain's newest activity among them, in
+    the listing's order; with how many sessions the walk read and the oldest activity it
+    reached. A row whose activity is newer than that is exact: every session more
+    recently active than the walk's end was read."""
+    activity = ACTIVITY
+    top = (
+        select(activity.c.session_id.label("member_id"), activity.c.last_active.label("at"))
+        .order_by(activity.c.last_active.desc())
+        .limit(bindparam("walk", type_=BigInteger()))
+        .cte("top")
+    )
+    up = select(top.c.member_id.label("root_id"), top.c.at).cte("up", recursive=True)
+    child, parent = SESSIONS.alias("up_child"), SESSIONS.alias("up_parent")
+    up = up.union(
+        select(parent.c.id, up.c.at)
+        .select_from(
+            up.join(child, child.c.id == up.c.root_id).join(
+                parent, parent.c.id == child.c.parent_session_id
+            )
+        )
+        .where(parent.c.end_reason == COMPRESSION, is_continuation(child))
+    )
+    s = alias(SESSIONS, "s")
+    newest = func.max(up.c.at).label("activity")
+    walked = select(func.count()).select_from(top).scalar_subquery().label("walked")
+    oldest = select(func.min(top.c.at)).scalar_subquery().label("oldest")
+    return Prepared(
+        select(s.c.id, newest, walked, oldest)
+        .select_from(up.join(s, s.c.id == up.c.root_id))
+        .where(*filter_conditions(s, filters))
+        .group_by(s.c.id, s.c.started_at)
+        .order_by(newest.desc(), s.c.started_at.desc(), s.c.id.desc())
+    )
+
+
+_WALK_END = Prepared(
+    select(func.count(), func.min(literal_column("at"))).select_from(
+        select(ACTIVITY.c.last_active.label("at"))
+        .order_by(ACTIVITY.c.last_active.desc())
+        .limit(bindparam("walk", type_=BigInteger()))
+        .subquery("walk")
+    )
+)
+
+
+def recent_page_ids(conn: Connection, filters: ListingFilters, wanted: int) -> list[str]:
+    """The ids of the first `wanted` rows of the listing by chain activity, in order, read
+    from the activity index (hermes_store_session_activity) from the most recent session
+    on, as far as it takes to know them, rather than from every session."""
+    walk = max(RECENT_WALK_MIN, RECENT_WALK_PER_ROW * wanted)
+    statement = _recent_roots(filters.shape())
+    params = filters.params()
+    while True:
+        rows = statement.rows(conn, {**params, "walk": walk})
+        if rows:
+            walked, oldest = rows[0][2], rows[0][3]
+        else:
+            end = _WALK_END.first(conn, {"walk": walk})
+            walked, oldest = (0, None) if end is None else end
+        if walked < walk:  # every session was read: every row is exact
+            return [row[0] for row in rows[:wanted]]
+        exact = [row[0] for row in rows if row[1] > oldest]
+        if len(exact) >= wanted:
+            return exact[:wanted]
+        walk *= RECENT_WALK_GROWTH
+
+
+@lru_cache(maxsize=32)
+def _rows_by_id(count: int, compact: bool) -> Prepared:
+    s = alias(SESSIONS, "s")
+    ids = [_text_param(f"id_{i}") for i in range(count)]
+    return Prepared(rich_select(s, compact).where(s.c.id.in_(ids)))
+
+
+def rich_rows_in_order(conn: Connection, ids: list[str], compact: bool) -> list[Row]:
+    """The rich rows of `ids`, in that order."""
+    if not ids:
+        return []
+    params = {f"id_{i}": value for i, value in enumerate(ids)}
+    found = rich_rows(conn, _rows_by_id(len(ids), compact), params)
+    by_id = {row["id"]: row for row in found}
+    return [by_id[i] for i in ids if i in by_id]
+
+
 def _any(condition: ColumnElement[bool]) -> ColumnElement[Any]:
     return func.max(case((condition, 1), else_=0))
 
@@ -356,7 +452,11 @@ def list_page(
         pinned_only=False,
     )
     params = page_params(filters, limit, offset, id_needle, search_needle)
-    rows = rich_rows(conn, page_statement(shape), params)
+    if by_chain_activity and limit is not None and not (id_needle or search_needle):
+        ids = recent_page_ids(conn, filters, offset + limit)[offset:]
+        rows = rich_rows_in_order(conn, ids, compact)
+    else:
+        rows = rich_rows(conn, page_statement(shape), params)
     if include_pinned:
         on_page = {row["id"] for row in rows}
         pinned_shape = PageShape(**{**shape.__dict__, "pinned_only": True})

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any, cast
 
 from sqlalchemy import (
@@ -25,6 +25,7 @@ from sqlalchemy import (
     Select,
     and_,
     bindparam,
+    column,
     delete,
     func,
     insert,
@@ -32,6 +33,7 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.exc import DBAPIError
 
 from ..errors import (
     CompressionSessionBusyError,
@@ -50,13 +52,33 @@ from ..rows import (
 )
 from ..store import Store
 from . import idempotency, turns
-from ._dialect import data_columns, data_dicts, lock_session
+from ._dialect import (
+    append_refusal,
+    data_columns,
+    data_dicts,
+    lock_session,
+    message_columns,
+    repository_sql,
+)
 from ._encoding import decode_content, encode_display_metadata, now, scrub
-from ._paging import count_clause, limit_clause, row_count, row_limit, row_offset
+from ._paging import (
+    bound_limit,
+    count_clause,
+    limit_clause,
+    row_count,
+    row_limit,
+    row_offset,
+)
 from ._preview import shape_message_preview
 from ._sql import all_columns, chunks, rowcount
 from ._tables import MESSAGES, SESSIONS, L, M, S
-from .conversation import conversation, repair_message_alternation, strip_memory_context
+from .conversation import (
+    CONVERSATION_COLUMNS,
+    SESSION_ID,
+    conversation,
+    repair_message_alternation,
+    strip_memory_context,
+)
 from .lineage import (
     COMPRESSION,
     INHERITED_ACROSS_COMPRESSION,
@@ -83,19 +105,46 @@ log = logging.getLogger(__name__)
 # --------------------------------------------------------------------------- statements
 
 
-@cache
-def _conversation_page(include_inactive: bool, limited: bool, skipped: bool) -> Prepared:
-    """get_messages' statement for one combination of its options."""
-    query = _full_rows().where(M.session_id == bindparam("session_id"))
+def _session_rows(columns: tuple[str, ...] | None, include_inactive: bool) -> Select[Any]:
+    """A session's rows (`columns`, or every column for None), walked on the index
+    (session_id, id) of revision hs0005."""
+    query: Select[Any]
+    if columns is None:
+        query = _full_rows()
+    else:
+        named: list[Any] = [column(name) for name in columns]
+        query = select(*named).select_from(MESSAGES)
+    query = query.where(M.session_id == bindparam("session_id"))
     if not include_inactive:
         query = query.where(M.active == 1)
-    query = query.order_by(M.id)
+    return query
+
+
+@lru_cache(maxsize=64)
+def _conversation_page(
+    columns: tuple[str, ...] | None, include_inactive: bool, limited: bool, skipped: bool
+) -> Prepared:
+    """get_messages' statement for one combination of its options."""
+    query = _session_rows(columns, include_inactive).order_by(M.id)
     # 64-bit: an Integer parameter is cast to PostgreSQL's 32-bit integer
     if limited:
         query = query.limit(bindparam("limit", type_=BigInteger))
     if skipped:
         query = query.offset(bindparam("offset", type_=BigInteger))
     return Prepared(query)
+
+
+@lru_cache(maxsize=16)
+def _newest_page(columns: tuple[str, ...] | None, include_inactive: bool) -> Prepared:
+    """get_newest_messages' statement: the index walked from the session's newest id."""
+    query = _session_rows(columns, include_inactive).order_by(M.id.desc())
+    return Prepared(query.limit(bindparam("limit", type_=BigInteger)))
+
+
+@cache
+def _conversation_rows(include_inactive: bool) -> Prepared:
+    """One session's rows in id order, only the columns a conversation shows."""
+    return Prepared(_session_rows(CONVERSATION_COLUMNS, include_inactive).order_by(M.id))
 
 
 def _full_rows() -> Select[Any]:
@@ -113,6 +162,16 @@ _LEASE_HOLDER = Prepared(
     select(L.holder).where(L.session_id == bindparam("session_id"), L.expires_at > bindparam("at"))
 )
 _SESSION_STATE = Prepared(select(S.ended_at, S.end_reason).where(S.id == bindparam("session_id")))
+#: The session's state and the holder of its live lease, if any, in one statement.
+_APPEND_STATE = Prepared(
+    select(
+        S.ended_at,
+        S.end_reason,
+        select(L.holder)
+        .where(L.session_id == bindparam("session_id"), L.expires_at > bindparam("at"))
+        .scalar_subquery(),
+    ).where(S.id == bindparam("session_id"))
+)
 _INSERT_ONE = Prepared(
     insert(MESSAGES).values({name: bindparam(name) for name in INSERT_COLUMNS}).returning(M.id)
 )
@@ -149,17 +208,22 @@ def _insert_many(count: int) -> Prepared:
 
 
 def _check_append_allowed(conn: Connection, session_id: str, holder: str | None, at: float) -> None:
-    """Another holder's live lease, then a compression-closed session, then a missing one."""
-    current = _LEASE_HOLDER.scalar(conn, {"session_id": session_id, "at": at})
+    """Another holder's live lease, then a missing session, then a compression-closed one:
+    one statement for a session that exists."""
+    params = {"session_id": session_id, "at": at}
+    state = _APPEND_STATE.first(conn, params)
+    current = _LEASE_HOLDER.scalar(conn, params) if state is None else state[2]
     if current is not None and str(current) != holder:
-        raise CompressionSessionBusyError(
-            f"Session '{session_id}' is being compressed by another writer",
-            session_id,
-        )
-    state = _SESSION_STATE.first(conn, {"session_id": session_id})
+        raise _busy(session_id)
     if state is None:
         raise SessionNotFound(session_id)
     _check_not_compression_closed(session_id, state[0], state[1])
+
+
+def _busy(session_id: str) -> CompressionSessionBusyError:
+    return CompressionSessionBusyError(
+        f"Session '{session_id}' is being compressed by another writer", session_id
+    )
 
 
 def _check_not_compression_closed(session_id: str, ended_at: Any, end_reason: Any) -> None:
@@ -213,6 +277,36 @@ def _set_counts(conn: Connection, session_id: str, messages: int, tool_calls: in
 # --------------------------------------------------------------------------- units of work
 
 
+def _append_in_one_call(
+    conn: Connection,
+    session_id: str,
+    holder: str | None,
+    explicit_ts: float | None,
+    fields: Mapping[str, Any],
+) -> int | None:
+    """A plain append (no key, no turn) through the database's one-call append where it
+    has one (PostgreSQL): the same checks in the same order, in one round trip; None
+    where it has none."""
+    sql = repository_sql(conn)
+    if not sql.appends_in_one_call:
+        return None
+    at = now()
+    values, n_calls = encode_row(
+        session_id, timestamp=at if explicit_ts is None else explicit_ts, **fields
+    )
+    try:
+        return sql.append_one(conn, values, holder, at, n_calls)
+    except DBAPIError as exc:
+        refusal = append_refusal(exc)
+        if refusal == "busy":
+            raise _busy(session_id) from None
+        if refusal == "missing":
+            raise SessionNotFound(session_id) from None
+        if refusal == "closed":
+            raise CompressionSessionClosedError(session_id) from None
+        raise
+
+
 def _append_one(
     conn: Connection,
     session_id: str,
@@ -222,6 +316,10 @@ def _append_one(
     key: str | None = None,
     turn_token: int | None = None,
 ) -> int:
+    if key is None and turn_token is None:
+        appended = _append_in_one_call(conn, session_id, holder, explicit_ts, fields)
+        if appended is not None:
+            return appended
     lock_session(conn, session_id)  # the checks below must hold until commit
     if key is not None:
         # before the checks: a retry of an append that happened returns its id even if
@@ -516,17 +614,17 @@ def _anchored_rows(
 
 def _lineage_rows(
     conn: Connection, session_id: str, include_ancestors: bool, include_inactive: bool
-) -> tuple[list[str], list[RowLike]]:
-    """(root-to-tip chain, its rows in chain order then id order) in one query."""
+) -> tuple[list[str], list[Sequence[Any]]]:
+    """(root-to-tip chain, its rows in chain order then id order), with the columns a
+    conversation shows: one indexed read per session of the chain."""
     chain = [session_id]
     if include_ancestors:
         chain = [*reversed(ancestor_ids(conn, session_id)), session_id]
-    query = _full_rows().where(M.session_id.in_(chain))
-    if not include_inactive:
-        query = query.where(M.active == 1)
-    rows = conn.execute(query.order_by(M.id)).mappings().all()
-    position = {sid: i for i, sid in enumerate(chain)}
-    return chain, sorted(rows, key=lambda r: (position[r["session_id"]], r["id"]))
+    statement = _conversation_rows(include_inactive)
+    rows: list[Sequence[Any]] = []
+    for member in chain:
+        rows += statement.rows(conn, {"session_id": member})
+    return chain, rows
 
 
 def _exists(conn: Connection, query: Select[Any]) -> bool:
@@ -876,9 +974,36 @@ class MessageRepository:
         limit, offset = row_limit(limit), row_offset(offset)
         limited = limit is not None
         skipped = offset > 0
-        page = _conversation_page(include_inactive, limited, skipped)
         params = {"session_id": session_id, "limit": limit, "offset": offset}
-        rows = self.store.read(lambda conn: data_dicts(page.dicts(conn, params)))
+
+        def read(conn: Connection) -> list[dict[str, Any]]:
+            columns = message_columns(conn)
+            page = _conversation_page(columns, include_inactive, limited, skipped)
+            return data_dicts(page.dicts(conn, params))
+
+        rows = self.store.read(read)
+        return cast("list[MessageRow]", [decode_fields(r) for r in rows])
+
+    def get_newest_messages(
+        self, session_id: str, limit: int = 20, include_inactive: bool = False
+    ) -> list[MessageRow]:
+        """The session's newest `limit` rows, in id (conversation) order, decoded as
+        `get_messages` returns them: one read that walks the session's index from its
+        newest message and stops after `limit` rows.
+
+        Args:
+            session_id: the session's id.
+            limit: at most this many rows (a negative limit: all of them).
+            include_inactive: also messages marked inactive (rewound or compacted away).
+        """
+        params = {"session_id": session_id, "limit": bound_limit(limit)}
+
+        def read(conn: Connection) -> list[dict[str, Any]]:
+            page = _newest_page(message_columns(conn), include_inactive)
+            return data_dicts(page.dicts(conn, params))
+
+        rows = self.store.read(read)
+        rows.reverse()
         return cast("list[MessageRow]", [decode_fields(r) for r in rows])
 
     def get_messages_around(
@@ -1046,7 +1171,7 @@ class MessageRepository:
             session_id: the session's id.
         """
         _, rows = self.store.read(lambda conn: _lineage_rows(conn, session_id, True, False))
-        own = [r for r in rows if r["session_id"] == session_id]
+        own = [r for r in rows if r[SESSION_ID] == session_id]
         return (
             _messages(conversation(own, dedupe_replays=False, repair_alternation=True)),
             _messages(conversation(rows, dedupe_replays=True, repair_alternation=False)),
@@ -1063,7 +1188,7 @@ class MessageRepository:
         chain, rows = self.store.read(lambda conn: _lineage_rows(conn, session_id, True, False))
         if len(chain) < 2:
             return []
-        ancestors = [r for r in rows if r["session_id"] != session_id]
+        ancestors = [r for r in rows if r[SESSION_ID] != session_id]
         return _messages(conversation(ancestors, dedupe_replays=True, repair_alternation=False))
 
 

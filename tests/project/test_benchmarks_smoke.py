@@ -35,6 +35,14 @@ SEARCHES = (
     "literal short",
     "literal common letters",
 )
+#: the per-turn rows, in order (benchmarks/per_turn.py ROWS)
+PER_TURN = (
+    "append one (100 sessions)",
+    "load a 100-message conversation",
+    "load a 1,000-message conversation",
+    "newest 20 of 1,000",
+    "append into a 1,000-message session",
+)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = fixtures_dir()
 
@@ -105,6 +113,23 @@ def test_quick_benchmark_reports_every_row(tmp_path: Path) -> None:
     assert "agent-framework session stores" in proc.stdout
     assert any(r["store"].startswith("hermes-store") for r in compared["rows"]), compared
     assert all(why for why in compared["skipped"].values())
+
+    # the per-turn table: both SQLite drivers and PostgreSQL, hermes-store measured on every
+    # row (the peers are optional installs: measured, skipped or failed, each with a reason)
+    turns = data["per_turn"]
+    assert "per-turn calls" in proc.stdout
+    backends = [column["backend"] for column in turns["columns"]]
+    assert backends[0].startswith("SQLite (pysqlite3") and backends[1].startswith("SQLite (sqlite3")
+    assert backends[2] == "PostgreSQL"
+    for column in turns["columns"]:
+        if "all" in column["skipped"]:
+            assert column["backend"] == "PostgreSQL" and not os.environ.get("CI"), column
+            continue
+        assert [row["row"] for row in column["rows"]] == list(PER_TURN), column
+        for row in column["rows"]:
+            (hermes,) = [r for n, r in row["stores"].items() if n.startswith("hermes-store")]
+            assert hermes["p50_ms"] > 0 and hermes["n"] == 20, row
+        assert all(column["skipped"].values()) and all(column["failed"].values()), column
 
     changes = data["feed"]
     assert "change feed" in proc.stdout

@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import event, insert, text
 
 from hermes_store import migrate
+from hermes_store.contract import APPEND_FUNCTION
 from hermes_store.errors import (
     CompressionSessionBusyError,
     CompressionSessionClosedError,
@@ -114,17 +115,25 @@ def test_inserts_name_active_explicitly(store, repo):
     def capture(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         if statement.lstrip().upper().startswith("INSERT INTO MESSAGES"):
             statements.append(statement)
+        elif APPEND_FUNCTION in statement:  # PostgreSQL's one-call append
+            calls.append(statement)
 
+    calls: list[str] = []
     event.listen(store.engine, "before_cursor_execute", capture)
     try:
         repo.append_message("s1", "user", "x")
         repo.append_messages("s1", [{"role": "user", "content": "y"}])
     finally:
         event.remove(store.engine, "before_cursor_execute", capture)
-    assert len(statements) == 2
+    assert len(statements) + len(calls) == 2
     for statement in statements:
         columns = statement.split("(", 1)[1].split(")", 1)[0]
         assert "active" in [c.strip() for c in columns.split(",")]
+    if calls:  # the function's own INSERT names it, and the call passes it
+        assert all("p_active =>" in call for call in calls)
+        body = sql(store, f"SELECT pg_get_functiondef('{APPEND_FUNCTION}'::regproc)")[0][0]
+        inserted = body.split("INSERT INTO messages (", 1)[1].split(")", 1)[0]
+        assert '"active"' in [c.strip() for c in inserted.split(",")]
     assert sql(store, "SELECT DISTINCT active FROM messages") == [(1,)]
 
 

@@ -27,6 +27,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
 from hermes_store import migrate
+from hermes_store.head import HEAD_REVISION
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.search import limits, search_messages
@@ -463,7 +464,7 @@ def unprivileged_db() -> Iterator[str]:
 
 def test_without_the_extension_the_revision_keeps_gin(unprivileged_db: str) -> None:
     migrate.upgrade(unprivileged_db)
-    assert migrate.current(unprivileged_db).alembic_revision == "hs0003"
+    assert migrate.current(unprivileged_db).alembic_revision == HEAD_REVISION
     assert _method(unprivileged_db) == "gin"
     engine = create_engine(unprivileged_db, poolclass=NullPool)
     with engine.connect() as conn:

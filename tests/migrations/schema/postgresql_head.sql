@@ -160,6 +160,8 @@ CREATE UNIQUE INDEX compression_locks_pkey ON compression_locks USING btree (ses
 
 CREATE UNIQUE INDEX gateway_routing_pkey ON gateway_routing USING btree (scope, session_key);
 
+CREATE INDEX hermes_store_messages_session_id ON messages USING btree (session_id, id);
+
 CREATE INDEX idx_async_delegations_delivery ON async_delegations USING btree (delivery_state, completed_at);
 
 CREATE INDEX idx_compression_locks_expires ON compression_locks USING btree (expires_at);
