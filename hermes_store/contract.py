@@ -161,7 +161,8 @@ APPEND_BUSY: Final = "HS001"
 APPEND_MISSING: Final = "HS002"
 APPEND_CLOSED: Final = "HS003"
 #: Tables that describe one database's own history, never copied to another database
-#: (the target's triggers write its own feed and activity as the copy inserts rows).
-LOCAL_TABLES: Final = frozenset(
-    {CHANGES_TABLE, CHANGES_PENDING_TABLE, FEED_STATE_TABLE, ACTIVITY_TABLE}
-)
+#: (the target's triggers write its own feed as the copy inserts rows).
+LOCAL_TABLES: Final = frozenset({CHANGES_TABLE, CHANGES_PENDING_TABLE, FEED_STATE_TABLE})
+#: Every table a copy leaves to the target's triggers: LOCAL_TABLES and, from revision
+#: hs0005, the activity table (kept by triggers as the copy inserts sessions and messages).
+NOT_COPIED_TABLES: Final = LOCAL_TABLES | {ACTIVITY_TABLE}

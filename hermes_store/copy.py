@@ -21,8 +21,9 @@ What is not copied, and why:
 The project's own tables (`hermes_store_*` other than the version table: the idempotency
 keys, the turn leases) are models too, so they are copied and verified like the rest: a
 retry against the copy must still find the keys of the appends it retries, and a token
-granted on the source stays fenced on the copy. The change feed (`LOCAL_TABLES`) is the
-history of one database: the target's triggers write its own as the rows go in.
+granted on the source stays fenced on the copy. The change feed and the
+activity table (`NOT_COPIED_TABLES`) describe one database: the target's triggers write
+its own as the rows go in.
 
 Verification compares row counts and a SHA-256 per table over the rows in key order, each
 value encoded with a type tag so both dialects give the same digest for the same data.
@@ -63,7 +64,7 @@ from sqlalchemy.types import TEXT
 from . import migrate
 from .backends import dialect_for
 from .config import SCHEMA_VERSION, resolve_url, shown_url, sqlite_path
-from .contract import FTS_TABLE, FTS_TRASH_PREFIX, LOCAL_TABLES, VERSION_TABLE
+from .contract import FTS_TABLE, FTS_TRASH_PREFIX, NOT_COPIED_TABLES, VERSION_TABLE
 from .contract import META_FTS_LOCAL_KEYS as FTS_LOCAL_KEYS
 from .dialects import Backend
 from .engine import make_engine
@@ -193,7 +194,7 @@ def _spec(model: Table) -> _Spec:
 
 def _specs(present: set[str]) -> list[_Spec]:
     """Parents before children; the Telegram tables only where they exist."""
-    specs = [_spec(t) for t in metadata.sorted_tables if t.name not in LOCAL_TABLES]
+    specs = [_spec(t) for t in metadata.sorted_tables if t.name not in NOT_COPIED_TABLES]
     specs += [_spec(t) for t in TELEGRAM_TABLES if t.name in present]
     return specs
 
@@ -392,7 +393,7 @@ def _not_copied(conn: Connection, tables: set[str], specs: list[_Spec]) -> list[
         for t in tables
         if t not in known
         and t != VERSION_TABLE
-        and t not in LOCAL_TABLES
+        and t not in NOT_COPIED_TABLES
         and not t.startswith((FTS_TABLE, "sqlite_", FTS_TRASH_PREFIX))
     )
     insp = inspect(conn)

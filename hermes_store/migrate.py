@@ -176,12 +176,12 @@ def _tolerated(diff: Any, conn: Connection) -> bool:
 
 
 def _own_table_to_come(diff: Any) -> bool:
-    """A table of hermes-store's own that a database below the head does not have yet."""
-    return (
-        isinstance(diff, tuple)
-        and diff[0] == "add_table"
-        and str(diff[1].name).startswith(OWN_TABLE_PREFIX)
-    )
+    """A table of hermes-store's own (or an index on one) that a database below the head
+    does not have yet."""
+    if not isinstance(diff, tuple) or diff[0] not in ("add_table", "add_index"):
+        return False
+    table = diff[1] if diff[0] == "add_table" else diff[1].table
+    return str(table.name).startswith(OWN_TABLE_PREFIX)
 
 
 def schema_drift(conn: Connection) -> list[Any]:

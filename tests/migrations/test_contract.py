@@ -38,6 +38,22 @@ SHIPPED = {
     "LOCAL_TABLES": frozenset(
         {"hermes_store_changes", "hermes_store_changes_pending", "hermes_store_feed_state"}
     ),
+    "MESSAGES_SESSION_ID_INDEX": "hermes_store_messages_session_id",
+    "ACTIVITY_TABLE": "hermes_store_session_activity",
+    "ACTIVITY_INDEX": "hermes_store_session_activity_last_active",
+    "ACTIVITY_OBJECT_PREFIX": "hermes_store_activity_",
+    "APPEND_FUNCTION": "hermes_store_append_message",
+    "APPEND_BUSY": "HS001",
+    "APPEND_MISSING": "HS002",
+    "APPEND_CLOSED": "HS003",
+    "NOT_COPIED_TABLES": frozenset(
+        {
+            "hermes_store_changes",
+            "hermes_store_changes_pending",
+            "hermes_store_feed_state",
+            "hermes_store_session_activity",
+        }
+    ),
     "FTS_REBUILT_LATER_ATTR": "hermes_fts_rebuilt_later",
     "HERMES_HOME_ATTR": "hermes_home",
     "PG_MIGRATION_LOCK": 0x6865726D65736D67,

@@ -413,7 +413,7 @@ def test_sqlite_uses_fts5_and_the_revision_changes_nothing(tmp_path: Path) -> No
     con = sqlite3.connect(path)
     before = con.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall()
     con.close()
-    migrate.upgrade(url, fts_min_pause=0)
+    migrate.upgrade(url, revision="hs0003", fts_min_pause=0)
     con = sqlite3.connect(path)
     after = con.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall()
     con.close()
