@@ -72,6 +72,7 @@ from .repositories.telegram import TelegramTopicRepository
 from .repositories.titles import TitleRepository, sanitize_title
 from .repositories.usage import UsageRepository
 from .search import sanitize_fts5_query
+from .search.limits import SearchHits
 from .sqlite_recovery import (
     is_malformed_db_error,
     is_zeroed_state_db,
@@ -196,15 +197,17 @@ def _forward(
     *,
     translate: Callable[[Exception], BaseException | None] | None = None,
     refused: tuple[type[Exception], Callable[[], R]] | None = None,
+    on_result: Callable[[R], None] | None = None,
 ) -> Callable[Concatenate[SessionDB, P], R]:
     """A facade method calling `method` on the repository held in `self.<repository>`,
     with its signature and docstring; `translate` turns a repository error into the one
     the original raises (None keeps the error as it is); `refused` is an error type the
-    original never raises there and the answer it gives instead (logged as a warning)."""
+    original never raises there and the answer it gives instead (logged as a warning);
+    `on_result` sees each answer before it is returned."""
 
     def call(self: SessionDB, /, *args: P.args, **kwargs: P.kwargs) -> R:
         try:
-            return method(getattr(self, repository), *args, **kwargs)
+            result = method(getattr(self, repository), *args, **kwargs)
         except Exception as exc:
             if refused is not None and isinstance(exc, refused[0]):
                 log.warning("%s: %s", method.__name__, exc)
@@ -213,10 +216,18 @@ def _forward(
             if translated is None:
                 raise
             raise translated from exc
+        if on_result is not None:
+            on_result(result)
+        return result
 
     functools.update_wrapper(call, method)
     call.__dict__["_hermes_forward"] = True
     return call
+
+
+def _log_search_warnings(hits: SearchHits) -> None:
+    for warning in hits.warnings:
+        log.warning("search_messages: %s", warning)
 
 
 def _foreign_key_error(exc: Exception) -> BaseException | None:
@@ -421,8 +432,13 @@ class SessionDB:
 
     # docs/reference/behaviour.md 6.2: the facade's search never raises on any input, so a query
     # beyond the search bounds (search/limits.py) finds nothing, as an unreadable one does
+    # and a search that could not check every candidate says so in the log (the hits'
+    # `warnings`), as the facade logs what it refuses
     search_messages = _forward(
-        "_search", SearchRepository.search_messages, refused=(QueryTooComplex, list)
+        "_search",
+        SearchRepository.search_messages,
+        refused=(QueryTooComplex, SearchHits),
+        on_result=_log_search_warnings,
     )
 
     # -- small helpers of the original ----------------------------------------------------

@@ -69,6 +69,8 @@ class SearchBackend:
         #: time.monotonic() past which no statement of the search starts (time_limit)
         self.deadline: float | None = None
         self.budget_ms = 0.0
+        #: why the answer may leave out matches (limits.SearchHits.warnings)
+        self.warnings: list[str] = []
 
     @contextmanager
     def time_limit(self, budget_ms: float | None) -> Iterator[None]:
@@ -117,10 +119,24 @@ class SearchBackend:
         raise NotImplementedError
 
     def substring_hits(
-        self, query: SearchQuery, filters: Filters, sort: str | None, limit: int, offset: int
+        self,
+        query: SearchQuery,
+        filters: Filters,
+        sort: str | None,
+        limit: int,
+        offset: int,
+        *,
+        bounded: bool = False,
     ) -> list[Hit] | None:
-        """The trigram index (non-tool rows), or None when it cannot answer."""
+        """The trigram index (non-tool rows), or None when it cannot answer. `bounded`
+        (the zero-hit retry): about limits.RETRY_CHECKS candidate rows checked at most,
+        estimated from the newest limits.RETRY_SAMPLE ids; past that only the newest
+        rows the budget allows are read, and `warnings` says so."""
         raise NotImplementedError
+
+    def retry_estimate(self, candidates: int, sampled: int, rows: float) -> float:
+        """The candidates of the whole table, from `candidates` among `sampled` rows."""
+        return 0.0 if sampled <= 0 else candidates / sampled * rows
 
     def like_hits(
         self,

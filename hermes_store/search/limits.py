@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ..errors import QueryTooComplex, SearchTimedOut
 from . import query as q
@@ -53,7 +54,38 @@ RANK_WINDOW = 1_024
 #: many matches in id order (at least a page), then ordered by timestamp.
 TIME_WINDOW = 64
 
+#: The zero-hit retry (a word query that matched no word, asked again by substring:
+#: planner.py) checks about this many candidate rows at most. The trigram indexes hand
+#: over every row holding the query's trigrams, and a misspelling that extends a
+#: frequent word (`postgress`) shares all its trigrams but one with it: millions of
+#: candidates in a large table, none holding the query. Where the newest rows say the
+#: table holds more candidates than this, the retry reads only as many of the newest
+#: rows as the budget allows and says so in the result's warnings (SearchHits).
+RETRY_CHECKS = 4_096
+#: The newest ids the retry samples to estimate its candidates in the whole table.
+RETRY_SAMPLE = 2_048
+
 _OPERATORS = q.OPERATORS  # FTS5 reads these in capitals only
+
+
+class SearchHits(list[dict[str, Any]]):
+    """The hits of a search (a list, as the original returns), with `warnings`: why the
+    answer may leave out matches that exist (empty when it cannot)."""
+
+    def __init__(self, hits: Iterable[dict[str, Any]] = (), warnings: Iterable[str] = ()) -> None:
+        super().__init__(hits)
+        self.warnings: tuple[str, ...] = tuple(warnings)
+
+
+def retry_warning(query: str, newest: int, candidates: float) -> str:
+    """The warning of a zero-hit retry that read only the `newest` ids of the table."""
+    return (
+        f"no word matched {query!r}, and its substring search read only the newest "
+        f"{newest:,} messages: the whole table holds about {candidates:,.0f} candidate "
+        f"messages, more than one search checks ({RETRY_CHECKS:,}), so older messages "
+        "holding it as a substring are not shown; search for whole words or a longer "
+        "substring"
+    )
 
 
 def rank_window(limit: int, offset: int) -> int:

@@ -72,8 +72,10 @@ class _Plan:
         terms = list(self.query.words) or [self.query.raw]
         return self.backend.like_hits(terms, self.filters, limit, offset)
 
-    def substring(self, limit: int, offset: int) -> list[Hit] | None:
-        hits = self.backend.substring_hits(self.query, self.filters, self.sort, limit, offset)
+    def substring(self, limit: int, offset: int, *, bounded: bool = False) -> list[Hit] | None:
+        hits = self.backend.substring_hits(
+            self.query, self.filters, self.sort, limit, offset, bounded=bounded
+        )
         if hits is not None:
             self.route = "trigram"
         return hits
@@ -95,7 +97,8 @@ class _Plan:
             return self.like(limit, offset)
         self.route = self.backend.word_route
         if not hits and self.query.retries_on_trigrams:
-            hits = self.substring(limit, offset) or []
+            # bounded: a misspelling of a frequent word has millions of candidates
+            hits = self.substring(limit, offset, bounded=True) or []
         return hits
 
     def literal_first(self, limit: int, offset: int) -> list[Hit]:
@@ -167,20 +170,23 @@ def search_messages(
     offset: int = 0,
     sort: str | None = None,
     include_inactive: bool = False,
-) -> list[Hit]:
+) -> limits.SearchHits:
     """Messages matching `query` (docs/reference/behaviour.md 6.1), best first (or
     `sort="newest"/"oldest"`). Each hit has `id, session_id, role, snippet` (the match
     marked `>>>`/`<<<`), `timestamp, tool_name, source, model, session_started` and
     `context` (the neighbouring messages). A query that cannot be read finds nothing.
     The parameters are the original's, in its order. Raises QueryTooComplex for a query
     of more than `limits.MAX_TERMS` terms, SearchTimedOut for a search that runs past
-    HERMES_SEARCH_TIMEOUT_MS (limits.py)."""
+    HERMES_SEARCH_TIMEOUT_MS (limits.py). The result is a list of hits whose `warnings`
+    say why it may leave out matches that exist (a zero-hit retry stopped at its budget,
+    limits.RETRY_CHECKS); empty when it cannot."""
     started = time.perf_counter()
     # the original binds both into SQLite's LIMIT/OFFSET: a negative limit is no limit, a
     # negative offset none; the same on PostgreSQL, and never past 64 bits on either
     offset = row_offset(offset)
     limit = min(bound_limit(limit), MAX_ROWS - offset)
     hits: list[Hit] = []
+    warnings: list[str] = []
     route = "empty"
     # read once: the planner and the backend take every reading from this value
     read = SearchQuery.read(query)
@@ -193,6 +199,7 @@ def search_messages(
             plan.top_up(hits, limit)
             plan.backend.attach_context([h for h in hits if "context" not in h])
         route = plan.route
+        warnings = plan.backend.warnings
     elapsed_ms = (time.perf_counter() - started) * 1000
     log.debug("search %r: route %s, %d hit(s)", query, route, len(hits))
     if elapsed_ms >= slow_threshold_ms():
@@ -203,4 +210,4 @@ def search_messages(
             elapsed_ms,
             len(query or ""),
         )
-    return hits
+    return limits.SearchHits(hits, warnings)

@@ -470,22 +470,82 @@ def substring_sql(
     return _select(filters, f"m.id IN ({candidates})", f"{order}, m.id DESC"), params
 
 
-def substring_window_sql(tokens: Sequence[str], filters: Filters) -> tuple[str, Params] | None:
+#: a run of characters pg_trgm takes trigrams from (letters and digits)
+_TRIGRAM_RUN = re.compile(r"[^\W_]+")
+
+
+def _needles(token: str) -> list[str]:
+    """What a row's lower-cased text holds wherever pg_trgm's index hands the row over
+    for the pattern `%token%`: each inner trigram of a word of 3 or more characters (a
+    trigram of letters and digits is in a row's trigrams exactly when the row's text
+    holds it), and a word of 2 characters itself (pg_trgm asks for it padded at a word
+    boundary: a superset here). A word of one character says next to nothing."""
+    needles: list[str] = []
+    for word in _TRIGRAM_RUN.findall(token.strip('"').lower()):
+        if len(word) >= TRIGRAM_CHARS:
+            needles += [word[i : i + TRIGRAM_CHARS] for i in range(len(word) - 2)]
+        elif len(word) == 2:
+            needles.append(word)
+    return list(dict.fromkeys(needles))
+
+
+def substring_probe_sql(tokens: Sequence[str]) -> tuple[str, Params] | None:
+    """Among the newest :sample ids, read row by row: the rows read (`sampled`), and the
+    candidates pg_trgm's index would hand over to the substring route (`candidates`):
+    non-tool rows holding every needle (`_needles`) of the positive tokens of some
+    OR-alternative (a negated token narrows nothing the index reads; an alternative
+    with no needle is every row). The lower-cased text is made once per row, each
+    needle a strpos in it. None when no token is left to look for."""
+    params: Params = {}
+    alternatives: list[list[str]] = [[]]
+    found = False
+    negate = False
+    for token in tokens:
+        if token in q.OPERATORS:
+            if token == "OR":
+                alternatives.append([])
+            negate = token == "NOT"
+            continue
+        found = True
+        if not negate:
+            for needle in _needles(token):
+                name = f"n{len(params)}"
+                params[name] = needle
+                alternatives[-1].append(f"strpos(m.t, :{name}) > 0")
+        negate = False
+    if not found:
+        return None
+    groups = [" AND ".join(g) if g else "true" for g in alternatives]
+    candidate = "m.t IS NOT NULL AND (" + " OR ".join(f"({g})" for g in groups) + ")"
+    return (
+        f"SELECT count(*) AS sampled, count(*) FILTER (WHERE {candidate}) AS candidates"  # noqa: S608
+        f" FROM (SELECT CASE WHEN m.role <> 'tool' THEN lower({TRIGRAM_TEXT}) END AS t"
+        " FROM messages AS m WHERE m.id > (SELECT max(id) FROM messages) - :sample"
+        " OFFSET 0) AS m"
+    ), params
+
+
+def substring_window_sql(
+    tokens: Sequence[str], filters: Filters, *, oldest: bool = False
+) -> tuple[str, Params] | None:
     """The ids of the newest :window matches of the substring route among the newest
     :span ids, read row by row walking the primary key newest first (stopping once
     :window are found), where pg_trgm's bitmap finds every match in the table before the
     newest are kept; a term in 1 % of the rows fills a window of 64 after about 6,400
-    rows. None when no token is left."""
+    rows (with `oldest`, the oldest among the oldest :span ids). None when no token is
+    left."""
     params: Params = {}
     where = _substring_where(tokens, params)
     if where is None:
         return None
-    return _span(where, filters), params
+    return _span(where, filters, oldest=oldest), params
 
 
-def substring_page_sql(filters: Filters) -> str:
-    """The page (by timestamp, newest first) of the ids :ids a window gave."""
-    return _select(filters, "m.id = ANY(:ids)", "m.timestamp DESC, m.id DESC")
+def substring_page_sql(filters: Filters, *, oldest: bool = False) -> str:
+    """The page (by timestamp, newest first; oldest first with `oldest`) of the ids
+    :ids a window gave."""
+    order = "m.timestamp ASC" if oldest else "m.timestamp DESC"
+    return _select(filters, "m.id = ANY(:ids)", f"{order}, m.id DESC")
 
 
 def scan_sql(where: str, filters: Filters) -> str:
@@ -670,15 +730,40 @@ class PostgresSearch(SearchBackend):
         return value
 
     def substring_hits(
-        self, query: SearchQuery, filters: Filters, sort: str | None, limit: int, offset: int
+        self,
+        query: SearchQuery,
+        filters: Filters,
+        sort: str | None,
+        limit: int,
+        offset: int,
+        *,
+        bounded: bool = False,
     ) -> list[Hit] | None:
         """Every token a case-insensitive substring of the row's three columns
-        (operators as FTS5 reads them), non-tool rows only, as the v23 trigram index."""
+        (operators as FTS5 reads them), non-tool rows only, as the v23 trigram index.
+        `bounded`: SearchBackend.substring_hits (`_retry_span`)."""
         if filters.wants_tool_rows:
             return None
         window = limits.time_window(limit, offset)
         page = {"limit": limit, "offset": offset}
-        ids = None if oldest_first(sort) else self._substring_window(query, filters, window)
+        oldest = oldest_first(sort)
+        over_budget = self._retry_span(query) if bounded else None
+        if over_budget is not None:
+            span, estimate = over_budget
+            built = substring_window_sql(query.tokens, filters, oldest=oldest)
+            if built is None:
+                return None
+            sql, params = built
+            found = self._run(sql, filters, {**params, "span": span, "window": window})
+            in_span = [int(row["id"]) for row in found]
+            if len(in_span) < window:  # older matches may exist: the span is all that was read
+                self.warnings.append(limits.retry_warning(query.text, span, estimate))
+            page_sql = substring_page_sql(filters, oldest=oldest)
+            rows = self._run(page_sql, filters, {**page, "ids": in_span}) if in_span else []
+            return self._substring_page(query, rows)
+        # a retry within its budget asks pg_trgm for the whole table at once: few
+        # candidates, and a span read row by row would find next to nothing
+        ids = None if oldest or bounded else self._substring_window(query, filters, window)
         if ids is not None:
             rows = self._run(substring_page_sql(filters), filters, {**page, "ids": ids})
         else:
@@ -687,8 +772,31 @@ class PostgresSearch(SearchBackend):
                 return None
             sql, params = built
             rows = self._run(sql, filters, {**params, **page, "window": window})
+        return self._substring_page(query, rows)
+
+    def _substring_page(self, query: SearchQuery, rows: list[Any]) -> list[Hit]:
         needles = [t.strip('"') for t in q.terms(query.tokens)]
         return [_hit(r, substring_snippet(decode_preview(r["content"]), needles)) for r in rows]
+
+    def _retry_span(self, query: SearchQuery) -> tuple[int, float] | None:
+        """None when the zero-hit retry may ask pg_trgm's index for the whole table: the
+        newest limits.RETRY_SAMPLE ids, read row by row, put its candidates at
+        limits.RETRY_CHECKS or fewer. Otherwise (the newest ids to read row by row, the
+        estimate): the substring route's span shared among the query's tokens (each a
+        pattern tested on every row read), whatever the table holds."""
+        built = substring_probe_sql(query.tokens)
+        if built is None:
+            return None
+        sql, params = built
+        self.check_time()
+        sampled, candidates = self.conn.execute(
+            text(sql), {**params, "sample": limits.RETRY_SAMPLE}
+        ).one()
+        estimate = self.retry_estimate(int(candidates), int(sampled), self._table_rows())
+        if estimate <= limits.RETRY_CHECKS:
+            return None
+        patterns = max(1, len(q.terms(query.tokens)))
+        return max(1, self.substring_span // patterns), estimate
 
     def _substring_window(
         self, query: SearchQuery, filters: Filters, window: int

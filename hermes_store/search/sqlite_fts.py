@@ -105,15 +105,50 @@ def _snippet(table: str, row: str) -> str:
     )
 
 
-def _window(table: str, join: str = "", where: str = "", walk: str = "DESC") -> str:
-    """The first :window matches of `table` in rowid order (`walk`), with their bm25."""
+def _window(
+    table: str, join: str = "", where: str = "", walk: str = "DESC", edge: Edge | None = None
+) -> str:
+    """The first :window matches of `table` in rowid order (`walk`), with their bm25.
+    With `edge`, among the ids in the window at that end of the table (:floor or
+    :ceiling), read forward and sorted here: FTS5 reads a term's whole list to walk it
+    backwards, so a bound below a backward walk saves nothing."""
+    order = f"+{table}.rowid" if edge else f"{table}.rowid"
     return (
         f"SELECT {table}.rowid AS id, {table}.rank AS score FROM {table}{join}"  # noqa: S608
-        f" WHERE {table} MATCH :match{where} ORDER BY {table}.rowid {walk} LIMIT :window"
+        f" WHERE {table} MATCH :match{_rowids_in(table, edge)}{where}"
+        f" ORDER BY {order} {walk} LIMIT :window"
     )
 
 
-def ranked_top_sql(table: str, filters: Filters) -> str:
+def _rowids_in(table: str, edge: Edge | None) -> str:
+    return f" AND {id_window(f'{table}.rowid', edge)}" if edge else ""
+
+
+def trigram_probe(tokens: list[str]) -> str | None:
+    """An FTS5 query of the trigram index for the rows the substring route's query
+    reads there: for each OR-alternative, the AND of every trigram of its positive
+    tokens (a phrase of a token is matched from these terms' lists, so their
+    intersection is the work it takes). None when no alternative holds one."""
+    alternatives: list[list[str]] = [[]]
+    negate = False
+    for token in tokens:
+        if token in q.OPERATORS:
+            if token == "OR":
+                alternatives.append([])
+            negate = token == "NOT"
+            continue
+        if not negate:
+            text = token.lower()  # the trigram index folds case
+            grams = (text[i : i + TRIGRAM_CHARS] for i in range(len(text) - 2))
+            alternatives[-1] += [_fts5_string(g) for g in grams]
+        negate = False
+    kept = [list(dict.fromkeys(group)) for group in alternatives if group]
+    if not kept:
+        return None
+    return " OR ".join("(" + " AND ".join(group) + ")" for group in kept)
+
+
+def ranked_top_sql(table: str, filters: Filters, edge: Edge | None = None) -> str:
     """A ranked route of FTS5 table `table` (the word or the trigram index), bounded
     (limits.RANK_WINDOW), for a relevance sort: the newest :window matches in rowid
     order, straight from the index (FTS5 walks it from the end: the cost is what the
@@ -121,10 +156,11 @@ def ranked_top_sql(table: str, filters: Filters) -> str:
     the filters, with snippets. When all :top pass, they are the page (after :offset)
     that filtering the window first gives; else `ranked_sql` answers. The messages'
     rows are read for the page only: reading a row costs more than ranking it.
-    Parameters: :match, :window, :top."""
+    Parameters: :match, :window, :top (and with `edge`, the window of ids at that end
+    of the table: :floor or :ceiling, common.id_window)."""
     sessions = " JOIN sessions AS s ON s.id = m.session_id"
     return (
-        f"WITH cand AS MATERIALIZED ({_window(table)}),"  # noqa: S608
+        f"WITH cand AS MATERIALIZED ({_window(table, edge=edge)}),"  # noqa: S608
         " top AS MATERIALIZED (SELECT id, score FROM cand ORDER BY score, id LIMIT :top) "
         + _SELECT.format(snippet=_snippet(table, "top"))
         + f" FROM top JOIN messages AS m ON m.id = top.id{sessions}"
@@ -132,16 +168,16 @@ def ranked_top_sql(table: str, filters: Filters) -> str:
     )
 
 
-def ranked_sql(table: str, filters: Filters, sort: str | None) -> str:
+def ranked_sql(table: str, filters: Filters, sort: str | None, edge: Edge | None = None) -> str:
     """A ranked route of FTS5 table `table`, bounded (limits.RANK_WINDOW): the newest
     :window matches that pass the filters, in rowid order (oldest first for
     sort="oldest"), then the page of them by `rank` (bm25; by timestamp first for a time
     sort), then the snippets of the page's rows. Parameters: :match, :window, :limit,
-    :offset."""
+    :offset (and with `edge`, as ranked_top_sql)."""
     walk = "ASC" if oldest_first(sort) else "DESC"
     sessions = " JOIN sessions AS s ON s.id = m.session_id" if filters.reads_sessions else ""
     join = f" JOIN messages AS m ON m.id = {table}.rowid{sessions}"
-    candidates = _window(table, join, filters.sql, walk)
+    candidates = _window(table, join, filters.sql, walk, edge)
     page = (
         "SELECT cand.id, cand.score, m.timestamp FROM cand"  # noqa: S608
         " JOIN messages AS m ON m.id = cand.id"
@@ -219,19 +255,72 @@ class SqliteSearch(SearchBackend):
             driver.set_progress_handler(None, 0)
 
     def _fts(
-        self, table: str, match: str, filters: Filters, sort: str | None, limit: int, offset: int
+        self,
+        table: str,
+        match: str,
+        filters: Filters,
+        sort: str | None,
+        limit: int,
+        offset: int,
+        bound: tuple[Edge, int] | None = None,
     ) -> list[Hit]:
         # No SAVEPOINT: on SQLite a failing SELECT (an FTS5 syntax error, a damaged index)
         # leaves the read transaction usable for the routes that follow.
         window = limits.rank_window(limit, offset)
+        edge = None if bound is None else bound[0]
+        ids = {} if bound is None else {"floor" if edge == "newest" else "ceiling": bound[1]}
         if time_direction(sort) is None:
             top = limit + offset
-            params = {"match": match, "window": window, "top": top}
-            rows = self.rows(ranked_top_sql(table, filters), filters, params)
+            params = {"match": match, "window": window, "top": top, **ids}
+            rows = self.rows(ranked_top_sql(table, filters, edge), filters, params)
             if len(rows) == top:
                 return rows[offset:]
-        params = {"match": match, "window": window, "limit": limit, "offset": offset}
-        return self.rows(ranked_sql(table, filters, sort), filters, params)
+        params = {"match": match, "window": window, "limit": limit, "offset": offset, **ids}
+        return self.rows(ranked_sql(table, filters, sort, edge), filters, params)
+
+    def _bounded_trigram(
+        self,
+        query: SearchQuery,
+        match: str,
+        filters: Filters,
+        sort: str | None,
+        limit: int,
+        offset: int,
+    ) -> list[Hit]:
+        """The zero-hit retry (SearchBackend.substring_hits): the whole trigram index when
+        the newest limits.RETRY_SAMPLE ids put the rows its phrase reads at
+        limits.RETRY_CHECKS or fewer; else the newest ids that hold about that many
+        (FTS5 seeks to the bound, so that costs what the window holds), with a warning
+        unless they hold the whole window of matches the whole index would rank."""
+        table = "messages_fts_trigram"
+        probe = trigram_probe(list(query.tokens))
+        found = self.id_range()
+        if probe is None or found is None:
+            return self._fts(table, match, filters, sort, limit, offset)
+        lowest, highest = found
+        ids = highest - lowest + 1
+        sample = min(limits.RETRY_SAMPLE, ids)
+        counted = self.fetch(
+            f"SELECT count(*) FROM {table} WHERE {table} MATCH :probe AND rowid > :floor",  # noqa: S608
+            {"probe": probe, "floor": highest - sample},
+        )
+        estimate = self.retry_estimate(int(counted[0][0]), sample, ids)
+        if estimate <= limits.RETRY_CHECKS:
+            return self._fts(table, match, filters, sort, limit, offset)
+        span = max(limits.RETRY_SAMPLE, int(limits.RETRY_CHECKS * ids / estimate))
+        oldest = oldest_first(sort)
+        edge: Edge = "oldest" if oldest else "newest"
+        bound = lowest - 1 + span if oldest else highest - span
+        window = limits.rank_window(limit, offset)
+        name = "ceiling" if oldest else "floor"
+        matched = self.fetch(
+            f"SELECT count(*) FROM (SELECT rowid FROM {table} WHERE {table} MATCH :match"  # noqa: S608
+            f"{_rowids_in(table, edge)} LIMIT :window)",
+            {"match": match, name: bound, "window": window},
+        )
+        if int(matched[0][0]) < window:  # older matches may exist: the span is all that was read
+            self.warnings.append(limits.retry_warning(query.text, span, estimate))
+        return self._fts(table, match, filters, sort, limit, offset, (edge, bound))
 
     def word_hits(
         self, query: SearchQuery, filters: Filters, sort: str | None, limit: int, offset: int
@@ -264,12 +353,21 @@ class SqliteSearch(SearchBackend):
         return bool(self.fetch(_TRIGRAM_TABLE, {}))
 
     def substring_hits(
-        self, query: SearchQuery, filters: Filters, sort: str | None, limit: int, offset: int
+        self,
+        query: SearchQuery,
+        filters: Filters,
+        sort: str | None,
+        limit: int,
+        offset: int,
+        *,
+        bounded: bool = False,
     ) -> list[Hit] | None:
         if filters.wants_tool_rows or not self._trigram_usable():
             return None
         match = q.quote_tokens(list(query.tokens))
         try:
+            if bounded:
+                return self._bounded_trigram(query, match, filters, sort, limit, offset)
             return self._fts("messages_fts_trigram", match, filters, sort, limit, offset)
         except OperationalError as exc:
             if not self.recoverable(exc):
