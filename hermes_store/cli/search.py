@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import TYPE_CHECKING, Any
 
 from ._args import _hits_arg, _open_store, with_url
@@ -22,13 +23,22 @@ def _cmd_search(args: argparse.Namespace) -> int:
         )
     if args.json:
         _print_json([_iso_times(hit) for hit in hits])
+        _warn(hits)
         return 0
     for hit in hits:
         session, role, snippet = _cell(hit["session_id"]), _cell(hit["role"]), _cell(hit["snippet"])
         print(f"{session}  #{hit['id']}  {role:<9} {snippet}")
     if not hits:
         print("no matches")
+    _warn(hits)
     return 0
+
+
+def _warn(hits: Any) -> None:
+    # why the hits may leave out matches (a zero-hit retry stopped at its budget): on
+    # stderr, so that --json stays one document
+    for warning in getattr(hits, "warnings", ()):
+        print(f"warning: {warning}", file=sys.stderr)
 
 
 def add_parsers(sub: Any) -> None:

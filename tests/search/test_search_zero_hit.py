@@ -1,0 +1,233 @@
+"""The zero-hit retry is bounded (issue 41), on SQLite and on PostgreSQL: a word query
+that matches no word is asked again by substring; where the newest rows say the whole
+table holds more candidates than limits.RETRY_CHECKS (a misspelling that extends a
+frequent word: `postgress` shares all its trigrams but one with `postgres`), only the
+newest rows that budget allows are read, whatever the table holds, and the hits'
+`warnings` say so (the facade logs them, the command prints them). Where the budget
+holds, the retry is what it was: a real substring hit anywhere is found."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+
+from hermes_store import migrate
+from hermes_store.compat import SessionDB
+from hermes_store.repositories.messages import MessageRepository
+from hermes_store.repositories.sessions import SessionRepository
+from hermes_store.search import limits, search_messages
+from hermes_store.search.postgres_fts import PostgresSearch, _needles, substring_probe_sql
+from hermes_store.search.sqlite_fts import trigram_probe
+from hermes_store.store import Store
+
+#: a message holding `postgress` inside a longer word: the word index does not find it
+#: for `postgress`, the substring retry does
+OLD_HIT = "see xpostgressy in the old notes"
+#: a word glued to CJK text, found by substring only (#54242)
+GLUED = "the 数据foobar库 note"
+#: the budget the tests run with, and PostgreSQL's span read row by row
+CHECKS, SAMPLE, SPAN = 20, 64, 50
+
+
+def search(store: Store, query: str, **options: Any) -> limits.SearchHits:
+    with store.read() as conn:
+        return search_messages(conn, query, **options)
+
+
+def _candidates(store: Store, first: int, count: int) -> None:
+    """`count` user messages holding `postgres` and `session` (every trigram of
+    `postgress`), none holding `postgress`."""
+    rows = [
+        {"role": "user", "content": f"postgres session note {n}"}
+        for n in range(first, first + count)
+    ]
+    MessageRepository(store).append_messages("s", rows)
+
+
+@pytest.fixture
+def small_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits, "RETRY_CHECKS", CHECKS)
+    monkeypatch.setattr(limits, "RETRY_SAMPLE", SAMPLE)
+    monkeypatch.setattr(PostgresSearch, "substring_span", SPAN)
+
+
+def _crowd(store: Store) -> dict[str, int]:
+    """The old hit and the glued word first, then 300 candidates of `postgress`."""
+    SessionRepository(store).create_session("s", "cli")
+    messages = MessageRepository(store)
+    ids = {
+        "old": messages.append_message("s", "user", OLD_HIT),
+        "glued": messages.append_message("s", "assistant", GLUED),
+    }
+    _candidates(store, 0, 300)
+    return ids
+
+
+@pytest.fixture
+def crowded(store: Store, small_budget: None) -> dict[str, int]:
+    return _crowd(store)
+
+
+def _span_read(warning: str) -> int:
+    found = re.search(r"read only the newest ([\d,]+) messages", warning)
+    assert found, warning
+    return int(found.group(1).replace(",", ""))
+
+
+def test_past_the_budget_only_the_newest_rows_are_read_and_the_hits_say_so(
+    store: Store, crowded: dict[str, int]
+) -> None:
+    hits = search(store, "postgress")
+    # the old hit is older than the rows the budget allows: not read, and said so
+    assert hits == []
+    assert len(hits.warnings) == 1
+    warning = hits.warnings[0]
+    assert "'postgress'" in warning and f"({CHECKS:,})" in warning
+    read = _span_read(warning)
+    expected = SPAN if store.dialect == "postgresql" else SAMPLE
+    assert read == expected
+    # the bound does not grow with the table: twice the candidates, the same rows read
+    _candidates(store, 300, 300)
+    again = search(store, "postgress")
+    assert again == [] and _span_read(again.warnings[0]) == read
+
+
+def test_within_the_budget_the_retry_reads_the_whole_table(
+    store: Store, crowded: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(limits, "RETRY_CHECKS", 10_000)
+    hits = search(store, "postgress")
+    assert [h["id"] for h in hits] == [crowded["old"]]
+    assert hits.warnings == ()
+
+
+def test_a_real_substring_hit_is_found_whatever_the_table_holds(
+    store: Store, crowded: dict[str, int]
+) -> None:
+    # its trigrams are rare: the newest rows hold no candidate, the whole table is asked
+    hits = search(store, "foobar")
+    assert [h["id"] for h in hits] == [crowded["glued"]]
+    assert hits.warnings == ()
+    assert search(store, "foobar", sort="oldest") == hits
+
+
+def test_a_substring_in_many_rows_fills_its_page_from_the_newest_rows(
+    store: Store, crowded: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `ostgre` matches no word and is in every candidate: the newest rows hold a whole
+    # window of matches (the newest the route ranks or orders by time, fewer here than
+    # the rows the budget reads), which is what the whole table gives
+    monkeypatch.setattr(limits, "RANK_WINDOW", 10)
+    monkeypatch.setattr(limits, "TIME_WINDOW", 10)
+    bounded = search(store, "ostgre", limit=5)
+    assert bounded.warnings == ()
+    monkeypatch.setattr(limits, "RETRY_CHECKS", 10_000)
+    assert [h["id"] for h in search(store, "ostgre", limit=5)] == [h["id"] for h in bounded]
+
+
+def test_past_the_budget_sqlite_reads_the_same_in_either_journal_mode(
+    journal_db: str, small_budget: None
+) -> None:
+    store = Store(journal_db)
+    try:
+        _crowd(store)
+        hits = search(store, "postgress")
+        assert hits == [] and _span_read(hits.warnings[0]) == SAMPLE
+    finally:
+        store.close()
+
+
+def test_past_the_budget_postgresql_never_asks_pg_trgm_for_the_whole_table(
+    pg_fresh_db: str, small_budget: None
+) -> None:
+    store = Store(pg_fresh_db)
+    try:
+        _crowd(store)
+        _walks_the_span_only(store)
+    finally:
+        store.close()
+
+
+def _walks_the_span_only(store: Store) -> None:
+    statements: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, params: Any, *rest: Any) -> None:
+        statements.append((statement, params))
+
+    event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        assert search(store, "postgress") == []
+    finally:
+        event.remove(store.engine, "before_cursor_execute", record)
+    patterns = [(s, p) for s, p in statements if "ILIKE" in s and "%postgress%" in str(p)]
+    # one statement reads the substring, the span walked row by row (behind OFFSET 0)
+    assert len(patterns) == 1
+    sql, params = patterns[0]
+    assert "(SELECT max(id) FROM messages) - %(span)s" in sql and params["span"] == SPAN
+    probes = [p for s, p in statements if "count(*) FILTER" in s]
+    assert len(probes) == 1 and probes[0]["sample"] == SAMPLE
+
+
+def test_the_facade_logs_the_warning(
+    backend_url: str, small_budget: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    db: Any = SessionDB(url=backend_url)
+    try:
+        db.create_session("s", "cli")
+        _candidates(db.store, 0, 200)
+        with caplog.at_level(logging.WARNING, logger="hermes_store.compat"):
+            assert db.search_messages("postgress") == []
+        assert any("read only the newest" in r.getMessage() for r in caplog.records)
+    finally:
+        db.close()
+
+
+def test_the_command_prints_the_warning_on_stderr(tmp_path: Path) -> None:
+    # the real budget: more candidates than limits.RETRY_CHECKS in the newest rows
+    url = str(tmp_path / "state.db")
+    migrate.upgrade(url)
+    store = Store(url)
+    try:
+        SessionRepository(store).create_session("s", "cli")
+        for first in range(0, limits.RETRY_CHECKS + 500, 1_000):
+            _candidates(store, first, 1_000)
+    finally:
+        store.close()
+    cli = str(Path(sys.executable).with_name("hermes-store"))
+    env = {**os.environ, "HERMES_HOME": str(tmp_path)}
+    env.pop("HERMES_STORE_URL", None)
+    done = subprocess.run(
+        [cli, "search", "postgress", "--url", url, "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    assert "warning: no word matched 'postgress'" in done.stderr
+
+
+def test_the_probes_ask_for_what_the_indexes_read() -> None:
+    # pg_trgm: each inner trigram of a word of 3+ characters, a 2-character word whole
+    assert _needles("Postgress") == ["pos", "ost", "stg", "tgr", "gre", "res", "ess"]
+    assert _needles('a1.zq"') == ["a1", "zq"]
+    assert _needles("x") == []
+    built = substring_probe_sql(("postgress", "OR", "ab", "NOT", "zzz"))
+    assert built is not None
+    sql, params = built
+    assert list(params.values()) == ["pos", "ost", "stg", "tgr", "gre", "res", "ess", "ab"]
+    assert "OFFSET 0" in sql and "(SELECT max(id) FROM messages) - :sample" in sql
+    assert substring_probe_sql(("OR",)) is None
+    # FTS5's trigram index: every trigram of each positive token, an AND per alternative
+    assert trigram_probe(["dockerr"]) == '("doc" AND "ock" AND "cke" AND "ker" AND "err")'
+    assert trigram_probe(["ab", "NOT", "xyz"]) is None
+    assert trigram_probe(["abc", "OR", "Def"]) == '("abc") OR ("def")'
