@@ -15,7 +15,9 @@ benchmarks/journal_modes.py), with ratios against DELETE measured in the same ru
 Rows: append one message, append a batch of 50, get a session's messages, list 20
 recent sessions, search (word, "phrase", prefix*, OR, 2-char CJK, 3+-char CJK, and
 literals: `don't`, `99.5%`, an e-mail address, a path, a flag, a literal with a word, a
-2-character literal, `the.`; benchmarks/corpus.py QUERIES), each as
+2-character literal, `the.`; benchmarks/corpus.py QUERIES; then the zero-hit searches of
+ZERO_HIT_QUERIES: a misspelling extending a frequent word, one inside a word, a random
+string, a literal found nowhere, ten of those OR-ed), each as
 p50 / p95 milliseconds against the floor (benchmarks/raw_floor.py: the same statements on
 the stdlib sqlite3 module), and one "upgrade" row per legacy shape (benchmarks/upgrade.py:
 a generated v9- or v22-shaped file brought to head in a subprocess; total time, migration
@@ -194,14 +196,13 @@ def run_ops(
 
         # -- search: the floor replays the statements hermes-store sent for the same query
         n = its["search"]
-        for name, query in corpus.QUERIES.items():
+        for name, query in corpus.all_queries().items():
 
             def s_search(i: int, query: str = query) -> list[dict[str, Any]]:
                 with store.read() as sess:
                     return search_messages(sess, query)
 
-            if not s_search(0):
-                raise SystemExit(f"search {name!r} ({query!r}) found nothing: corpus bug")
+            corpus.check_hits(name, query, s_search(0))
             statements = record_statements(store.engine, lambda: s_search(0))
             pair(
                 f"search {name}: {query}",

@@ -92,6 +92,50 @@ QUERIES: dict[str, str] = {
 }
 
 
+#: name -> a query that finds nothing in the corpus (issue 41): what people type when they
+#: mistype. Each matches no word, so the word index answers nothing and the query is asked
+#: again by substring (the zero-hit retry, bounded by limits.RETRY_CHECKS); a literal
+#: goes through the literal tier's windows first.
+ZERO_HIT_QUERIES: dict[str, str] = {
+    # extends a frequent word: every trigram but one is `postgres`'s
+    "zero-hit extends a word": "postgress",
+    # two letters swapped inside a frequent word
+    "zero-hit inside a word": "kubernetse",
+    "zero-hit random": "zqxvjwkp",
+    # the planted path with another extension
+    "zero-hit literal": "~/.config/zephyr.yaml",
+    # near misses of the planted literals and the code snippets' ones
+    "zero-hit ten literals": " OR ".join(
+        (
+            "~/.config/zephyr.yaml",
+            "ops@zephyr.com",
+            "99.6%",
+            "--force-with-leash",
+            "HEAD~4",
+            "src/module_9999.py",
+            "v1.2.3-rc9",
+            "/etc/zephyr.conf",
+            "user@example.org",
+            "doesn't",
+        )
+    ),
+}
+
+
+def all_queries() -> dict[str, str]:
+    """Every search row: QUERIES, then ZERO_HIT_QUERIES."""
+    return {**QUERIES, **ZERO_HIT_QUERIES}
+
+
+def check_hits(name: str, query: str, hits: list[Any]) -> None:
+    """Exit when a search row's query finds what the corpus should not give it: nothing
+    for a row of QUERIES, something for one of ZERO_HIT_QUERIES."""
+    if name in ZERO_HIT_QUERIES and hits:
+        raise SystemExit(f"search {name!r} ({query!r}) found {len(hits)} hits: corpus bug")
+    if name not in ZERO_HIT_QUERIES and not hits:
+        raise SystemExit(f"search {name!r} ({query!r}) found nothing: corpus bug")
+
+
 @dataclass
 class SessionSpec:
     id: str

@@ -211,10 +211,9 @@ def run_ops(
             lambda kind: lambda i: session_repo[kind].list_sessions_rich(limit=20),
             iterations["list"],
         )
-        for name, query in corpus.QUERIES.items():
+        for name, query in corpus.all_queries().items():
             with stores["pg"].read() as sess:
-                if not search_messages(sess, query):
-                    raise SystemExit(f"PostgreSQL search {name!r} ({query!r}) found nothing")
+                corpus.check_hits(name, query, search_messages(sess, query))
 
             def search(kind: str, query: str = query) -> Callable[[int], Any]:
                 def run(i: int) -> None:
@@ -369,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("url", help="a loaded PostgreSQL database (SQLAlchemy URL)")
     parser.add_argument("queries", nargs="*", help="default: the benchmark's queries")
     args = parser.parse_args(argv)
-    explain(args.url, args.queries or list(corpus.QUERIES.values()))
+    explain(args.url, args.queries or list(corpus.all_queries().values()))
     return 0
 
 

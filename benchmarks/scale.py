@@ -12,9 +12,10 @@ words, an assistant turn 10-60, tool output 10-60): the load is bound by computi
 tsvector of every row, and shorter bodies keep it within the hour.
 
 Rows, each with the 1-minute load average when it was measured: every search of the
-main table (corpus.QUERIES), listing 20 recent sessions, loading one 100-message
-conversation, and 8 writer processes appending one message at a time to their own
-sessions for WRITE_SECONDS (appends/s in all, p50/p99 of one append).
+main table (corpus.QUERIES, then the zero-hit ones of corpus.ZERO_HIT_QUERIES), listing
+20 recent sessions, loading one 100-message conversation, and 8 writer processes
+appending one message at a time to their own sessions for WRITE_SECONDS (appends/s in
+all, p50/p99 of one append).
 """
 
 from __future__ import annotations
@@ -287,7 +288,7 @@ def measure(url: str, sessions: int, *, writers: int = WRITERS) -> list[dict[str
     rows: list[dict[str, Any]] = []
     store = Store(url)
     try:
-        for name, query in corpus.QUERIES.items():
+        for name, query in corpus.all_queries().items():
 
             def run(i: int, query: str = query) -> list[dict[str, Any]]:
                 with store.read() as conn:

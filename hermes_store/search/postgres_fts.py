@@ -455,17 +455,26 @@ def _substring_where(tokens: Sequence[str], params: Params) -> str | None:
 
 
 def substring_sql(
-    tokens: Sequence[str], filters: Filters, sort: str | None
+    tokens: Sequence[str], filters: Filters, sort: str | None, *, fenced: bool = False
 ) -> tuple[str, Params] | None:
     """The substring route (pg_trgm) over the whole table, bounded (limits.time_window):
     the newest :window matches in id order, then the page of them by timestamp; None
-    when no token is left to look for. Parameters: :p0.., :window, :limit, :offset."""
+    when no token is left to look for. Parameters: :p0.., :window, :limit, :offset.
+    `fenced` (a zero-hit retry whose candidates are known to be few): every match found
+    first, behind an OFFSET 0 fence, then the window: the planner guesses a pattern's
+    matches from a sample, and for a guess of many (ten patterns OR-ed) walks the
+    primary key testing every row instead of asking pg_trgm's index."""
     params: Params = {}
     where = _substring_where(tokens, params)
     if where is None:
         return None
     walk = "m.id ASC" if oldest_first(sort) else "m.id DESC"
-    candidates = _candidates(where, filters, walk)
+    if fenced:
+        sessions = " JOIN sessions AS s ON s.id = m.session_id" if filters.reads_sessions else ""
+        found = f"SELECT m.id FROM messages AS m{sessions} WHERE {where}{filters.sql} OFFSET 0"  # noqa: S608
+        candidates = f"SELECT m.id FROM ({found}) AS m ORDER BY {walk} LIMIT :window"  # noqa: S608
+    else:
+        candidates = _candidates(where, filters, walk)
     order = "m.timestamp ASC" if oldest_first(sort) else "m.timestamp DESC"
     return _select(filters, f"m.id IN ({candidates})", f"{order}, m.id DESC"), params
 
@@ -767,7 +776,7 @@ class PostgresSearch(SearchBackend):
         if ids is not None:
             rows = self._run(substring_page_sql(filters), filters, {**page, "ids": ids})
         else:
-            built = substring_sql(query.tokens, filters, sort)
+            built = substring_sql(query.tokens, filters, sort, fenced=bounded)
             if built is None:
                 return None
             sql, params = built
@@ -782,7 +791,7 @@ class PostgresSearch(SearchBackend):
         """None when the zero-hit retry may ask pg_trgm's index for the whole table: the
         newest limits.RETRY_SAMPLE ids, read row by row, put its candidates at
         limits.RETRY_CHECKS or fewer. Otherwise (the newest ids to read row by row, the
-        estimate): the substring route's span shared among the query's tokens (each a
+        estimate): limits.RETRY_CHECKS rows shared among the query's tokens (each a
         pattern tested on every row read), whatever the table holds."""
         built = substring_probe_sql(query.tokens)
         if built is None:
@@ -796,7 +805,7 @@ class PostgresSearch(SearchBackend):
         if estimate <= limits.RETRY_CHECKS:
             return None
         patterns = max(1, len(q.terms(query.tokens)))
-        return max(1, self.substring_span // patterns), estimate
+        return max(1, limits.RETRY_CHECKS // patterns), estimate
 
     def _substring_window(
         self, query: SearchQuery, filters: Filters, window: int

@@ -17,7 +17,7 @@ from helpers.databases import fixtures_dir
 
 from hermes_store.head import HEAD_REVISION
 
-#: the search rows, in order (benchmarks/corpus.py QUERIES)
+#: the search rows, in order (benchmarks/corpus.py QUERIES, then ZERO_HIT_QUERIES)
 SEARCHES = (
     "word",
     "phrase",
@@ -34,6 +34,12 @@ SEARCHES = (
     "literal + word",
     "literal short",
     "literal common letters",
+    # benchmarks/corpus.py ZERO_HIT_QUERIES
+    "zero-hit extends a word",
+    "zero-hit inside a word",
+    "zero-hit random",
+    "zero-hit literal",
+    "zero-hit ten literals",
 )
 #: the per-turn rows, in order (benchmarks/per_turn.py ROWS)
 PER_TURN = (

@@ -24,7 +24,7 @@ from hermes_store.compat import SessionDB
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.search import limits, search_messages
-from hermes_store.search.postgres_fts import PostgresSearch, _needles, substring_probe_sql
+from hermes_store.search.postgres_fts import _needles, substring_probe_sql
 from hermes_store.search.sqlite_fts import trigram_probe
 from hermes_store.store import Store
 
@@ -33,8 +33,8 @@ from hermes_store.store import Store
 OLD_HIT = "see xpostgressy in the old notes"
 #: a word glued to CJK text, found by substring only (#54242)
 GLUED = "the 数据foobar库 note"
-#: the budget the tests run with, and PostgreSQL's span read row by row
-CHECKS, SAMPLE, SPAN = 20, 64, 50
+#: the budget the tests run with (PostgreSQL reads that many rows past it)
+CHECKS, SAMPLE = 20, 64
 
 
 def search(store: Store, query: str, **options: Any) -> limits.SearchHits:
@@ -56,7 +56,6 @@ def _candidates(store: Store, first: int, count: int) -> None:
 def small_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(limits, "RETRY_CHECKS", CHECKS)
     monkeypatch.setattr(limits, "RETRY_SAMPLE", SAMPLE)
-    monkeypatch.setattr(PostgresSearch, "substring_span", SPAN)
 
 
 def _crowd(store: Store) -> dict[str, int]:
@@ -92,7 +91,7 @@ def test_past_the_budget_only_the_newest_rows_are_read_and_the_hits_say_so(
     warning = hits.warnings[0]
     assert "'postgress'" in warning and f"({CHECKS:,})" in warning
     read = _span_read(warning)
-    expected = SPAN if store.dialect == "postgresql" else SAMPLE
+    expected = CHECKS if store.dialect == "postgresql" else SAMPLE
     assert read == expected
     # the bound does not grow with the table: twice the candidates, the same rows read
     _candidates(store, 300, 300)
@@ -171,7 +170,7 @@ def _walks_the_span_only(store: Store) -> None:
     # one statement reads the substring, the span walked row by row (behind OFFSET 0)
     assert len(patterns) == 1
     sql, params = patterns[0]
-    assert "(SELECT max(id) FROM messages) - %(span)s" in sql and params["span"] == SPAN
+    assert "(SELECT max(id) FROM messages) - %(span)s" in sql and params["span"] == CHECKS
     probes = [p for s, p in statements if "count(*) FILTER" in s]
     assert len(probes) == 1 and probes[0]["sample"] == SAMPLE
 
