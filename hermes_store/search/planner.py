@@ -10,8 +10,9 @@ every backend (backend.py picks the one for the connection's dialect).
    literal ranks above one holding only its words, and whatever the original finds is
    still found (more hits, never fewer).
 3. Any other query: the word index; a zero-hit query whose terms all have 3 or more
-   characters is retried on the trigram index (Latin text glued to CJK, #54242); a
-   damaged index falls back to a LIKE scan.
+   characters is retried on the trigram index (Latin text glued to CJK, #54242),
+   checking about limits.RETRY_CHECKS rows at most (past that the newest rows only,
+   and the hits' `warnings` say so); a damaged index falls back to a LIKE scan.
 4. While a backfill is pending, fewer than `limit` hits are topped up by a LIKE scan of
    the id range not indexed yet.
 
