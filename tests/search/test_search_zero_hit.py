@@ -118,18 +118,21 @@ def test_a_real_substring_hit_is_found_whatever_the_table_holds(
     assert search(store, "foobar", sort="oldest") == hits
 
 
+@pytest.mark.parametrize("sort", [None, "newest", "oldest"])
 def test_a_substring_in_many_rows_fills_its_page_from_the_newest_rows(
-    store: Store, crowded: dict[str, int], monkeypatch: pytest.MonkeyPatch
+    store: Store, crowded: dict[str, int], monkeypatch: pytest.MonkeyPatch, sort: str | None
 ) -> None:
-    # `ostgre` matches no word and is in every candidate: the newest rows hold a whole
-    # window of matches (the newest the route ranks or orders by time, fewer here than
-    # the rows the budget reads), which is what the whole table gives
+    # `ostgre` matches no word and is in every candidate: the newest rows (the oldest
+    # for sort="oldest") hold a whole window of matches (those the route ranks or
+    # orders by time, fewer here than the rows the budget reads), which is what the
+    # whole table gives
     monkeypatch.setattr(limits, "RANK_WINDOW", 10)
     monkeypatch.setattr(limits, "TIME_WINDOW", 10)
-    bounded = search(store, "ostgre", limit=5)
-    assert bounded.warnings == ()
+    bounded = search(store, "ostgre", limit=5, sort=sort)
+    assert len(bounded) == 5 and bounded.warnings == ()
     monkeypatch.setattr(limits, "RETRY_CHECKS", 10_000)
-    assert [h["id"] for h in search(store, "ostgre", limit=5)] == [h["id"] for h in bounded]
+    whole = search(store, "ostgre", limit=5, sort=sort)
+    assert [h["id"] for h in whole] == [h["id"] for h in bounded]
 
 
 def test_past_the_budget_sqlite_reads_the_same_in_either_journal_mode(
