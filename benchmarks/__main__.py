@@ -205,7 +205,7 @@ def run_ops(
             corpus.check_hits(name, query, s_search(0))
             statements = record_statements(store.engine, lambda: s_search(0))
             pair(
-                f"search {name}: {query}",
+                corpus.row_label(name, query),
                 lambda i, statements=statements: floor.replay(statements),
                 s_search,
                 n,

@@ -127,6 +127,12 @@ def all_queries() -> dict[str, str]:
     return {**QUERIES, **ZERO_HIT_QUERIES}
 
 
+def row_label(name: str, query: str) -> str:
+    """A search row's name in the tables: its name and query, a long query cut short."""
+    shown = query if len(query) <= 40 else query[:37] + "..."
+    return f"search {name}: {shown}"
+
+
 def check_hits(name: str, query: str, hits: list[Any]) -> None:
     """Exit when a search row's query finds what the corpus should not give it: nothing
     for a row of QUERIES, something for one of ZERO_HIT_QUERIES."""

@@ -222,7 +222,7 @@ def run_ops(
 
                 return run
 
-            pair(f"search {name}: {query}", search, iterations["search"])
+            pair(corpus.row_label(name, query), search, iterations["search"])
     finally:
         for store in stores.values():
             store.close()

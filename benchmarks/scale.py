@@ -296,7 +296,7 @@ def measure(url: str, sessions: int, *, writers: int = WRITERS) -> list[dict[str
 
             found = len(run(0))
             rows.append(
-                _row(f"search {name}: {query}", timings(run, SEARCH_ITERATIONS), hits=found)
+                _row(corpus.row_label(name, query), timings(run, SEARCH_ITERATIONS), hits=found)
             )
             print(_line(rows[-1]), flush=True)
         listing = SessionRepository(store)
