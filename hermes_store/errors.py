@@ -154,6 +154,21 @@ class StorageFull(DatabaseNotWritable):
     """The disk holding the database is full; the write was rolled back."""
 
 
+class ReadOnlyStore(DatabaseNotWritable):
+    """A write asked of a store opened with `read_only=True` (a `Store`, `AsyncStore` or
+    `SessionDB`), on either backend; nothing was written. `where` names the database."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        super().__init__(
+            f"the store for {where} was opened read-only (read_only=True), so it does not "
+            "write; nothing was written. Open it without read_only to write"
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        return (type(self), (self.where,))
+
+
 class SessionNotFound(StoreError, LookupError):
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
