@@ -206,3 +206,50 @@ def test_every_write_on_a_read_only_store_is_read_only_store_on_postgresql(
         with pytest.raises(ReadOnlyStore) as refused:
             store.write(lambda conn: None)
     assert isinstance(refused.value, DatabaseNotWritable)
+
+
+_LEAVE = r"""
+import gc, json, os, sys
+from pathlib import Path
+from hermes_store.store import Store
+from hermes_store.repositories.messages import MessageRepository
+
+link, target, how = sys.argv[1:4]
+store = Store(link, read_only=True)
+read = [m["content"] for m in MessageRepository(store).get_messages("s")]
+during = sorted(n for n in os.listdir(Path(target).parent) if n != "state.db")
+if how == "close":
+    store.close()
+elif how == "collect":
+    del store
+    gc.collect()
+after = sorted(n for n in os.listdir(Path(target).parent) if n != "state.db")
+print(json.dumps([read, during, after]))
+"""
+
+
+@pytest.mark.parametrize("how", ["close", "collect", "exit"])
+@pytest.mark.parametrize("journal", JOURNALS)
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_read_only_store_leaves_no_companions_beside_a_link_target(
+    tmp_path: Path, driver: str, journal: str, how: str
+) -> None:
+    """Opened through a symbolic link in another directory; closed, dropped without
+    closing (collected), or left open until the interpreter exits."""
+    target = _database(tmp_path / "data" / "state.db", journal)
+    (tmp_path / "links").mkdir()
+    link = tmp_path / "links" / "state.db"
+    link.symlink_to(target)
+    before = target.read_bytes()
+    done = _run(driver, _LEAVE, str(link), str(target), how)
+    assert done.returncode == 0, done.stderr
+    read, during, after = json.loads(done.stdout)
+    assert read == ["kept"]
+    if journal == "wal":
+        # the reader had them, beside the target: the tidy-up has something to do
+        assert during == ["state.db-shm", "state.db-wal"], during
+    if how != "exit":
+        assert after == [], after  # tidied by close() or by the collection itself
+    assert _companions(target) == [] and _companions(link) == []
+    assert sorted(p.name for p in link.parent.iterdir()) == ["state.db"]
+    assert target.read_bytes() == before
