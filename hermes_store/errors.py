@@ -265,6 +265,24 @@ class StaleTurn(StoreError, RuntimeError):
         return (type(self), (self.session_id, self.token, self.current, self.why))
 
 
+class TimeOutOfRange(InvalidInput):
+    """A time (epoch seconds) outside what every layer computes with: years 1 to 9999 UTC
+    (SQLite's date functions, PostgreSQL's to_timestamp and Python's datetime all cover
+    them). `field` names the value; nothing was written."""
+
+    def __init__(self, field: str, value: float) -> None:
+        self.field = field
+        self.value = value
+        super().__init__(
+            f"{field} {value!r} is not a time hermes-store can store: give epoch seconds "
+            "from -62135596800 to 253402300799 (0001-01-01 to 9999-12-31 UTC); nothing "
+            "was written"
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[str, float]]:
+        return (type(self), (self.field, self.value))
+
+
 class QueryTooComplex(InvalidInput):
     """A search query past a limit on the work of one search (docs/search.md); `limit`
     is that limit, and the message names it."""

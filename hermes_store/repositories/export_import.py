@@ -29,7 +29,7 @@ from ._sql import all_columns, chunks
 from ._tables import MESSAGES, SESSIONS, M, S
 from .deletion import existing_ids
 from .lineage import compression_lineage
-from .message_codec import decode_message, encode_bulk
+from .message_codec import TIME_MAX, TIME_MIN, decode_message, encode_bulk, time_in_range
 
 IMPORT_MAX_SESSIONS = 500
 IMPORT_MAX_MESSAGES_PER_SESSION = 10_000
@@ -122,6 +122,22 @@ def _real_error(where: str, value: object) -> str | None:
     except OverflowError:
         finite = False
     return None if finite else f"{where} must be a finite number"
+
+
+#: The entry fields that are times (epoch seconds), and so must lie in TIME_MIN..TIME_MAX.
+_SESSION_TIME_FIELDS = ("started_at", "ended_at")
+
+
+def _time_error(where: str, value: object) -> str | None:
+    """A finite number outside the times every layer computes with is refused as well:
+    stored, one such session would fail PostgreSQL's `stats` for the whole database."""
+    error = _real_error(where, value)
+    if error is None and not time_in_range(float(value)):  # type: ignore[arg-type]
+        return (
+            f"{where} must be a time from {TIME_MIN:.0f} to {TIME_MAX:.0f} epoch seconds "
+            "(0001-01-01 to 9999-12-31 UTC)"
+        )
+    return error
 
 
 def _unicode_error(where: str, value: str) -> str | None:
@@ -321,7 +337,7 @@ def _message_error(index: int, msg: Mapping[str, Any]) -> str | None:
     if token_count is not None and (error := _int_error(f"{where}.token_count", token_count)):
         return error
     timestamp = msg.get("timestamp")
-    if timestamp is not None and (error := _real_error(f"{where}.timestamp", timestamp)):
+    if timestamp is not None and (error := _time_error(f"{where}.timestamp", timestamp)):
         return error
     for field in _MESSAGE_JSON_TEXT_FIELDS:
         value = msg.get(field)
@@ -412,7 +428,8 @@ def _entry_error(
             return error, sid
     for field in _SESSION_REAL_FIELDS:
         value = entry.get(field)
-        if value is not None and (error := _real_error(field, value)):
+        check = _time_error if field in _SESSION_TIME_FIELDS else _real_error
+        if value is not None and (error := check(field, value)):
             return error, sid
     for index, msg in enumerate(messages):
         error = _message_error(index, msg)
