@@ -366,16 +366,19 @@ def entry_weight(entry: Any) -> tuple[int, int]:
 
 def entry_problem(entry: Any, seen: set[str]) -> tuple[str, str | None] | None:
     """(reason, session id if usable) for the first rule one entry breaks, else None: the
-    rules of `import_sessions` that concern a single entry. `seen` collects the ids met
-    so far, so a second entry with the same id is refused."""
-    return _entry_error(entry, seen, None)
+    rules of `import_sessions` that concern a single entry, but its size limits (messages
+    and bytes of one session): the entry-by-entry import brings back whatever the store
+    holds, and a session the store accepted may be larger (it is written on its own).
+    `seen` collects the ids met so far, so a second entry with the same id is refused."""
+    return _entry_error(entry, seen, None, sized=False)
 
 
 def _entry_error(
-    entry: Any, seen: set[str], totals: _ImportTotals | None
+    entry: Any, seen: set[str], totals: _ImportTotals | None, sized: bool = True
 ) -> tuple[str, str | None] | None:
     """(error, session id if known) for the first problem of one entry, else None; with
-    `totals`, the limits of one import call as well."""
+    `totals`, the limits of one import call as well; without `sized`, no limit on the
+    messages and bytes of the one entry."""
     if not isinstance(entry, dict):
         return "session must be an object", None
     sid = entry.get("id")
@@ -391,7 +394,7 @@ def _entry_error(
         messages = []
     if not isinstance(messages, list):
         return "messages must be a list", sid
-    if len(messages) > IMPORT_MAX_MESSAGES_PER_SESSION:
+    if sized and len(messages) > IMPORT_MAX_MESSAGES_PER_SESSION:
         return "messages exceeds the per-session import limit", sid
     if not all(isinstance(m, dict) for m in messages):
         return "messages must contain only objects", sid
@@ -406,7 +409,7 @@ def _entry_error(
         size, count = entry_weight(entry)
     except (TypeError, ValueError):
         return "session must be JSON serializable", sid
-    if size > IMPORT_MAX_SESSION_BYTES:
+    if sized and size > IMPORT_MAX_SESSION_BYTES:
         return "session exceeds the import size limit", sid
     if totals is not None:
         totals.bytes += size
