@@ -10,11 +10,11 @@ entry whose parent was refused is held back, so that importing the fixed file ag
 brings both in, linked. One rule of `import_sessions` is left out: the size limits of
 a single session (messages, bytes), since what the store holds its own export must bring
 back. Valid entries are written in batches within `import_sessions`' limits of one call,
-one transaction each (an entry larger than those is a batch of its own); inside it, titles already in use (in the database, or
-earlier in the batch) are refused before the insert. Should the database still refuse a
-batch (another writer took a title meanwhile, or a constraint the checks do not know),
-the batch is rolled back and its halves written in turn, down to single entries, so only
-the entries it refuses are lost.
+one transaction each (an entry larger than those is a batch of its own); inside it,
+titles already in use (in the database, or earlier in the batch) are refused before the
+insert. Should the database still refuse a batch (another writer took a title
+meanwhile, or a constraint the checks do not know), the batch is rolled back and its
+halves written in turn, down to single entries, so only the entries it refuses are lost.
 """
 
 from __future__ import annotations

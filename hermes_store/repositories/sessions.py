@@ -33,6 +33,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import SQLAlchemyError
 
+from ..errors import ReadOnlyStore
 from ..prepared import Prepared
 from ..rows import CompressionCooldown, ListingRow, SessionRow
 from ..store import Store
@@ -699,7 +700,7 @@ class SessionRepository:
                 compression_failure_cooldown_until=cooldown_until,
                 compression_failure_error=_text(error),
             )
-        except SQLAlchemyError as exc:  # a cooldown is advisory; never fail the turn
+        except (SQLAlchemyError, ReadOnlyStore) as exc:  # advisory; never fail the turn
             log.warning("could not record compression cooldown for %s: %s", session_id, exc)
 
     def get_compression_failure_cooldown(self, session_id: str) -> CompressionCooldown | None:
@@ -742,7 +743,7 @@ class SessionRepository:
                 compression_failure_cooldown_until=None,
                 compression_failure_error=None,
             )
-        except SQLAlchemyError as exc:
+        except (SQLAlchemyError, ReadOnlyStore) as exc:
             log.warning("could not clear compression cooldown for %s: %s", session_id, exc)
 
     def _get_counter(self, session_id: str, column: str) -> int:
