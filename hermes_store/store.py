@@ -191,6 +191,14 @@ class Store:
         if self._closed:
             raise StoreClosed(f"the store for {where(self.url)} is closed; open a new Store")
 
+    def require_writable(self) -> None:
+        """Raise ReadOnlyStore on a store opened with `read_only=True`: every write, also
+        one that bypasses `write` (VACUUM, an FTS merge), is refused before a connection
+        is taken, so the error is the same on both backends, both SQLite drivers and
+        journal modes (the drivers would each word their own refusal)."""
+        if self.read_only:
+            raise ReadOnlyStore(where(self.url))
+
     @property
     def dialect(self) -> str:
         """The SQLAlchemy dialect name of the engine: 'sqlite' or 'postgresql'."""
@@ -233,10 +241,7 @@ class Store:
             work: a function of one Connection; it runs in one transaction.
         """
         self.check_open()
-        if self.read_only:
-            # refused before a connection is taken: the same error on both backends, both
-            # drivers and journal modes (the drivers would each word their own refusal)
-            raise ReadOnlyStore(where(self.url))
+        self.require_writable()
 
         # PostgreSQL: a retry after a COMMIT that got no answer first asks the server
         # whether it was applied (pg_faults), so the work is never applied twice

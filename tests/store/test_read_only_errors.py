@@ -135,8 +135,10 @@ import json, sys
 from sqlalchemy import text
 from hermes_store.compat import SessionDB
 from hermes_store.errors import ReadOnlyStore
+from hermes_store.repositories.housekeeping import HousekeepingRepository
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SessionRepository
+from hermes_store.repositories.telegram import TelegramTopicRepository
 from hermes_store.store import Store
 
 outcomes = {}
@@ -159,6 +161,11 @@ with Store(sys.argv[1], read_only=True) as store:
             conn.execute(text("DELETE FROM messages"))
 
     attempt("statement in a read", in_a_read_block)
+    # writes that do not go through Store.write (VACUUM, FTS merges, a table rebuild)
+    attempt("vacuum", lambda: HousekeepingRepository(store).vacuum())
+    attempt("fts optimize", lambda: HousekeepingRepository(store).optimize_fts())
+    telegram = TelegramTopicRepository(store)
+    attempt("telegram migration", telegram.apply_telegram_topic_migration)
 url = sys.argv[1]
 db = SessionDB(url=url, read_only=True) if "://" in url else SessionDB(url, read_only=True)
 attempt("facade append", lambda: db.append_message("s", "user", "no"))
@@ -166,7 +173,16 @@ db.close()
 print(json.dumps(outcomes))
 """
 
-_WRITES = ["append", "create", "write", "statement in a read", "facade append"]
+_WRITES = [
+    "append",
+    "create",
+    "write",
+    "statement in a read",
+    "vacuum",
+    "fts optimize",
+    "telegram migration",
+    "facade append",
+]
 
 
 def _assert_refused(outcomes: dict[str, list[Any]], place: str) -> None:
