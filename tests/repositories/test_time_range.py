@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -50,6 +51,8 @@ def test_an_append_with_a_time_out_of_range_is_refused(store: Store, value: floa
         messages.append_message("s", "user", "when?", timestamp=value)
     assert isinstance(refused.value, InvalidInput)
     assert refused.value.field == "timestamp" and "nothing was written" in str(refused.value)
+    copy = pickle.loads(pickle.dumps(refused.value))
+    assert type(copy) is TimeOutOfRange and str(copy) == str(refused.value)
     with pytest.raises(TimeOutOfRange):
         messages.replace_messages("s", [{"role": "user", "content": "x", "timestamp": value}])
     assert _counts(store) == before

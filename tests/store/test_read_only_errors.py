@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -222,6 +223,9 @@ def test_every_write_on_a_read_only_store_is_read_only_store_on_postgresql(
         with pytest.raises(ReadOnlyStore) as refused:
             store.write(lambda conn: None)
     assert isinstance(refused.value, DatabaseNotWritable)
+    # it crosses a process boundary (AsyncStore's workers, multiprocessing) unchanged
+    copy = pickle.loads(pickle.dumps(refused.value))
+    assert type(copy) is ReadOnlyStore and str(copy) == str(refused.value)
 
 
 _LEAVE = r"""
