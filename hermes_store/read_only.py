@@ -273,9 +273,12 @@ class _Companions:
 
     def abandoned(self) -> None:
         """The engine was collected without being disposed of, or the interpreter is
-        exiting: close what is still open, then tidy up."""
+        exiting: close what is still open, then tidy up (nothing when every connection
+        was closed already: the last close tidied)."""
         with self.lock:
             left, self.connections = list(self.connections.values()), {}
+            if not left:
+                return
             for dbapi_conn in left:
                 try:
                     dbapi_conn.close()
