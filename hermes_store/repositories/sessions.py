@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -70,6 +71,7 @@ from .listing import (
     rich_select,
     source_counts_statement,
 )
+from .message_codec import time_in_range
 
 log = logging.getLogger(__name__)
 
@@ -694,6 +696,20 @@ class SessionRepository:
             cooldown_until: epoch seconds until which compression is not retried.
             error: why compression failed, as text.
         """
+        if (
+            isinstance(cooldown_until, int | float)
+            and not isinstance(cooldown_until, bool)
+            and not (math.isfinite(cooldown_until) and time_in_range(cooldown_until))
+        ):
+            # refused as every time outside what the backends compute with is, but
+            # advisory: logged, not raised
+            log.warning(
+                "compression cooldown for %s not recorded: %r is not a time from year 1 "
+                "to 9999",
+                session_id,
+                cooldown_until,
+            )
+            return
         try:
             self._update(
                 session_id,

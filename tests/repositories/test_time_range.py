@@ -106,3 +106,17 @@ def test_the_bounds_are_stored_and_stats_computes_with_them(
         for command in (["stats"], ["stats", "--by", "model,day", "--json"], ["sessions", "list"]):
             done = _cli(*command, "--url", backend_url, driver=driver)
             assert done.returncode == 0, (driver, command, done.stderr)
+
+
+@pytest.mark.parametrize("value", [1e300, TIME_MIN - 1])
+def test_a_cooldown_out_of_range_is_not_recorded(store: Store, value: float) -> None:
+    """The compression cooldown is advisory (a failure to record it is logged, never
+    raised): a time out of range is logged and not stored, on both backends."""
+    sessions = SessionRepository(store)
+    sessions.create_session("s", "cli")
+    sessions.record_compression_failure_cooldown("s", value, "boom")
+    row = sessions.get_session("s")
+    assert row is not None and row["compression_failure_cooldown_until"] is None
+    sessions.record_compression_failure_cooldown("s", TIME_MAX, "boom")
+    cooldown = sessions.get_compression_failure_cooldown("s")
+    assert cooldown is not None and cooldown["cooldown_until"] == TIME_MAX
