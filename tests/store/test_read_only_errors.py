@@ -273,3 +273,19 @@ def test_a_read_only_store_leaves_no_companions_beside_a_link_target(
     assert _companions(target) == [] and _companions(link) == []
     assert sorted(p.name for p in link.parent.iterdir()) == ["state.db"]
     assert target.read_bytes() == before
+
+
+def test_an_async_read_only_store_refuses_writes_the_same_way(backend_url: str) -> None:
+    import asyncio
+
+    from hermes_store import aio
+
+    async def main() -> None:
+        async with aio.AsyncStore(backend_url, read_only=True) as store:
+            with pytest.raises(ReadOnlyStore):
+                await store.messages.append_message("s", "user", "no")
+            with pytest.raises(ReadOnlyStore):
+                await store.sessions.create_session("t", "cli")
+            assert await store.sessions.get_session("t") is None
+
+    asyncio.run(main())
