@@ -1,5 +1,5 @@
 """Times outside what every layer computes with are refused where they enter (issue 35
-item 15): one session imported with `started_at=1e300` used to break PostgreSQL's `stats`
+item 15): one session imported with `started_at=1e300` would break PostgreSQL's `stats`
 for the whole database (`timestamp out of range`). Appends, batch appends, the
 all-or-nothing import and the entry-by-entry import refuse them with a typed error or a
 listed reason, the same on both backends, and the bounds themselves are stored and
@@ -86,7 +86,7 @@ def test_the_bounds_are_stored_and_stats_computes_with_them(
     backend_url: str, tmp_path: Path
 ) -> None:
     """The CLI's import of a file holding the bad entries lists them and exits 1; `stats`
-    then works (on PostgreSQL it failed for the whole database before), over sessions
+    then works (on PostgreSQL one such session would fail it for the whole database), over sessions
     and messages at both bounds."""
     with Store(backend_url) as store:
         SessionRepository(store).create_session("edge", "cli")
