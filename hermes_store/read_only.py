@@ -255,7 +255,8 @@ class _Companions:
     def __init__(self, path: Path, before: set[str]) -> None:
         self.path = path
         self.before = before
-        self.lock = threading.Lock()
+        # reentrant: a collection (and so `abandoned`) can start inside `closed`
+        self.lock = threading.RLock()
         self.connections: dict[int, Any] = {}  # id -> DB-API connection, while open
 
     def opened(self, dbapi_conn: Any, *_args: Any) -> None:
