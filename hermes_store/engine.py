@@ -243,6 +243,32 @@ def hot_journal(db_path: Path, exc: BaseException) -> bool:
     )
 
 
+def wal_index_unavailable(db_path: Path, exc: BaseException) -> DatabaseNotWritable | None:
+    """The DatabaseNotWritable that `exc`, raised by a read-only connection's first read
+    (no hot journal behind it), stands for: SQLite could not open or create the WAL index
+    (`-shm`) a WAL-mode file needs, because this process may not write the directory
+    (SQLITE_READONLY, or SQLITE_READONLY_DIRECTORY on some builds) or its file system is
+    mounted read-only (SQLITE_CANTOPEN). Nothing else makes a read fail so: a read-only
+    connection writes nothing else, and the database file itself was already open. None
+    for other errors. The companions are named beside the file SQLite opened, the target
+    of a symbolic link."""
+    orig = exc.orig if isinstance(exc, DBAPIError) else exc
+    code = getattr(orig, "sqlite_errorcode", None)
+    if code is None or code & 0xFF not in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN):
+        return None
+    target = db_path.resolve()
+    directory = target.parent
+    where = " (its file system is mounted read-only)" if _on_read_only_mount(directory) else ""
+    return DatabaseNotWritable(
+        f"cannot read the database {db_path} ({orig}): it is in WAL mode, and reading it "
+        f"needs its WAL index {target}-shm, which SQLite cannot create or open in "
+        f"{directory}{where}; nothing was changed. Make that directory writable for this "
+        "user (or run the command as the user who writes the database), or switch the file "
+        "to DELETE mode where it is writable (`PRAGMA journal_mode=DELETE`), which reads "
+        "without it"
+    )
+
+
 def _read_past_a_hot_journal(conn: Connection, db_path: Path, begin: str) -> None:
     """Start a read-only connection's read now; if a crashed writer's hot journal stops
     it, roll that journal back (roll_back_hot_journal) and start again."""
@@ -251,9 +277,13 @@ def _read_past_a_hot_journal(conn: Connection, db_path: Path, begin: str) -> Non
         return
     except DBAPIError as exc:
         if not hot_journal(db_path, exc):
-            # the statements that follow meet it again and report it in their terms
-            # (check's quick_check reports damage as what is wrong with the file)
-            return
+            unopenable = wal_index_unavailable(db_path, exc)
+            if unopenable is None:
+                # the statements that follow meet it again and report it in their terms
+                # (check's quick_check reports damage as what is wrong with the file)
+                return
+            driver_execute(conn, "ROLLBACK")
+            raise unopenable from exc
         driver_execute(conn, "ROLLBACK")
         roll_back_hot_journal(db_path, conn.dialect.loaded_dbapi, exc)
     driver_execute(conn, begin)

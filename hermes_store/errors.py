@@ -154,6 +154,21 @@ class StorageFull(DatabaseNotWritable):
     """The disk holding the database is full; the write was rolled back."""
 
 
+class ReadOnlyStore(DatabaseNotWritable):
+    """A write asked of a store opened with `read_only=True` (a `Store`, `AsyncStore` or
+    `SessionDB`), on either backend; nothing was written. `where` names the database."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        super().__init__(
+            f"the store for {where} was opened read-only (read_only=True), so it does not "
+            "write; nothing was written. Open it without read_only to write"
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        return (type(self), (self.where,))
+
+
 class SessionNotFound(StoreError, LookupError):
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
@@ -248,6 +263,24 @@ class StaleTurn(StoreError, RuntimeError):
 
     def __reduce__(self) -> tuple[type, tuple[str, int, int, str]]:
         return (type(self), (self.session_id, self.token, self.current, self.why))
+
+
+class TimeOutOfRange(InvalidInput):
+    """A time (epoch seconds) outside what every layer computes with: years 1 to 9999 UTC
+    (SQLite's date functions, PostgreSQL's to_timestamp and Python's datetime all cover
+    them). `field` names the value; nothing was written."""
+
+    def __init__(self, field: str, value: float) -> None:
+        self.field = field
+        self.value = value
+        super().__init__(
+            f"{field} {value!r} is not a time hermes-store can store: give epoch seconds "
+            "from -62135596800 to 253402300799 (0001-01-01 to 9999-12-31 UTC); nothing "
+            "was written"
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[str, float]]:
+        return (type(self), (self.field, self.value))
 
 
 class QueryTooComplex(InvalidInput):

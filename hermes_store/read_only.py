@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -229,34 +230,67 @@ def _remove_companions(path: Path, created: set[str]) -> None:
 def leave_no_companions(engine: Engine, path: Path) -> None:
     """Install on a read-only SQLite engine for `path`: whenever its last connection has
     closed, the `-wal`/`-shm` files its connections created (absent when this was called)
-    are removed as SQLite removes them after a writer."""
+    are removed as SQLite removes them after a writer. They are looked for where SQLite
+    puts them, beside the file a symbolic link names. An engine that is never disposed
+    (a read-only Store never closed) has its idle connections closed, and so tidied, when
+    it is garbage-collected or at the latest when the interpreter exits."""
+    # SQLite opens a symbolic link's target and names its companions after that file
+    path = path.resolve()
     before = _companions(path)
     if set(_COMPANIONS) <= before:
         return  # the file is open elsewhere (or was left so): its companions are not ours
-    lock = threading.Lock()
-    open_connections = 0
+    tidy = _Companions(path, before)
+    event.listen(engine, "connect", tidy.opened)
+    event.listen(engine, "close", tidy.closed)
+    event.listen(engine, "close_detached", tidy.closed)
+    # holds the connections, never the engine (the pool's listeners refer back to it, so
+    # holding the pool would keep the engine alive): runs when the engine is collected,
+    # or at exit if it is still alive then
+    weakref.finalize(engine, tidy.abandoned)
 
-    def opened(*_args: Any) -> None:
-        nonlocal open_connections
-        with lock:
-            open_connections += 1
 
-    def closed(dbapi_conn: Any, *_args: Any) -> None:
-        nonlocal open_connections
+class _Companions:
+    """The connections of one read-only engine, and the tidy-up after its last one."""
+
+    def __init__(self, path: Path, before: set[str]) -> None:
+        self.path = path
+        self.before = before
+        # reentrant: a collection (and so `abandoned`) can start inside `closed`
+        self.lock = threading.RLock()
+        self.connections: dict[int, Any] = {}  # id -> DB-API connection, while open
+
+    def opened(self, dbapi_conn: Any, *_args: Any) -> None:
+        with self.lock:
+            self.connections[id(dbapi_conn)] = dbapi_conn
+
+    def closed(self, dbapi_conn: Any, *_args: Any) -> None:
         # the pool announces a close before it closes: close now (closing twice is
         # harmless), or this connection would still hold the file open during the tidy-up
         dbapi_conn.close()
-        with lock:
-            open_connections -= 1
-            if open_connections:
-                return
-            created = _companions(path) - before
-            if created:
-                _remove_companions(path, created)
+        with self.lock:
+            self.connections.pop(id(dbapi_conn), None)
+            if not self.connections:
+                self._tidy()
 
-    event.listen(engine, "connect", opened)
-    event.listen(engine, "close", closed)
-    event.listen(engine, "close_detached", closed)
+    def abandoned(self) -> None:
+        """The engine was collected without being disposed of, or the interpreter is
+        exiting: close what is still open, then tidy up (nothing when every connection
+        was closed already: the last close tidied)."""
+        with self.lock:
+            left, self.connections = list(self.connections.values()), {}
+            if not left:
+                return
+            for dbapi_conn in left:
+                try:
+                    dbapi_conn.close()
+                except sqlite_driver.Error as exc:
+                    log.debug("closing an abandoned connection failed: %s", exc)
+            self._tidy()
+
+    def _tidy(self) -> None:
+        created = _companions(self.path) - self.before
+        if created:
+            _remove_companions(self.path, created)
 
 
 def refuse_missing_file(url: URL) -> None:

@@ -39,6 +39,7 @@ from .engine import BEGIN_MODE, make_engine
 from .errors import (
     InvalidInput,
     NotAtHead,
+    ReadOnlyStore,
     StoreClosed,
 )
 from .head import HEAD_REVISION
@@ -103,8 +104,8 @@ class Store:
         checkpoint_every: on SQLite, a PASSIVE WAL checkpoint after this many writes (0:
             never).
         journal: how the SQLite file's journal mode is chosen (None: the default policy).
-        read_only: open for reading only: every write is refused and the file is left as it
-            is.
+        read_only: open for reading only: every write is refused with ReadOnlyStore (a
+            DatabaseNotWritable) and the file is left as it is.
         engine: an engine to use instead of building one from `url` (its owner disposes of
             it).
         check_schema: refuse a database that is missing or not at head when opening (False
@@ -190,6 +191,14 @@ class Store:
         if self._closed:
             raise StoreClosed(f"the store for {where(self.url)} is closed; open a new Store")
 
+    def require_writable(self) -> None:
+        """Raise ReadOnlyStore on a store opened with `read_only=True`: every write, also
+        one that bypasses `write` (VACUUM, an FTS merge), is refused before a connection
+        is taken, so the error is the same on both backends, both SQLite drivers and
+        journal modes (the drivers would each word their own refusal)."""
+        if self.read_only:
+            raise ReadOnlyStore(where(self.url))
+
     @property
     def dialect(self) -> str:
         """The SQLAlchemy dialect name of the engine: 'sqlite' or 'postgresql'."""
@@ -232,6 +241,7 @@ class Store:
             work: a function of one Connection; it runs in one transaction.
         """
         self.check_open()
+        self.require_writable()
 
         # PostgreSQL: a retry after a COMMIT that got no answer first asks the server
         # whether it was applied (pg_faults), so the work is never applied twice

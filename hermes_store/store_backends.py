@@ -27,11 +27,12 @@ from sqlalchemy.exc import DBAPIError
 
 from . import pg_faults
 from .backends import bundle
-from .engine import take_read_lock, write_connection
+from .engine import take_read_lock, wal_index_unavailable, write_connection
 from .errors import (
     DatabaseCorrupt,
     DatabaseNotWritable,
     DatabaseUnavailable,
+    ReadOnlyStore,
     StorageFull,
     StoreError,
 )
@@ -124,11 +125,20 @@ class PostgreSQLStoreBackend(StoreBackend):
         return pg_faults.WriteOnce(self.server)
 
     def typed_error(self, exc: Exception) -> StoreError | None:
+        if self.read_only and _read_only_transaction(exc):
+            return ReadOnlyStore(self.place)
         # a server fault that met no retry (inside a `with store.read()` block, which
         # cannot be run again) still leaves as a typed error naming the server
         if not pg_faults.is_transient(exc):
             return None
         return DatabaseUnavailable(self.server, 0.0, 1, first_line(exc))
+
+
+def _read_only_transaction(exc: Exception) -> bool:
+    """PostgreSQL refusing a statement that writes in a read-only transaction (SQLSTATE
+    25006, read_only_sql_transaction): a read-only store's connections default to them."""
+    orig = exc.orig if isinstance(exc, DBAPIError) else exc
+    return getattr(orig, "sqlstate", None) == "25006"
 
 
 class SQLiteStoreBackend(StoreBackend):
@@ -200,14 +210,13 @@ class SQLiteStoreBackend(StoreBackend):
             return None
         place = self.place
         directory = Path(place).parent
-        if code & 0xFF == sqlite3.SQLITE_CANTOPEN and self.read_only:
-            return DatabaseNotWritable(
-                f"cannot open the database {place} read-only ({orig}): a WAL-mode database "
-                f"needs its {place}-shm file, and SQLite cannot create it in {directory}. "
-                "Make the directory writable, or switch the file to DELETE mode "
-                "(`PRAGMA journal_mode=DELETE`) where it is writable"
-            )
         if self.read_only:
+            if code == sqlite3.SQLITE_READONLY:
+                # a read-only connection refusing a statement that writes (one run inside
+                # `with store.read()`; Store.write refuses before it starts)
+                return ReadOnlyStore(place)
+            if code & 0xFF == sqlite3.SQLITE_CANTOPEN:
+                return wal_index_unavailable(Path(place), exc)
             return None
         if code & 0xFF == sqlite3.SQLITE_FULL or code in WRITE_IOERRS:
             hit = file_size_limit_hit(Path(place))

@@ -145,9 +145,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
         elif report.status.at_head:
             at_head = "yes"
         elif report.status.head_shaped:
+            # what `current` and --json say too: not at head until adopted
             at_head = (
-                "yes: schema_version 23 as Hermes wrote it, read as it is (hermes-store "
-                "upgrade adopts it for writing with a Store)"
+                f"no: revision none (head {report.status.head}), not adopted by "
+                "hermes-store; schema_version 23 as Hermes wrote it, which the read "
+                "commands read as it is (hermes-store upgrade adopts it for writing)"
             )
         else:
             at_head = "no (run hermes-store upgrade)"

@@ -30,6 +30,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import DBAPIError
 
+from ..errors import ReadOnlyStore
 from ..models import AsyncDelegation, CompressionLock, GatewayRouting
 from ..store import Store
 from ._dialect import data_columns, data_rows, lock_session, upsert_insert
@@ -157,7 +158,7 @@ class CompressionLockRepository:
             acquired, reclaimed = self.store.write(
                 lambda conn: _acquire(conn, session_id, holder, ttl_seconds)
             )
-        except DBAPIError as exc:
+        except (DBAPIError, ReadOnlyStore) as exc:  # refused: logged, as the original
             log.warning("compression lock for %s not acquired: %s", session_id, exc)
             return False
         if reclaimed is not None:  # logged after commit: the unit of work may be retried
@@ -179,7 +180,7 @@ class CompressionLockRepository:
 
         try:
             return self.store.write(lambda conn: _refresh(conn, session_id, holder, ttl_seconds))
-        except DBAPIError as exc:
+        except (DBAPIError, ReadOnlyStore) as exc:  # refused: logged, as the original
             log.warning("compression lock for %s not refreshed: %s", session_id, exc)
             return False
 
@@ -194,7 +195,7 @@ class CompressionLockRepository:
             return
         try:
             self.store.write(lambda conn: _drop_lease(conn, session_id, holder))
-        except DBAPIError as exc:
+        except (DBAPIError, ReadOnlyStore) as exc:  # refused: logged, as the original
             log.warning("compression lock for %s not released: %s", session_id, exc)
 
     def get_holder(self, session_id: str) -> str | None:

@@ -29,7 +29,7 @@ from ._sql import all_columns, chunks
 from ._tables import MESSAGES, SESSIONS, M, S
 from .deletion import existing_ids
 from .lineage import compression_lineage
-from .message_codec import decode_message, encode_bulk
+from .message_codec import TIME_MAX, TIME_MIN, decode_message, encode_bulk, time_in_range
 
 IMPORT_MAX_SESSIONS = 500
 IMPORT_MAX_MESSAGES_PER_SESSION = 10_000
@@ -122,6 +122,22 @@ def _real_error(where: str, value: object) -> str | None:
     except OverflowError:
         finite = False
     return None if finite else f"{where} must be a finite number"
+
+
+#: The entry fields that are times (epoch seconds), and so must lie in TIME_MIN..TIME_MAX.
+_SESSION_TIME_FIELDS = ("started_at", "ended_at")
+
+
+def _time_error(where: str, value: object) -> str | None:
+    """A finite number outside the times every layer computes with is refused as well:
+    stored, one such session would fail PostgreSQL's `stats` for the whole database."""
+    error = _real_error(where, value)
+    if error is None and not time_in_range(float(value)):  # type: ignore[arg-type]
+        return (
+            f"{where} must be a time from {TIME_MIN:.0f} to {TIME_MAX:.0f} epoch seconds "
+            "(0001-01-01 to 9999-12-31 UTC)"
+        )
+    return error
 
 
 def _unicode_error(where: str, value: str) -> str | None:
@@ -321,7 +337,7 @@ def _message_error(index: int, msg: Mapping[str, Any]) -> str | None:
     if token_count is not None and (error := _int_error(f"{where}.token_count", token_count)):
         return error
     timestamp = msg.get("timestamp")
-    if timestamp is not None and (error := _real_error(f"{where}.timestamp", timestamp)):
+    if timestamp is not None and (error := _time_error(f"{where}.timestamp", timestamp)):
         return error
     for field in _MESSAGE_JSON_TEXT_FIELDS:
         value = msg.get(field)
@@ -350,16 +366,19 @@ def entry_weight(entry: Any) -> tuple[int, int]:
 
 def entry_problem(entry: Any, seen: set[str]) -> tuple[str, str | None] | None:
     """(reason, session id if usable) for the first rule one entry breaks, else None: the
-    rules of `import_sessions` that concern a single entry. `seen` collects the ids met
-    so far, so a second entry with the same id is refused."""
-    return _entry_error(entry, seen, None)
+    rules of `import_sessions` that concern a single entry, but its size limits (messages
+    and bytes of one session): the entry-by-entry import brings back whatever the store
+    holds, and a session the store accepted may be larger (it is written on its own).
+    `seen` collects the ids met so far, so a second entry with the same id is refused."""
+    return _entry_error(entry, seen, None, sized=False)
 
 
 def _entry_error(
-    entry: Any, seen: set[str], totals: _ImportTotals | None
+    entry: Any, seen: set[str], totals: _ImportTotals | None, sized: bool = True
 ) -> tuple[str, str | None] | None:
     """(error, session id if known) for the first problem of one entry, else None; with
-    `totals`, the limits of one import call as well."""
+    `totals`, the limits of one import call as well; without `sized`, no limit on the
+    messages and bytes of the one entry."""
     if not isinstance(entry, dict):
         return "session must be an object", None
     sid = entry.get("id")
@@ -375,7 +394,7 @@ def _entry_error(
         messages = []
     if not isinstance(messages, list):
         return "messages must be a list", sid
-    if len(messages) > IMPORT_MAX_MESSAGES_PER_SESSION:
+    if sized and len(messages) > IMPORT_MAX_MESSAGES_PER_SESSION:
         return "messages exceeds the per-session import limit", sid
     if not all(isinstance(m, dict) for m in messages):
         return "messages must contain only objects", sid
@@ -390,7 +409,7 @@ def _entry_error(
         size, count = entry_weight(entry)
     except (TypeError, ValueError):
         return "session must be JSON serializable", sid
-    if size > IMPORT_MAX_SESSION_BYTES:
+    if sized and size > IMPORT_MAX_SESSION_BYTES:
         return "session exceeds the import size limit", sid
     if totals is not None:
         totals.bytes += size
@@ -412,7 +431,8 @@ def _entry_error(
             return error, sid
     for field in _SESSION_REAL_FIELDS:
         value = entry.get(field)
-        if value is not None and (error := _real_error(field, value)):
+        check = _time_error if field in _SESSION_TIME_FIELDS else _real_error
+        if value is not None and (error := check(field, value)):
             return error, sid
     for index, msg in enumerate(messages):
         error = _message_error(index, msg)

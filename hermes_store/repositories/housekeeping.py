@@ -103,6 +103,7 @@ class HousekeepingRepository:
     def optimize_fts(self) -> int:
         """FTS5 'optimize' on both indexes (holds the write lock while it merges); how many
         were optimised (0 on PostgreSQL)."""
+        self.store.require_writable()
         if not self._sqlite:
             return 0
         return optimize_indexes(self.store.engine, self.store.retry)
@@ -160,6 +161,7 @@ class HousekeepingRepository:
         """FTS5 'optimize' (a failure is logged), then a TRUNCATE checkpoint and VACUUM under
         the store's write lock (a VACUUM error propagates); returns how many FTS indexes were
         optimised. On PostgreSQL a plain VACUUM, outside any transaction, and 0."""
+        self.store.require_writable()
         if not self._sqlite:
             with self.store.engine.connect() as conn:
                 conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("VACUUM")

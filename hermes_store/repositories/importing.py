@@ -7,12 +7,14 @@ checked before anything is written, by the rules `import_sessions` applies
 (`export_import.entry_problem`), so SQLite and PostgreSQL refuse the same entries for the
 same reasons. Parents come before their children (an export lists children first) and an
 entry whose parent was refused is held back, so that importing the fixed file again
-brings both in, linked. Valid entries are written in batches within `import_sessions`'
-limits, one transaction each; inside it, titles already in use (in the database, or
-earlier in the batch) are refused before the insert. Should the database still refuse a
-batch (another writer took a title meanwhile, or a constraint the checks do not know),
-the batch is rolled back and its halves written in turn, down to single entries, so only
-the entries it refuses are lost.
+brings both in, linked. One rule of `import_sessions` is left out: the size limits of
+a single session (messages, bytes), since what the store holds its own export must bring
+back. Valid entries are written in batches within `import_sessions`' limits of one call,
+one transaction each (an entry larger than those is a batch of its own); inside it,
+titles already in use (in the database, or earlier in the batch) are refused before the
+insert. Should the database still refuse a batch (another writer took a title
+meanwhile, or a constraint the checks do not know), the batch is rolled back and its
+halves written in turn, down to single entries, so only the entries it refuses are lost.
 """
 
 from __future__ import annotations
@@ -427,7 +429,7 @@ class _Import:
 
     def _batches(self) -> Iterator[list[_Item]]:
         """The valid entries, parents first, in batches within `import_sessions`' limits
-        (entries, bytes and messages of one call)."""
+        (entries, bytes and messages of one call); an entry beyond them alone."""
         batch: list[_Item] = []
         size = messages = 0
         for index in parents_first(self.source.entries):

@@ -180,7 +180,8 @@ class MaintenanceRepository:
         `sessions` is a list of exported sessions (any number of them) or an
         `ImportSource` (`ImportSource.from_file(fp, name)` reads a JSON list, one
         exported session or JSONL). An entry is a session with its messages, imported
-        whole or not at all, by the rules of `import_sessions`; a title already in use
+        whole or not at all, by the rules of `import_sessions` but its size limits on one
+        session (any session the store holds comes back); a title already in use
         refuses the entry, and an entry whose parent is refused is held back, so that
         importing the fixed input again brings both in, linked. Existing ids are
         skipped. Parents are written before their children, in batches of at most

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidInput
+from ..errors import InvalidInput, TimeOutOfRange
 from ._dialect import data_columns
 from ._encoding import (
     decode_content,
@@ -97,11 +97,25 @@ def _tool_calls(value: Any) -> tuple[str | None, int]:
         raise InvalidInput(f"tool_calls is not JSON-serialisable: {exc}") from exc
 
 
-def epoch_seconds(value: Any) -> float | None:
+#: The times every layer computes with, in epoch seconds: 0001-01-01T00:00:00Z to
+#: 9999-12-31T23:59:59Z. SQLite's date functions cover years 0 to 9999 (NULL outside),
+#: PostgreSQL's to_timestamp 4713 BC to 294276 AD (an error outside, which would fail a
+#: whole `stats`), Python's datetime years 1 to 9999; the intersection is kept.
+TIME_MIN = -62_135_596_800.0
+TIME_MAX = 253_402_300_799.0
+
+
+def time_in_range(value: float) -> bool:
+    return TIME_MIN <= value <= TIME_MAX
+
+
+def epoch_seconds(value: Any, field: str = "timestamp") -> float | None:
     """Epoch seconds from a datetime-like object or a number; None when unusable.
 
     Booleans and numeric strings count as unusable (the original accepts "a number"), and
-    so do NaN and infinities: SQLite would turn NaN into NULL and fail the NOT NULL."""
+    so do NaN and infinities: SQLite would turn NaN into NULL and fail the NOT NULL. A
+    finite time outside TIME_MIN..TIME_MAX raises TimeOutOfRange (named `field`): stored,
+    it would break every later computation with it on PostgreSQL."""
     if value is None or isinstance(value, bool):
         return None
     try:
@@ -113,7 +127,11 @@ def epoch_seconds(value: Any) -> float | None:
             return None
     except (TypeError, ValueError, OverflowError, OSError):
         return None
-    return ts if math.isfinite(ts) else None
+    if not math.isfinite(ts):
+        return None
+    if not time_in_range(ts):
+        raise TimeOutOfRange(field, ts)
+    return ts
 
 
 def encode_row(
@@ -188,7 +206,7 @@ def encode_bulk(session_id: str, messages: Iterable[Mapping[str, Any]]) -> Encod
             raise InvalidInput(f"message {index} is a {type(message).__name__}, not a dict")
         role = message.get("role") or "unknown"
         is_assistant = role == "assistant"
-        explicit = epoch_seconds(message.get("timestamp"))
+        explicit = epoch_seconds(message.get("timestamp"), f"message {index} timestamp")
         ts = clock if explicit is None else explicit
         platform_id = message.get("platform_message_id")
         if platform_id is None:

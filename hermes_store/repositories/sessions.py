@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -33,6 +34,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import SQLAlchemyError
 
+from ..errors import ReadOnlyStore
 from ..prepared import Prepared
 from ..rows import CompressionCooldown, ListingRow, SessionRow
 from ..store import Store
@@ -69,6 +71,7 @@ from .listing import (
     rich_select,
     source_counts_statement,
 )
+from .message_codec import time_in_range
 
 log = logging.getLogger(__name__)
 
@@ -693,13 +696,27 @@ class SessionRepository:
             cooldown_until: epoch seconds until which compression is not retried.
             error: why compression failed, as text.
         """
+        if (
+            isinstance(cooldown_until, int | float)
+            and not isinstance(cooldown_until, bool)
+            and not (math.isfinite(cooldown_until) and time_in_range(cooldown_until))
+        ):
+            # refused as every time outside what the backends compute with is, but
+            # advisory: logged, not raised
+            log.warning(
+                "compression cooldown for %s not recorded: %r is not a time from year 1 "
+                "to 9999",
+                session_id,
+                cooldown_until,
+            )
+            return
         try:
             self._update(
                 session_id,
                 compression_failure_cooldown_until=cooldown_until,
                 compression_failure_error=_text(error),
             )
-        except SQLAlchemyError as exc:  # a cooldown is advisory; never fail the turn
+        except (SQLAlchemyError, ReadOnlyStore) as exc:  # advisory; never fail the turn
             log.warning("could not record compression cooldown for %s: %s", session_id, exc)
 
     def get_compression_failure_cooldown(self, session_id: str) -> CompressionCooldown | None:
@@ -742,7 +759,7 @@ class SessionRepository:
                 compression_failure_cooldown_until=None,
                 compression_failure_error=None,
             )
-        except SQLAlchemyError as exc:
+        except (SQLAlchemyError, ReadOnlyStore) as exc:
             log.warning("could not clear compression cooldown for %s: %s", session_id, exc)
 
     def _get_counter(self, session_id: str, column: str) -> int:

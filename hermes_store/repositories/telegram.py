@@ -394,6 +394,7 @@ class TelegramTopicRepository:
         raise MigrationError (nothing is changed). Lock contention is retried as a unit
         by the store's RetryPolicy.
         """
+        self.store.require_writable()
         if self.store.dialect == "postgresql":
             self.store.write(_create_on_postgresql)
             return False

@@ -61,3 +61,21 @@ def tmpfs(mount_point: Path, size: str) -> Iterator[Path]:
         result = subprocess.run(["umount", str(mount_point)], capture_output=True, check=False)
         if result.returncode != 0:
             subprocess.run(["umount", "-l", str(mount_point)], capture_output=True, check=False)
+
+
+def without_file_mode_override() -> list[str]:
+    """A command prefix under which file modes stop this user, as they stop an ordinary
+    one: nothing for an ordinary user; for root, setpriv dropping the capabilities that
+    let root ignore modes (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH) from the bounding set,
+    so the command runs as root but meets EACCES where a user would. Skips where that is
+    not possible (no setpriv, or no right to change the bounding set), fails so under CI."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return []
+    prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
+    try:
+        probe = subprocess.run([*prefix, "true"], capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        unavailable("root, and no setpriv to drop CAP_DAC_OVERRIDE")
+    if probe.returncode != 0:
+        unavailable(f"root, and setpriv cannot drop CAP_DAC_OVERRIDE: {probe.stderr.strip()}")
+    return prefix

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 from hermes_store import migrate, sqlite_driver
 from hermes_store.config import JournalPolicy
 from hermes_store.engine import BUSY_TIMEOUT_S, make_engine, wal_reset_vulnerable
-from hermes_store.errors import DatabaseNotWritable
+from hermes_store.errors import DatabaseNotWritable, ReadOnlyStore
 from hermes_store.retry import RetryPolicy, is_retryable
 from hermes_store.store import CHECKPOINT_EVERY, Store
 
@@ -613,7 +613,7 @@ def test_read_only_store_reads_but_cannot_write(tmp_path: Path, dirname: str) ->
     with Store(str(path), read_only=True, check_schema=False) as s:
         with s.read() as session:
             assert session.execute(text("SELECT v FROM t")).scalars().all() == ["x"]
-        with pytest.raises(OperationalError, match="readonly"):
+        with pytest.raises(ReadOnlyStore, match="read-only"):
             s.write(insert("y"))
     assert path.read_bytes() == before
     # nothing created elsewhere (hermes_home is the autouse fixture's)
