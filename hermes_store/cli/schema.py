@@ -25,8 +25,13 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
     from ..config import resolve_url, sqlite_path
     from ..engine import secure_file_modes
 
+    from .revisions import upgrade_backup_line
+
     path = sqlite_path(resolve_url(args.url))
     new_directory = path is not None and not path.parent.is_dir()
+    backup = upgrade_backup_line(args.url, skip=args.no_backup)
+    if backup is not None:
+        print(backup, flush=True)
     with _progress_bar("fts backfill") as progress:
         report = migrate.upgrade(
             args.url,
@@ -192,6 +197,11 @@ def add_parsers(sub: Any) -> None:
         help="leave the chunked FTS backfill for `hermes-store fts backfill`",
     )
     up.add_argument("--wait", type=_wait_arg, default=20.0, metavar="SECONDS", help=_WAIT_HELP)
+    up.add_argument(
+        "--no-backup",
+        action="store_true",
+        help="do not back up an existing SQLite file before changing it",
+    )
     up.set_defaults(func=_cmd_upgrade)
 
     cur = with_url(sub.add_parser("current", help="revision, schema_version and FTS state"))
