@@ -129,9 +129,7 @@ def _cmd_downgrade(args: argparse.Namespace) -> int:
     target = args.revision
     order = [rev for rev, _doc in _chain()]
     if target not in order and target != "base":
-        raise InvalidInput(
-            f"unknown revision {target!r}; hermes-store history lists the revisions"
-        )
+        raise InvalidInput(f"unknown revision {target!r}; hermes-store history lists the revisions")
     status = _status(args.url)
     if status is None or status.kind == "empty":
         raise MigrationError("there is no hermes-store database to downgrade here")
@@ -159,9 +157,7 @@ def _cmd_downgrade(args: argparse.Namespace) -> int:
     migrate.downgrade(args.url, target)
     undone = list(reversed(order[order.index(target) + 1 : order.index(now) + 1]))
     print(f"downgraded {where}: revision {now} -> {target} (undid {', '.join(undone)})")
-    print(
-        "hermes-store serves a database at the head only: hermes-store upgrade brings it back"
-    )
+    print("hermes-store serves a database at the head only: hermes-store upgrade brings it back")
     return 0
 
 
@@ -169,9 +165,7 @@ def backup_line(path: Path | None, label: str, *, skip: bool, what: str) -> str:
     """Back up the SQLite file `path` before `what` changes it (unless `skip`), and the
     line that says where the backup is, or why there is none."""
     if path is None:
-        return (
-            "backup: none (PostgreSQL: hermes-store backs up SQLite files only; use pg_dump)"
-        )
+        return "backup: none (PostgreSQL: hermes-store backs up SQLite files only; use pg_dump)"
     if _missing(path):
         return "backup: none (a new database)"
     if skip:

@@ -24,7 +24,6 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
     from .. import migrate
     from ..config import resolve_url, sqlite_path
     from ..engine import secure_file_modes
-
     from .revisions import upgrade_backup_line
 
     path = sqlite_path(resolve_url(args.url))
