@@ -11,6 +11,7 @@ from ._output import _cell, _print_json, _printable, _progress_bar, _report_wait
 
 if TYPE_CHECKING:
     from .. import migrate
+    from ..search.layout import FTSState
 
 
 def _revision_span(revisions: Sequence[str]) -> str:
@@ -18,6 +19,22 @@ def _revision_span(revisions: Sequence[str]) -> str:
         return "0 revisions applied"
     span = revisions[0] if len(revisions) == 1 else f"{revisions[0]}..{revisions[-1]}"
     return f"{len(revisions)} revision{'s' if len(revisions) > 1 else ''} applied ({span})"
+
+
+def _fts_line(fts: FTSState, url: str | None) -> tuple[str, str]:
+    """The search index's state, for `upgrade` and `current` (label, text): FTS5's layout
+    and triggers on SQLite; on PostgreSQL, which has no FTS5 tables or triggers, what
+    serves search there instead."""
+    if fts.layout != "tsvector":
+        return "fts", _cell(fts.describe())
+    from ..contract import PG_SEARCH_VECTOR_COLUMN
+    from ..search.index_method import describe_index_method
+
+    return "search index", (
+        f"messages.{PG_SEARCH_VECTOR_COLUMN} (a generated tsvector column; word index "
+        f"{_cell(describe_index_method(url))}) and pg_trgm indexes for substrings, kept "
+        "current by PostgreSQL itself (no FTS5 tables, triggers or backfill)"
+    )
 
 
 def _cmd_upgrade(args: argparse.Namespace) -> int:
@@ -67,7 +84,8 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
     else:
         print(f"{location} is at head already: {moved}")
     if report.fts is not None:
-        print(f"fts: {_cell(report.fts.describe())}")
+        label, text = _fts_line(report.fts, args.url)
+        print(f"{label}: {text}")
         if report.fts.backfill_pending:
             print(
                 f"finish the FTS backfill later with: hermes-store fts backfill --url '{location}'"
@@ -108,7 +126,8 @@ def _cmd_current(args: argparse.Namespace) -> int:
         )
         print(f"readable:        {readable}")
     if status.fts is not None:
-        print(f"fts:             {_cell(status.fts.describe())}")
+        label, text = _fts_line(status.fts, args.url)
+        print(f"{label + ':':<17}{text}")
     return 0
 
 
