@@ -125,7 +125,9 @@ def test_history_of_a_legacy_file_marks_where_it_is_adopted(
     legacy_db: Callable[..., Path], hermes_home: Path
 ) -> None:
     path = legacy_db(20)
+    before = files_of(path.parent)
     data = json.loads(ok(run("history", "--url", str(path), "--json", home=hermes_home)))
+    assert files_of(path.parent) == before  # history only reads
     assert data["kind"] == "legacy" and data["current"] is None
     assert data["adopt_at"] == "0020"
     assert not any(r["current"] for r in data["revisions"])
@@ -366,6 +368,20 @@ def test_stats_csv_matches_json_and_money_is_rounded(
     if view in (None, "model"):
         claude = [r for r in as_json["by_model"] if r["model"] == "anthropic/claude-sonnet-4"]
         assert claude[0]["estimated_cost_usd"] == 0.0304
+
+
+def test_sessions_show_rounds_money(legacy_db: Callable[..., Path], hermes_home: Path) -> None:
+    path = legacy_db(23)
+    ok(run("upgrade", "--url", str(path), "--no-backup", home=hermes_home))
+    con = sqlite3.connect(path)
+    # 0.1 + 0.2, stored as SQLite computes it: 0.30000000000000004
+    con.execute("UPDATE sessions SET estimated_cost_usd = 0.1 + 0.2 WHERE rowid = 1")
+    session_id = con.execute("SELECT id FROM sessions WHERE rowid = 1").fetchone()[0]
+    con.commit()
+    con.close()
+    text = ok(run("sessions", "show", session_id, "--url", str(path), "--json", home=hermes_home))
+    assert json.loads(text)["session"]["estimated_cost_usd"] == 0.3
+    assert "0.30000000000000004" not in text
 
 
 def test_csv_and_json_are_one_or_the_other(v23_url: str, hermes_home: Path) -> None:
