@@ -16,36 +16,43 @@ from .errors import BackupFailed
 BUSY_TIMEOUT_S = 20.0
 
 
-def backup_path(path: Path, label: str, now: datetime | None = None) -> Path:
+def backup_name(path: Path, label: str, now: datetime | None = None) -> Path:
     """Where the backup of `path` goes: beside it (the same file system and directory
     permissions), named after the file, what it held (`label`: a revision, or the
     schema_version of a file the original wrote) and the time in UTC, e.g.
-    `state.db.backup-0023-20261206T085102Z`. A name already taken gets `-1`, `-2`, ..."""
+    `state.db.backup-0023-20261206T085102Z`."""
     stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
-    base = path.with_name(f"{path.name}.backup-{label}-{stamp}")
+    return path.with_name(f"{path.name}.backup-{label}-{stamp}")
+
+
+def _create(base: Path) -> Path:
+    """Create the backup file, empty and mode 0600: `base`, or `base-1`, `-2`, ... when
+    that name is taken. O_EXCL: never write through a file or link someone else put
+    there."""
     candidate, n = base, 0
-    while candidate.exists() or candidate.is_symlink():
-        n += 1
-        candidate = base.with_name(f"{base.name}-{n}")
-    return candidate
+    while True:
+        try:
+            fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            n += 1
+            candidate = base.with_name(f"{base.name}-{n}")
+            continue
+        except OSError as exc:
+            raise BackupFailed(
+                f"could not create the backup {candidate}: {exc.strerror}; nothing was "
+                "changed (--no-backup skips the backup)"
+            ) from exc
+        os.close(fd)
+        return candidate
 
 
 def backup_sqlite(path: Path, label: str) -> Path:
-    """Copy the SQLite database `path` to a new file beside it (`backup_path`) with the
+    """Copy the SQLite database `path` to a new file beside it (`backup_name`) with the
     online backup API, reading the source through a read-only connection, and return the
     copy's path. The copy is created mode 0600 before any byte is written to it. On any
     failure the partial copy is removed and BackupFailed says why; the source is never
     changed."""
-    target = backup_path(path, label)
-    try:
-        # O_EXCL: never write through a file or link someone else put there
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except OSError as exc:
-        raise BackupFailed(
-            f"could not create the backup {target}: {exc.strerror}; nothing was changed "
-            "(--no-backup skips the backup)"
-        ) from exc
-    os.close(fd)
+    target = _create(backup_name(path, label))
     driver = sqlite_driver.current()  # one SQLite library per process
     module = driver.module
     source = dest = None

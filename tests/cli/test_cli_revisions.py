@@ -286,6 +286,20 @@ def test_no_backup_when_skipped_new_or_already_at_head(
     assert backups(new) == []
 
 
+def test_an_upgrade_whose_backup_fails_changes_nothing(
+    legacy_db: Callable[..., Path], hermes_home: Path
+) -> None:
+    # a file name the file system takes, whose backup's longer name it does not
+    limit = os.pathconf(legacy_db(22).parent, "PC_NAME_MAX")
+    path = legacy_db(22, "s" * (limit - 13) + ".db")  # room for -journal, not .backup-...
+    before = files_of(path.parent)
+    line = refused(run("upgrade", "--url", str(path), home=hermes_home))
+    assert "could not create the backup" in line and "nothing was changed" in line
+    assert "--no-backup" in line
+    assert files_of(path.parent) == before
+    assert revision_of(str(path)) is None  # still the original's file, not adopted
+
+
 def test_no_backup_on_postgresql_and_search_index_said_plainly(
     pg_url: str, hermes_home: Path
 ) -> None:
