@@ -46,17 +46,20 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
     path = sqlite_path(resolve_url(args.url))
     new_directory = path is not None and not path.parent.is_dir()
     backup = upgrade_backup_line(args.url, skip=args.no_backup)
-    if backup is not None:
-        print(backup, flush=True)
-    with _progress_bar("fts backfill") as progress:
-        report = migrate.upgrade(
-            args.url,
-            defer_fts_backfill=args.defer_fts_backfill,
-            on_progress=progress,
-            wait=args.wait,
-            on_wait=_report_wait,
-            wait_report_every=_wait_every(),
-        )
+    try:
+        with _progress_bar("fts backfill") as progress:
+            report = migrate.upgrade(
+                args.url,
+                defer_fts_backfill=args.defer_fts_backfill,
+                on_progress=progress,
+                wait=args.wait,
+                on_wait=_report_wait,
+                wait_report_every=_wait_every(),
+            )
+    except BaseException:
+        if backup is not None:  # where the copy is, whatever stopped the upgrade
+            print(backup, flush=True)
+        raise
     if path is not None:
         # also a file already at head, which the upgrade did not write: this is the
         # command that sets a database up
@@ -83,6 +86,8 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
         print(f"upgraded {location}: {moved}{adopted}")
     else:
         print(f"{location} is at head already: {moved}")
+    if backup is not None:
+        print(backup)
     if report.fts is not None:
         label, text = _fts_line(report.fts, args.url)
         print(f"{label}: {text}")

@@ -258,7 +258,9 @@ def test_upgrade_backs_up_an_existing_file_first(
         holder.close()
     made = _backup_from(out)
     assert made.parent == path.parent and made.name.startswith(f"{path.name}.backup-v22-")
-    assert out.index("backup: ") < out.index("upgraded ")
+    assert out.splitlines()[0].startswith("upgraded ") and out.splitlines()[1].startswith(
+        "backup: "
+    )
     assert stat.S_IMODE(made.stat().st_mode) == 0o600
     con = sqlite3.connect(f"file:{made}?mode=ro", uri=True)
     try:
