@@ -5,12 +5,16 @@ moment it exists, since it holds every conversation the database does."""
 
 from __future__ import annotations
 
+import errno
 import os
 from datetime import UTC, datetime
 from pathlib import Path
 
 from . import sqlite_driver
 from .errors import BackupFailed
+
+#: SQLite's primary result code for a full disk
+SQLITE_FULL = 13
 
 #: How long the backup waits for a writer's lock on the source (DELETE journal mode)
 BUSY_TIMEOUT_S = 20.0
@@ -46,6 +50,13 @@ def _create(base: Path) -> Path:
         return candidate
 
 
+def _disk_full(exc: BaseException) -> bool:
+    if isinstance(exc, OSError):
+        return exc.errno == errno.ENOSPC
+    code = getattr(exc, "sqlite_errorcode", None)
+    return (code is not None and code & 0xFF == SQLITE_FULL) or "disk is full" in str(exc)
+
+
 def backup_sqlite(path: Path, label: str) -> Path:
     """Copy the SQLite database `path` to a new file beside it (`backup_name`) with the
     online backup API, reading the source through a read-only connection, and return the
@@ -69,9 +80,15 @@ def backup_sqlite(path: Path, label: str) -> Path:
             dest.close()
         for leftover in (target, *(Path(f"{target}{s}") for s in ("-journal", "-wal", "-shm"))):
             leftover.unlink(missing_ok=True)
+        room = ""
+        if _disk_full(exc):
+            room = (
+                f" (the disk holding {target.parent} is full: the backup needs about "
+                f"{path.stat().st_size:,} bytes free)"
+            )
         raise BackupFailed(
-            f"could not back up {path} to {target}: {exc}; nothing was changed "
-            "(--no-backup skips the backup)"
+            f"could not back up {path} to {target}: {exc}{room}; nothing was changed; "
+            "free some space, or skip the backup with --no-backup"
         ) from exc
     finally:
         if source is not None:

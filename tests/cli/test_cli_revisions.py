@@ -302,6 +302,37 @@ def test_an_upgrade_whose_backup_fails_changes_nothing(
     assert revision_of(str(path)) is None  # still the original's file, not adopted
 
 
+def test_a_backup_without_room_says_the_disk_is_full(tmp_path: Path, hermes_home: Path) -> None:
+    import errno
+    import shutil
+
+    from helpers.databases import fixture_file
+    from helpers.filesystem import tmpfs
+
+    with tmpfs(tmp_path / "tiny", "1m") as disk:
+        path = disk / "state.db"
+        shutil.copyfile(fixture_file(22), path)
+        set_journal_mode(path, "delete")  # looking at it needs no room for a -shm file
+        filler = disk / "filler"
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            while True:
+                os.write(fd, b"\0" * 4096)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+        finally:
+            os.close(fd)
+        before = path.read_bytes()
+        line = refused(run("upgrade", "--url", str(path), home=hermes_home))
+        assert line.startswith(f"hermes-store: error: could not back up {path} to "), line
+        assert "is full: the backup needs about" in line and "--no-backup" in line
+        assert path.read_bytes() == before
+        assert backups(path) == []  # the partial copy is gone
+        filler.unlink()
+        out = ok(run("upgrade", "--url", str(path), home=hermes_home))
+        assert _backup_from(out).parent == disk
+
+
 def test_no_backup_on_postgresql_and_search_index_said_plainly(
     pg_url: str, hermes_home: Path
 ) -> None:
