@@ -171,6 +171,9 @@ def backup_line(path: Path | None, label: str, *, skip: bool, what: str) -> str:
     if skip:
         return "backup: none (--no-backup)"
     from ..backup import backup_sqlite
+    from ..engine import check_writable
+
+    check_writable(path)  # a file the command cannot change gets its refusal, not a copy
 
     made = backup_sqlite(path, label)
     shown = _printable(str(made), lines=False)
@@ -183,15 +186,17 @@ def upgrade_backup_line(url: str | None, *, skip: bool) -> str | None:
     the upgrade then reports."""
     from .. import migrate
     from ..config import resolve_url, sqlite_path
+    from ..engine import check_writable
     from ..errors import StoreError
 
     path = sqlite_path(resolve_url(url))
     if path is None or _missing(path) or skip:
         return backup_line(path, "", skip=skip, what="upgrade")
     try:
+        check_writable(path)
         status = migrate.current(url)
     except StoreError:
-        return None
+        return None  # the upgrade refuses it, saying why
     fts = status.fts
     if status.at_head and (fts is None or not (fts.backfill_pending or fts.trash_tables)):
         return "backup: none (at the head already: nothing to change)"

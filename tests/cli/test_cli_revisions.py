@@ -302,6 +302,19 @@ def test_an_upgrade_whose_backup_fails_changes_nothing(
     assert revision_of(str(path)) is None  # still the original's file, not adopted
 
 
+def test_an_upgrade_refused_as_unwritable_makes_no_backup(
+    legacy_db: Callable[..., Path], hermes_home: Path
+) -> None:
+    from helpers.filesystem import read_only_path
+
+    path = legacy_db(22)
+    with read_only_path(path.parent):
+        result = run("upgrade", "--url", str(path), home=hermes_home)
+    line = refused(result)
+    assert "read-only" in line and str(path.parent) in line
+    assert "backup" not in result.stdout and backups(path) == []
+
+
 def test_a_backup_without_room_says_the_disk_is_full(tmp_path: Path, hermes_home: Path) -> None:
     import errno
     import shutil
