@@ -142,6 +142,11 @@ class MigrationError(StoreError):
     """A migration refused to run (for example a downgrade that would lose data)."""
 
 
+class BackupFailed(StoreError):
+    """The backup a command takes before it changes an SQLite file could not be made;
+    the database was not changed."""
+
+
 class FTSUnavailable(StoreError):
     """The linked SQLite lacks FTS5 or the trigram tokenizer."""
 

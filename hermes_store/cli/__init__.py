@@ -1,8 +1,9 @@
 """The `hermes-store` command: argument parsing and output only; the work happens in
 hermes_store.migrate, hermes_store.copy and the repositories.
 
-One module per command group (`schema`: upgrade, current and check; `search`;
-`sessions`; `stats`; `copy`; `fts`), each adding its parsers with `add_parsers`. Only
+One module per command group (`schema`: upgrade, current and check; `revisions`:
+history and downgrade; `search`; `sessions`; `stats`; `copy`; `fts`), each adding its
+parsers with `add_parsers`. Only
 the standard library and hermes_store.errors are imported at module level anywhere in
 this package, so `--help` and a bad command line answer without importing SQLAlchemy,
 Alembic or the models; each command imports what it uses when it runs.
@@ -17,13 +18,13 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from ..errors import StoreError
-from . import copy, fts, schema, search, sessions, stats
+from . import copy, fts, revisions, schema, search, sessions, stats
 from ._output import TIME_FIELDS, _printable
 
 __all__ = ["TIME_FIELDS", "build_parser", "main"]
 
 #: The command groups, in the order `--help` lists them.
-_GROUPS = (schema, search, sessions, stats, copy, fts)
+_GROUPS = (schema, revisions, search, sessions, stats, copy, fts)
 
 
 class _Parser(argparse.ArgumentParser):

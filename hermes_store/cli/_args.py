@@ -130,3 +130,13 @@ def with_url(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="database URL or path (default: $HERMES_STORE_URL, else $HERMES_HOME/state.db)",
     )
     return p
+
+
+def with_formats(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """`p` with `--json` and `--csv`, one or the other."""
+    formats = p.add_mutually_exclusive_group()
+    formats.add_argument("--json", action="store_true", help="print JSON")
+    formats.add_argument(
+        "--csv", action="store_true", help="print CSV (a header row, then one row per record)"
+    )
+    return p

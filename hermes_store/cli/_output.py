@@ -3,6 +3,7 @@ lines, and the lines about a wait for another process's lock."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import sys
@@ -110,6 +111,46 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).decode("utf-8", "replace")
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+#: Money (every `*_cost_usd` field) in `--json` and `--csv` is rounded to this many
+#: decimals: sums of stored floats carry binary noise (0.030399999999999996), and a
+#: millionth of a dollar is finer than any price.
+MONEY_DECIMALS = 6
+
+
+def _money(record: dict[str, Any]) -> dict[str, Any]:
+    """`record` with its money fields rounded to MONEY_DECIMALS."""
+    return {
+        k: round(float(v), MONEY_DECIMALS) if k.endswith("_cost_usd") and _is_epoch(v) else v
+        for k, v in record.items()
+    }
+
+
+def _csv_cell(value: Any) -> str:
+    """One CSV cell holding what `--json` holds: null as empty, true/false as JSON writes
+    them, a list or object as its JSON text; text with the characters that could drive a
+    terminal escaped, as everywhere else the command prints."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | dict):
+        value = json.dumps(value, ensure_ascii=False, sort_keys=True, default=_json_default)
+    elif isinstance(value, bytes | bytearray | memoryview):
+        value = _json_default(value)
+    return _printable(str(value))
+
+
+def _print_csv(records: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
+    """`records` as CSV (RFC 4180, a header row first): `columns` in that order, then any
+    other field the records have, by name."""
+    extra = sorted({k for r in records for k in r} - set(columns))
+    fields = [*columns, *extra]
+    out = csv.writer(sys.stdout)
+    out.writerow(fields)
+    for record in records:
+        out.writerow([_csv_cell(record.get(f)) for f in fields])
 
 
 def _print_json(data: Any) -> None:

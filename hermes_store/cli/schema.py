@@ -11,6 +11,7 @@ from ._output import _cell, _print_json, _printable, _progress_bar, _report_wait
 
 if TYPE_CHECKING:
     from .. import migrate
+    from ..search.layout import FTSState
 
 
 def _revision_span(revisions: Sequence[str]) -> str:
@@ -20,22 +21,45 @@ def _revision_span(revisions: Sequence[str]) -> str:
     return f"{len(revisions)} revision{'s' if len(revisions) > 1 else ''} applied ({span})"
 
 
+def _fts_line(fts: FTSState, url: str | None) -> tuple[str, str]:
+    """The search index's state, for `upgrade` and `current` (label, text): FTS5's layout
+    and triggers on SQLite; on PostgreSQL, which has no FTS5 tables or triggers, what
+    serves search there instead."""
+    if fts.layout != "tsvector":
+        return "fts", _cell(fts.describe())
+    from ..contract import PG_SEARCH_VECTOR_COLUMN
+    from ..search.index_method import describe_index_method
+
+    return "search index", (
+        f"messages.{PG_SEARCH_VECTOR_COLUMN} (a generated tsvector column; word index "
+        f"{_cell(describe_index_method(url))}) and pg_trgm indexes for substrings, kept "
+        "current by PostgreSQL itself (no FTS5 tables, triggers or backfill)"
+    )
+
+
 def _cmd_upgrade(args: argparse.Namespace) -> int:
     from .. import migrate
     from ..config import resolve_url, sqlite_path
     from ..engine import secure_file_modes
+    from .revisions import upgrade_backup_line
 
     path = sqlite_path(resolve_url(args.url))
     new_directory = path is not None and not path.parent.is_dir()
-    with _progress_bar("fts backfill") as progress:
-        report = migrate.upgrade(
-            args.url,
-            defer_fts_backfill=args.defer_fts_backfill,
-            on_progress=progress,
-            wait=args.wait,
-            on_wait=_report_wait,
-            wait_report_every=_wait_every(),
-        )
+    backup = upgrade_backup_line(args.url, skip=args.no_backup)
+    try:
+        with _progress_bar("fts backfill") as progress:
+            report = migrate.upgrade(
+                args.url,
+                defer_fts_backfill=args.defer_fts_backfill,
+                on_progress=progress,
+                wait=args.wait,
+                on_wait=_report_wait,
+                wait_report_every=_wait_every(),
+            )
+    except BaseException:
+        if backup is not None:  # where the copy is, whatever stopped the upgrade
+            print(backup, flush=True)
+        raise
     if path is not None:
         # also a file already at head, which the upgrade did not write: this is the
         # command that sets a database up
@@ -62,8 +86,11 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
         print(f"upgraded {location}: {moved}{adopted}")
     else:
         print(f"{location} is at head already: {moved}")
+    if backup is not None:
+        print(backup)
     if report.fts is not None:
-        print(f"fts: {_cell(report.fts.describe())}")
+        label, text = _fts_line(report.fts, args.url)
+        print(f"{label}: {text}")
         if report.fts.backfill_pending:
             print(
                 f"finish the FTS backfill later with: hermes-store fts backfill --url '{location}'"
@@ -104,7 +131,8 @@ def _cmd_current(args: argparse.Namespace) -> int:
         )
         print(f"readable:        {readable}")
     if status.fts is not None:
-        print(f"fts:             {_cell(status.fts.describe())}")
+        label, text = _fts_line(status.fts, args.url)
+        print(f"{label + ':':<17}{text}")
     return 0
 
 
@@ -194,6 +222,11 @@ def add_parsers(sub: Any) -> None:
         help="leave the chunked FTS backfill for `hermes-store fts backfill`",
     )
     up.add_argument("--wait", type=_wait_arg, default=20.0, metavar="SECONDS", help=_WAIT_HELP)
+    up.add_argument(
+        "--no-backup",
+        action="store_true",
+        help="do not back up an existing SQLite file before changing it",
+    )
     up.set_defaults(func=_cmd_upgrade)
 
     cur = with_url(sub.add_parser("current", help="revision, schema_version and FTS state"))

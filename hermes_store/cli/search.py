@@ -6,11 +6,26 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from ._args import _hits_arg, _open_store, with_url
-from ._output import _cell, _iso_times, _print_json
+from ._args import _hits_arg, _open_store, with_formats, with_url
+from ._output import _cell, _iso_times, _print_csv, _print_json
 
 if TYPE_CHECKING:
     pass
+
+
+#: `search --csv`: the columns of a hit, in this order (context: its JSON text)
+_SEARCH_COLUMNS = (
+    "session_id",
+    "id",
+    "role",
+    "tool_name",
+    "timestamp",
+    "source",
+    "model",
+    "session_started",
+    "snippet",
+    "context",
+)
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
@@ -24,6 +39,9 @@ def _cmd_search(args: argparse.Namespace) -> int:
     if args.json:
         _print_json([_iso_times(hit) for hit in hits])
         _warn(hits)
+        return 0
+    if args.csv:
+        _print_csv([_iso_times(hit) for hit in hits], _SEARCH_COLUMNS)
         return 0
     for hit in hits:
         session, role, snippet = _cell(hit["session_id"]), _cell(hit["role"]), _cell(hit["snippet"])
@@ -49,5 +67,5 @@ def add_parsers(sub: Any) -> None:
     find.add_argument(
         "--limit", type=_hits_arg, default=20, metavar="N", help="at most N hits (default 20)"
     )
-    find.add_argument("--json", action="store_true")
+    with_formats(find)
     find.set_defaults(func=_cmd_search)

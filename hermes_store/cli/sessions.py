@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..errors import AmbiguousSessionPrefix, InvalidInput, SessionNotFound, StoreError
-from ._args import _WAIT_HELP, _count_arg, _days_arg, _open_store, _wait_arg, with_url
+from ._args import _WAIT_HELP, _count_arg, _days_arg, _open_store, _wait_arg, with_formats, with_url
 from ._output import (
     _cell,
     _count_bar,
@@ -24,7 +24,9 @@ from ._output import (
     _iso_times,
     _json_default,
     _JSONOut,
+    _money,
     _num,
+    _print_csv,
     _print_json,
     _print_table,
     _printable,
@@ -62,6 +64,10 @@ def _resolve(store: Store, id_or_prefix: str) -> str:
     raise SessionNotFound(id_or_prefix)
 
 
+#: `sessions list --json/--csv`: the fields of a listed session, in this order
+_LIST_FIELDS = ("id", "source", "title", "started_at", "message_count", "preview")
+
+
 def _cmd_sessions_list(args: argparse.Namespace) -> int:
     from ..repositories.sessions import SessionRepository
 
@@ -84,6 +90,9 @@ def _cmd_sessions_list(args: argparse.Namespace) -> int:
     ]
     if args.json:
         _print_json(listed)
+        return 0
+    if args.csv:
+        _print_csv(listed, _LIST_FIELDS)
         return 0
     if not listed:
         print("no sessions")
@@ -153,7 +162,7 @@ def _cmd_sessions_show(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(
             {
-                "session": _iso_times(row),
+                "session": _money(_iso_times(row)),
                 "messages": [
                     {
                         "id": m.get("id"),
@@ -445,7 +454,7 @@ def add_parsers(sub: Any) -> None:
         help="also list delegate runs, including untitled root sessions that migration "
         "0016 (like the original) tagged as orphaned delegate runs",
     )
-    ls.add_argument("--json", action="store_true")
+    with_formats(ls)
     ls.set_defaults(func=_cmd_sessions_list)
 
     show = with_url(ses_sub.add_parser("show", help="a session and its messages"))

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ._args import _open_store, _zone_arg, with_url
-from ._output import _cell, _num, _print_json, _print_table, _usd
-
-if TYPE_CHECKING:
-    pass
-
+from ._args import _open_store, _zone_arg, with_formats, with_url
+from ._output import _cell, _money, _num, _print_csv, _print_json, _print_table, _usd
 
 _TOKEN_HEADERS = ("INPUT", "OUTPUT", "CACHE READ", "CACHE WRITE", "REASONING")
 _COST_FIELDS = ("estimated_cost_usd", "actual_cost_usd")
@@ -28,6 +24,24 @@ def _totals(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
     return {f: sum(r.get(f) or 0 for r in rows) for f in (*TOKEN_FIELDS, *_COST_FIELDS)}
 
+
+#: each view's key in `--json`
+_JSON_KEYS = {"model": "by_model", "day": "by_day", "model,day": "by_model_day"}
+#: `stats --csv`: one table, the view a row belongs to first (`model`, `day`, `model,day`)
+_CSV_COLUMNS = (
+    "view",
+    "day",
+    "model",
+    "sessions",
+    "message_count",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "api_call_count",
+    *_COST_FIELDS,
+)
 
 #: `stats --by` values: one breakdown, or the per-model-per-day view.
 STATS_VIEWS = ("model", "day", "model,day")
@@ -53,15 +67,21 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         by_model_day = (
             usage.usage_by_model_and_day(time_zone=zone) if args.by == "model,day" else None
         )
+    views = {"model": by_model, "day": by_day, "model,day": by_model_day}
     if args.json:
-        out: dict[str, Any] = {}
-        if by_model is not None:
-            out["by_model"] = by_model
-        if by_day is not None:
-            out["by_day"] = by_day
-        if by_model_day is not None:
-            out["by_model_day"] = by_model_day
-        _print_json(out)
+        _print_json(
+            {
+                _JSON_KEYS[view]: [_money(r) for r in rows]
+                for view, rows in views.items()
+                if rows is not None
+            }
+        )
+        return 0
+    if args.csv:
+        _print_csv(
+            [{"view": view, **_money(r)} for view, rows in views.items() for r in rows or ()],
+            _CSV_COLUMNS,
+        )
         return 0
     usage_headers = (*_TOKEN_HEADERS, "EST. COST", "ACTUAL COST")
     if by_model_day is not None:
@@ -132,5 +152,5 @@ def add_parsers(sub: Any) -> None:
         metavar="ZONE",
         help="the time zone whose days the by-day views count in (default UTC)",
     )
-    stats.add_argument("--json", action="store_true")
+    with_formats(stats)
     stats.set_defaults(func=_cmd_stats)

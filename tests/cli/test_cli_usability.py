@@ -62,7 +62,8 @@ def v23(legacy_db: Callable[..., Path]) -> Path:
 # --------------------------------------------------------------------------- file modes
 
 #: Every command that only reads, with the exit status it has on the v23 fixture
-#: (`sessions delete` without --yes refuses and deletes nothing).
+#: (`sessions delete` without --yes refuses and deletes nothing, `downgrade` below 0023 is
+#: refused).
 READ_COMMANDS: list[tuple[tuple[str, ...], int]] = [
     (("current",), 0),
     (("current", "--json"), 0),
@@ -80,6 +81,12 @@ READ_COMMANDS: list[tuple[tuple[str, ...], int]] = [
     (("search", "Kyoto", "--json"), 0),
     (("stats",), 0),
     (("stats", "--by", "model,day", "--json"), 0),
+    (("stats", "--csv"), 0),
+    (("sessions", "list", "--csv"), 0),
+    (("search", "Kyoto", "--csv"), 0),
+    (("history",), 0),
+    (("history", "--json"), 0),
+    (("downgrade", "0022"), 2),  # below 0023: refused before anything is opened to write
 ]
 
 
@@ -158,6 +165,8 @@ COMMAND_LINES = {
     "upgrade": "upgrade --url {url}",
     "current": "current --url {url}",
     "check": "check --url {url}",
+    "history": "history --url {url}",
+    "downgrade": "downgrade 0023 --url {url}",
     "search": "search kyoto --url {url}",
     "sessions list": "sessions list --url {url}",
     "sessions show": "sessions show abc --url {url}",
