@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -44,6 +45,7 @@ from ..contract import (
 from ..errors import ChangeCursorExpired, InvalidInput
 from ..store import Store
 from ._dialect import sql_named
+from ._own_tables import needing
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +89,7 @@ _DELETE_THROUGH = text(f"DELETE FROM {CHANGES_TABLE} WHERE position <= :p")  # n
 _FIRST_AT_OR_AFTER = text(
     f"SELECT position FROM {CHANGES_TABLE} WHERE at >= :t ORDER BY position LIMIT 1"  # noqa: S608
 )
+_FEED_TABLES = (CHANGES_TABLE, FEED_STATE_TABLE)
 _NEWEST = text(f"SELECT MAX(position) FROM {CHANGES_TABLE}")  # noqa: S608
 
 
@@ -107,10 +110,22 @@ class Change:
         return self.position
 
 
-def _check_cursor(since: object) -> int:
-    if isinstance(since, bool) or not isinstance(since, int) or since < 0:
-        raise InvalidInput(f"a change-feed cursor is a position (an integer >= 0), not {since!r}")
+#: Positions are 64-bit signed integers on both backends.
+MAX_POSITION = 2**63 - 1
+
+
+def _check_cursor(since: object, what: str = "a change-feed cursor") -> int:
+    if isinstance(since, bool) or not isinstance(since, int) or not 0 <= since <= MAX_POSITION:
+        raise InvalidInput(
+            f"{what} is a position (an integer from 0 to 2**63 - 1), not {_shown(since)}"
+        )
     return since
+
+
+def _shown(value: object) -> str:
+    """`value` for an error message, cut short: a message must stay readable."""
+    text_ = repr(value) if not isinstance(value, int) else str(value)
+    return text_ if len(text_) <= 80 else text_[:60] + f"... ({len(text_)} characters)"
 
 
 def _check_batch(limit: object) -> int:
@@ -119,17 +134,44 @@ def _check_batch(limit: object) -> int:
     return limit
 
 
+def _seconds(value: object) -> float | None:
+    """`value` as a finite float, None when it is not a finite number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:
+        return None
+    return seconds if math.isfinite(seconds) else None
+
+
 def _check_interval(seconds: object) -> float:
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
-        raise InvalidInput(f"a poll interval is a positive number of seconds, not {seconds!r}")
-    return float(seconds)
+    value = _seconds(seconds)
+    if value is None or not value > 0:
+        raise InvalidInput(
+            f"a poll interval is a positive number of seconds, not {_shown(seconds)}"
+        )
+    return value
+
+
+def _check_idle_timeout(seconds: object) -> float | None:
+    if seconds is None:
+        return None
+    value = _seconds(seconds)
+    if value is None or value < 0:
+        raise InvalidInput(
+            "idle_timeout is a number of seconds (>= 0) or None (never stop), "
+            f"not {_shown(seconds)}"
+        )
+    return value
 
 
 def _page(conn: Connection, since: int, limit: int) -> list[Change]:
     rows = conn.execute(_PAGE, {"since": since, "n": limit}).all()
     trimmed = int(rows[0][0])
     latest = max(trimmed, 0 if rows[0][1] is None else int(rows[0][1]))
-    if since < trimmed:
+    # 0 means "from the oldest change kept", whatever has been trimmed
+    if 0 < since < trimmed:
         raise ChangeCursorExpired(since, trimmed)
     if since > latest:
         raise InvalidInput(
@@ -258,11 +300,12 @@ class _AsyncListener:
             await self.close()
 
     async def wait(self, seconds: float) -> None:
-        import psycopg
-
         if self._conn is None:
+            # polling: SQLite, or PostgreSQL without LISTEN; psycopg may not be installed
             await asyncio.sleep(seconds)
             return
+        import psycopg
+
         try:
             async for _ in self._conn.notifies(timeout=seconds, stop_after=1):
                 pass
@@ -319,6 +362,12 @@ class ChangeFeed:
     def __init__(self, store: Store) -> None:
         self.store = store
 
+    def _read(self, work: Callable[[Connection], T]) -> T:
+        return needing(self.store, _FEED_TABLES, "the change feed", lambda: self.store.read(work))
+
+    def _write(self, work: Callable[[Connection], T]) -> T:
+        return needing(self.store, _FEED_TABLES, "the change feed", lambda: self.store.write(work))
+
     def changes(self, since: int = 0, limit: int = DEFAULT_BATCH) -> list[Change]:
         """Up to `limit` changes after position `since`, oldest first (empty when there
         are none yet). ChangeCursorExpired when changes after `since` were trimmed;
@@ -329,15 +378,15 @@ class ChangeFeed:
             limit: at most this many changes (1 to MAX_BATCH).
         """
         cursor, n = _check_cursor(since), _check_batch(limit)
-        return self.store.read(lambda conn: _page(conn, cursor, n))
+        return self._read(lambda conn: _page(conn, cursor, n))
 
     def latest(self) -> int:
         """The newest position: following from it yields only what commits from now on."""
-        return self.store.read(_latest)
+        return self._read(_latest)
 
     def oldest_cursor(self) -> int:
         """The oldest cursor that still resumes (the last trimmed position, 0 if none)."""
-        value = self.store.read(
+        value = self._read(
             lambda conn: conn.execute(_STATE, {"name": FEED_TRIMMED_THROUGH}).scalar()
         )
         return int(value or 0)
@@ -354,10 +403,13 @@ class ChangeFeed:
                 by time).
         """
         if through is not None:
-            _check_cursor(through)
-        if older_than is not None and not isinstance(older_than, int | float):
-            raise InvalidInput(f"older_than is epoch seconds, not {older_than!r}")
-        return self.store.write(lambda conn: _trim(conn, through, older_than))
+            _check_cursor(through, "through")
+        before = None if older_than is None else _seconds(older_than)
+        if older_than is not None and before is None:
+            raise InvalidInput(
+                f"older_than is epoch seconds (a finite number), not {_shown(older_than)}"
+            )
+        return self._write(lambda conn: _trim(conn, through, before))
 
     def set_retention(self, rows: int) -> None:
         """Keep at least the newest `rows` changes (the triggers trim older ones every
@@ -366,11 +418,11 @@ class ChangeFeed:
         Args:
             rows: how many of the newest changes are kept at least (>= 1).
         """
-        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
-            raise InvalidInput(f"retention is a number of changes (>= 1), not {rows!r}")
-        self.store.write(
-            lambda conn: conn.execute(_SET_STATE, {"v": rows, "name": FEED_RETENTION_ROWS})
-        )
+        if isinstance(rows, bool) or not isinstance(rows, int) or not 1 <= rows <= MAX_POSITION:
+            raise InvalidInput(
+                f"retention is a number of changes (1 to 2**63 - 1), not {_shown(rows)}"
+            )
+        self._write(lambda conn: conn.execute(_SET_STATE, {"v": rows, "name": FEED_RETENTION_ROWS}))
 
     def follow(
         self,
@@ -395,7 +447,8 @@ class ChangeFeed:
         """
         cursor, n = _check_cursor(since), _check_batch(batch)
         interval = _check_interval(poll_interval)
-        return self._follow(cursor, n, interval, stop, idle_timeout)
+        idle = _check_idle_timeout(idle_timeout)
+        return self._follow(cursor, n, interval, stop, idle)
 
     def _follow(
         self,
@@ -450,12 +503,13 @@ class ChangeFeed:
         """
         cursor, n = _check_cursor(since), _check_batch(batch)
         interval = _check_interval(poll_interval)
+        idle = _check_idle_timeout(idle_timeout)
         runner = run or _to_thread
         listener = _AsyncListener()
         if sql_named(self.store.dialect).pushes_changes:
             await listener.start(self.store.url)
         try:
-            paging = _Paging(self, cursor, n, idle_timeout)
+            paging = _Paging(self, cursor, n, idle)
             while True:
                 page = await runner(paging.read)
                 for change in page:

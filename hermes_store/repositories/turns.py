@@ -20,7 +20,9 @@ host agrees on it) and by this machine's on SQLite (the file is local).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from sqlalchemy import Connection, text
 
@@ -28,6 +30,9 @@ from ..contract import TURNS_TABLE
 from ..errors import InvalidInput, StaleTurn, TurnHeld
 from ..store import Store
 from ._dialect import repository_sql
+from ._own_tables import needing
+
+T = TypeVar("T")
 
 #: The longest lease granted at once; a turn that needs longer renews it.
 MAX_TTL = 86_400.0
@@ -167,6 +172,9 @@ class TurnRepository:
     def __init__(self, store: Store) -> None:
         self.store = store
 
+    def _write(self, work: Callable[[Connection], T]) -> T:
+        return needing(self.store, (TURNS_TABLE,), "a turn lease", lambda: self.store.write(work))
+
     def acquire_turn(self, session_id: str, holder: str, ttl: float) -> int:
         """Grant `holder` the session's turn for `ttl` seconds and return its fencing
         token, one larger than any granted for the session before. Raises TurnHeld while
@@ -179,7 +187,7 @@ class TurnRepository:
             ttl: seconds the lease lasts (above 0, at most MAX_TTL).
         """
         sid, who, seconds = _check_session_id(session_id), _check_holder(holder), _check_ttl(ttl)
-        return self.store.write(lambda conn: _acquire(conn, sid, who, seconds))
+        return self._write(lambda conn: _acquire(conn, sid, who, seconds))
 
     def renew_turn(self, session_id: str, token: int, ttl: float) -> float:
         """Extend the lease of `token` to `ttl` seconds from now (also after it expired,
@@ -195,7 +203,7 @@ class TurnRepository:
         checked = check_token(token)
         if checked is None:
             raise InvalidInput("renew_turn needs the token acquire_turn returned")
-        return self.store.write(lambda conn: _renew(conn, sid, checked, seconds))
+        return self._write(lambda conn: _renew(conn, sid, checked, seconds))
 
     def release_turn(self, session_id: str, token: int) -> bool:
         """End the lease of `token`; True if it was the current one, False when it was
@@ -210,7 +218,7 @@ class TurnRepository:
         checked = check_token(token)
         if checked is None:
             raise InvalidInput("release_turn needs the token acquire_turn returned")
-        return self.store.write(lambda conn: _release(conn, sid, checked))
+        return self._write(lambda conn: _release(conn, sid, checked))
 
     def current_turn(self, session_id: str) -> Turn | None:
         """The session's turn as stored, None if none was ever granted.
@@ -219,4 +227,9 @@ class TurnRepository:
             session_id: the session's id.
         """
         sid = _check_session_id(session_id)
-        return self.store.read(lambda conn: _current(conn, sid))
+        return needing(
+            self.store,
+            (TURNS_TABLE,),
+            "a turn lease",
+            lambda: self.store.read(lambda conn: _current(conn, sid)),
+        )
