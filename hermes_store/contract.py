@@ -160,6 +160,11 @@ APPEND_FUNCTION: Final = "hermes_store_append_message"
 APPEND_BUSY: Final = "HS001"
 APPEND_MISSING: Final = "HS002"
 APPEND_CLOSED: Final = "HS003"
+# --- turn bounds and the feed per statement (revision hs0006) -------------------------
+
+#: hermes_store_turns: the seconds the last grant or renewal asked for; a lease is never
+#: judged to last longer than that from the moment it is read, whatever clock wrote it.
+TURNS_TTL_COLUMN: Final = "ttl"
 #: Tables that describe one database's own history, never copied to another database
 #: (the target's triggers write its own feed as the copy inserts rows).
 LOCAL_TABLES: Final = frozenset({CHANGES_TABLE, CHANGES_PENDING_TABLE, FEED_STATE_TABLE})

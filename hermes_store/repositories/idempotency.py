@@ -28,7 +28,7 @@ from sqlalchemy import Connection, Table, bindparam, delete, func, insert, selec
 from ..errors import InvalidInput
 from ..models import IdempotencyKey
 from ..prepared import Prepared
-from ._tables import M, MESSAGES
+from ._tables import MESSAGES, M
 
 KEYS = cast(Table, IdempotencyKey.__table__)
 I = KEYS.c  # noqa: E741 (the repositories' one-letter column namespaces)

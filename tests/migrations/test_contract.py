@@ -46,6 +46,7 @@ SHIPPED = {
     "APPEND_BUSY": "HS001",
     "APPEND_MISSING": "HS002",
     "APPEND_CLOSED": "HS003",
+    "TURNS_TTL_COLUMN": "ttl",
     "NOT_COPIED_TABLES": frozenset(
         {
             "hermes_store_changes",

@@ -165,12 +165,17 @@ asyncio.run(main(sys.argv[1]))
 
 
 @pytest.mark.parametrize("mode", JOURNAL_MODES)
-def test_async_following_on_sqlite_needs_no_psycopg(fresh_db: str, tmp_path: Path, mode: str) -> None:
+def test_async_following_on_sqlite_needs_no_psycopg(
+    fresh_db: str, tmp_path: Path, mode: str
+) -> None:
     set_journal_mode(fresh_db.removeprefix("sqlite:///"), mode)
     shim = tmp_path / "shim"
     shim.mkdir()
     (shim / "sitecustomize.py").write_text(NO_PSYCOPG)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shim), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(shim), os.environ.get("PYTHONPATH", "")]),
+    }
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(FOLLOW), fresh_db],
         env=env,
