@@ -17,8 +17,8 @@ statement, so one snapshot: a page is never cut by a trim that runs beside it.
 
 Following: `follow` polls (SQLite: one indexed range read per interval, whose cost does
 not grow with the table); on PostgreSQL it also LISTENs on FEED_CHANNEL, so a commit
-wakes it at once, and it falls back to polling when the listening connection cannot be
-made or fails. `follow_async` is the same for asyncio code.
+wakes it at once; it polls while the listening connection cannot be made or has failed,
+and LISTENs again once the server takes a connection (after a restart, say). `follow_async` is the same for asyncio code.
 """
 
 from __future__ import annotations
@@ -67,6 +67,9 @@ MAX_BATCH = 10_000
 DEFAULT_POLL_INTERVAL = 0.5
 #: The longest a PostgreSQL follower waits for a notification before it looks at `stop`.
 STOP_CHECK = 0.5
+#: Pauses between attempts to LISTEN again after the connection was lost (seconds).
+RELISTEN_FIRST_PAUSE = 0.25
+RELISTEN_MAX_PAUSE = 10.0
 
 _PAGE = text(
     # one statement, one snapshot: the trimmed mark, the newest position and the page
@@ -238,29 +241,70 @@ class _Sleeper:
         pass
 
 
+class _Relisten:
+    """When a lost LISTEN connection is tried again: at once after it is lost (a server
+    restart ends every connection; the follower's next read already reconnected the
+    pool), then after doubling pauses while the server still refuses, up to
+    RELISTEN_MAX_PAUSE seconds. Until it is back the follower polls, every pause."""
+
+    def __init__(self) -> None:
+        self.due = 0.0
+        self.pause = RELISTEN_FIRST_PAUSE
+
+    def ready(self) -> bool:
+        return time.monotonic() >= self.due
+
+    def failed(self) -> None:
+        """Note a failed attempt: the next one comes after the pause, which doubles."""
+        self.due = time.monotonic() + self.pause
+        self.pause = min(self.pause * 2, RELISTEN_MAX_PAUSE)
+
+    def until_due(self, seconds: float) -> float:
+        """`seconds`, or less when the next attempt is due sooner."""
+        return max(0.0, min(seconds, self.due - time.monotonic()))
+
+    def lost(self) -> None:
+        self.due, self.pause = 0.0, RELISTEN_FIRST_PAUSE
+
+
 class _Listener:
     """PostgreSQL: LISTEN on a connection of its own (autocommit, outside the pool) and
-    wake on the first notification or after the interval, whichever comes first. Any
-    failure of that connection leaves polling in its place."""
+    wake on the first notification or after the interval, whichever comes first. When
+    that connection cannot be made or fails (a server restart), the follower polls and
+    LISTENs again as soon as the server takes the connection (`_Relisten`)."""
 
     def __init__(self, url: URL, stop: threading.Event | None) -> None:
-        import psycopg
-
         self._sleeper = _Sleeper(stop)
         self._stop = stop
-        self._conn: psycopg.Connection[Any] | None = None
+        self._url = url
+        self._conn: Any = None
+        self._relisten = _Relisten()
+        self._listen()
+
+    def _listen(self) -> bool:
+        import psycopg
+
         try:
-            self._conn = psycopg.connect(_listen_conninfo(url), autocommit=True, connect_timeout=10)
+            self._conn = psycopg.connect(
+                _listen_conninfo(self._url), autocommit=True, connect_timeout=10
+            )
             self._conn.execute(f"LISTEN {FEED_CHANNEL}")
         except psycopg.Error as exc:
-            log.info("change feed: LISTEN unavailable (%s); polling instead", exc)
+            log.info("change feed: LISTEN unavailable (%s); polling meanwhile", exc)
             self.close()
+            return False
+        return True
 
     def wait(self, seconds: float) -> None:
         import psycopg
 
         if self._conn is None:
-            self._sleeper.wait(seconds)
+            if self._relisten.ready():
+                if self._listen():
+                    # changes may have committed while nobody listened: read first
+                    return
+                self._relisten.failed()
+            self._sleeper.wait(self._relisten.until_due(seconds))
             return
         deadline = time.monotonic() + seconds
         try:
@@ -271,8 +315,9 @@ class _Listener:
                 for _ in self._conn.notifies(timeout=min(left, STOP_CHECK), stop_after=1):
                     return
         except psycopg.Error as exc:
-            log.info("change feed: the LISTEN connection failed (%s); polling instead", exc)
+            log.info("change feed: the LISTEN connection failed (%s); listening again", exc)
             self.close()
+            self._relisten.lost()
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -282,26 +327,41 @@ class _Listener:
 
 class _AsyncListener:
     """`_Listener` for asyncio: psycopg's AsyncConnection, so waiting never blocks the
-    loop."""
+    loop; a lost connection is made again the same way."""
 
     def __init__(self) -> None:
         self._conn: Any = None
+        self._url: URL | None = None
+        self._relisten = _Relisten()
 
     async def start(self, url: URL) -> None:
+        self._url = url
+        await self._listen()
+
+    async def _listen(self) -> bool:
         import psycopg
 
+        assert self._url is not None
         try:
             self._conn = await psycopg.AsyncConnection.connect(
-                _listen_conninfo(url), autocommit=True, connect_timeout=10
+                _listen_conninfo(self._url), autocommit=True, connect_timeout=10
             )
             await self._conn.execute(f"LISTEN {FEED_CHANNEL}")
         except psycopg.Error as exc:
-            log.info("change feed: LISTEN unavailable (%s); polling instead", exc)
+            log.info("change feed: LISTEN unavailable (%s); polling meanwhile", exc)
             await self.close()
+            return False
+        return True
 
     async def wait(self, seconds: float) -> None:
         if self._conn is None:
-            # polling: SQLite, or PostgreSQL without LISTEN; psycopg may not be installed
+            # polling: SQLite, or PostgreSQL until LISTEN works (again); no psycopg needed
+            if self._url is not None:
+                if self._relisten.ready():
+                    if await self._listen():
+                        return
+                    self._relisten.failed()
+                seconds = self._relisten.until_due(seconds)
             await asyncio.sleep(seconds)
             return
         import psycopg
@@ -310,8 +370,9 @@ class _AsyncListener:
             async for _ in self._conn.notifies(timeout=seconds, stop_after=1):
                 pass
         except psycopg.Error as exc:
-            log.info("change feed: the LISTEN connection failed (%s); polling instead", exc)
+            log.info("change feed: the LISTEN connection failed (%s); listening again", exc)
             await self.close()
+            self._relisten.lost()
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None
