@@ -18,7 +18,8 @@ statement, so one snapshot: a page is never cut by a trim that runs beside it.
 Following: `follow` polls (SQLite: one indexed range read per interval, whose cost does
 not grow with the table); on PostgreSQL it also LISTENs on FEED_CHANNEL, so a commit
 wakes it at once; it polls while the listening connection cannot be made or has failed,
-and LISTENs again once the server takes a connection (after a restart, say). `follow_async` is the same for asyncio code.
+and LISTENs again once the server takes a connection (after a restart, say).
+`follow_async` is the same for asyncio code.
 """
 
 from __future__ import annotations
