@@ -165,6 +165,12 @@ APPEND_CLOSED: Final = "HS003"
 #: hermes_store_turns: the seconds the last grant or renewal asked for; a lease is never
 #: judged to last longer than that from the moment it is read, whatever clock wrote it.
 TURNS_TTL_COLUMN: Final = "ttl"
+#: PostgreSQL: the deferred constraint trigger that numbers a transaction's changes at
+#: commit (holding the feed's counter lock until then); `SET CONSTRAINTS` names it.
+FEED_STAMP_TRIGGER: Final = "hermes_store_feed_stamp"
+#: PostgreSQL: the `kind` of the one row per statement in CHANGES_PENDING_TABLE that
+#: queues FEED_STAMP_TRIGGER (the changes themselves queue nothing); never in the feed.
+FEED_PENDING_MARKER: Final = ""
 #: Tables that describe one database's own history, never copied to another database
 #: (the target's triggers write its own feed as the copy inserts rows).
 LOCAL_TABLES: Final = frozenset({CHANGES_TABLE, CHANGES_PENDING_TABLE, FEED_STATE_TABLE})

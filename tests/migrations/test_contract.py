@@ -47,6 +47,8 @@ SHIPPED = {
     "APPEND_MISSING": "HS002",
     "APPEND_CLOSED": "HS003",
     "TURNS_TTL_COLUMN": "ttl",
+    "FEED_STAMP_TRIGGER": "hermes_store_feed_stamp",
+    "FEED_PENDING_MARKER": "",
     "NOT_COPIED_TABLES": frozenset(
         {
             "hermes_store_changes",
