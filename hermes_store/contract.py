@@ -170,7 +170,7 @@ TURNS_TTL_COLUMN: Final = "ttl"
 FEED_STAMP_TRIGGER: Final = "hermes_store_feed_stamp"
 #: PostgreSQL: the `kind` of the one row per statement in CHANGES_PENDING_TABLE that
 #: queues FEED_STAMP_TRIGGER (the changes themselves queue nothing); never in the feed.
-FEED_PENDING_MARKER: Final = ""
+FEED_PENDING_MARKER: Final = "hermes_store.stamp"
 #: Tables that describe one database's own history, never copied to another database
 #: (the target's triggers write its own feed as the copy inserts rows).
 LOCAL_TABLES: Final = frozenset({CHANGES_TABLE, CHANGES_PENDING_TABLE, FEED_STATE_TABLE})
