@@ -168,9 +168,9 @@ TURNS_TTL_COLUMN: Final = "ttl"
 #: PostgreSQL: the deferred constraint trigger that numbers a transaction's changes at
 #: commit (holding the feed's counter lock until then); `SET CONSTRAINTS` names it.
 FEED_STAMP_TRIGGER: Final = "hermes_store_feed_stamp"
-#: PostgreSQL: the `kind` of the one row per statement in CHANGES_PENDING_TABLE that
-#: queues FEED_STAMP_TRIGGER (the changes themselves queue nothing); never in the feed.
-FEED_PENDING_MARKER: Final = "hermes_store.stamp"
+#: PostgreSQL: the CHANGES_PENDING_TABLE column that is true on the first change of a
+#: capturing statement, the only row that queues FEED_STAMP_TRIGGER.
+FEED_PENDING_STAMPS_COLUMN: Final = "stamps"
 #: Tables that describe one database's own history, never copied to another database
 #: (the target's triggers write its own feed as the copy inserts rows).
 LOCAL_TABLES: Final = frozenset({CHANGES_TABLE, CHANGES_PENDING_TABLE, FEED_STATE_TABLE})

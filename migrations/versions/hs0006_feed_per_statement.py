@@ -10,11 +10,13 @@ the change feed captured per statement.
   and usage rows, and on updates of messages and usage rows, run once per statement and
   read the statement's rows from its transition table (one INSERT ... SELECT), instead
   of once per row. The updates of a session's columns stay per row: a trigger with a
-  column list (UPDATE OF ...) cannot have a transition table. Every capture adds one
-  marker row (kind FEED_PENDING_MARKER) to the pending table, and only a marker queues
-  the deferred numbering trigger (its WHEN is judged at once, so the changes queue
-  nothing): the work at commit is per statement too. Positions, kinds and the commit
-  order are as in hs0002; SQLite is unchanged (one writer, AUTOINCREMENT).
+  column list (UPDATE OF ...) cannot have a transition table. The first change a
+  statement captures is marked (`stamps`, a new column of the pending table), and only
+  a marked row queues the deferred numbering trigger (a constraint trigger's WHEN is
+  judged at once, so the other rows queue nothing): the work at commit is per statement
+  too. The pending table becomes UNLOGGED: its rows never outlive their transaction.
+  Positions, kinds and the commit order are as in hs0002; SQLite is unchanged (one
+  writer, AUTOINCREMENT).
 
 No v23 object changes and `schema_version` stays 23.
 """
@@ -26,7 +28,7 @@ from hermes_store.contract import (
     FEED_CHANNEL,
     FEED_LAST_POSITION,
     FEED_OBJECT_PREFIX,
-    FEED_PENDING_MARKER,
+    FEED_PENDING_STAMPS_COLUMN,
     FEED_RETENTION_ROWS,
     FEED_STAMP_TRIGGER,
     FEED_STATE_TABLE,
@@ -41,10 +43,9 @@ down_revision = "hs0005"
 branch_labels = None
 depends_on = None
 
-MARKER = f"'{FEED_PENDING_MARKER}'"
+STAMPS = FEED_PENDING_STAMPS_COLUMN
 AT = "EXTRACT(EPOCH FROM clock_timestamp())"
-PENDING_COLUMNS = f"{CHANGES_PENDING_TABLE} (kind, session_id, message_id, at)"
-QUEUE_STAMP = f"INSERT INTO {PENDING_COLUMNS} VALUES ({MARKER}, '', NULL, 0)"
+PENDING_COLUMNS = f"{CHANGES_PENDING_TABLE} (kind, session_id, message_id, at, {STAMPS})"
 
 # (function, the session id and message id of a row, the order of a statement's rows)
 ROW_FUNCTIONS = {
@@ -77,26 +78,26 @@ STAMP_FUNCTION = f"{FEED_OBJECT_PREFIX}stamp"
 def _statement_function(values: str, order: str) -> str:
     def capture(rows: str) -> str:
         return (
-            f"INSERT INTO {PENDING_COLUMNS} SELECT TG_ARGV[0], {values}, {AT} "  # noqa: S608
-            f"FROM {rows} ORDER BY {order}"
+            f"INSERT INTO {PENDING_COLUMNS} SELECT TG_ARGV[0], {values}, {AT}, "  # noqa: S608
+            f"row_number() OVER (ORDER BY {order}) = 1 FROM {rows} ORDER BY {order}"
         )
 
     return (
         "RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
         f"IF TG_OP = 'DELETE' THEN {capture('hs_old')}; ELSE {capture('hs_new')}; END IF; "
-        f"IF FOUND THEN {QUEUE_STAMP}; END IF; RETURN NULL; END $$"
+        "RETURN NULL; END $$"
     )
 
 
-# hs0002's row capture of a session, plus the marker that queues the numbering
+# hs0002's row capture of a session (UPDATE OF ...: one row per call), marked
 ROW_SESSION = (
     f"CREATE OR REPLACE FUNCTION {ROW_CAPTURE_SESSION}() RETURNS trigger LANGUAGE plpgsql "
-    f"AS $$ BEGIN INSERT INTO {PENDING_COLUMNS} VALUES (TG_ARGV[0], NEW.id, NULL, {AT}); "
-    f"{QUEUE_STAMP}; RETURN NULL; END $$"
+    f"AS $$ BEGIN INSERT INTO {PENDING_COLUMNS} VALUES (TG_ARGV[0], NEW.id, NULL, {AT}, "
+    "true); RETURN NULL; END $$"
 )
 
-# Runs at commit, once per marker (one per capturing statement); the first call of a
-# transaction moves all of its rows, the others find their marker gone. The counter
+# Runs at commit, once per marked row (one per capturing statement); the first call of
+# a transaction moves all of its rows, the others find their row gone. The counter
 # row's lock orders the commits.
 STAMP = f"""CREATE OR REPLACE FUNCTION {STAMP_FUNCTION}() RETURNS trigger
 LANGUAGE plpgsql AS $$
@@ -110,16 +111,12 @@ BEGIN
     END IF;
     SELECT value INTO base FROM {FEED_STATE_TABLE}
         WHERE name = '{FEED_LAST_POSITION}' FOR UPDATE;
-    DELETE FROM {CHANGES_PENDING_TABLE} WHERE kind = {MARKER};
     WITH gone AS (
         DELETE FROM {CHANGES_PENDING_TABLE} RETURNING id, kind, session_id, message_id, at
     )
     INSERT INTO {CHANGES_TABLE} (position, kind, session_id, message_id, at)
     SELECT base + row_number() OVER (ORDER BY id), kind, session_id, message_id, at FROM gone;
     GET DIAGNOSTICS moved = ROW_COUNT;
-    IF moved = 0 THEN
-        RETURN NULL;
-    END IF;
     UPDATE {FEED_STATE_TABLE} SET value = base + moved WHERE name = '{FEED_LAST_POSITION}';
     IF (base + moved) / {FEED_TRIM_EVERY} > base / {FEED_TRIM_EVERY} THEN
         SELECT value INTO keep FROM {FEED_STATE_TABLE} WHERE name = '{FEED_RETENTION_ROWS}';
@@ -133,6 +130,11 @@ END $$"""
 
 
 def _pg_upgrade() -> None:
+    # Rows live there only inside their transaction (the numbering at commit moves them
+    # into the feed), so the table needs no WAL: a crash loses only rows whose
+    # transaction never committed. The feed itself stays logged.
+    _ops.execute(f"ALTER TABLE {CHANGES_PENDING_TABLE} SET UNLOGGED")
+    _ops.add_column(CHANGES_PENDING_TABLE, STAMPS, "BOOLEAN NOT NULL DEFAULT false")
     for function, (values, order) in ROW_FUNCTIONS.items():
         _ops.execute(
             f"CREATE OR REPLACE FUNCTION {function}() {_statement_function(values, order)}"
@@ -151,12 +153,14 @@ def _pg_upgrade() -> None:
     _ops.execute(
         f"CREATE CONSTRAINT TRIGGER {FEED_STAMP_TRIGGER} AFTER INSERT ON "
         f"{CHANGES_PENDING_TABLE} DEFERRABLE INITIALLY DEFERRED FOR EACH ROW "
-        f"WHEN (NEW.kind = {MARKER}) EXECUTE FUNCTION {STAMP_FUNCTION}()"
+        f"WHEN (NEW.{STAMPS}) EXECUTE FUNCTION {STAMP_FUNCTION}()"
     )
 
 
 def _pg_downgrade() -> None:
     import importlib
+
+    _ops.execute(f"ALTER TABLE {CHANGES_PENDING_TABLE} SET LOGGED")
 
     hs0002 = importlib.import_module(
         "hermes_store._migrations.versions.hs0002_change_feed_and_turns"
@@ -184,6 +188,7 @@ def _pg_downgrade() -> None:
     )
     for function in ROW_FUNCTIONS:
         _ops.execute(f"DROP FUNCTION IF EXISTS {function}()")
+    _ops.execute(f"ALTER TABLE {CHANGES_PENDING_TABLE} DROP COLUMN IF EXISTS {STAMPS}")
 
 
 def upgrade() -> None:

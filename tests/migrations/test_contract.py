@@ -48,7 +48,7 @@ SHIPPED = {
     "APPEND_CLOSED": "HS003",
     "TURNS_TTL_COLUMN": "ttl",
     "FEED_STAMP_TRIGGER": "hermes_store_feed_stamp",
-    "FEED_PENDING_MARKER": "hermes_store.stamp",
+    "FEED_PENDING_STAMPS_COLUMN": "stamps",
     "NOT_COPIED_TABLES": frozenset(
         {
             "hermes_store_changes",
