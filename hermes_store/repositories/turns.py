@@ -73,8 +73,9 @@ _RELEASE = text(
 
 @dataclass(frozen=True)
 class Turn:
-    """A session's turn as stored: `holder` is None once released; `live` says whether
-    the lease had not yet expired when it was read."""
+    """A session's turn as stored: `holder` is None once released; `expires_at` is the
+    expiry bounded by the lease's ttl from when it was read (see the module docstring);
+    `live` says whether the lease had not yet expired then."""
 
     session_id: str
     holder: str | None
