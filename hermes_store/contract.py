@@ -160,6 +160,17 @@ APPEND_FUNCTION: Final = "hermes_store_append_message"
 APPEND_BUSY: Final = "HS001"
 APPEND_MISSING: Final = "HS002"
 APPEND_CLOSED: Final = "HS003"
+# --- turn bounds and the feed per statement (revision hs0006) -------------------------
+
+#: hermes_store_turns: the seconds the last grant or renewal asked for; a lease is never
+#: judged to last longer than that from the moment it is read, whatever clock wrote it.
+TURNS_TTL_COLUMN: Final = "ttl"
+#: PostgreSQL: the deferred constraint trigger that numbers a transaction's changes at
+#: commit (holding the feed's counter lock until then); `SET CONSTRAINTS` names it.
+FEED_STAMP_TRIGGER: Final = "hermes_store_feed_stamp"
+#: PostgreSQL: the CHANGES_PENDING_TABLE column that is true on the first change of a
+#: capturing statement, the only row that queues FEED_STAMP_TRIGGER.
+FEED_PENDING_STAMPS_COLUMN: Final = "stamps"
 #: Tables that describe one database's own history, never copied to another database
 #: (the target's triggers write its own feed as the copy inserts rows).
 LOCAL_TABLES: Final = frozenset({CHANGES_TABLE, CHANGES_PENDING_TABLE, FEED_STATE_TABLE})

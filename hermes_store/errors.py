@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+
 
 class StoreError(Exception):
     """Base class of every error hermes-store raises on purpose."""
@@ -235,32 +237,55 @@ class ChangeCursorExpired(StoreError, LookupError):
 
 class TurnHeld(StoreError, RuntimeError):
     """Another holder's turn lease on the session is live; `holder` holds it until
-    `expires_at` (epoch seconds). Try again after it, or wait for its release."""
+    `expires_at` (epoch seconds), `remaining` seconds after it was refused. Try again
+    after it, or wait for its release."""
 
-    def __init__(self, session_id: str, holder: str, expires_at: float) -> None:
+    def __init__(
+        self, session_id: str, holder: str, expires_at: float, remaining: float | None = None
+    ) -> None:
         self.session_id = session_id
         self.holder = holder
         self.expires_at = expires_at
+        self.remaining = remaining
+        left = "" if remaining is None else f", {max(remaining, 0.0):.1f} s from now"
         super().__init__(
             f"the turn of session {session_id!r} is held by {holder!r} until "
-            f"{expires_at:.3f} (epoch seconds); try again after it or once it is released"
+            f"{_utc(expires_at)}{left}; try again after it or once it is released"
         )
 
-    def __reduce__(self) -> tuple[type, tuple[str, str, float]]:
-        return (type(self), (self.session_id, self.holder, self.expires_at))
+    def __reduce__(self) -> tuple[type, tuple[str, str, float, float | None]]:
+        return (type(self), (self.session_id, self.holder, self.expires_at, self.remaining))
+
+
+def _utc(epoch: float) -> str:
+    """Epoch seconds as a readable UTC time (the number itself when out of range)."""
+    try:
+        moment = datetime.datetime.fromtimestamp(epoch, tz=datetime.UTC)
+    except (OverflowError, OSError, ValueError):
+        return f"{epoch:.3f} (epoch seconds)"
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d} UTC"
 
 
 class StaleTurn(StoreError, RuntimeError):
-    """A write or a lease call made with a fencing token that is no longer the session's
-    current one (a newer grant exists, or the turn was released); nothing was written.
-    `current` is the session's token now (0 when no turn was ever granted)."""
+    """A write or a lease call made with a fencing token that is not the session's
+    current one (a newer grant exists, the turn was released, or the token is ahead of
+    every grant: never handed out); nothing was written. `current` is the session's
+    token now (0 when no turn was ever granted)."""
 
     def __init__(self, session_id: str, token: int, current: int, why: str = "") -> None:
         self.session_id = session_id
         self.token = token
         self.current = current
         self.why = why
-        reason = why or f"a newer turn (token {current}) was granted"
+        if why:
+            reason = why
+        elif token > current:
+            reason = (
+                f"the token is unknown: the session's turns have only reached token {current} "
+                "(it was never granted here: from another database, or made up)"
+            )
+        else:
+            reason = f"a newer turn (token {current}) was granted"
         super().__init__(
             f"turn token {token} of session {session_id!r} is stale: {reason}; nothing "
             "was written. Acquire the turn again before writing"

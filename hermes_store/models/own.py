@@ -14,6 +14,7 @@ from ..contract import (
     FEED_STATE_TABLE,
     IDEMPOTENCY_TABLE,
     TURNS_TABLE,
+    TURNS_TTL_COLUMN,
 )
 from .base import Base, Integer_, Real_, Text_
 
@@ -99,6 +100,12 @@ class TurnLease(Base):
     )
     expires_at: Mapped[float] = mapped_column(
         Real_, nullable=False, doc="When the lease lapses, epoch seconds (UTC)."
+    )
+    ttl: Mapped[float | None] = mapped_column(
+        Real_,
+        name=TURNS_TTL_COLUMN,
+        doc="The seconds the last grant or renewal asked for: the lease is never judged to "
+        "last longer than that from when it is read (NULL: leases from before hs0006).",
     )
 
 

@@ -17,14 +17,16 @@ statement, so one snapshot: a page is never cut by a trim that runs beside it.
 
 Following: `follow` polls (SQLite: one indexed range read per interval, whose cost does
 not grow with the table); on PostgreSQL it also LISTENs on FEED_CHANNEL, so a commit
-wakes it at once, and it falls back to polling when the listening connection cannot be
-made or fails. `follow_async` is the same for asyncio code.
+wakes it at once; it polls while the listening connection cannot be made or has failed,
+and LISTENs again once the server takes a connection (after a restart, say).
+`follow_async` is the same for asyncio code.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -44,6 +46,7 @@ from ..contract import (
 from ..errors import ChangeCursorExpired, InvalidInput
 from ..store import Store
 from ._dialect import sql_named
+from ._own_tables import needing
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +68,9 @@ MAX_BATCH = 10_000
 DEFAULT_POLL_INTERVAL = 0.5
 #: The longest a PostgreSQL follower waits for a notification before it looks at `stop`.
 STOP_CHECK = 0.5
+#: Pauses between attempts to LISTEN again after the connection was lost (seconds).
+RELISTEN_FIRST_PAUSE = 0.25
+RELISTEN_MAX_PAUSE = 10.0
 
 _PAGE = text(
     # one statement, one snapshot: the trimmed mark, the newest position and the page
@@ -87,6 +93,7 @@ _DELETE_THROUGH = text(f"DELETE FROM {CHANGES_TABLE} WHERE position <= :p")  # n
 _FIRST_AT_OR_AFTER = text(
     f"SELECT position FROM {CHANGES_TABLE} WHERE at >= :t ORDER BY position LIMIT 1"  # noqa: S608
 )
+_FEED_TABLES = (CHANGES_TABLE, FEED_STATE_TABLE)
 _NEWEST = text(f"SELECT MAX(position) FROM {CHANGES_TABLE}")  # noqa: S608
 
 
@@ -107,10 +114,22 @@ class Change:
         return self.position
 
 
-def _check_cursor(since: object) -> int:
-    if isinstance(since, bool) or not isinstance(since, int) or since < 0:
-        raise InvalidInput(f"a change-feed cursor is a position (an integer >= 0), not {since!r}")
+#: Positions are 64-bit signed integers on both backends.
+MAX_POSITION = 2**63 - 1
+
+
+def _check_cursor(since: object, what: str = "a change-feed cursor") -> int:
+    if isinstance(since, bool) or not isinstance(since, int) or not 0 <= since <= MAX_POSITION:
+        raise InvalidInput(
+            f"{what} is a position (an integer from 0 to 2**63 - 1), not {_shown(since)}"
+        )
     return since
+
+
+def _shown(value: object) -> str:
+    """`value` for an error message, cut short: a message must stay readable."""
+    text_ = repr(value) if not isinstance(value, int) else str(value)
+    return text_ if len(text_) <= 80 else text_[:60] + f"... ({len(text_)} characters)"
 
 
 def _check_batch(limit: object) -> int:
@@ -119,17 +138,44 @@ def _check_batch(limit: object) -> int:
     return limit
 
 
+def _seconds(value: object) -> float | None:
+    """`value` as a finite float, None when it is not a finite number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:
+        return None
+    return seconds if math.isfinite(seconds) else None
+
+
 def _check_interval(seconds: object) -> float:
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
-        raise InvalidInput(f"a poll interval is a positive number of seconds, not {seconds!r}")
-    return float(seconds)
+    value = _seconds(seconds)
+    if value is None or not value > 0:
+        raise InvalidInput(
+            f"a poll interval is a positive number of seconds, not {_shown(seconds)}"
+        )
+    return value
+
+
+def _check_idle_timeout(seconds: object) -> float | None:
+    if seconds is None:
+        return None
+    value = _seconds(seconds)
+    if value is None or value < 0:
+        raise InvalidInput(
+            "idle_timeout is a number of seconds (>= 0) or None (never stop), "
+            f"not {_shown(seconds)}"
+        )
+    return value
 
 
 def _page(conn: Connection, since: int, limit: int) -> list[Change]:
     rows = conn.execute(_PAGE, {"since": since, "n": limit}).all()
     trimmed = int(rows[0][0])
     latest = max(trimmed, 0 if rows[0][1] is None else int(rows[0][1]))
-    if since < trimmed:
+    # 0 means "from the oldest change kept", whatever has been trimmed
+    if 0 < since < trimmed:
         raise ChangeCursorExpired(since, trimmed)
     if since > latest:
         raise InvalidInput(
@@ -196,29 +242,70 @@ class _Sleeper:
         pass
 
 
+class _Relisten:
+    """When a lost LISTEN connection is tried again: at once after it is lost (a server
+    restart ends every connection; the follower's next read already reconnected the
+    pool), then after doubling pauses while the server still refuses, up to
+    RELISTEN_MAX_PAUSE seconds. Until it is back the follower polls, every pause."""
+
+    def __init__(self) -> None:
+        self.due = 0.0
+        self.pause = RELISTEN_FIRST_PAUSE
+
+    def ready(self) -> bool:
+        return time.monotonic() >= self.due
+
+    def failed(self) -> None:
+        """Note a failed attempt: the next one comes after the pause, which doubles."""
+        self.due = time.monotonic() + self.pause
+        self.pause = min(self.pause * 2, RELISTEN_MAX_PAUSE)
+
+    def until_due(self, seconds: float) -> float:
+        """`seconds`, or less when the next attempt is due sooner."""
+        return max(0.0, min(seconds, self.due - time.monotonic()))
+
+    def lost(self) -> None:
+        self.due, self.pause = 0.0, RELISTEN_FIRST_PAUSE
+
+
 class _Listener:
     """PostgreSQL: LISTEN on a connection of its own (autocommit, outside the pool) and
-    wake on the first notification or after the interval, whichever comes first. Any
-    failure of that connection leaves polling in its place."""
+    wake on the first notification or after the interval, whichever comes first. When
+    that connection cannot be made or fails (a server restart), the follower polls and
+    LISTENs again as soon as the server takes the connection (`_Relisten`)."""
 
     def __init__(self, url: URL, stop: threading.Event | None) -> None:
-        import psycopg
-
         self._sleeper = _Sleeper(stop)
         self._stop = stop
-        self._conn: psycopg.Connection[Any] | None = None
+        self._url = url
+        self._conn: Any = None
+        self._relisten = _Relisten()
+        self._listen()
+
+    def _listen(self) -> bool:
+        import psycopg
+
         try:
-            self._conn = psycopg.connect(_listen_conninfo(url), autocommit=True, connect_timeout=10)
+            self._conn = psycopg.connect(
+                _listen_conninfo(self._url), autocommit=True, connect_timeout=10
+            )
             self._conn.execute(f"LISTEN {FEED_CHANNEL}")
         except psycopg.Error as exc:
-            log.info("change feed: LISTEN unavailable (%s); polling instead", exc)
+            log.info("change feed: LISTEN unavailable (%s); polling meanwhile", exc)
             self.close()
+            return False
+        return True
 
     def wait(self, seconds: float) -> None:
         import psycopg
 
         if self._conn is None:
-            self._sleeper.wait(seconds)
+            if self._relisten.ready():
+                if self._listen():
+                    # changes may have committed while nobody listened: read first
+                    return
+                self._relisten.failed()
+            self._sleeper.wait(self._relisten.until_due(seconds))
             return
         deadline = time.monotonic() + seconds
         try:
@@ -229,8 +316,9 @@ class _Listener:
                 for _ in self._conn.notifies(timeout=min(left, STOP_CHECK), stop_after=1):
                     return
         except psycopg.Error as exc:
-            log.info("change feed: the LISTEN connection failed (%s); polling instead", exc)
+            log.info("change feed: the LISTEN connection failed (%s); listening again", exc)
             self.close()
+            self._relisten.lost()
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -240,35 +328,52 @@ class _Listener:
 
 class _AsyncListener:
     """`_Listener` for asyncio: psycopg's AsyncConnection, so waiting never blocks the
-    loop."""
+    loop; a lost connection is made again the same way."""
 
     def __init__(self) -> None:
         self._conn: Any = None
+        self._url: URL | None = None
+        self._relisten = _Relisten()
 
     async def start(self, url: URL) -> None:
+        self._url = url
+        await self._listen()
+
+    async def _listen(self) -> bool:
         import psycopg
 
+        assert self._url is not None
         try:
             self._conn = await psycopg.AsyncConnection.connect(
-                _listen_conninfo(url), autocommit=True, connect_timeout=10
+                _listen_conninfo(self._url), autocommit=True, connect_timeout=10
             )
             await self._conn.execute(f"LISTEN {FEED_CHANNEL}")
         except psycopg.Error as exc:
-            log.info("change feed: LISTEN unavailable (%s); polling instead", exc)
+            log.info("change feed: LISTEN unavailable (%s); polling meanwhile", exc)
             await self.close()
+            return False
+        return True
 
     async def wait(self, seconds: float) -> None:
-        import psycopg
-
         if self._conn is None:
+            # polling: SQLite, or PostgreSQL until LISTEN works (again); no psycopg needed
+            if self._url is not None:
+                if self._relisten.ready():
+                    if await self._listen():
+                        return
+                    self._relisten.failed()
+                seconds = self._relisten.until_due(seconds)
             await asyncio.sleep(seconds)
             return
+        import psycopg
+
         try:
             async for _ in self._conn.notifies(timeout=seconds, stop_after=1):
                 pass
         except psycopg.Error as exc:
-            log.info("change feed: the LISTEN connection failed (%s); polling instead", exc)
+            log.info("change feed: the LISTEN connection failed (%s); listening again", exc)
             await self.close()
+            self._relisten.lost()
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -319,6 +424,12 @@ class ChangeFeed:
     def __init__(self, store: Store) -> None:
         self.store = store
 
+    def _read(self, work: Callable[[Connection], T]) -> T:
+        return needing(self.store, _FEED_TABLES, "the change feed", lambda: self.store.read(work))
+
+    def _write(self, work: Callable[[Connection], T]) -> T:
+        return needing(self.store, _FEED_TABLES, "the change feed", lambda: self.store.write(work))
+
     def changes(self, since: int = 0, limit: int = DEFAULT_BATCH) -> list[Change]:
         """Up to `limit` changes after position `since`, oldest first (empty when there
         are none yet). ChangeCursorExpired when changes after `since` were trimmed;
@@ -329,15 +440,15 @@ class ChangeFeed:
             limit: at most this many changes (1 to MAX_BATCH).
         """
         cursor, n = _check_cursor(since), _check_batch(limit)
-        return self.store.read(lambda conn: _page(conn, cursor, n))
+        return self._read(lambda conn: _page(conn, cursor, n))
 
     def latest(self) -> int:
         """The newest position: following from it yields only what commits from now on."""
-        return self.store.read(_latest)
+        return self._read(_latest)
 
     def oldest_cursor(self) -> int:
         """The oldest cursor that still resumes (the last trimmed position, 0 if none)."""
-        value = self.store.read(
+        value = self._read(
             lambda conn: conn.execute(_STATE, {"name": FEED_TRIMMED_THROUGH}).scalar()
         )
         return int(value or 0)
@@ -354,10 +465,13 @@ class ChangeFeed:
                 by time).
         """
         if through is not None:
-            _check_cursor(through)
-        if older_than is not None and not isinstance(older_than, int | float):
-            raise InvalidInput(f"older_than is epoch seconds, not {older_than!r}")
-        return self.store.write(lambda conn: _trim(conn, through, older_than))
+            _check_cursor(through, "through")
+        before = None if older_than is None else _seconds(older_than)
+        if older_than is not None and before is None:
+            raise InvalidInput(
+                f"older_than is epoch seconds (a finite number), not {_shown(older_than)}"
+            )
+        return self._write(lambda conn: _trim(conn, through, before))
 
     def set_retention(self, rows: int) -> None:
         """Keep at least the newest `rows` changes (the triggers trim older ones every
@@ -366,11 +480,11 @@ class ChangeFeed:
         Args:
             rows: how many of the newest changes are kept at least (>= 1).
         """
-        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
-            raise InvalidInput(f"retention is a number of changes (>= 1), not {rows!r}")
-        self.store.write(
-            lambda conn: conn.execute(_SET_STATE, {"v": rows, "name": FEED_RETENTION_ROWS})
-        )
+        if isinstance(rows, bool) or not isinstance(rows, int) or not 1 <= rows <= MAX_POSITION:
+            raise InvalidInput(
+                f"retention is a number of changes (1 to 2**63 - 1), not {_shown(rows)}"
+            )
+        self._write(lambda conn: conn.execute(_SET_STATE, {"v": rows, "name": FEED_RETENTION_ROWS}))
 
     def follow(
         self,
@@ -395,7 +509,8 @@ class ChangeFeed:
         """
         cursor, n = _check_cursor(since), _check_batch(batch)
         interval = _check_interval(poll_interval)
-        return self._follow(cursor, n, interval, stop, idle_timeout)
+        idle = _check_idle_timeout(idle_timeout)
+        return self._follow(cursor, n, interval, stop, idle)
 
     def _follow(
         self,
@@ -450,12 +565,13 @@ class ChangeFeed:
         """
         cursor, n = _check_cursor(since), _check_batch(batch)
         interval = _check_interval(poll_interval)
+        idle = _check_idle_timeout(idle_timeout)
         runner = run or _to_thread
         listener = _AsyncListener()
         if sql_named(self.store.dialect).pushes_changes:
             await listener.start(self.store.url)
         try:
-            paging = _Paging(self, cursor, n, idle_timeout)
+            paging = _Paging(self, cursor, n, idle)
             while True:
                 page = await runner(paging.read)
                 for change in page:

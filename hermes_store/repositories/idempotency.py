@@ -8,10 +8,13 @@ ids stored then and writes nothing; otherwise it stores its messages and the key
 same transaction, so a key exists exactly when its messages do. The table's primary key
 (session_id, key) is the last word: a second row for a key can never commit.
 
-A key lives as long as its session: the foreign key's ON DELETE CASCADE removes a
-session's keys when it is deleted or pruned, whoever deletes it (the original Hermes
-code included). Clearing or rewriting a transcript keeps the keys: the append they
-record did happen, so a late retry of it must not write it again.
+A key answers only for messages that still exist: on a hit, the ids it recorded are
+looked up in its session, and a key whose messages are not all there any more is void:
+it is deleted and the append goes ahead as a first call. The foreign key's ON DELETE
+CASCADE removes a session's keys when it is deleted or pruned with foreign keys
+enforced; the lookup covers every other way rows go (a connection with `foreign_keys`
+off, such as the `sqlite3` shell, then the id made again; a transcript cleared or
+rewound), so a key never returns the id of a message that is gone.
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ import json
 from collections.abc import Sequence
 from typing import cast
 
-from sqlalchemy import Connection, Table, bindparam, insert, select
+from sqlalchemy import Connection, Table, bindparam, delete, func, insert, select
 
 from ..errors import InvalidInput
 from ..models import IdempotencyKey
 from ..prepared import Prepared
+from ._tables import MESSAGES, M
 
 KEYS = cast(Table, IdempotencyKey.__table__)
 I = KEYS.c  # noqa: E741 (the repositories' one-letter column namespaces)
@@ -44,6 +48,12 @@ _REMEMBER = Prepared(
         created_at=bindparam("created_at"),
     )
 )
+
+
+_PRESENT = select(func.count()).select_from(MESSAGES).where(
+    M.session_id == bindparam("session_id"), M.id.in_(bindparam("ids", expanding=True))
+)
+_FORGET = delete(KEYS).where(I.session_id == bindparam("session_id"), I.key == bindparam("key"))
 
 
 def check_key(key: object) -> str | None:
@@ -68,6 +78,11 @@ def earlier_ids(conn: Connection, session_id: str, key: str, count: int) -> list
     if found is None:
         return None
     ids = [int(i) for i in json.loads(str(found))]
+    present = conn.execute(_PRESENT, {"session_id": session_id, "ids": ids}).scalar()
+    if int(present or 0) != len(set(ids)):
+        # the messages it answered for are gone, however they went: the key is void
+        conn.execute(_FORGET, {"session_id": session_id, "key": key})
+        return None
     if len(ids) != count:
         raise InvalidInput(
             f"the idempotency key {key!r} of session {session_id!r} was used for an append "

@@ -15,33 +15,57 @@ FOR UPDATE and a checked write reads it FOR SHARE, both held until commit: a wri
 read the token before a grant commits before the grant does, and one that reads it after
 sees the new token. Expiry is judged by the database server's clock on PostgreSQL (every
 host agrees on it) and by this machine's on SQLite (the file is local).
+
+Skewed clocks (SQLite): a process whose clock runs ahead writes an expiry that far
+ahead. Every lease stores the ttl its grant (or last renewal) asked for (revision
+hs0006), and is judged to expire at most that many seconds after it is read: a contender
+that finds an expiry beyond now + ttl writes now + ttl back, so the lease ends within
+its ttl of being seen, by whichever clock reads it. Leases from before hs0006 have no ttl
+and are bounded by MAX_TTL.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from sqlalchemy import Connection, text
 
-from ..contract import TURNS_TABLE
+from ..contract import TURNS_TABLE, TURNS_TTL_COLUMN
 from ..errors import InvalidInput, StaleTurn, TurnHeld
 from ..store import Store
 from ._dialect import repository_sql
+from ._own_tables import needing
+
+T = TypeVar("T")
 
 #: The longest lease granted at once; a turn that needs longer renews it.
 MAX_TTL = 86_400.0
+#: The longest holder name and session id a turn takes (characters): a holder names a
+#: worker or a host, and both appear in every TurnHeld a contender gets; a longer session
+#: id would not fit PostgreSQL's index on the turns table.
+MAX_HOLDER_LENGTH = 500
+MAX_SESSION_ID_LENGTH = 500
 
 _ENSURE = text(
     f"INSERT INTO {TURNS_TABLE} (session_id, holder, token, expires_at) "  # noqa: S608
     "VALUES (:s, NULL, 0, 0) ON CONFLICT (session_id) DO NOTHING"
 )
-_READ = f"SELECT holder, token, expires_at FROM {TURNS_TABLE} WHERE session_id = :s"  # noqa: S608
-_GRANT = text(
-    f"UPDATE {TURNS_TABLE} SET holder = :h, token = :t, expires_at = :e "  # noqa: S608
+_READ = (
+    f"SELECT holder, token, expires_at, {TURNS_TTL_COLUMN} FROM {TURNS_TABLE} "  # noqa: S608
     "WHERE session_id = :s"
 )
-_EXTEND = text(f"UPDATE {TURNS_TABLE} SET expires_at = :e WHERE session_id = :s")  # noqa: S608
+_GRANT = text(
+    f"UPDATE {TURNS_TABLE} SET holder = :h, token = :t, expires_at = :e, "  # noqa: S608
+    f"{TURNS_TTL_COLUMN} = :ttl WHERE session_id = :s"
+)
+_EXTEND = text(
+    f"UPDATE {TURNS_TABLE} SET expires_at = :e, {TURNS_TTL_COLUMN} = :ttl "  # noqa: S608
+    "WHERE session_id = :s"
+)
+_BOUND = text(f"UPDATE {TURNS_TABLE} SET expires_at = :e WHERE session_id = :s")  # noqa: S608
 _RELEASE = text(
     f"UPDATE {TURNS_TABLE} SET holder = NULL, expires_at = 0 WHERE session_id = :s"  # noqa: S608
 )
@@ -49,8 +73,9 @@ _RELEASE = text(
 
 @dataclass(frozen=True)
 class Turn:
-    """A session's turn as stored: `holder` is None once released; `live` says whether
-    the lease had not yet expired when it was read."""
+    """A session's turn as stored: `holder` is None once released; `expires_at` is the
+    expiry bounded by the lease's ttl from when it was read (see the module docstring);
+    `live` says whether the lease had not yet expired then."""
 
     session_id: str
     holder: str | None
@@ -63,25 +88,53 @@ def _now(conn: Connection) -> float:
     return repository_sql(conn).clock(conn)
 
 
+def _shown(value: object) -> str:
+    text_ = repr(value)
+    return text_ if len(text_) <= 80 else text_[:60] + f"... ({len(text_)} characters)"
+
+
 def _check_session_id(session_id: object) -> str:
     if not isinstance(session_id, str) or not session_id:
-        raise InvalidInput(f"a turn needs a session id (a non-empty string), not {session_id!r}")
+        raise InvalidInput(
+            f"a turn needs a session id (a non-empty string), not {_shown(session_id)}"
+        )
+    if len(session_id) > MAX_SESSION_ID_LENGTH:
+        raise InvalidInput(
+            f"a turn's session id may be at most {MAX_SESSION_ID_LENGTH} characters long "
+            f"(this one has {len(session_id)})"
+        )
     return session_id
 
 
 def _check_holder(holder: object) -> str:
     if not isinstance(holder, str) or not holder:
-        raise InvalidInput(f"a turn's holder must be a non-empty string, not {holder!r}")
+        raise InvalidInput(f"a turn's holder must be a non-empty string, not {_shown(holder)}")
+    if len(holder) > MAX_HOLDER_LENGTH:
+        raise InvalidInput(
+            f"a turn's holder may be at most {MAX_HOLDER_LENGTH} characters long "
+            f"(this one has {len(holder)}): name the worker or host, not more"
+        )
     return holder
 
 
 def _check_ttl(ttl: object) -> float:
     if isinstance(ttl, bool) or not isinstance(ttl, int | float):
-        raise InvalidInput(f"a turn's ttl is a number of seconds, not {ttl!r}")
-    value = float(ttl)
+        raise InvalidInput(f"a turn's ttl is a number of seconds, not {_shown(ttl)}")
+    try:
+        value = float(ttl)
+    except OverflowError:
+        value = math.inf
     if not math.isfinite(value) or value <= 0 or value > MAX_TTL:
-        raise InvalidInput(f"a turn's ttl must be above 0 and at most {MAX_TTL:g} s, not {ttl!r}")
+        raise InvalidInput(
+            f"a turn's ttl must be above 0 and at most {MAX_TTL:g} s, not {_shown(ttl)}"
+        )
     return value
+
+
+def _bounded(expires_at: float, ttl: float | None, now: float) -> float:
+    """The expiry a lease is judged by: never more than its ttl after `now` (an expiry
+    further ahead was written by a clock that runs ahead of this one)."""
+    return min(expires_at, now + (MAX_TTL if ttl is None else ttl))
 
 
 def check_token(token: object) -> int | None:
@@ -103,44 +156,46 @@ def require_turn(conn: Connection, session_id: str, token: int) -> None:
         raise StaleTurn(session_id, token, 0, "no turn was ever granted for the session")
     holder, current = row[0], int(row[1])
     if current != token:
-        if token > current:
-            why = f"the session's turns have only reached token {current}"
-            raise StaleTurn(session_id, token, current, why)
         raise StaleTurn(session_id, token, current)
     if holder is None:
         raise StaleTurn(session_id, token, current, "the turn was released")
 
 
-def _locked(conn: Connection, session_id: str) -> tuple[str | None, int, float]:
+def _locked(conn: Connection, session_id: str) -> tuple[str | None, int, float, float | None]:
     conn.execute(_ENSURE, {"s": session_id})
     stmt = text(_READ + repository_sql(conn).update_lock)
     row = conn.execute(stmt, {"s": session_id}).one()
-    return row[0], int(row[1]), float(row[2])
+    return row[0], int(row[1]), float(row[2]), None if row[3] is None else float(row[3])
 
 
-def _acquire(conn: Connection, session_id: str, holder: str, ttl: float) -> int:
-    current_holder, token, expires_at = _locked(conn, session_id)
+def _acquire(conn: Connection, session_id: str, holder: str, ttl: float) -> int | TurnHeld:
+    """The token granted, or the TurnHeld to raise once this transaction committed (it
+    may have written a bound on the live lease, which must stay)."""
+    current_holder, token, stored_expiry, granted_ttl = _locked(conn, session_id)
     now = _now(conn)
+    expires_at = _bounded(stored_expiry, granted_ttl, now)
     if current_holder is not None and current_holder != holder and expires_at > now:
-        raise TurnHeld(session_id, current_holder, expires_at)
+        if expires_at < stored_expiry:
+            conn.execute(_BOUND, {"s": session_id, "e": expires_at})
+        return TurnHeld(session_id, current_holder, expires_at, expires_at - now)
     granted = token + 1
-    conn.execute(_GRANT, {"s": session_id, "h": holder, "t": granted, "e": now + ttl})
+    conn.execute(_GRANT, {"s": session_id, "h": holder, "t": granted, "e": now + ttl, "ttl": ttl})
     return granted
 
 
 def _renew(conn: Connection, session_id: str, token: int, ttl: float) -> float:
-    current_holder, current, _ = _locked(conn, session_id)
+    current_holder, current, _, _ = _locked(conn, session_id)
     if current != token:
         raise StaleTurn(session_id, token, current)
     if current_holder is None:
         raise StaleTurn(session_id, token, current, "the turn was released")
     expires_at = _now(conn) + ttl
-    conn.execute(_EXTEND, {"s": session_id, "e": expires_at})
+    conn.execute(_EXTEND, {"s": session_id, "e": expires_at, "ttl": ttl})
     return expires_at
 
 
 def _release(conn: Connection, session_id: str, token: int) -> bool:
-    current_holder, current, _ = _locked(conn, session_id)
+    current_holder, current, _, _ = _locked(conn, session_id)
     if current != token or current_holder is None:
         return False
     conn.execute(_RELEASE, {"s": session_id})
@@ -152,8 +207,9 @@ def _current(conn: Connection, session_id: str) -> Turn | None:
     if row is None or int(row[1]) == 0:
         return None
     holder = None if row[0] is None else str(row[0])
-    expires_at = float(row[2])
-    live = holder is not None and expires_at > _now(conn)
+    now = _now(conn)
+    expires_at = _bounded(float(row[2]), None if row[3] is None else float(row[3]), now)
+    live = holder is not None and expires_at > now
     return Turn(session_id, holder, int(row[1]), expires_at, live)
 
 
@@ -167,6 +223,9 @@ class TurnRepository:
     def __init__(self, store: Store) -> None:
         self.store = store
 
+    def _write(self, work: Callable[[Connection], T]) -> T:
+        return needing(self.store, (TURNS_TABLE,), "a turn lease", lambda: self.store.write(work))
+
     def acquire_turn(self, session_id: str, holder: str, ttl: float) -> int:
         """Grant `holder` the session's turn for `ttl` seconds and return its fencing
         token, one larger than any granted for the session before. Raises TurnHeld while
@@ -179,7 +238,10 @@ class TurnRepository:
             ttl: seconds the lease lasts (above 0, at most MAX_TTL).
         """
         sid, who, seconds = _check_session_id(session_id), _check_holder(holder), _check_ttl(ttl)
-        return self.store.write(lambda conn: _acquire(conn, sid, who, seconds))
+        granted = self._write(lambda conn: _acquire(conn, sid, who, seconds))
+        if isinstance(granted, TurnHeld):
+            raise granted
+        return granted
 
     def renew_turn(self, session_id: str, token: int, ttl: float) -> float:
         """Extend the lease of `token` to `ttl` seconds from now (also after it expired,
@@ -195,7 +257,7 @@ class TurnRepository:
         checked = check_token(token)
         if checked is None:
             raise InvalidInput("renew_turn needs the token acquire_turn returned")
-        return self.store.write(lambda conn: _renew(conn, sid, checked, seconds))
+        return self._write(lambda conn: _renew(conn, sid, checked, seconds))
 
     def release_turn(self, session_id: str, token: int) -> bool:
         """End the lease of `token`; True if it was the current one, False when it was
@@ -210,7 +272,7 @@ class TurnRepository:
         checked = check_token(token)
         if checked is None:
             raise InvalidInput("release_turn needs the token acquire_turn returned")
-        return self.store.write(lambda conn: _release(conn, sid, checked))
+        return self._write(lambda conn: _release(conn, sid, checked))
 
     def current_turn(self, session_id: str) -> Turn | None:
         """The session's turn as stored, None if none was ever granted.
@@ -219,4 +281,9 @@ class TurnRepository:
             session_id: the session's id.
         """
         sid = _check_session_id(session_id)
-        return self.store.read(lambda conn: _current(conn, sid))
+        return needing(
+            self.store,
+            (TURNS_TABLE,),
+            "a turn lease",
+            lambda: self.store.read(lambda conn: _current(conn, sid)),
+        )

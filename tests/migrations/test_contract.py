@@ -46,6 +46,9 @@ SHIPPED = {
     "APPEND_BUSY": "HS001",
     "APPEND_MISSING": "HS002",
     "APPEND_CLOSED": "HS003",
+    "TURNS_TTL_COLUMN": "ttl",
+    "FEED_STAMP_TRIGGER": "hermes_store_feed_stamp",
+    "FEED_PENDING_STAMPS_COLUMN": "stamps",
     "NOT_COPIED_TABLES": frozenset(
         {
             "hermes_store_changes",

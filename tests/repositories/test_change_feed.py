@@ -264,7 +264,8 @@ def test_the_triggers_keep_the_feed_bounded(backend_url: str) -> None:
         assert kept[0].position == trimmed + 1 and kept[-1].position == 1401
         assert len(kept) >= 50
         with pytest.raises(ChangeCursorExpired):
-            feed.changes(0)
+            feed.changes(1)
+        assert feed.changes(0, limit=10_000) == kept  # 0: from the oldest kept
 
 
 def test_the_v1_views_read_sessions_and_messages(backend_url: str) -> None:

@@ -222,3 +222,68 @@ def test_two_processes_with_the_same_keys_store_each_message_once(backend_url: s
     assert sorted(r["content"] for r in rows) == sorted([f"m{n}" for n in range(60)] + ["b"] * 3)
     assert [str(r["id"]) for r in rows] == sorted(outputs[0], key=int)
     assert row is not None and row["message_count"] == 63
+
+
+@pytest.mark.parametrize("journal", ["wal", "delete", "postgresql"])
+def test_a_key_never_answers_for_a_message_that_is_gone(  # type: ignore[no-untyped-def]
+    request: pytest.FixtureRequest, journal: str
+) -> None:
+    """Issue 35 item 3: the session deleted by a connection that does not enforce
+    foreign keys (the `sqlite3` shell's default; on PostgreSQL a restore-style
+    `session_replication_role = replica`), the id made again: the old key must not
+    return the deleted message's id, and the retry writes its message."""
+    from helpers.databases import set_journal_mode
+    from helpers.raw_sql import RawConnection
+
+    if journal == "postgresql":
+        url = request.getfixturevalue("pg_fresh_db")
+    else:
+        url = request.getfixturevalue("fresh_db")
+        set_journal_mode(url.removeprefix("sqlite:///"), journal)
+    with Store(url) as store:
+        sessions, messages = SessionRepository(store), MessageRepository(store)
+        sessions.create_session("s1", "cli")
+        old = messages.append_message("s1", "user", "first", idempotency_key="k1")
+        batch = messages.append_messages(
+            "s1", [{"role": "user", "content": "b"}] * 2, idempotency_key="k2"
+        )
+        delete = [
+            "DELETE FROM messages WHERE session_id = 's1'",
+            "DELETE FROM sessions WHERE id = 's1'",
+        ]
+        count = f"SELECT count(*) FROM {IDEMPOTENCY_TABLE} WHERE session_id = 's1'"
+        if journal == "postgresql":
+            raw = RawConnection(url)
+            try:
+                raw.execute("SET session_replication_role = replica")
+                for sql in delete:
+                    raw.execute(sql)
+                left = int(raw.execute(count).fetchone()[0])
+            finally:
+                raw.close()
+        else:
+            # another process, as the sqlite3 shell is (whose foreign_keys is off); this
+            # one's driver may be another SQLite library, which must not share the file
+            script = (
+                "import sqlite3, sys; con = sqlite3.connect(sys.argv[1]); "
+                f"con.executescript({';'.join(delete)!r}); "
+                f"print(con.execute({count!r}).fetchone()[0]); con.close()"
+            )
+            path = url.removeprefix("sqlite:///")
+            done = subprocess.run(
+                [sys.executable, "-c", script, path],
+                check=True, capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            left = int(done.stdout)
+        assert left == 2  # the keys outlived their session
+        sessions.create_session("s1", "cli")
+        new = messages.append_message("s1", "user", "again", idempotency_key="k1")
+        again = messages.append_messages(
+            "s1", [{"role": "user", "content": "c"}] * 2, idempotency_key="k2"
+        )
+        assert new != old and set(again).isdisjoint(batch)
+        got = [(m["id"], m["content"]) for m in messages.get_messages("s1")]
+        assert got == [(new, "again"), (again[0], "c"), (again[1], "c")]
+        # the key now answers for the new message, and only for it
+        assert messages.append_message("s1", "user", "again", idempotency_key="k1") == new
+        assert len(messages.get_messages("s1")) == 3

@@ -1,0 +1,47 @@
+"""The refusal of a call that needs hermes-store's own tables (the feed's, the turns')
+on a database that was never upgraded to them, such as a `state.db` only the original
+Hermes wrote, opened with `read_only=True`: a typed error naming the upgrade, instead of
+the driver's "no such table"."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from sqlalchemy import Connection, inspect
+from sqlalchemy.exc import DBAPIError
+
+from ..errors import SchemaBehind
+from ..read_only import place_of, upgrade_command
+from ..store import Store
+
+T = TypeVar("T")
+
+
+def _missing(store: Store, tables: Sequence[str]) -> list[str]:
+    def present(conn: Connection) -> set[str]:
+        return set(inspect(conn).get_table_names())
+
+    try:
+        found = store.read(present)
+    except DBAPIError:
+        return []
+    return [table for table in tables if table not in found]
+
+
+def needing(store: Store, tables: Sequence[str], what: str, work: Callable[[], T]) -> T:
+    """`work()`, or SchemaBehind naming `hermes-store upgrade` when it failed because the
+    database lacks one of `tables`. Looked up only after a failure: a call that works
+    costs nothing more."""
+    try:
+        return work()
+    except DBAPIError as exc:
+        missing = _missing(store, tables)
+        if not missing:
+            raise
+        raise SchemaBehind(
+            place_of(store.url),
+            f"{what} needs hermes-store's own tables, which this database was never upgraded to",
+            [f"table {table}" for table in missing],
+            upgrade_command(store.url),
+        ) from exc
