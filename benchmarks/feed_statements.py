@@ -10,7 +10,7 @@ feed's triggers dropped. Samples run in turn on the three (the order rotating), 
 all see the same machine. Ratios are p50 of a variant over p50 of "bare". The session a
 delete removes is filled by one INSERT ... SELECT before each sample (not timed).
 hs0005's last-activity triggers are dropped from all three (they are the same in each,
-and a bulk delete costs them far more than the feed: they would hide it). Skipped, with
+so only the feed is measured). Skipped, with
 the reason, without a PostgreSQL server.
 """
 
@@ -78,10 +78,8 @@ def _per_row_triggers(store: Any) -> None:
 
 
 def _drop_activity_triggers(store: Any) -> int:
-    """hs0005's per-row triggers that keep the last-activity table: the same in every
-    variant, and on a bulk delete far costlier than the feed (each deleted row recomputes
-    its session's MAX(timestamp) past the rows already deleted), so they would hide what
-    is measured here."""
+    """hs0005's triggers that keep the last-activity table: the same in every variant,
+    dropped so that only the feed is measured."""
     from sqlalchemy import text
 
     from hermes_store.contract import ACTIVITY_OBJECT_PREFIX

@@ -148,25 +148,58 @@ BEGIN
     RETURN NULL;
 END
 $$"""
+# Deletes are handled once per statement: until the statement's transaction ends, the
+# rows it deleted stay in idx_messages_session, so a per-row MAX(timestamp) would walk
+# back over every row the statement already removed (quadratic in a session's size).
+PG_MESSAGES_GONE_FUNCTION = ACTIVITY_OBJECT_PREFIX + "messages_gone"
+PG_MESSAGES_GONE = f"""CREATE OR REPLACE FUNCTION {PG_MESSAGES_GONE_FUNCTION}()
+RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE {ACTIVITY_TABLE} AS a SET last_active = {_last_active("a.session_id")}
+    WHERE a.session_id IN (SELECT DISTINCT gone.session_id FROM gone);
+    RETURN NULL;
+END
+$$"""
+#: (name, event, function, level)
 PG_TRIGGERS = (
-    ("session_added", "AFTER INSERT ON sessions", PG_SESSIONS_FUNCTION),
-    ("session_moved", "AFTER UPDATE OF id, started_at ON sessions", PG_SESSIONS_FUNCTION),
-    ("session_deleted", "AFTER DELETE ON sessions", PG_SESSIONS_FUNCTION),
-    ("message_added", "AFTER INSERT ON messages", PG_MESSAGES_FUNCTION),
-    ("message_deleted", "AFTER DELETE ON messages", PG_MESSAGES_FUNCTION),
-    ("message_moved", "AFTER UPDATE OF session_id, timestamp ON messages", PG_MESSAGES_FUNCTION),
+    ("session_added", "AFTER INSERT ON sessions", PG_SESSIONS_FUNCTION, "FOR EACH ROW"),
+    (
+        "session_moved",
+        "AFTER UPDATE OF id, started_at ON sessions",
+        PG_SESSIONS_FUNCTION,
+        "FOR EACH ROW",
+    ),
+    ("session_deleted", "AFTER DELETE ON sessions", PG_SESSIONS_FUNCTION, "FOR EACH ROW"),
+    ("message_added", "AFTER INSERT ON messages", PG_MESSAGES_FUNCTION, "FOR EACH ROW"),
+    (
+        "message_deleted",
+        "AFTER DELETE ON messages",
+        PG_MESSAGES_GONE_FUNCTION,
+        "REFERENCING OLD TABLE AS gone FOR EACH STATEMENT",
+    ),
+    (
+        "message_moved",
+        "AFTER UPDATE OF session_id, timestamp ON messages",
+        PG_MESSAGES_FUNCTION,
+        "FOR EACH ROW",
+    ),
 )
-PG_FUNCTIONS = (PG_MESSAGES_FUNCTION, PG_SESSIONS_FUNCTION, PG_REFRESH_FUNCTION)
+PG_FUNCTIONS = (
+    PG_MESSAGES_GONE_FUNCTION,
+    PG_MESSAGES_FUNCTION,
+    PG_SESSIONS_FUNCTION,
+    PG_REFRESH_FUNCTION,
+)
 
 
 def _pg_upgrade() -> None:
-    for sql in (PG_REFRESH, PG_SESSIONS, PG_MESSAGES):
+    for sql in (PG_REFRESH, PG_SESSIONS, PG_MESSAGES, PG_MESSAGES_GONE):
         _ops.execute(sql)
-    for name, event, function in PG_TRIGGERS:
+    for name, event, function, level in PG_TRIGGERS:
         table = event.rsplit(" ", 1)[1]
         _ops.execute(f"DROP TRIGGER IF EXISTS {ACTIVITY_OBJECT_PREFIX}{name} ON {table}")
         _ops.execute(
-            f"CREATE TRIGGER {ACTIVITY_OBJECT_PREFIX}{name} {event} FOR EACH ROW "
+            f"CREATE TRIGGER {ACTIVITY_OBJECT_PREFIX}{name} {event} {level} "
             f"EXECUTE FUNCTION {function}()"
         )
 
@@ -246,7 +279,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     if _ops.is_postgresql():
-        for name, event, _function in PG_TRIGGERS:
+        for name, event, _function, _level in PG_TRIGGERS:
             table = event.rsplit(" ", 1)[1]
             _ops.execute(f"DROP TRIGGER IF EXISTS {ACTIVITY_OBJECT_PREFIX}{name} ON {table}")
         for function in (*PG_FUNCTIONS, APPEND_FUNCTION):
