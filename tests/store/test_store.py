@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 from hermes_store import migrate, sqlite_driver
 from hermes_store.config import JournalPolicy
 from hermes_store.engine import BUSY_TIMEOUT_S, make_engine, wal_reset_vulnerable
-from hermes_store.errors import DatabaseNotWritable
+from hermes_store.errors import DatabaseLocked, DatabaseNotWritable
 from hermes_store.retry import RetryPolicy, is_retryable
 from hermes_store.store import CHECKPOINT_EVERY, Store
 
@@ -374,9 +374,13 @@ def test_write_gives_up_after_the_last_attempt(journal_table_db: Path) -> None:
     with Store(url(table_db), retry=RetryPolicy(attempts=2), check_schema=False) as s:
         with held_write_lock(table_db):
             started = time.monotonic()
-            with pytest.raises(OperationalError, match="locked"):
+            with pytest.raises(DatabaseLocked, match="database is locked") as raised:
                 s.write(work)
             elapsed = time.monotonic() - started
+        # typed, and still the error class the original raises there
+        assert isinstance(raised.value, sqlite3.OperationalError)
+        assert raised.value.sqlite_errorcode == sqlite3.SQLITE_BUSY
+        assert isinstance(raised.value.__cause__, OperationalError)
         # nothing leaked: at most the connection the store keeps for its writes
         assert s.engine.pool.checkedout() <= 1  # type: ignore[attr-defined]
         assert s.writes == 0
@@ -393,7 +397,7 @@ def test_write_budget_bounds_the_wait(journal_table_db: Path, budget: float) -> 
     with Store(url(table_db), retry=RetryPolicy(budget_seconds=budget), check_schema=False) as s:
         with held_write_lock(table_db):
             started = time.monotonic()
-            with pytest.raises(OperationalError, match="locked"):
+            with pytest.raises(DatabaseLocked, match="locked"):
                 s.write(insert("x"))
             elapsed = time.monotonic() - started
     assert elapsed >= min(budget, BUSY_TIMEOUT_S) - 0.1
