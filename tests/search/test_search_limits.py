@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from helpers.search import PREFIXES, fill_with_short_words
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import event, text
@@ -329,30 +330,10 @@ def test_a_statement_running_at_the_deadline_is_stopped(store: Store, sqlite_dri
     assert raised.value.limit == 50
 
 
-#: 32 one-character prefixes OR'ed: each expands to every indexed word it begins, so on
-#: a few thousand messages of short words a search with no limit runs for a second or so,
-#: most of it inside single FTS5 statements
-_PREFIXES = " OR ".join(f"{c}*" for c in "abcdefghijklmnopqrstuvwxyz012345")
-
-
 @pytest.fixture
 def words(sqlite_store: Store) -> Store:
-    """2,000 messages of 40 short random words each."""
-    import random
-
-    rnd = random.Random(35)
-    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-    SessionRepository(sqlite_store).create_session("w", "cli")
-    messages = MessageRepository(sqlite_store)
-    for _ in range(4):
-        batch = [
-            " ".join(
-                "".join(rnd.choice(alphabet) for _ in range(rnd.randint(2, 8)))
-                for _ in range(40)
-            )
-            for _ in range(500)
-        ]
-        messages.append_messages("w", [{"role": "user", "content": c} for c in batch])
+    """1,000 messages of 60 short random words each."""
+    fill_with_short_words(sqlite_store, count=1000)
     return sqlite_store
 
 
@@ -369,14 +350,14 @@ def test_the_progress_handler_stops_a_prefix_search_on_either_driver(
     store = words
     monkeypatch.setenv(TIMEOUT_ENV, "50")
     with pytest.raises(SearchTimedOut, match=TIMEOUT_ENV) as raised:
-        SearchRepository(store).search_messages(_PREFIXES)
+        SearchRepository(store).search_messages(PREFIXES)
     cause = raised.value.__cause__
     assert isinstance(cause, DBAPIError), repr(cause)
     assert getattr(cause.orig, "sqlite_errorcode", None) == sqlite3.SQLITE_INTERRUPT
     assert type(cause.orig).__module__.split(".")[0] == sqlite_driver
     assert chosen.current().name == sqlite_driver
     monkeypatch.setenv(TIMEOUT_ENV, "0")
-    assert SearchRepository(store).search_messages(_PREFIXES, limit=3)
+    assert SearchRepository(store).search_messages(PREFIXES, limit=3)
 
 
 @pytest.mark.parametrize("limit", [-1, -5, 10**20, 2**63 - 1])
