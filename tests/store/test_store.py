@@ -391,6 +391,42 @@ def test_write_gives_up_after_the_last_attempt(journal_table_db: Path) -> None:
     assert count_rows(table_db) == 1
 
 
+def test_a_pool_whose_every_connection_stays_busy_is_a_typed_error(backend_url: str) -> None:
+    """Every connection of a Store's pool in use (by this process's other threads; here
+    two open read blocks) for the whole wait for one: a read, a search and a write end in
+    StoreBusy naming the pool's size, not SQLAlchemy's TimeoutError; the store works
+    once a connection is back."""
+    from sqlalchemy.pool import QueuePool
+
+    from hermes_store.errors import StoreBusy
+    from hermes_store.repositories.search import SearchRepository
+    from hermes_store.repositories.sessions import SessionRepository
+
+    engine = make_engine(
+        backend_url, poolclass=QueuePool, pool_size=1, max_overflow=1, pool_timeout=0.2
+    )
+    store = Store(backend_url, engine=engine)
+    sessions = SessionRepository(store)
+    try:
+        with store.read() as one, store.read() as two:
+            one.execute(text("SELECT 1"))
+            two.execute(text("SELECT 1"))
+            calls: list[Callable[[], object]] = [
+                lambda: sessions.list_sessions_rich(limit=5),
+                lambda: SearchRepository(store).search_messages("anything"),
+                lambda: sessions.create_session("busy", "cli"),
+            ]
+            for call in calls:
+                with pytest.raises(StoreBusy, match="all 2 connections") as raised:
+                    call()
+                assert isinstance(raised.value, TimeoutError) and raised.value.size == 2
+        sessions.create_session("after", "cli")
+        assert [row["id"] for row in sessions.list_sessions_rich(limit=5)] == ["after"]
+    finally:
+        store.close()
+        engine.dispose()
+
+
 @pytest.mark.parametrize("budget", [0.3, 1.2])
 def test_write_budget_bounds_the_wait(journal_table_db: Path, budget: float) -> None:
     table_db = journal_table_db
