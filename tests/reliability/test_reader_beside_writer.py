@@ -67,7 +67,11 @@ def _path(url: str) -> Path:
     return Path(url.removeprefix("sqlite:///"))
 
 
-def test_a_long_read_leaves_the_writer_working(journal_db: str, journal: str) -> None:
+def test_a_long_read_leaves_the_writer_working(
+    journal_db: str, journal: str, sqlite_driver: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # on both drivers, the file kept in its mode (pysqlite3's SQLite would make it WAL)
+    monkeypatch.setenv(JOURNAL_ENV, journal)
     assert journal_mode(_path(journal_db)) == journal
     with Store(journal_db) as store:
         SessionRepository(store).create_session("s", "cli")

@@ -24,7 +24,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from hermes_store import migrate, sqlite_driver
-from hermes_store.config import JournalPolicy
+from hermes_store.config import JOURNAL_ENV, JournalPolicy
 from hermes_store.engine import BUSY_TIMEOUT_S, make_engine, wal_reset_vulnerable
 from hermes_store.errors import DatabaseLocked, DatabaseNotWritable
 from hermes_store.retry import RetryPolicy, is_retryable
@@ -97,8 +97,10 @@ def lock_is_free(path: Path) -> bool:
 
 @contextmanager
 def held_write_lock(path: Path) -> Iterator[sqlite3.Connection]:
-    """A raw connection holding the write lock (BEGIN IMMEDIATE) for the block."""
-    holder = raw(path)
+    """A raw connection holding the write lock (BEGIN IMMEDIATE) for the block, through
+    this process's SQLite library: another copy's locks would not be seen (one library
+    per process, hermes_store/sqlite_driver.py)."""
+    holder = sqlite_driver.current().connect(str(path), timeout=5.0, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     try:
         yield holder
@@ -363,7 +365,13 @@ def test_read_waits_out_an_exclusive_lock(journal_table_db: Path, journal: str) 
         assert values == ["store"]
 
 
-def test_write_gives_up_after_the_last_attempt(journal_table_db: Path) -> None:
+def test_write_gives_up_after_the_last_attempt(
+    journal_table_db: Path, journal: str, sqlite_driver: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On both drivers, in each journal mode (kept: pysqlite3's SQLite would make a
+    DELETE file WAL): a write whose every attempt meets another writer's lock ends in
+    DatabaseLocked after its last attempt, having run nothing."""
+    monkeypatch.setenv(JOURNAL_ENV, journal)
     table_db = journal_table_db
     calls: list[int] = []
 
