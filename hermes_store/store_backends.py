@@ -190,7 +190,10 @@ class SQLiteStoreBackend(StoreBackend):
     def lock_error(self, exc: Exception, waited: float) -> StoreError | None:
         if not sqlite_busy(exc):
             return None
-        holders = sqlite_lock_holders(Path(self.place)) if self.place != ":memory:" else ""
+        try:
+            holders = sqlite_lock_holders(Path(self.place))
+        except Exception:  # noqa: BLE001 (naming them is best effort: no /proc, no os.major)
+            holders = ""
         return DatabaseLocked(
             self.place,
             waited,
@@ -204,11 +207,14 @@ class SQLiteStoreBackend(StoreBackend):
         # PENDING lock meanwhile, so no new reader starts: the readers it waits for are
         # those already reading. A search ends at its time limit, so a commit that waits
         # that long (counted from the start of the write) outlasts every search, however
-        # many overlap; the busy timeout of other steps stays short (another writer's
-        # lock is waited out by the retry policy, which releases what it holds).
-        if not readers_block_commits(conn):
+        # many overlap. Only a write that has already waited (an attempt that met a
+        # lock) waits so: the common write sends nothing more, and the busy timeout of
+        # other steps stays short (another writer's lock is waited out by the retry
+        # policy, which releases what it holds).
+        now = time.monotonic()
+        if now - started < BUSY_TIMEOUT_S or not readers_block_commits(conn):
             return False
-        left = started + readers_wait_s() - time.monotonic()
+        left = started + readers_wait_s() - now
         if left <= BUSY_TIMEOUT_S:
             return False
         set_busy_timeout(conn, left)

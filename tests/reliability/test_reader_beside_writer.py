@@ -187,10 +187,11 @@ def test_export_beside_a_writer(journal_db: str, tmp_path: Path) -> None:
 def test_a_commit_waits_out_a_read_as_long_as_a_search(
     journal_db: str, journal: str, sqlite_driver: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """In DELETE mode a COMMIT waits for the readers it meets (no new one starts
-    meanwhile) for as long as a search may read, HERMES_SEARCH_TIMEOUT_MS and a grace,
-    counted from the start of the write: a read shorter than that delays a write of one
-    attempt and never fails it, however many searches overlap (each ends at its limit,
+    """In DELETE mode a write that met a reader at its COMMIT (the first attempt waits
+    SQLite's busy timeout) waits at its next COMMIT (no new reader starts meanwhile) for
+    as long as a search may read, HERMES_SEARCH_TIMEOUT_MS and a grace, counted from the
+    start of the write: a read shorter than that delays a write of two attempts and
+    never fails it, however many searches overlap (each ends at its limit,
     on either driver: tests/search/test_search_limits.py). A read longer than that (not
     a search) fails it after that wait with DatabaseLocked, typed, and nothing written.
     In WAL mode the reader holds nothing up."""
@@ -199,12 +200,12 @@ def test_a_commit_waits_out_a_read_as_long_as_a_search(
     with Store(journal_db) as setup:
         SessionRepository(setup).create_session("s", "cli")
     assert journal_mode(_path(journal_db)) == journal
-    # the reader outlives SQLite's own busy timeout (1 s): without the longer wait the
-    # COMMIT would give up while it reads
-    monkeypatch.setenv(TIMEOUT_ENV, "2000")
-    with Store(journal_db, retry=RetryPolicy(attempts=1)) as writer:
+    # the reader outlives two attempts of SQLite's own busy timeout (1 s) and a pause:
+    # without the longer wait the second COMMIT would give up while it reads too
+    monkeypatch.setenv(TIMEOUT_ENV, "3000")
+    with Store(journal_db, retry=RetryPolicy(attempts=2)) as writer:
         messages = MessageRepository(writer)
-        reader = _start_reader(journal_db, 2.0)
+        reader = _start_reader(journal_db, 3.0)
         try:
             messages.append_message("s", "user", "beside a read")
             appended = time.time()
@@ -216,7 +217,7 @@ def test_a_commit_waits_out_a_read_as_long_as_a_search(
         assert (appended > released) == (journal == "delete"), (appended, released)
         assert [r["content"] for r in messages.get_messages("s")] == ["beside a read"]
     monkeypatch.setenv(TIMEOUT_ENV, "300")  # waits 1.3 s for the readers
-    with Store(journal_db, retry=RetryPolicy(attempts=1)) as writer:
+    with Store(journal_db, retry=RetryPolicy(attempts=2)) as writer:
         messages = MessageRepository(writer)
         reader = _start_reader(journal_db, 4.0)
         try:
