@@ -41,6 +41,8 @@ BUSY_TIMEOUT_S = 1.0
 _SIDECARS = ("", "-wal", "-shm", "-journal")
 T = TypeVar("T")
 _SECURED = "hermes_file_modes_secured"  # per DBAPI connection (Connection.info)
+#: the journal mode a writing connection set up its file in (its pool record's info)
+_JOURNAL = "hermes_store_journal_mode"
 _DB_PATH = "hermes_db_path"  # the database file of a SQLite connection (Connection.info)
 
 
@@ -173,7 +175,7 @@ def _install_sqlite_listeners(
         if db_path is not None:
             _record.info[_DB_PATH] = db_path
         if not read_only:
-            apply_journal_mode(dbapi_conn, policy)
+            _record.info[_JOURNAL] = apply_journal_mode(dbapi_conn, policy)
             dbapi_conn.execute("PRAGMA foreign_keys=ON")
             dbapi_conn.execute("PRAGMA recursive_triggers=ON")
 
@@ -383,6 +385,20 @@ def driver_execute(conn: Connection, sql: str) -> None:
 
 def _discard(cursor: sqlite3.Cursor) -> None:
     cursor.close()
+
+
+def readers_block_commits(conn: Connection) -> bool:
+    """Whether a COMMIT on this writing connection waits for readers: its file is in a
+    rollback-journal mode (DELETE), where a reader's shared lock keeps a writer from
+    committing, not WAL."""
+    mode = conn.connection.info.get(_JOURNAL)
+    return mode is not None and mode != "wal"
+
+
+def set_busy_timeout(conn: Connection, seconds: float) -> None:
+    """How long SQLite waits for a lock on this connection before it answers "database is
+    locked" (BUSY_TIMEOUT_S unless a unit of work sets more)."""
+    driver_execute(conn, f"PRAGMA busy_timeout = {max(0, int(seconds * 1000))}")
 
 
 def take_read_lock(conn: Connection) -> None:

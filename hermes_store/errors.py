@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import sqlite3
 
 
 class StoreError(Exception):
@@ -134,6 +135,47 @@ class LockTimeout(StoreError):
 
     def __reduce__(self) -> tuple[type, tuple[str, float, str, str, str]]:
         return (type(self), (self.where, self.waited, self.holders, self.retry_hint, self.what))
+
+
+class DatabaseLocked(LockTimeout, sqlite3.OperationalError):
+    """SQLite answered "database is locked" for the whole retry of a unit of work:
+    another connection held a lock it needed (a writer's, or in DELETE mode a reader's
+    shared lock that a COMMIT waits out). Nothing of the unit was written. Also the
+    standard library's `sqlite3.OperationalError`, as the original raises it there, so
+    code that catches that goes on catching it."""
+
+    def __init__(
+        self,
+        where: str,
+        waited: float,
+        holders: str,
+        retry_hint: str,
+        what: str = "the write lock",
+    ) -> None:
+        super().__init__(where, waited, holders, retry_hint, what)
+        self.args = (f"database is locked: {self.args[0]}",)
+        self.sqlite_errorcode = sqlite3.SQLITE_BUSY
+        self.sqlite_errorname = "SQLITE_BUSY"
+
+
+class StoreBusy(StoreError, TimeoutError):
+    """Every connection of the Store's pool stayed in use (by this process's other
+    threads) for the whole wait for one; nothing was done. `waited` is that wait in
+    seconds, `size` how many connections the pool holds at most."""
+
+    def __init__(self, where: str, waited: float, size: int) -> None:
+        self.where = where
+        self.waited = waited
+        self.size = size
+        super().__init__(
+            f"all {size} connections of this process's Store for {where} stayed in use for "
+            f"the whole {waited:.0f} s this call waited for one, so it did nothing. Fewer "
+            "calls at once (a smaller worker pool), or shorter ones (a lower "
+            "HERMES_SEARCH_TIMEOUT_MS), let it through; then retry"
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[str, float, int]]:
+        return (type(self), (self.where, self.waited, self.size))
 
 
 class StoreClosed(StoreError):

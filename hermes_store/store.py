@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, TypeVar, overload
@@ -30,6 +31,7 @@ from typing import Any, TypeVar, overload
 from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, PendingRollbackError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import QueuePool
 
 from .backends import dialect_for
@@ -40,6 +42,7 @@ from .errors import (
     InvalidInput,
     NotAtHead,
     ReadOnlyStore,
+    StoreBusy,
     StoreClosed,
 )
 from .head import HEAD_REVISION
@@ -248,10 +251,12 @@ class Store:
         once = self._backend.write_once()
 
         lock = self._write_lock if self._backend.serialises_writes else nullcontext()
+        started = time.monotonic()
 
         def attempt() -> tuple[T, int]:
             with lock:
                 conn = self._writer_connection()
+                changed = False
                 try:
                     # BEGIN IMMEDIATE now, not at `work`'s first statement: the lock is
                     # held before `work` runs, and contention never surfaces inside it
@@ -262,7 +267,10 @@ class Store:
                             result = work(conn)
                             if once is not None:
                                 once.before_commit(conn, result)
+                        changed = self._backend.before_commit(conn, started)
                 finally:
+                    if changed:
+                        self._backend.after_commit(conn)
                     if not self._backend.keeps_writer_connection:
                         conn.close()  # back to the pool
                 with self._count_lock:  # concurrent writers must not lose counts
@@ -275,7 +283,7 @@ class Store:
 
         self._backend.refuse_writes()
         repairs = self._backend.repairs_done()
-        with self._typed_errors():
+        with self._typed_errors(started):
             try:
                 result, writes = run()
             except DBAPIError as exc:
@@ -287,18 +295,30 @@ class Store:
         return result
 
     @contextmanager
-    def _typed_errors(self) -> Iterator[None]:
+    def _typed_errors(self, started: float | None = None) -> Iterator[None]:
         """Driver errors that mean something to a caller (damage, a full disk, a read-only
-        file, an unencodable id) leave as hermes-store's typed errors; others as they are."""
+        file, an unencodable id, a lock held past the whole retry, a pool whose every
+        connection stayed busy) leave as hermes-store's typed errors; others as they are.
+        `started`: when the unit of work began (default: now)."""
+        started = time.monotonic() if started is None else started
         try:
             yield
         except (DBAPIError, PendingRollbackError) as exc:
             # PendingRollbackError: a statement sent after the connection was lost (code
             # inside a `with store.read()` block that went on after the first error)
-            typed = self._backend.typed_error(exc)
+            typed = self._backend.typed_error(exc) or self._backend.lock_error(
+                exc, time.monotonic() - started
+            )
             if typed is None:
                 raise
             raise typed from exc
+        except PoolTimeout as exc:
+            pool = self.engine.pool
+            # QueuePool's: its size and how many it may open past it
+            size = int(getattr(pool, "size", lambda: 0)()) + max(
+                0, int(getattr(pool, "_max_overflow", 0))
+            )
+            raise StoreBusy(where(self.url), time.monotonic() - started, size) from exc
         except UnicodeEncodeError as exc:
             refused = _surrogate_error(exc)
             if refused is None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import ClassVar
 
@@ -27,23 +28,42 @@ from sqlalchemy.exc import DBAPIError
 
 from . import pg_faults
 from .backends import bundle
-from .engine import take_read_lock, wal_index_unavailable, write_connection
+from .engine import (
+    BUSY_TIMEOUT_S,
+    readers_block_commits,
+    set_busy_timeout,
+    take_read_lock,
+    wal_index_unavailable,
+    write_connection,
+)
 from .errors import (
     DatabaseCorrupt,
+    DatabaseLocked,
     DatabaseNotWritable,
     DatabaseUnavailable,
     ReadOnlyStore,
     StorageFull,
     StoreError,
 )
-from .retry import RetryPolicy, first_line
-from .search import maintenance
+from .retry import RetryPolicy, first_line, sqlite_busy
+from .search import limits, maintenance
 from .sqlite_damage import classify, quick_check, sqlite_error, where
 from .sqlite_limits import WRITE_IOERRS, file_size_limit_hit
+from .waiting import sqlite_lock_holders
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_MODES = ("PASSIVE", "FULL", "RESTART", "TRUNCATE")
+#: Past a search's time limit, how long it may take to notice and end its read.
+READER_GRACE_S = 1.0
+
+
+def readers_wait_s() -> float:
+    """How long a write in DELETE mode waits at its COMMIT for readers to leave: the
+    longest a search reads (HERMES_SEARCH_TIMEOUT_MS; its default when a search has no
+    limit), and a grace for it to end."""
+    budget = limits.timeout_ms() or limits.DEFAULT_TIMEOUT_MS
+    return budget / 1000 + READER_GRACE_S
 
 
 class StoreBackend:
@@ -93,6 +113,19 @@ class StoreBackend:
     def typed_error(self, exc: Exception) -> StoreError | None:
         """The hermes-store error a driver error stands for, None for others."""
         return None
+
+    def lock_error(self, exc: Exception, waited: float) -> StoreError | None:
+        """The typed error for lock contention that outlasted a unit of work's whole retry
+        (`waited` seconds), None when `exc` is not that."""
+        return None
+
+    def before_commit(self, conn: Connection, started: float) -> bool:
+        """Just before a write commits (`started`: when the write began): True when it
+        changed the connection, for `after_commit` to put back."""
+        return False
+
+    def after_commit(self, conn: Connection) -> None:
+        """After a write whose `before_commit` said True, committed or not."""
 
     def start_read(self, conn: Connection) -> None:
         """Run at the start of every read transaction."""
@@ -164,6 +197,45 @@ class SQLiteStoreBackend(StoreBackend):
 
     def repairs_done(self) -> int:
         return self._fts_rebuilds
+
+    def lock_error(self, exc: Exception, waited: float) -> StoreError | None:
+        if not sqlite_busy(exc):
+            return None
+        try:
+            holders = sqlite_lock_holders(Path(self.place))
+        except Exception:  # noqa: BLE001 (naming them is best effort: no /proc, no os.major)
+            holders = ""
+        return DatabaseLocked(
+            self.place,
+            waited,
+            holders or "which one could not be found out from here",
+            "retry",
+            what="a lock this call needed (another writer's, or in DELETE mode a reader's)",
+        )
+
+    def before_commit(self, conn: Connection, started: float) -> bool:
+        # In DELETE mode a COMMIT waits for every reader to leave, holding SQLite's
+        # PENDING lock meanwhile, so no new reader starts: the readers it waits for are
+        # those already reading. A search ends at its time limit, so a commit that waits
+        # that long (counted from the start of the write) outlasts every search, however
+        # many overlap. Only a write that has already waited (an attempt that met a
+        # lock) waits so: the common write sends nothing more, and the busy timeout of
+        # other steps stays short (another writer's lock is waited out by the retry
+        # policy, which releases what it holds).
+        now = time.monotonic()
+        if now - started < BUSY_TIMEOUT_S or not readers_block_commits(conn):
+            return False
+        left = started + readers_wait_s() - now
+        if left <= BUSY_TIMEOUT_S:
+            return False
+        set_busy_timeout(conn, left)
+        return True
+
+    def after_commit(self, conn: Connection) -> None:
+        try:
+            set_busy_timeout(conn, BUSY_TIMEOUT_S)
+        except DBAPIError as exc:  # a connection lost meanwhile is not reused
+            log.debug("resetting the busy timeout failed: %s", exc)
 
     def start_read(self, conn: Connection) -> None:
         # Take the read lock now, under the retry policy: in DELETE mode a stream of

@@ -31,6 +31,7 @@ from helpers.databases import (  # noqa: E402
     set_journal_mode,
     url_for,
 )
+from helpers.drivers import DRIVERS, process_driver, split_by_driver
 from helpers.postgres import _admin_execute, _pg_state, pg_database
 from helpers.raw_sql import RawConnection
 
@@ -112,6 +113,17 @@ def fresh_db(tmp_path: Path) -> str:
     return url
 
 
+@pytest.fixture(params=DRIVERS)
+def sqlite_driver(request: pytest.FixtureRequest) -> str:
+    """Each SQLite driver in turn (the test runs once per driver): the variant of this
+    process's driver runs here, the other in a child pytest (tests/helpers/drivers.py).
+    A module asks for it with `pytestmark = pytest.mark.usefixtures("sqlite_driver")`."""
+    from hermes_store import sqlite_driver as chosen
+
+    assert chosen.current().name == request.param == process_driver()
+    return str(request.param)
+
+
 @pytest.fixture(params=JOURNAL_MODES)
 def journal(request: pytest.FixtureRequest) -> str:
     """Each SQLite journal mode in turn (the test runs once per mode)."""
@@ -160,8 +172,11 @@ def raw_con(backend_url: str) -> Iterator[RawConnection]:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """`@pytest.mark.sqlite_only` tests (about SQLite files, FTS5, PRAGMAs) run on SQLite
-    only: their PostgreSQL variants are deselected, not skipped."""
-    keep, drop = [], []
+    only: their PostgreSQL variants are deselected, not skipped. A `sqlite_driver`
+    variant of another driver than this process's runs in a child pytest
+    (helpers/drivers.py); on PostgreSQL it is deselected."""
+    items[:], drop = split_by_driver(items)
+    keep = []
     for item in items:
         callspec = getattr(item, "callspec", None)
         on_pg = callspec is not None and callspec.params.get("backend_url") == "postgresql"

@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy.exc import DatabaseError, DBAPIError, OperationalError
 
+from .. import sqlite_driver
 from ..engine import driver_run
 from ..retry import is_retryable
 from . import limits
@@ -233,7 +234,9 @@ class SqliteSearch(SearchBackend):
             yield
             return
         driver = self.conn.connection.driver_connection
-        if not isinstance(driver, sqlite3.Connection):
+        # either SQLite library (sqlite_driver): the standard library's and pysqlite3's
+        # connections are distinct classes with the same progress handler
+        if not isinstance(driver, sqlite_driver.Connection):
             # another driver: its statements are not stopped, no statement starts late
             with super().time_limit(budget_ms):
                 yield

@@ -20,8 +20,12 @@ from helpers.databases import journal_mode
 from helpers.processes import run_cli
 
 from hermes_store import aio
+from hermes_store.config import JOURNAL_ENV
+from hermes_store.errors import DatabaseLocked
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SessionRepository
+from hermes_store.retry import RetryPolicy
+from hermes_store.search.limits import TIMEOUT_ENV
 from hermes_store.store import Store
 
 pytestmark = pytest.mark.sqlite_only
@@ -38,8 +42,9 @@ with store.read() as conn:
     conn.exec_driver_sql("SELECT count(*) FROM messages").all()
     print("holding", flush=True)
     time.sleep(float(sys.argv[2]))
+    ended = time.time()  # the read transaction ends with the block, just after this
 store.close()
-print("released", flush=True)
+print("released", ended, flush=True)
 """
 
 
@@ -62,7 +67,11 @@ def _path(url: str) -> Path:
     return Path(url.removeprefix("sqlite:///"))
 
 
-def test_a_long_read_leaves_the_writer_working(journal_db: str, journal: str) -> None:
+def test_a_long_read_leaves_the_writer_working(
+    journal_db: str, journal: str, sqlite_driver: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # on both drivers, the file kept in its mode (pysqlite3's SQLite would make it WAL)
+    monkeypatch.setenv(JOURNAL_ENV, journal)
     assert journal_mode(_path(journal_db)) == journal
     with Store(journal_db) as store:
         SessionRepository(store).create_session("s", "cli")
@@ -173,3 +182,52 @@ def test_export_beside_a_writer(journal_db: str, tmp_path: Path) -> None:
     assert (int(failed), errors.strip()) == (0, "[]")
     with Store(journal_db) as store:
         assert MessageRepository(store).message_count("w") == int(ok)
+
+
+def test_a_commit_waits_out_a_read_as_long_as_a_search(
+    journal_db: str, journal: str, sqlite_driver: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In DELETE mode a write that met a reader at its COMMIT (the first attempt waits
+    SQLite's busy timeout) waits at its next COMMIT (no new reader starts meanwhile) for
+    as long as a search may read, HERMES_SEARCH_TIMEOUT_MS and a grace, counted from the
+    start of the write: a read shorter than that delays a write of two attempts and
+    never fails it, however many searches overlap (each ends at its limit,
+    on either driver: tests/search/test_search_limits.py). A read longer than that (not
+    a search) fails it after that wait with DatabaseLocked, typed, and nothing written.
+    In WAL mode the reader holds nothing up."""
+    # the file stays in its mode (pysqlite3's SQLite would make a DELETE file WAL)
+    monkeypatch.setenv(JOURNAL_ENV, journal)
+    with Store(journal_db) as setup:
+        SessionRepository(setup).create_session("s", "cli")
+    assert journal_mode(_path(journal_db)) == journal
+    # the reader outlives two attempts of SQLite's own busy timeout (1 s) and a pause:
+    # without the longer wait the second COMMIT would give up while it reads too
+    monkeypatch.setenv(TIMEOUT_ENV, "3000")
+    with Store(journal_db, retry=RetryPolicy(attempts=2)) as writer:
+        messages = MessageRepository(writer)
+        reader = _start_reader(journal_db, 3.0)
+        try:
+            messages.append_message("s", "user", "beside a read")
+            appended = time.time()
+        finally:
+            out, err = reader.communicate(timeout=30)
+        assert reader.returncode == 0, err
+        released = float(out.split()[-1])
+        # WAL: the append did not wait for the read; DELETE: it waited it out
+        assert (appended > released) == (journal == "delete"), (appended, released)
+        assert [r["content"] for r in messages.get_messages("s")] == ["beside a read"]
+    monkeypatch.setenv(TIMEOUT_ENV, "300")  # waits 1.3 s for the readers
+    with Store(journal_db, retry=RetryPolicy(attempts=2)) as writer:
+        messages = MessageRepository(writer)
+        reader = _start_reader(journal_db, 4.0)
+        try:
+            if journal == "wal":
+                messages.append_message("s", "user", "past the wait")
+            else:
+                with pytest.raises(DatabaseLocked, match="database is locked"):
+                    messages.append_message("s", "user", "past the wait")
+        finally:
+            reader.kill()
+            reader.wait(timeout=30)
+        expected = ["beside a read"] + (["past the wait"] if journal == "wal" else [])
+        assert [r["content"] for r in messages.get_messages("s")] == expected

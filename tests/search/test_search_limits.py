@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from helpers.search import PREFIXES, fill_with_short_words
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import event, text
@@ -218,7 +219,7 @@ def many(store: Store) -> Store:
 
 
 def test_a_search_past_its_time_limit_ends_with_a_typed_error(
-    many: Store, monkeypatch: pytest.MonkeyPatch
+    many: Store, monkeypatch: pytest.MonkeyPatch, sqlite_driver: str
 ) -> None:
     """With a budget far shorter than the search needs (a scan of every message for
     each of 31 terms), the search ends with SearchTimedOut naming the limit, not with a
@@ -240,7 +241,9 @@ def test_no_limit_when_the_budget_is_zero(many: Store, monkeypatch: pytest.Monke
     assert len(SearchRepository(many).search_messages(_SCANNED)) == 1
 
 
-def test_the_limit_ends_with_the_search(many: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_limit_ends_with_the_search(
+    many: Store, monkeypatch: pytest.MonkeyPatch, sqlite_driver: str
+) -> None:
     """The caller's transaction goes on without the search's limit: on SQLite no
     progress handler is left on the connection (a later statement of thousands of steps
     runs after a search that timed out), on PostgreSQL statement_timeout is what it was."""
@@ -305,7 +308,7 @@ def test_a_search_raises_work_mem_for_its_own_statements(
     pg_store.close()
 
 
-def test_a_statement_running_at_the_deadline_is_stopped(store: Store) -> None:
+def test_a_statement_running_at_the_deadline_is_stopped(store: Store, sqlite_driver: str) -> None:
     """The limit stops a statement already running when the deadline comes (SQLite: the
     progress handler interrupts it; PostgreSQL: statement_timeout cancels it), not only
     the next one: a statement that would count for many seconds ends in SearchTimedOut
@@ -325,6 +328,36 @@ def test_a_statement_running_at_the_deadline_is_stopped(store: Store) -> None:
     else:
         assert getattr(cause.orig, "sqlstate", None) == "57014"
     assert raised.value.limit == 50
+
+
+@pytest.fixture
+def words(sqlite_store: Store) -> Store:
+    """1,000 messages of 60 short random words each."""
+    fill_with_short_words(sqlite_store, count=1000)
+    return sqlite_store
+
+
+def test_the_progress_handler_stops_a_prefix_search_on_either_driver(
+    words: Store, monkeypatch: pytest.MonkeyPatch, sqlite_driver: str
+) -> None:
+    """On both drivers (pysqlite3, the `sqlite` extra's, too: its connections are not
+    the standard library's class) a statement running at the deadline is stopped by the
+    progress handler: the search ends in SearchTimedOut caused by SQLite's interrupt,
+    raised by this driver's own error class, and the store goes on working. With no
+    limit the same search completes."""
+    from hermes_store import sqlite_driver as chosen
+
+    store = words
+    monkeypatch.setenv(TIMEOUT_ENV, "50")
+    with pytest.raises(SearchTimedOut, match=TIMEOUT_ENV) as raised:
+        SearchRepository(store).search_messages(PREFIXES)
+    cause = raised.value.__cause__
+    assert isinstance(cause, DBAPIError), repr(cause)
+    assert getattr(cause.orig, "sqlite_errorcode", None) == sqlite3.SQLITE_INTERRUPT
+    assert type(cause.orig).__module__.split(".")[0] == sqlite_driver
+    assert chosen.current().name == sqlite_driver
+    monkeypatch.setenv(TIMEOUT_ENV, "0")
+    assert SearchRepository(store).search_messages(PREFIXES, limit=3)
 
 
 @pytest.mark.parametrize("limit", [-1, -5, 10**20, 2**63 - 1])

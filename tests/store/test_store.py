@@ -24,9 +24,9 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from hermes_store import migrate, sqlite_driver
-from hermes_store.config import JournalPolicy
+from hermes_store.config import JOURNAL_ENV, JournalPolicy
 from hermes_store.engine import BUSY_TIMEOUT_S, make_engine, wal_reset_vulnerable
-from hermes_store.errors import DatabaseNotWritable, ReadOnlyStore
+from hermes_store.errors import DatabaseLocked, DatabaseNotWritable, ReadOnlyStore
 from hermes_store.retry import RetryPolicy, is_retryable
 from hermes_store.store import CHECKPOINT_EVERY, Store
 
@@ -97,8 +97,10 @@ def lock_is_free(path: Path) -> bool:
 
 @contextmanager
 def held_write_lock(path: Path) -> Iterator[sqlite3.Connection]:
-    """A raw connection holding the write lock (BEGIN IMMEDIATE) for the block."""
-    holder = raw(path)
+    """A raw connection holding the write lock (BEGIN IMMEDIATE) for the block, through
+    this process's SQLite library: another copy's locks would not be seen (one library
+    per process, hermes_store/sqlite_driver.py)."""
+    holder = sqlite_driver.current().connect(str(path), timeout=5.0, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     try:
         yield holder
@@ -363,7 +365,13 @@ def test_read_waits_out_an_exclusive_lock(journal_table_db: Path, journal: str) 
         assert values == ["store"]
 
 
-def test_write_gives_up_after_the_last_attempt(journal_table_db: Path) -> None:
+def test_write_gives_up_after_the_last_attempt(
+    journal_table_db: Path, journal: str, sqlite_driver: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On both drivers, in each journal mode (kept: pysqlite3's SQLite would make a
+    DELETE file WAL): a write whose every attempt meets another writer's lock ends in
+    DatabaseLocked after its last attempt, having run nothing."""
+    monkeypatch.setenv(JOURNAL_ENV, journal)
     table_db = journal_table_db
     calls: list[int] = []
 
@@ -374,9 +382,13 @@ def test_write_gives_up_after_the_last_attempt(journal_table_db: Path) -> None:
     with Store(url(table_db), retry=RetryPolicy(attempts=2), check_schema=False) as s:
         with held_write_lock(table_db):
             started = time.monotonic()
-            with pytest.raises(OperationalError, match="locked"):
+            with pytest.raises(DatabaseLocked, match="database is locked") as raised:
                 s.write(work)
             elapsed = time.monotonic() - started
+        # typed, and still the error class the original raises there
+        assert isinstance(raised.value, sqlite3.OperationalError)
+        assert raised.value.sqlite_errorcode == sqlite3.SQLITE_BUSY
+        assert isinstance(raised.value.__cause__, OperationalError)
         # nothing leaked: at most the connection the store keeps for its writes
         assert s.engine.pool.checkedout() <= 1  # type: ignore[attr-defined]
         assert s.writes == 0
@@ -387,13 +399,49 @@ def test_write_gives_up_after_the_last_attempt(journal_table_db: Path) -> None:
     assert count_rows(table_db) == 1
 
 
+def test_a_pool_whose_every_connection_stays_busy_is_a_typed_error(backend_url: str) -> None:
+    """Every connection of a Store's pool in use (by this process's other threads; here
+    two open read blocks) for the whole wait for one: a read, a search and a write end in
+    StoreBusy naming the pool's size, not SQLAlchemy's TimeoutError; the store works
+    once a connection is back."""
+    from sqlalchemy.pool import QueuePool
+
+    from hermes_store.errors import StoreBusy
+    from hermes_store.repositories.search import SearchRepository
+    from hermes_store.repositories.sessions import SessionRepository
+
+    engine = make_engine(
+        backend_url, poolclass=QueuePool, pool_size=1, max_overflow=1, pool_timeout=0.2
+    )
+    store = Store(backend_url, engine=engine)
+    sessions = SessionRepository(store)
+    try:
+        with store.read() as one, store.read() as two:
+            one.execute(text("SELECT 1"))
+            two.execute(text("SELECT 1"))
+            calls: list[Callable[[], object]] = [
+                lambda: sessions.list_sessions_rich(limit=5),
+                lambda: SearchRepository(store).search_messages("anything"),
+                lambda: sessions.create_session("busy", "cli"),
+            ]
+            for call in calls:
+                with pytest.raises(StoreBusy, match="all 2 connections") as raised:
+                    call()
+                assert isinstance(raised.value, TimeoutError) and raised.value.size == 2
+        sessions.create_session("after", "cli")
+        assert [row["id"] for row in sessions.list_sessions_rich(limit=5)] == ["after"]
+    finally:
+        store.close()
+        engine.dispose()
+
+
 @pytest.mark.parametrize("budget", [0.3, 1.2])
 def test_write_budget_bounds_the_wait(journal_table_db: Path, budget: float) -> None:
     table_db = journal_table_db
     with Store(url(table_db), retry=RetryPolicy(budget_seconds=budget), check_schema=False) as s:
         with held_write_lock(table_db):
             started = time.monotonic()
-            with pytest.raises(OperationalError, match="locked"):
+            with pytest.raises(DatabaseLocked, match="locked"):
                 s.write(insert("x"))
             elapsed = time.monotonic() - started
     assert elapsed >= min(budget, BUSY_TIMEOUT_S) - 0.1
