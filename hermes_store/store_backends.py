@@ -216,19 +216,16 @@ class SQLiteStoreBackend(StoreBackend):
     def before_commit(self, conn: Connection, started: float) -> bool:
         # In DELETE mode a COMMIT waits for every reader to leave, holding SQLite's
         # PENDING lock meanwhile, so no new reader starts: the readers it waits for are
-        # those already reading. A search ends at its time limit, so a commit that waits
-        # that long (counted from the start of the write) outlasts every search, however
-        # many overlap. Only a write that has already waited (an attempt that met a
-        # lock) waits so: the common write sends nothing more, and the busy timeout of
-        # other steps stays short (another writer's lock is waited out by the retry
-        # policy, which releases what it holds).
-        now = time.monotonic()
-        if now - started < BUSY_TIMEOUT_S or not readers_block_commits(conn):
+        # those already reading when this COMMIT began. A search ends at its time limit,
+        # so a commit that waits that long (counted from this COMMIT: a search may have
+        # started between two attempts, while no PENDING lock was held) outlasts every
+        # search, however many overlap. Only a write that has already waited (an attempt
+        # that met a lock) waits so: the common write sends nothing more, and the busy
+        # timeout of other steps stays short (another writer's lock is waited out by the
+        # retry policy, which releases what it holds).
+        if time.monotonic() - started < BUSY_TIMEOUT_S or not readers_block_commits(conn):
             return False
-        left = started + readers_wait_s() - now
-        if left <= BUSY_TIMEOUT_S:
-            return False
-        set_busy_timeout(conn, left)
+        set_busy_timeout(conn, readers_wait_s())
         return True
 
     def after_commit(self, conn: Connection) -> None:

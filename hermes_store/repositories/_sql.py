@@ -19,8 +19,10 @@ from sqlalchemy import (
     or_,
     select,
 )
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql.selectable import NamedFromClause
 
+from ..errors import LockTimeout, ReadOnlyStore, StoreBusy
 from ._dialect import position_of
 
 T = TypeVar("T")
@@ -83,3 +85,9 @@ def path_prefix_values(prefix: str) -> tuple[str, int, tuple[str, str]]:
     """(base, head length, heads) for `path_under`: `/` and `\\` both separate."""
     base = prefix.rstrip("/\\")
     return base, len(base) + 1, (base + "/", base + "\\")
+
+
+#: What an advisory write (a compression lock, a cooldown, a handoff read) logs and
+#: survives instead of failing the turn, as the original does: the database's refusals,
+#: a lock held past the retry, a pool that stayed busy, a read-only store.
+ADVISORY_FAILURES = (SQLAlchemyError, ReadOnlyStore, LockTimeout, StoreBusy)

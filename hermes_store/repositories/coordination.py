@@ -28,15 +28,13 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.exc import DBAPIError
 
-from ..errors import ReadOnlyStore
 from ..models import AsyncDelegation, CompressionLock, GatewayRouting
 from ..store import Store
 from ._dialect import data_columns, data_rows, lock_session, upsert_insert
 from ._encoding import now, scrub
 from ._paging import limit_clause
-from ._sql import all_columns, chunks, rowcount
+from ._sql import ADVISORY_FAILURES, all_columns, chunks, rowcount
 from ._tables import DELEGATIONS, SESSIONS, M, S
 from .lineage import is_recoverable, last_active
 
@@ -158,7 +156,7 @@ class CompressionLockRepository:
             acquired, reclaimed = self.store.write(
                 lambda conn: _acquire(conn, session_id, holder, ttl_seconds)
             )
-        except (DBAPIError, ReadOnlyStore) as exc:  # refused: logged, as the original
+        except ADVISORY_FAILURES as exc:  # refused: logged, as the original
             log.warning("compression lock for %s not acquired: %s", session_id, exc)
             return False
         if reclaimed is not None:  # logged after commit: the unit of work may be retried
@@ -180,7 +178,7 @@ class CompressionLockRepository:
 
         try:
             return self.store.write(lambda conn: _refresh(conn, session_id, holder, ttl_seconds))
-        except (DBAPIError, ReadOnlyStore) as exc:  # refused: logged, as the original
+        except ADVISORY_FAILURES as exc:  # refused: logged, as the original
             log.warning("compression lock for %s not refreshed: %s", session_id, exc)
             return False
 
@@ -195,7 +193,7 @@ class CompressionLockRepository:
             return
         try:
             self.store.write(lambda conn: _drop_lease(conn, session_id, holder))
-        except (DBAPIError, ReadOnlyStore) as exc:  # refused: logged, as the original
+        except ADVISORY_FAILURES as exc:  # refused: logged, as the original
             log.warning("compression lock for %s not released: %s", session_id, exc)
 
     def get_holder(self, session_id: str) -> str | None:
@@ -610,7 +608,7 @@ class GatewayRoutingRepository:
                     )
                 ).first()
             )
-        except DBAPIError as exc:
+        except ADVISORY_FAILURES as exc:
             log.warning("handoff state of %s unreadable: %s", session_id, exc)
             return None
         if row is None:
@@ -622,7 +620,7 @@ class GatewayRoutingRepository:
         unreadable."""
         try:
             return self.store.read(lambda conn: data_rows(conn.execute(_PENDING_HANDOFFS)))
-        except DBAPIError as exc:
+        except ADVISORY_FAILURES as exc:
             log.warning("pending handoffs unreadable: %s", exc)
             return []
 

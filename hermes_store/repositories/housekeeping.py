@@ -95,6 +95,7 @@ class HousekeepingRepository:
 
     def rebuild_fts(self) -> int:
         """A full FTS5 'rebuild' of both indexes; how many were rebuilt (0 on PostgreSQL)."""
+        self.store.require_writable()
         if not self._sqlite:
             return 0
         migrate.rebuild_fts(self.store.url)

@@ -78,11 +78,19 @@ def earlier_ids(conn: Connection, session_id: str, key: str, count: int) -> list
     if found is None:
         return None
     ids = [int(i) for i in json.loads(str(found))]
-    present = conn.execute(_PRESENT, {"session_id": session_id, "ids": ids}).scalar()
-    if int(present or 0) != len(set(ids)):
+    present = int(conn.execute(_PRESENT, {"session_id": session_id, "ids": ids}).scalar() or 0)
+    if present == 0:
         # the messages it answered for are gone, however they went: the key is void
         conn.execute(_FORGET, {"session_id": session_id, "key": key})
         return None
+    if present != len(set(ids)):
+        # answering would name messages that are gone; writing again would repeat the
+        # ones still there
+        raise InvalidInput(
+            f"the append of idempotency key {key!r} in session {session_id!r} was stored, "
+            f"but {len(set(ids)) - present} of its {len(set(ids))} message(s) have been "
+            "removed since; nothing was written"
+        )
     if len(ids) != count:
         raise InvalidInput(
             f"the idempotency key {key!r} of session {session_id!r} was used for an append "

@@ -32,9 +32,7 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.exc import SQLAlchemyError
 
-from ..errors import ReadOnlyStore
 from ..prepared import Prepared
 from ..rows import CompressionCooldown, ListingRow, SessionRow
 from ..store import Store
@@ -42,7 +40,15 @@ from . import turns
 from ._encoding import decode_content, flag, now, scrub
 from ._paging import limit_clause, offset_clause
 from ._preview import SKILL_INVOCATION_PREFIX
-from ._sql import alias, all_columns, escape_like, path_prefix_values, path_under, rowcount
+from ._sql import (
+    ADVISORY_FAILURES,
+    alias,
+    all_columns,
+    escape_like,
+    path_prefix_values,
+    path_under,
+    rowcount,
+)
 from ._tables import MESSAGES, SESSIONS, M, S
 from .deletion import delete_ids, remove_session_files
 from .lineage import (
@@ -716,7 +722,7 @@ class SessionRepository:
                 compression_failure_cooldown_until=cooldown_until,
                 compression_failure_error=_text(error),
             )
-        except (SQLAlchemyError, ReadOnlyStore) as exc:  # advisory; never fail the turn
+        except ADVISORY_FAILURES as exc:  # advisory; never fail the turn
             log.warning("could not record compression cooldown for %s: %s", session_id, exc)
 
     def get_compression_failure_cooldown(self, session_id: str) -> CompressionCooldown | None:
@@ -759,7 +765,7 @@ class SessionRepository:
                 compression_failure_cooldown_until=None,
                 compression_failure_error=None,
             )
-        except (SQLAlchemyError, ReadOnlyStore) as exc:
+        except ADVISORY_FAILURES as exc:
             log.warning("could not clear compression cooldown for %s: %s", session_id, exc)
 
     def _get_counter(self, session_id: str, column: str) -> int:

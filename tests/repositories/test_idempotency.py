@@ -287,3 +287,12 @@ def test_a_key_never_answers_for_a_message_that_is_gone(  # type: ignore[no-unty
         # the key now answers for the new message, and only for it
         assert messages.append_message("s1", "user", "again", idempotency_key="k1") == new
         assert len(messages.get_messages("s1")) == 3
+        # one of a batch's two messages removed: answering would name the gone one,
+        # writing again would repeat the other; refused, nothing written
+        gone = f"DELETE FROM messages WHERE id = {again[1]}"
+        store.write(lambda conn: conn.exec_driver_sql(gone))
+        with pytest.raises(InvalidInput, match="removed since; nothing was written"):
+            messages.append_messages(
+                "s1", [{"role": "user", "content": "c"}] * 2, idempotency_key="k2"
+            )
+        assert [m["id"] for m in messages.get_messages("s1")] == [new, again[0]]

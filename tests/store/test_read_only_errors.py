@@ -165,6 +165,7 @@ with Store(sys.argv[1], read_only=True) as store:
     # writes that do not go through Store.write (VACUUM, FTS merges, a table rebuild)
     attempt("vacuum", lambda: HousekeepingRepository(store).vacuum())
     attempt("fts optimize", lambda: HousekeepingRepository(store).optimize_fts())
+    attempt("fts rebuild", lambda: HousekeepingRepository(store).rebuild_fts())
     telegram = TelegramTopicRepository(store)
     attempt("telegram migration", telegram.apply_telegram_topic_migration)
 url = sys.argv[1]
@@ -181,6 +182,7 @@ _WRITES = [
     "statement in a read",
     "vacuum",
     "fts optimize",
+    "fts rebuild",
     "telegram migration",
     "facade append",
 ]

@@ -743,3 +743,26 @@ def test_threads_share_one_store_without_losing_writes(tmp_path: Path, policy: s
         con.close()
     assert total == threads * per_thread
     assert values == {f"{n}:{i}" for n in range(threads) for i in range(per_thread)}
+
+
+def test_advisory_writes_survive_a_lock_held_past_the_retry(
+    fresh_db: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The compression lock and the cooldown are advisory, as in the original: another
+    writer holding SQLite's lock through the whole retry (DatabaseLocked inside) makes
+    them log and answer False / None, never fail the turn."""
+    from hermes_store.repositories.coordination import CompressionLockRepository
+    from hermes_store.repositories.sessions import SessionRepository
+
+    path = Path(fresh_db.removeprefix("sqlite:///"))
+    with Store(fresh_db, retry=RetryPolicy(attempts=1)) as s:
+        SessionRepository(s).create_session("s1", "cli")
+        locks, sessions = CompressionLockRepository(s), SessionRepository(s)
+        with held_write_lock(path), caplog.at_level("WARNING"):
+            assert locks.try_acquire("s1", "me") is False
+            assert locks.refresh("s1", "me") is False
+            locks.release("s1", "me")
+            sessions.record_compression_failure_cooldown("s1", time.time() + 60.0)
+            sessions.clear_compression_failure_cooldown("s1")
+        assert "database is locked" in caplog.text
+        assert locks.try_acquire("s1", "me") is True
