@@ -42,6 +42,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
         return 0
     if args.csv:
         _print_csv([_iso_times(hit) for hit in hits], _SEARCH_COLUMNS)
+        _warn(hits)
         return 0
     for hit in hits:
         session, role, snippet = _cell(hit["session_id"]), _cell(hit["role"]), _cell(hit["snippet"])

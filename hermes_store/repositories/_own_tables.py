@@ -19,20 +19,29 @@ T = TypeVar("T")
 
 
 def _missing(store: Store, tables: Sequence[str]) -> list[str]:
+    """What of `tables` (each "table" or "table.column") the database lacks."""
+
     def present(conn: Connection) -> set[str]:
-        return set(inspect(conn).get_table_names())
+        inspector = inspect(conn)
+        found: set[str] = set()
+        for table in inspector.get_table_names():
+            found.add(table)
+            if any(wanted.startswith(f"{table}.") for wanted in tables):
+                found.update(f"{table}.{c['name']}" for c in inspector.get_columns(table))
+        return found
 
     try:
         found = store.read(present)
     except DBAPIError:
         return []
-    return [table for table in tables if table not in found]
+    return [wanted for wanted in tables if wanted not in found]
 
 
 def needing(store: Store, tables: Sequence[str], what: str, work: Callable[[], T]) -> T:
     """`work()`, or SchemaBehind naming `hermes-store upgrade` when it failed because the
-    database lacks one of `tables`. Looked up only after a failure: a call that works
-    costs nothing more."""
+    database lacks one of `tables` ("table", or "table.column" for a column a later
+    revision added). Looked up only after a failure: a call that works costs nothing
+    more."""
     try:
         return work()
     except DBAPIError as exc:
@@ -42,6 +51,6 @@ def needing(store: Store, tables: Sequence[str], what: str, work: Callable[[], T
         raise SchemaBehind(
             place_of(store.url),
             f"{what} needs hermes-store's own tables, which this database was never upgraded to",
-            [f"table {table}" for table in missing],
+            [f"column {m}" if "." in m else f"table {m}" for m in missing],
             upgrade_command(store.url),
         ) from exc

@@ -53,6 +53,9 @@ _ENSURE = text(
     f"INSERT INTO {TURNS_TABLE} (session_id, holder, token, expires_at) "  # noqa: S608
     "VALUES (:s, NULL, 0, 0) ON CONFLICT (session_id) DO NOTHING"
 )
+#: What the turn calls need (the ttl column from hs0006), for the refusal on an older
+#: database (a read-only open accepts any database of v23 shape).
+_TURN_TABLES = (TURNS_TABLE, f"{TURNS_TABLE}.{TURNS_TTL_COLUMN}")
 _READ = (
     f"SELECT holder, token, expires_at, {TURNS_TTL_COLUMN} FROM {TURNS_TABLE} "  # noqa: S608
     "WHERE session_id = :s"
@@ -224,7 +227,7 @@ class TurnRepository:
         self.store = store
 
     def _write(self, work: Callable[[Connection], T]) -> T:
-        return needing(self.store, (TURNS_TABLE,), "a turn lease", lambda: self.store.write(work))
+        return needing(self.store, _TURN_TABLES, "a turn lease", lambda: self.store.write(work))
 
     def acquire_turn(self, session_id: str, holder: str, ttl: float) -> int:
         """Grant `holder` the session's turn for `ttl` seconds and return its fencing
@@ -283,7 +286,7 @@ class TurnRepository:
         sid = _check_session_id(session_id)
         return needing(
             self.store,
-            (TURNS_TABLE,),
+            _TURN_TABLES,
             "a turn lease",
             lambda: self.store.read(lambda conn: _current(conn, sid)),
         )

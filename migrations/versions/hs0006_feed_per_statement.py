@@ -47,11 +47,14 @@ STAMPS = FEED_PENDING_STAMPS_COLUMN
 AT = "EXTRACT(EPOCH FROM clock_timestamp())"
 PENDING_COLUMNS = f"{CHANGES_PENDING_TABLE} (kind, session_id, message_id, at, {STAMPS})"
 
-# (function, the session id and message id of a row, the order of a statement's rows)
+# (function, the session id and message id of a row, the order of a statement's rows:
+# message ids grow in the order rows are inserted; sessions and usage rows keep the
+# order the statement wrote them in, as the transition table holds them (per-row
+# triggers and SQLite capture them in that order))
 ROW_FUNCTIONS = {
-    f"{FEED_OBJECT_PREFIX}capture_session_rows": ("id, NULL", "id"),
+    f"{FEED_OBJECT_PREFIX}capture_session_rows": ("id, NULL", None),
     f"{FEED_OBJECT_PREFIX}capture_message_rows": ("session_id, id", "id"),
-    f"{FEED_OBJECT_PREFIX}capture_usage_rows": ("session_id, NULL", "session_id"),
+    f"{FEED_OBJECT_PREFIX}capture_usage_rows": ("session_id, NULL", None),
 }
 # (trigger name suffix as in hs0002, table, event, kind, transition table, function)
 STATEMENT_CAPTURES = (
@@ -75,11 +78,13 @@ ROW_CAPTURE_SESSION = f"{FEED_OBJECT_PREFIX}capture_session"
 STAMP_FUNCTION = f"{FEED_OBJECT_PREFIX}stamp"
 
 
-def _statement_function(values: str, order: str) -> str:
+def _statement_function(values: str, order: str | None) -> str:
+    window, ordered = ("()", "") if order is None else (f"(ORDER BY {order})", f" ORDER BY {order}")
+
     def capture(rows: str) -> str:
         return (
             f"INSERT INTO {PENDING_COLUMNS} SELECT TG_ARGV[0], {values}, {AT}, "  # noqa: S608
-            f"row_number() OVER (ORDER BY {order}) = 1 FROM {rows} ORDER BY {order}"
+            f"row_number() OVER {window} = 1 FROM {rows}{ordered}"
         )
 
     return (

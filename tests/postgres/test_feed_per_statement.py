@@ -88,3 +88,26 @@ def test_the_repositories_batches_and_session_deletes_are_in_the_feed(pg_fresh_d
     assert [m for k, m in got if k == "message.appended"] == ids
     assert sorted(m for k, m in got if k == "message.deleted") == ids  # type: ignore[type-var]
     assert got[-1] == ("session.deleted", None)
+
+
+def test_a_statements_sessions_are_numbered_in_the_order_it_wrote_them(
+    pg_fresh_db: str,
+) -> None:
+    """One INSERT of several sessions (a copy, a batched import): their session.created
+    changes follow the order the statement wrote them in, as per-row capture and SQLite
+    number them, not the order of their ids."""
+    with Store(pg_fresh_db) as store:
+        start = ChangeFeed(store).latest()
+    written = ["b-parent", "a-child", "c-other", "0-last"]
+    with _connect(pg_fresh_db) as conn:
+        conn.execute(
+            "INSERT INTO sessions (id, source, started_at) "
+            "SELECT id, 'cli', 1000 FROM unnest(%s::text[]) WITH ORDINALITY AS t(id, n) "
+            "ORDER BY n",
+            (written,),
+        )
+        conn.commit()
+    with Store(pg_fresh_db) as store:
+        changes = ChangeFeed(store).changes(start, limit=100)
+    created = [c.session_id for c in changes if c.kind == "session.created"]
+    assert created == written

@@ -186,3 +186,19 @@ def test_async_following_on_sqlite_needs_no_psycopg(
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["session.created,message.appended"]
+
+
+@pytest.mark.parametrize("mode", ["wal", "delete"])
+def test_turns_on_a_database_at_hs0005_name_the_upgrade(tmp_path: Path, mode: str) -> None:
+    """A database an older hermes-store keeps at hs0005 (its turns table without the ttl
+    column), opened read-only by this version: SchemaBehind naming the column and
+    `hermes-store upgrade`, not "no such column"."""
+    from hermes_store import migrate
+
+    path = tmp_path / "state.db"
+    migrate.upgrade(f"sqlite:///{path}", revision="hs0005", fts_min_pause=0)
+    set_journal_mode(str(path), mode)
+    with Store(str(path), read_only=True, check_schema=False) as store:
+        with pytest.raises(SchemaBehind, match="hermes-store upgrade") as caught:
+            TurnRepository(store).current_turn("s1")
+    assert caught.value.missing == ["column hermes_store_turns.ttl"]

@@ -206,16 +206,18 @@ def test_the_command_prints_the_warning_on_stderr(tmp_path: Path) -> None:
     cli = str(Path(sys.executable).with_name("hermes-store"))
     env = {**os.environ, "HERMES_HOME": str(tmp_path)}
     env.pop("HERMES_STORE_URL", None)
-    done = subprocess.run(
-        [cli, "search", "postgress", "--url", url, "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]"
-    assert "warning: no word matched 'postgress'" in done.stderr
+    for form, empty in (("--json", "[]"), ("--csv", None), (None, "no matches")):
+        done = subprocess.run(
+            [cli, "search", "postgress", "--url", url, *([form] if form else [])],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        if empty is not None:
+            assert done.stdout.strip() == empty
+        assert "warning: no word matched 'postgress'" in done.stderr, form
 
 
 def test_the_probes_ask_for_what_the_indexes_read() -> None:
