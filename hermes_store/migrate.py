@@ -11,7 +11,7 @@ import os
 import random
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -502,6 +502,7 @@ def upgrade(
     wait: float = DEFAULT_WAIT_S,
     on_wait: WaitCallback | None = None,
     wait_report_every: float | None = None,
+    before_writing: Callable[[], None] | None = None,
 ) -> UpgradeReport:
     """Create, adopt or upgrade the database at `url`, then (unless deferred) finish the
     chunked FTS backfill, sharing the write lock by `fts_pacing` (default
@@ -513,7 +514,9 @@ def upgrade(
     as it happens and one that runs out ends in LockTimeout (without, SQLite's "database
     is locked" is raised as the driver reports it, as the facade's callers expect). The
     report says what this run did: when another process migrated the database while this
-    one waited, `migrated_by_other`."""
+    one waited, `migrated_by_other`. `before_writing` runs once the file has been looked
+    at (a newer, damaged or unwritable file is refused first) and before it is opened for
+    writing: the command's backup."""
     started = time.monotonic()
     resolved = resolve_url(url)
     again = f"{upgrade_command(resolved)} (it continues where it stopped)"
@@ -521,6 +524,8 @@ def upgrade(
         _look_before_opening(
             resolved, backfilling=not defer_fts_backfill and _reaches_fts_layout(revision)
         )
+        if before_writing is not None:
+            before_writing()
         engine = make_engine(resolved)
     backend = dialect_for(engine).migration
     waiter = lock_waiter(resolved, engine, wait, on_wait, every=wait_report_every)

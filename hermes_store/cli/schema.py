@@ -45,7 +45,12 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
 
     path = sqlite_path(resolve_url(args.url))
     new_directory = path is not None and not path.parent.is_dir()
-    backup = upgrade_backup_line(args.url, skip=args.no_backup)
+    taken: list[str] = []
+
+    def back_up() -> None:  # once the upgrade has looked: a refused file gets no copy
+        line = upgrade_backup_line(args.url, skip=args.no_backup)
+        taken.extend([] if line is None else [line])
+
     try:
         with _progress_bar("fts backfill") as progress:
             report = migrate.upgrade(
@@ -55,11 +60,13 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
                 wait=args.wait,
                 on_wait=_report_wait,
                 wait_report_every=_wait_every(),
+                before_writing=back_up,
             )
     except BaseException:
-        if backup is not None:  # where the copy is, whatever stopped the upgrade
-            print(backup, flush=True)
+        for line in taken:  # where the copy is, whatever stopped the upgrade
+            print(line, flush=True)
         raise
+    backup = taken[0] if taken else None
     if path is not None:
         # also a file already at head, which the upgrade did not write: this is the
         # command that sets a database up
