@@ -435,19 +435,15 @@ def _span(where: str, filters: Filters, *, oldest: bool = False) -> str:
 def _substring_where(tokens: Sequence[str], params: Params) -> str | None:
     """The substring route's condition on the row `m` (operators as FTS5 reads them),
     None when no token is left to look for."""
-    alternatives: list[list[str]] = [[]]
-    negate = False
-    for token in tokens:
-        if token in q.OPERATORS:
-            if token == "OR":
-                alternatives.append([])
-            negate = token == "NOT"
-            continue
-        name = f"p{len(params)}"
-        params[name] = q.like_pattern(token.strip('"'))
-        clause = f"{TRIGRAM_TEXT} {_like_op(token)} :{name} ESCAPE '\\'"
-        alternatives[-1].append(f"NOT ({clause})" if negate else clause)
-        negate = False
+    alternatives: list[list[str]] = []
+    for group in q.or_groups(tokens):
+        clauses: list[str] = []
+        for token, negated in group:
+            name = f"p{len(params)}"
+            params[name] = q.like_pattern(token.strip('"'))
+            clause = f"{TRIGRAM_TEXT} {_like_op(token)} :{name} ESCAPE '\\'"
+            clauses.append(f"NOT ({clause})" if negated else clause)
+        alternatives.append(clauses)
     groups = [" AND ".join(g) for g in alternatives if g]
     if not groups:
         return None
@@ -506,23 +502,16 @@ def substring_probe_sql(tokens: Sequence[str]) -> tuple[str, Params] | None:
     with no needle is every row). The lower-cased text is made once per row, each
     needle a strpos in it. None when no token is left to look for."""
     params: Params = {}
-    alternatives: list[list[str]] = [[]]
-    found = False
-    negate = False
-    for token in tokens:
-        if token in q.OPERATORS:
-            if token == "OR":
-                alternatives.append([])
-            negate = token == "NOT"
-            continue
-        found = True
-        if not negate:
-            for needle in _needles(token):
+    alternatives: list[list[str]] = []
+    for group in q.or_groups(tokens):
+        checks: list[str] = []
+        for token, negated in group:
+            for needle in [] if negated else _needles(token):
                 name = f"n{len(params)}"
                 params[name] = needle
-                alternatives[-1].append(f"strpos(m.t, :{name}) > 0")
-        negate = False
-    if not found:
+                checks.append(f"strpos(m.t, :{name}) > 0")
+        alternatives.append(checks)
+    if not any(t not in q.OPERATORS for t in tokens):
         return None
     groups = [" AND ".join(g) if g else "true" for g in alternatives]
     candidate = "m.t IS NOT NULL AND (" + " OR ".join(f"({g})" for g in groups) + ")"

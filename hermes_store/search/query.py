@@ -114,6 +114,23 @@ def quote_tokens(tokens: list[str]) -> str:
     return " ".join(quoted)
 
 
+def or_groups(tokens: Sequence[str]) -> list[list[tuple[str, bool]]]:
+    """The tokens of each OR-alternative, operators as FTS5 reads them (upper case
+    only), each with whether a NOT stands right before it. An alternative may be empty
+    (`a OR`)."""
+    groups: list[list[tuple[str, bool]]] = [[]]
+    negate = False
+    for token in tokens:
+        if token in OPERATORS:
+            if token == "OR":
+                groups.append([])
+            negate = token == "NOT"
+            continue
+        groups[-1].append((token, negate))
+        negate = False
+    return groups
+
+
 def terms(tokens: Sequence[str]) -> list[str]:
     return [t for t in tokens if t.upper() not in OPERATORS]
 

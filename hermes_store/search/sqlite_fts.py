@@ -130,19 +130,15 @@ def trigram_probe(tokens: list[str]) -> str | None:
     reads there: for each OR-alternative, the AND of every trigram of its positive
     tokens (a phrase of a token is matched from these terms' lists, so their
     intersection is the work it takes). None when no alternative holds one."""
-    alternatives: list[list[str]] = [[]]
-    negate = False
-    for token in tokens:
-        if token in q.OPERATORS:
-            if token == "OR":
-                alternatives.append([])
-            negate = token == "NOT"
-            continue
-        if not negate:
-            text = token.lower()  # the trigram index folds case
-            grams = (text[i : i + TRIGRAM_CHARS] for i in range(len(text) - 2))
-            alternatives[-1] += [_fts5_string(g) for g in grams]
-        negate = False
+    alternatives: list[list[str]] = []
+    for group in q.or_groups(tokens):
+        strings: list[str] = []
+        for token, negated in group:
+            if not negated:
+                text = token.lower()  # the trigram index folds case
+                grams = (text[i : i + TRIGRAM_CHARS] for i in range(len(text) - 2))
+                strings += [_fts5_string(g) for g in grams]
+        alternatives.append(strings)
     kept = [list(dict.fromkeys(group)) for group in alternatives if group]
     if not kept:
         return None
