@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from sqlalchemy import event, text
 from sqlalchemy.exc import DBAPIError
 
+from hermes_store.config import JOURNAL_ENV
 from hermes_store.errors import InvalidInput, QueryTooComplex, SearchTimedOut
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.search import SearchRepository
@@ -206,6 +207,21 @@ def test_the_search_function_refuses_too_many_terms_too(texts: Store) -> None:
 _SCANNED = " OR ".join(f"{chr(0x4E00 + i)}{chr(0x4E80 + i)}" for i in range(MAX_TERMS - 1))
 
 
+@pytest.fixture(params=["wal", "delete"])
+def journal(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The SQLite journal mode the test's file is made in (requested before the store:
+    the time limit must hold in both; PostgreSQL ignores it)."""
+    mode = str(request.param)
+    monkeypatch.setenv(JOURNAL_ENV, mode)
+    return mode
+
+
+def _in_journal_mode(store: Store, journal: str) -> None:
+    if store.dialect == "sqlite":
+        pragma = text("PRAGMA journal_mode")
+        assert store.read(lambda conn: conn.execute(pragma).scalar_one()) == journal
+
+
 @pytest.fixture
 def many(store: Store) -> Store:
     """2,000 messages, one of which holds a term of _SCANNED."""
@@ -219,13 +235,14 @@ def many(store: Store) -> Store:
 
 
 def test_a_search_past_its_time_limit_ends_with_a_typed_error(
-    many: Store, monkeypatch: pytest.MonkeyPatch, sqlite_driver: str
+    journal: str, many: Store, monkeypatch: pytest.MonkeyPatch, sqlite_driver: str
 ) -> None:
     """With a budget far shorter than the search needs (a scan of every message for
     each of 31 terms), the search ends with SearchTimedOut naming the limit, not with a
     driver error and not after the whole scan; with the default budget the same search
     completes with the right hit. The store goes on working."""
     store = many
+    _in_journal_mode(store, journal)
     monkeypatch.setenv(TIMEOUT_ENV, "0.001")
     with pytest.raises(SearchTimedOut, match=TIMEOUT_ENV) as raised:
         SearchRepository(store).search_messages(_SCANNED)
@@ -242,12 +259,13 @@ def test_no_limit_when_the_budget_is_zero(many: Store, monkeypatch: pytest.Monke
 
 
 def test_the_limit_ends_with_the_search(
-    many: Store, monkeypatch: pytest.MonkeyPatch, sqlite_driver: str
+    journal: str, many: Store, monkeypatch: pytest.MonkeyPatch, sqlite_driver: str
 ) -> None:
     """The caller's transaction goes on without the search's limit: on SQLite no
     progress handler is left on the connection (a later statement of thousands of steps
     runs after a search that timed out), on PostgreSQL statement_timeout is what it was."""
     store = many
+    _in_journal_mode(store, journal)
     heavy = text("SELECT sum(length(content || content)) FROM messages")
     if store.dialect == "sqlite":
         monkeypatch.setenv(TIMEOUT_ENV, "0.001")
@@ -308,7 +326,9 @@ def test_a_search_raises_work_mem_for_its_own_statements(
     pg_store.close()
 
 
-def test_a_statement_running_at_the_deadline_is_stopped(store: Store, sqlite_driver: str) -> None:
+def test_a_statement_running_at_the_deadline_is_stopped(
+    journal: str, store: Store, sqlite_driver: str
+) -> None:
     """The limit stops a statement already running when the deadline comes (SQLite: the
     progress handler interrupts it; PostgreSQL: statement_timeout cancels it), not only
     the next one: a statement that would count for many seconds ends in SearchTimedOut
@@ -317,6 +337,7 @@ def test_a_statement_running_at_the_deadline_is_stopped(store: Store, sqlite_dri
         "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 1000000000)"
         " SELECT count(*) FROM r"
     )
+    _in_journal_mode(store, journal)
     with store.read() as conn:
         backend = backend_for(conn)
         with pytest.raises(SearchTimedOut) as raised, backend.time_limit(50):
@@ -338,7 +359,7 @@ def words(sqlite_store: Store) -> Store:
 
 
 def test_the_progress_handler_stops_a_prefix_search_on_either_driver(
-    words: Store, monkeypatch: pytest.MonkeyPatch, sqlite_driver: str
+    journal: str, words: Store, monkeypatch: pytest.MonkeyPatch, sqlite_driver: str
 ) -> None:
     """On both drivers (pysqlite3, the `sqlite` extra's, too: its connections are not
     the standard library's class) a statement running at the deadline is stopped by the
@@ -348,6 +369,7 @@ def test_the_progress_handler_stops_a_prefix_search_on_either_driver(
     from hermes_store import sqlite_driver as chosen
 
     store = words
+    _in_journal_mode(store, journal)
     monkeypatch.setenv(TIMEOUT_ENV, "50")
     with pytest.raises(SearchTimedOut, match=TIMEOUT_ENV) as raised:
         SearchRepository(store).search_messages(PREFIXES)
