@@ -745,17 +745,27 @@ def test_threads_share_one_store_without_losing_writes(tmp_path: Path, policy: s
     assert values == {f"{n}:{i}" for n in range(threads) for i in range(per_thread)}
 
 
+@pytest.mark.parametrize("journal", ["wal", "delete"])
 def test_advisory_writes_survive_a_lock_held_past_the_retry(
-    fresh_db: str, caplog: pytest.LogCaptureFixture
+    tmp_path: Path,
+    journal: str,
+    sqlite_driver: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The compression lock and the cooldown are advisory, as in the original: another
     writer holding SQLite's lock through the whole retry (DatabaseLocked inside) makes
-    them log and answer False / None, never fail the turn."""
+    them log and answer False / None, never fail the turn; on both drivers, in each
+    journal mode."""
     from hermes_store.repositories.coordination import CompressionLockRepository
     from hermes_store.repositories.sessions import SessionRepository
 
-    path = Path(fresh_db.removeprefix("sqlite:///"))
-    with Store(fresh_db, retry=RetryPolicy(attempts=1)) as s:
+    monkeypatch.setenv(JOURNAL_ENV, journal)
+    path = tmp_path / "state.db"
+    migrate.upgrade(url(path), fts_min_pause=0)
+    with Store(url(path), retry=RetryPolicy(attempts=1)) as s:
+        mode = s.read(lambda conn: conn.exec_driver_sql("PRAGMA journal_mode").scalar())
+        assert mode == journal
         SessionRepository(s).create_session("s1", "cli")
         locks, sessions = CompressionLockRepository(s), SessionRepository(s)
         with held_write_lock(path), caplog.at_level("WARNING"):
