@@ -177,3 +177,17 @@ LOCAL_TABLES: Final = frozenset({CHANGES_TABLE, CHANGES_PENDING_TABLE, FEED_STAT
 #: Every table a copy leaves to the target's triggers: LOCAL_TABLES and, from revision
 #: hs0005, the activity table (kept by triggers as the copy inserts sessions and messages).
 NOT_COPIED_TABLES: Final = LOCAL_TABLES | {ACTIVITY_TABLE}
+
+# --- trash and tags (revision hs0007) ---------------------------------------------------
+
+#: One row per trashed session tree: its root session's id, title, counts, when it was
+#: trashed and when it may be emptied. The rows themselves are in TRASH_ROWS_TABLE.
+TRASH_TABLE: Final = "hermes_store_trash"
+TRASH_EXPIRES_INDEX: Final = "hermes_store_trash_expires_at"
+TRASH_SESSION_INDEX: Final = "hermes_store_trash_session_id"
+#: The trashed rows (sessions, messages, usage, tags, idempotency keys), one JSON text
+#: each, in the order a restore inserts them; they go with their trash entry.
+TRASH_ROWS_TABLE: Final = "hermes_store_trash_rows"
+#: (session_id, tag): any number of tags per session; they go with their session.
+TAGS_TABLE: Final = "hermes_store_session_tags"
+TAGS_TAG_INDEX: Final = "hermes_store_session_tags_tag"

@@ -15,7 +15,16 @@ from .base import Base
 from .coordination import AsyncDelegation, CompressionLock, GatewayRouting
 from .messages import Message
 from .meta import StateMeta, schema_version
-from .own import ChangeRecord, FeedState, IdempotencyKey, SessionActivity, TurnLease
+from .own import (
+    ChangeRecord,
+    FeedState,
+    IdempotencyKey,
+    SessionActivity,
+    SessionTag,
+    TrashEntry,
+    TrashRow,
+    TurnLease,
+)
 from .sessions import HermesSession
 from .sessions import Session as Session  # explicit re-export, kept out of __all__
 from .usage import SessionModelUsage
@@ -34,7 +43,10 @@ __all__ = [
     "Message",
     "SessionActivity",
     "SessionModelUsage",
+    "SessionTag",
     "StateMeta",
+    "TrashEntry",
+    "TrashRow",
     "TurnLease",
     "metadata",
     "schema_version",

@@ -13,6 +13,12 @@ from ..contract import (
     CHANGES_TABLE,
     FEED_STATE_TABLE,
     IDEMPOTENCY_TABLE,
+    TAGS_TABLE,
+    TAGS_TAG_INDEX,
+    TRASH_EXPIRES_INDEX,
+    TRASH_ROWS_TABLE,
+    TRASH_SESSION_INDEX,
+    TRASH_TABLE,
     TURNS_TABLE,
     TURNS_TTL_COLUMN,
 )
@@ -124,4 +130,75 @@ class SessionActivity(Base):
         Real_,
         nullable=False,
         doc="Its newest message's timestamp, else when it started, epoch seconds (UTC).",
+    )
+
+
+class SessionTag(Base):
+    """A row of `hermes_store_session_tags`: one tag of one session. The row goes with
+    its session (ON DELETE CASCADE); a trashed session keeps its tags in the trash."""
+
+    __tablename__ = TAGS_TABLE
+    __table_args__ = (Index(TAGS_TAG_INDEX, "tag", "session_id"),)
+
+    session_id: Mapped[str] = mapped_column(
+        Text_,
+        ForeignKey("sessions.id", ondelete="CASCADE"),
+        primary_key=True,
+        doc="The tagged session (sessions.id); its tags go when it is deleted.",
+    )
+    tag: Mapped[str] = mapped_column(
+        Text_, primary_key=True, doc="The tag, as given (trimmed), unique per session."
+    )
+
+
+class TrashEntry(Base):
+    """A row of `hermes_store_trash`: a session moved out of the live tables with its
+    descendants, until it is restored or its time in the trash is over."""
+
+    __tablename__ = TRASH_TABLE
+    __table_args__ = (
+        Index(TRASH_EXPIRES_INDEX, "expires_at"),
+        Index(TRASH_SESSION_INDEX, "session_id"),
+    )
+
+    id: Mapped[str] = mapped_column(
+        Text_, primary_key=True, doc="The entry's id (a random hex string)."
+    )
+    session_id: Mapped[str] = mapped_column(
+        Text_, nullable=False, doc="The trashed session (the root of the trashed tree)."
+    )
+    title: Mapped[str | None] = mapped_column(Text_, doc="Its title when it was trashed.")
+    source: Mapped[str | None] = mapped_column(Text_, doc="Its source when it was trashed.")
+    sessions: Mapped[int] = mapped_column(
+        Integer_, nullable=False, doc="How many sessions the entry holds (it and its descendants)."
+    )
+    messages: Mapped[int] = mapped_column(
+        Integer_, nullable=False, doc="How many message rows the entry holds."
+    )
+    trashed_at: Mapped[float] = mapped_column(
+        Real_, nullable=False, doc="When it was trashed, epoch seconds (UTC)."
+    )
+    expires_at: Mapped[float] = mapped_column(
+        Real_, nullable=False, doc="When a prune may empty it, epoch seconds (UTC)."
+    )
+
+
+class TrashRow(Base):
+    """A row of `hermes_store_trash_rows`: one trashed row of a v23 or own table, as a
+    JSON object of its columns, in the order a restore inserts it."""
+
+    __tablename__ = TRASH_ROWS_TABLE
+
+    trash_id: Mapped[str] = mapped_column(
+        Text_,
+        ForeignKey(f"{TRASH_TABLE}.id", ondelete="CASCADE"),
+        primary_key=True,
+        doc="The trash entry (hermes_store_trash.id) the row belongs to.",
+    )
+    seq: Mapped[int] = mapped_column(
+        Integer_, primary_key=True, autoincrement=False, doc="Its place in the restore order."
+    )
+    table_name: Mapped[str] = mapped_column(Text_, nullable=False, doc="The table it came from.")
+    data: Mapped[str] = mapped_column(
+        Text_, nullable=False, doc="The row's columns as a JSON object (bytes tagged)."
     )
