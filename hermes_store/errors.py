@@ -503,3 +503,20 @@ class SQLiteOnly(StoreError, AttributeError):
 class DriverMissing(StoreError, ValueError):
     """The database driver a URL needs is not installed (PostgreSQL's psycopg: the
     `postgres` extra). A ValueError, as an unusable URL is."""
+
+
+class RestoreConflict(StoreError, ValueError):
+    """A trashed session cannot be restored: a live session took one of its ids since it
+    was trashed (ids are kept on restore, so one of the two must go first)."""
+
+    def __init__(self, session_id: str, taken: list[str]) -> None:
+        self.session_id = session_id
+        self.taken = taken
+        shown = ", ".join(repr(t) for t in taken[:5]) + (" ..." if len(taken) > 5 else "")
+        super().__init__(
+            f"cannot restore session {session_id!r}: a live session now has the id {shown}; "
+            "delete or rename that session first"
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[str, list[str]]]:
+        return (type(self), (self.session_id, self.taken))

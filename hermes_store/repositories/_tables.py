@@ -17,7 +17,10 @@ from ..models import (
     Message,
     SessionActivity,
     SessionModelUsage,
+    SessionTag,
     StateMeta,
+    TrashEntry,
+    TrashRow,
 )
 from ..models import Session as SessionModel
 
@@ -28,8 +31,12 @@ USAGE = cast(Table, SessionModelUsage.__table__)
 META = cast(Table, StateMeta.__table__)
 DELEGATIONS = cast(Table, AsyncDelegation.__table__)
 ACTIVITY = cast(Table, SessionActivity.__table__)
+TAGS = cast(Table, SessionTag.__table__)
+TRASH = cast(Table, TrashEntry.__table__)
+TRASH_ROWS = cast(Table, TrashRow.__table__)
 S = SESSIONS.c
 M = MESSAGES.c
 L = LOCKS.c
 U = USAGE.c
 K = META.c
+TG = TAGS.c

@@ -24,6 +24,7 @@ from sqlalchemy import (
     Select,
     bindparam,
     case,
+    exists,
     func,
     literal_column,
     or_,
@@ -36,7 +37,7 @@ from ._dialect import usually
 from ._paging import row_limit, row_offset
 from ._preview import first_user_excerpt, shape_session_preview
 from ._sql import alias, contains_caseless, path_prefix_values, path_under
-from ._tables import ACTIVITY, SESSIONS
+from ._tables import ACTIVITY, SESSIONS, TG
 from .lineage import (
     COMPRESSION,
     DELEGATE_MARKER,
@@ -99,6 +100,8 @@ class ListingFilters:
     #: with listable_only: also rows tagged as delegate runs (`_delegate_from`), among them
     #: untitled roots that migration 0016 (as the original) tagged as orphaned delegates
     include_delegates: bool = False
+    #: only sessions carrying every one of these tags (hermes_store_session_tags)
+    tags: Sequence[str] | None = None
     wanted: tuple[str, ...] = field(init=False)
     excluded: tuple[str, ...] = field(init=False)
 
@@ -117,6 +120,7 @@ class ListingFilters:
             archived,
             self.listable_only,
             self.include_delegates,
+            len(self.tags or ()),
         )
 
     def params(self) -> dict[str, Any]:
@@ -128,13 +132,14 @@ class ListingFilters:
             values.update(f_cwd=base, f_cwd_len=length, f_cwd_slash=slash, f_cwd_bs=backslash)
         if self.min_message_count and self.min_message_count > 0:
             values["f_min_count"] = self.min_message_count
+        values.update({f"f_tag_{i}": v for i, v in enumerate(self.tags or ())})
         return values
 
 
 def filter_conditions(a: NamedFromClause, shape: tuple[Any, ...]) -> list[ColumnElement[bool]]:
     """The WHERE conditions of a `ListingFilters.shape()`, over the alias `a`, with the
     values as bound parameters named as `ListingFilters.params()` names them."""
-    n_wanted, n_excluded, has_cwd, has_min, archived, listable_only, delegates = shape
+    n_wanted, n_excluded, has_cwd, has_min, archived, listable_only, delegates, n_tags = shape
     conds: list[ColumnElement[bool]] = []
     if listable_only and delegates:
         conds.append(or_(is_listable(a), marker(a.c.model_config, DELEGATE_MARKER).is_not(None)))
@@ -154,6 +159,10 @@ def filter_conditions(a: NamedFromClause, shape: tuple[Any, ...]) -> list[Column
         conds.append(a.c.archived != 0)
     elif archived == "live":
         conds.append(usually(a.c.archived == 0))
+    for i in range(n_tags):
+        conds.append(
+            exists().where(TG.session_id == a.c.id, TG.tag == _text_param(f"f_tag_{i}"))
+        )
     return conds
 
 

@@ -41,5 +41,7 @@ class SearchRepository:
             offset: skip this many hits first.
             sort: 'newest' or 'oldest' for time order; anything else orders by relevance.
             include_inactive: also messages marked inactive (rewound or compacted away).
+            tags: only messages of sessions carrying every one of these tags (hermes-store's
+                own, `TagRepository`).
         """,
     )

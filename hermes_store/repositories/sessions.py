@@ -40,6 +40,7 @@ from . import turns
 from ._encoding import decode_content, flag, now, scrub
 from ._paging import limit_clause, offset_clause
 from ._preview import SKILL_INVOCATION_PREFIX
+from ._tag_names import check_tag
 from ._sql import (
     ADVISORY_FAILURES,
     alias,
@@ -909,6 +910,7 @@ class SessionRepository:
         compact_rows: bool = False,
         include_pinned: bool = False,
         include_delegates: bool = False,
+        tags: Sequence[str] | None = None,
     ) -> list[ListingRow]:
         """A page of listing rows (the full row or `compact_rows`, plus `preview` and
         `last_active`), newest start first or, with `order_by_last_active`, by the newest
@@ -944,6 +946,8 @@ class SessionRepository:
             include_pinned: also append the pinned sessions that match the same filters but
                 fall outside the page.
             include_delegates: also sessions tagged as delegate runs, hidden by default.
+            tags: only sessions carrying every one of these tags (hermes-store's own,
+                `TagRepository`).
         """
         self._flush()
         filters = ListingFilters(
@@ -956,6 +960,7 @@ class SessionRepository:
             archived_only=archived_only,
             listable_only=not include_children,
             include_delegates=include_delegates,
+            tags=None if tags is None else [check_tag(t) for t in tags],
         )
         rows = self.store.read(
             lambda conn: list_page(

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from sqlalchemy import Connection, TextClause, bindparam, text
 from sqlalchemy.exc import DBAPIError
 
+from ..contract import TAGS_TABLE
 from .query import like_pattern
 
 JSON_PREFIX = "\x00json:"
@@ -25,6 +26,7 @@ class Filters:
         exclude_sources: list[str] | None,
         role_filter: list[str] | None,
         include_inactive: bool,
+        tags: list[str] | None = None,
     ) -> None:
         clauses: list[str] = []
         params: dict[str, Any] = {}
@@ -46,6 +48,13 @@ class Filters:
             expanding.append("roles")
         if not include_inactive:
             clauses.append("(m.active = 1 OR m.compacted = 1)")
+        for i, tag in enumerate(tags or ()):
+            # one EXISTS per tag: a hit's session carries every tag asked for
+            clauses.append(
+                f"EXISTS (SELECT 1 FROM {TAGS_TABLE} AS st{i} WHERE st{i}.session_id = "
+                f"m.session_id AND st{i}.tag = :tag_{i})"
+            )
+            params[f"tag_{i}"] = tag
         self.sql = "".join(f" AND {c}" for c in clauses)
         self.params = params
         self.expanding = expanding

@@ -37,6 +37,7 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from ..repositories._paging import MAX_ROWS, bound_limit, row_offset
+from ..repositories._tag_names import check_tag
 from . import limits
 from .backend import Hit, IndexDamaged, SearchBackend, backend_for
 from .common import Filters
@@ -171,6 +172,7 @@ def search_messages(
     offset: int = 0,
     sort: str | None = None,
     include_inactive: bool = False,
+    tags: list[str] | None = None,
 ) -> limits.SearchHits:
     """Messages matching `query` (docs/reference/behaviour.md 6.1), best first (or
     `sort="newest"/"oldest"`). Each hit has `id, session_id, role, snippet` (the match
@@ -192,7 +194,13 @@ def search_messages(
     # read once: the planner and the backend take every reading from this value
     read = SearchQuery.read(query)
     if read.searchable:
-        filters = Filters(source_filter, exclude_sources, role_filter, include_inactive)
+        filters = Filters(
+            source_filter,
+            exclude_sources,
+            role_filter,
+            include_inactive,
+            None if tags is None else [check_tag(t) for t in tags],
+        )
         plan = _Plan(backend_for(conn), read, filters, sort)
         limits.check_terms(read.tokens, read.fts5, read.literal)
         with plan.backend.time_limit(limits.timeout_ms()):

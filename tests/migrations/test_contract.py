@@ -49,6 +49,12 @@ SHIPPED = {
     "TURNS_TTL_COLUMN": "ttl",
     "FEED_STAMP_TRIGGER": "hermes_store_feed_stamp",
     "FEED_PENDING_STAMPS_COLUMN": "stamps",
+    "TRASH_TABLE": "hermes_store_trash",
+    "TRASH_EXPIRES_INDEX": "hermes_store_trash_expires_at",
+    "TRASH_SESSION_INDEX": "hermes_store_trash_session_id",
+    "TRASH_ROWS_TABLE": "hermes_store_trash_rows",
+    "TAGS_TABLE": "hermes_store_session_tags",
+    "TAGS_TAG_INDEX": "hermes_store_session_tags_tag",
     "NOT_COPIED_TABLES": frozenset(
         {
             "hermes_store_changes",

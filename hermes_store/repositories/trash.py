@@ -1,0 +1,495 @@
+"""The trash (`hermes_store_trash`, `hermes_store_trash_rows`, revision hs0007):
+sessions moved out of the live tables until they are restored or the trash is emptied.
+
+Trashing a session moves it with its descendants (children through `parent_session_id`
+and delegate runs, as `sessions delete` finds them), their messages, usage rows, tags
+and idempotency keys into the trash, in one write transaction: every row is kept as a
+JSON object of its columns (bytes tagged, floats written exactly), then deleted from the
+live tables. The original Hermes, which only reads the v23 tables, no longer sees the
+session; search does not find it (the FTS triggers deleted its index entries); the
+change feed reports the deletes (`session.deleted`, `message.deleted`) as for any delete.
+
+A restore inserts the rows again with the same ids and values, parents before children,
+in one write transaction: the FTS triggers index the messages again, and followers of the
+feed see `session.created`, `message.appended` and `usage.updated` as for new rows.
+Two things may have changed meanwhile, and a restore handles them so:
+
+- a live session took one of the trashed session ids: the restore is refused
+  (RestoreConflict), nothing changes;
+- a live session took a trashed session's title (titles are unique): the restored session
+  is titled `<title> (restored)`, `<title> (restored 2)`, ... and the report says so;
+- the trashed root's parent is gone (deleted, or trashed on its own): it is restored as a
+  root (`parent_session_id` NULL) and the report names the parent it had.
+
+Each entry keeps its expiry (trashed_at + keep_days); `empty_trash(expired_only=True)`,
+which `hermes-store sessions prune` runs, deletes the expired ones for good.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, TypeVar
+
+from sqlalchemy import (
+    Connection,
+    Table,
+    bindparam,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
+
+from ..contract import TAGS_TABLE, TRASH_ROWS_TABLE, TRASH_TABLE
+from ..errors import InvalidInput, RestoreConflict, SessionNotFound
+from ..models import IdempotencyKey
+from ..store import Store
+from ._encoding import now
+from ._own_tables import needing
+from ._sql import chunks
+from ._tables import MESSAGES, SESSIONS, TAGS, TRASH, TRASH_ROWS, USAGE, M, S
+from .deletion import delete_ids
+from .lineage import with_delegates
+
+T = TypeVar("T")
+
+DAY = 86400.0
+#: How long a trashed session is kept before a prune may empty it, unless the caller says.
+DEFAULT_KEEP_DAYS = 30.0
+#: The longest a caller may keep one (a century: longer is no expiry at all).
+MAX_KEEP_DAYS = 36_500.0
+#: Trashed rows per INSERT into the trash, and rows per INSERT on restore.
+ROWS_PER_INSERT = 1000
+#: The suffix a restored session's title gets when a live session took its title.
+RESTORED_SUFFIX = " (restored)"
+MAX_TITLE_LENGTH = 100
+
+IDEMPOTENCY = IdempotencyKey.__table__
+assert isinstance(IDEMPOTENCY, Table)
+#: The tables a trashed session's rows come from, in the order a restore inserts them
+#: (sessions first: the others reference them), with the column naming the session.
+_TABLES: tuple[tuple[Table, str], ...] = (
+    (SESSIONS, "id"),
+    (MESSAGES, "session_id"),
+    (USAGE, "session_id"),
+    (TAGS, "session_id"),
+    (IDEMPOTENCY, "session_id"),
+)
+_BY_NAME = {table.name: table for table, _ in _TABLES}
+#: A bytes value inside a row's JSON: [BYTES_TAG, base64] (no column holds a list).
+BYTES_TAG = "base64"
+_OWN_TABLES = (TRASH_TABLE, TRASH_ROWS_TABLE, TAGS_TABLE)
+
+
+@dataclass(frozen=True)
+class TrashEntry:
+    """A trashed session as the trash lists it."""
+
+    id: str
+    session_id: str
+    title: str | None
+    source: str | None
+    sessions: int
+    messages: int
+    trashed_at: float
+    expires_at: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RestoreReport:
+    """What a restore brought back: the ids of the sessions, how many messages, the
+    titles it had to change (id -> new title) and the parent the root lost (None when
+    its parent is live, or it had none)."""
+
+    session_id: str
+    sessions: list[str]
+    messages: int
+    retitled: dict[str, str] = field(default_factory=dict)
+    detached_from: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------- rows as JSON
+
+
+def _encode_value(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return [BYTES_TAG, base64.b64encode(bytes(value)).decode("ascii")]
+    return value
+
+
+def _decode_value(value: Any) -> Any:
+    if isinstance(value, list):
+        return base64.b64decode(value[1])
+    return value
+
+
+def encode_row(row: dict[str, Any]) -> str:
+    """A row as JSON text: floats as their shortest exact repr (NaN and the infinities
+    as JSON's extensions), ASCII only (a NUL is written `\\u0000`, which a PostgreSQL
+    text column can hold)."""
+    return json.dumps({k: _encode_value(v) for k, v in row.items()}, allow_nan=True)
+
+
+def decode_row(data: str) -> dict[str, Any]:
+    return {k: _decode_value(v) for k, v in json.loads(data).items()}
+
+
+# --------------------------------------------------------------------------- trashing
+
+
+def _tree(conn: Connection, root: str) -> list[str]:
+    """`root` and its descendants: children through parent_session_id and delegate runs
+    (with_delegates), to a fixed point. Parents come before their children."""
+    order = [root]
+    seen = {root}
+    children = select(S.id).where(S.parent_session_id.in_(bindparam("ids", expanding=True)))
+    frontier = [root]
+    while frontier:
+        found: list[str] = []
+        for chunk in chunks(frontier):
+            found.extend(str(i) for i in conn.execute(children, {"ids": chunk}).scalars())
+        delegates = with_delegates(conn, seen) - seen
+        fresh = [i for i in sorted(set(found) | delegates) if i not in seen]
+        seen.update(fresh)
+        order.extend(fresh)
+        frontier = fresh
+    return order
+
+
+def _check_keep_days(keep_days: object) -> float:
+    if isinstance(keep_days, bool) or not isinstance(keep_days, int | float):
+        raise InvalidInput(f"keep_days is a number of days, not {keep_days!r}")
+    value = float(keep_days)
+    if not math.isfinite(value) or value < 0 or value > MAX_KEEP_DAYS:
+        raise InvalidInput(f"keep_days must be between 0 and {MAX_KEEP_DAYS:g}, not {keep_days!r}")
+    return value
+
+
+def trash_session(conn: Connection, session_id: str, keep_days: float) -> TrashEntry:
+    """Move the session and its descendants into the trash (see the module docstring)."""
+    root = conn.execute(select(S.title, S.source).where(S.id == session_id)).first()
+    if root is None:
+        raise SessionNotFound(session_id)
+    ids = _tree(conn, session_id)
+    entry_id = uuid.uuid4().hex
+    at = now()
+    entry = {
+        "id": entry_id,
+        "session_id": session_id,
+        "title": root[0],
+        "source": root[1],
+        "sessions": len(ids),
+        "messages": 0,
+        "trashed_at": at,
+        "expires_at": at + keep_days * DAY,
+    }
+    conn.execute(insert(TRASH), entry)
+    seq = 0
+    pending: list[dict[str, Any]] = []
+    messages = 0
+
+    def flush() -> None:
+        if pending:
+            conn.execute(insert(TRASH_ROWS), pending)
+            pending.clear()
+
+    position = {sid: i for i, sid in enumerate(ids)}
+    for table, key in _TABLES:
+        column = table.c[key]
+        stmt = select(*table.c).where(column.in_(bindparam("ids", expanding=True)))
+        if table is MESSAGES:
+            stmt = stmt.order_by(M.id)
+        for chunk in chunks(ids):
+            rows = [dict(r) for r in conn.execute(stmt, {"ids": chunk}).mappings()]
+            if table is SESSIONS:
+                rows.sort(key=lambda r: position[r["id"]])
+            elif table is MESSAGES:
+                messages += len(rows)
+            for row in rows:
+                seq += 1
+                pending.append(
+                    {"trash_id": entry_id, "seq": seq, "table_name": table.name,
+                     "data": encode_row(row)}
+                )  # fmt: skip
+                if len(pending) >= ROWS_PER_INSERT:
+                    flush()
+    flush()
+    conn.execute(update(TRASH).where(TRASH.c.id == entry_id).values(messages=messages))
+    # tags and idempotency keys go with their sessions (ON DELETE CASCADE), but deleted
+    # here as well, so the move does not depend on the connection's foreign-key setting
+    for table in (TAGS, IDEMPOTENCY):
+        stmt_del = delete(table).where(table.c.session_id.in_(bindparam("ids", expanding=True)))
+        for chunk in chunks(ids):
+            conn.execute(stmt_del, {"ids": chunk})
+    delete_ids(conn, ids)
+    entry["messages"] = messages
+    return TrashEntry(**entry)
+
+
+# --------------------------------------------------------------------------- restoring
+
+
+def _entry_for(conn: Connection, session_id: str) -> Any:
+    """The newest trash entry of `session_id` (a session id may be trashed, used again
+    and trashed again)."""
+    stmt = (
+        select(TRASH)
+        .where(TRASH.c.session_id == session_id)
+        .order_by(TRASH.c.trashed_at.desc(), TRASH.c.id)
+        .limit(1)
+    )
+    return conn.execute(stmt).mappings().first()
+
+
+def _free_title(conn: Connection, title: str, taken_here: set[str]) -> str:
+    def taken(candidate: str) -> bool:
+        if candidate in taken_here:
+            return True
+        return conn.execute(select(S.id).where(S.title == candidate)).first() is not None
+
+    n = 1
+    while True:
+        suffix = RESTORED_SUFFIX if n == 1 else f"{RESTORED_SUFFIX[:-1]} {n})"
+        candidate = title[: MAX_TITLE_LENGTH - len(suffix)] + suffix
+        if not taken(candidate):
+            return candidate
+        n += 1
+
+
+def restore_session(conn: Connection, session_id: str) -> RestoreReport:
+    """Bring the newest trash entry of `session_id` back (see the module docstring)."""
+    entry = _entry_for(conn, session_id)
+    if entry is None:
+        raise SessionNotFound(session_id)
+    entry_id = entry["id"]
+    rows_stmt = (
+        select(TRASH_ROWS.c.seq, TRASH_ROWS.c.table_name, TRASH_ROWS.c.data)
+        .where(TRASH_ROWS.c.trash_id == entry_id, TRASH_ROWS.c.seq > bindparam("after"))
+        .order_by(TRASH_ROWS.c.seq)
+        .limit(ROWS_PER_INSERT)
+    )
+
+    def batches() -> Any:
+        after = 0
+        while True:
+            batch = conn.execute(rows_stmt, {"after": after}).all()
+            if not batch:
+                return
+            yield batch
+            after = int(batch[-1][0])
+
+    sessions: list[dict[str, Any]] = []
+    for batch in batches():
+        for _seq, table_name, data in batch:
+            if table_name == SESSIONS.name:
+                sessions.append(decode_row(str(data)))
+    ids = [str(s["id"]) for s in sessions]
+    taken = sorted(
+        str(i)
+        for chunk in chunks(ids)
+        for i in conn.execute(
+            select(S.id).where(S.id.in_(bindparam("ids", expanding=True))), {"ids": chunk}
+        ).scalars()
+    )
+    if taken:
+        raise RestoreConflict(session_id, taken)
+    retitled: dict[str, str] = {}
+    titles_here: set[str] = set()
+    detached: str | None = None
+    members = set(ids)
+    for row in sessions:
+        title = row.get("title")
+        if title is not None:
+            clash = conn.execute(select(S.id).where(S.title == title)).first() is not None
+            if clash or title in titles_here:
+                row["title"] = _free_title(conn, str(title), titles_here)
+                retitled[str(row["id"])] = row["title"]
+            titles_here.add(str(row["title"]))
+        parent = row.get("parent_session_id")
+        if parent is not None and parent not in members:
+            live = conn.execute(select(S.id).where(S.id == parent)).first() is not None
+            if not live:
+                row["parent_session_id"] = None
+                if row["id"] == session_id:
+                    detached = str(parent)
+    _insert_sessions(conn, sessions)
+    messages = 0
+    pending: dict[str, list[dict[str, Any]]] = {}
+
+    def flush() -> None:
+        for name, rows in pending.items():
+            if rows:
+                conn.execute(insert(_BY_NAME[name]), rows)
+        pending.clear()
+
+    for batch in batches():
+        for _seq, table_name, data in batch:
+            name = str(table_name)
+            if name == SESSIONS.name:
+                continue
+            if name not in _BY_NAME:
+                raise InvalidInput(f"trash entry {entry_id} holds a row of unknown table {name}")
+            if name == MESSAGES.name:
+                messages += 1
+            pending.setdefault(name, []).append(decode_row(str(data)))
+        flush()
+    _drop_entry(conn, [entry_id])
+    return RestoreReport(session_id, ids, messages, retitled, detached)
+
+
+def _insert_sessions(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    """Parents before children; a parent link inside a cycle (damaged data) is written
+    after every row of the cycle is in."""
+    placed: set[str] = set()
+    ids = {str(r["id"]) for r in rows}
+    remaining = list(rows)
+    relink: list[tuple[str, str]] = []
+    while remaining:
+        ready = [
+            r
+            for r in remaining
+            if r.get("parent_session_id") is None
+            or r["parent_session_id"] not in ids
+            or r["parent_session_id"] in placed
+        ]
+        if not ready:  # a cycle: cut the first row's link, set it once all are in
+            first = dict(remaining[0])
+            relink.append((str(first["id"]), str(first["parent_session_id"])))
+            first["parent_session_id"] = None
+            remaining[0] = first
+            continue
+        conn.execute(insert(SESSIONS), ready)
+        placed.update(str(r["id"]) for r in ready)
+        ready_ids = {id(r) for r in ready}
+        remaining = [r for r in remaining if id(r) not in ready_ids]
+    for sid, parent in relink:
+        conn.execute(update(SESSIONS).where(S.id == sid).values(parent_session_id=parent))
+
+
+# --------------------------------------------------------------------------- emptying
+
+
+def _drop_entry(conn: Connection, entry_ids: Sequence[str]) -> None:
+    rows = delete(TRASH_ROWS).where(TRASH_ROWS.c.trash_id.in_(bindparam("ids", expanding=True)))
+    entries = delete(TRASH).where(TRASH.c.id.in_(bindparam("ids", expanding=True)))
+    for chunk in chunks(entry_ids):
+        conn.execute(rows, {"ids": chunk})
+        conn.execute(entries, {"ids": chunk})
+
+
+def empty(conn: Connection, session_id: str | None, expired_before: float | None) -> int:
+    stmt = select(TRASH.c.id)
+    if session_id is not None:
+        stmt = stmt.where(TRASH.c.session_id == session_id)
+    if expired_before is not None:
+        stmt = stmt.where(TRASH.c.expires_at <= expired_before)
+    ids = [str(i) for i in conn.execute(stmt).scalars()]
+    if session_id is not None and not ids:
+        raise SessionNotFound(session_id)
+    _drop_entry(conn, ids)
+    return len(ids)
+
+
+def _entry(row: Any) -> TrashEntry:
+    return TrashEntry(
+        id=str(row["id"]),
+        session_id=str(row["session_id"]),
+        title=row["title"],
+        source=row["source"],
+        sessions=int(row["sessions"]),
+        messages=int(row["messages"]),
+        trashed_at=float(row["trashed_at"]),
+        expires_at=float(row["expires_at"]),
+    )
+
+
+class TrashRepository:
+    """The trash: move a session there, list it, restore it, empty it (see the module
+    docstring for what each does to the live tables, the FTS indexes and the feed).
+    `MaintenanceRepository.delete_session` (the original's API) still deletes for good.
+
+    Args:
+        store: the Store the repository works on.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def _write(self, work: Callable[[Connection], T]) -> T:
+        return needing(self.store, _OWN_TABLES, "the trash", lambda: self.store.write(work))
+
+    def trash_session(self, session_id: str, keep_days: float = DEFAULT_KEEP_DAYS) -> TrashEntry:
+        """Move the session, its descendants and their rows into the trash, in one
+        transaction; the entry. SessionNotFound if it does not exist (or is in the trash).
+
+        Args:
+            session_id: the exact session id.
+            keep_days: days before a prune may empty the entry (0: at the next prune).
+        """
+        if not isinstance(session_id, str) or not session_id:
+            raise SessionNotFound(str(session_id))
+        days = _check_keep_days(keep_days)
+        return self._write(lambda conn: trash_session(conn, session_id, days))
+
+    def restore_session(self, session_id: str) -> RestoreReport:
+        """Bring the session's newest trash entry back with the same ids, in one
+        transaction. SessionNotFound if the trash has no entry for it; RestoreConflict if
+        a live session took one of its ids.
+
+        Args:
+            session_id: the id of the trashed session (the one trash_session was given).
+        """
+        if not isinstance(session_id, str) or not session_id:
+            raise SessionNotFound(str(session_id))
+        return self._write(lambda conn: restore_session(conn, session_id))
+
+    def list_trash(self) -> list[TrashEntry]:
+        """Every trash entry, most recently trashed first."""
+        stmt = select(TRASH).order_by(TRASH.c.trashed_at.desc(), TRASH.c.id)
+        return needing(
+            self.store,
+            _OWN_TABLES,
+            "the trash",
+            lambda: self.store.read(
+                lambda conn: [_entry(r) for r in conn.execute(stmt).mappings()]
+            ),
+        )
+
+    def empty_trash(self, session_id: str | None = None, expired_only: bool = False) -> int:
+        """Delete trash entries for good; how many. All of them, or the entries of
+        `session_id` (SessionNotFound if it has none), or with `expired_only` those whose
+        time is over.
+
+        Args:
+            session_id: only this trashed session's entries.
+            expired_only: only the entries whose expiry has passed.
+        """
+        cutoff = now() if expired_only else None
+        return self._write(lambda conn: empty(conn, session_id, cutoff))
+
+    def trash_size(self) -> tuple[int, int]:
+        """(entries, rows) the trash holds."""
+        stmt = select(
+            select(func.count()).select_from(TRASH).scalar_subquery(),
+            select(func.count()).select_from(TRASH_ROWS).scalar_subquery(),
+        )
+        row = needing(
+            self.store, _OWN_TABLES, "the trash", lambda: self.store.read(
+                lambda conn: conn.execute(stmt).one()
+            )
+        )  # fmt: skip
+        return int(row[0]), int(row[1])
+
+
