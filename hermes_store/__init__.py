@@ -10,7 +10,8 @@ Public API, importable from here::
   `UsageRepository`, `TitleRepository`, `MetaRepository`, `MaintenanceRepository`,
   `HousekeepingRepository`, `TelegramTopicRepository`, `CompressionLockRepository`,
   `GatewayRoutingRepository`, `AsyncDelegationRepository`, `ChangeFeed` (the change
-  feed) and `TurnRepository` (turn leases with fencing tokens);
+  feed), `TurnRepository` (turn leases with fencing tokens), `TrashRepository` (trash
+  and restore) and `TagRepository` (session tags);
 - `make_engine`, `read_only_engine` (a database read as it is, for notebooks),
   `resolve_url`, `SCHEMA_VERSION`, and the error types;
 - `hermes_store.migrate` (upgrade / current / check), the models in
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
         MigrationError,
         NotAHermesDatabase,
         NotAtHead,
+        RestoreConflict,
         SchemaTooNew,
         StaleTurn,
         StorageFull,
@@ -57,8 +59,10 @@ if TYPE_CHECKING:
     from .repositories.meta import MetaRepository
     from .repositories.search import SearchRepository
     from .repositories.sessions import SessionRepository
+    from .repositories.tags import TagRepository
     from .repositories.telegram import TelegramTopicRepository
     from .repositories.titles import TitleRepository
+    from .repositories.trash import TrashRepository
     from .repositories.turns import TurnRepository
     from .repositories.usage import UsageRepository
     from .store import Store
@@ -79,8 +83,10 @@ _CLASSES = {
     "MetaRepository": "repositories.meta",
     "SearchRepository": "repositories.search",
     "SessionRepository": "repositories.sessions",
+    "TagRepository": "repositories.tags",
     "TelegramTopicRepository": "repositories.telegram",
     "TitleRepository": "repositories.titles",
+    "TrashRepository": "repositories.trash",
     "TurnRepository": "repositories.turns",
     "UsageRepository": "repositories.usage",
 }
@@ -99,8 +105,10 @@ __all__ = [
     "SearchRepository",
     "SessionRepository",
     "Store",
+    "TagRepository",
     "TelegramTopicRepository",
     "TitleRepository",
+    "TrashRepository",
     "TurnRepository",
     "UsageRepository",
     "ChangeCursorExpired",
@@ -110,6 +118,7 @@ __all__ = [
     "MigrationError",
     "NotAHermesDatabase",
     "NotAtHead",
+    "RestoreConflict",
     "SchemaTooNew",
     "StaleTurn",
     "StorageFull",

@@ -51,8 +51,10 @@ from .repositories.messages import MessageRepository
 from .repositories.meta import MetaRepository
 from .repositories.search import SearchRepository
 from .repositories.sessions import SessionRepository
+from .repositories.tags import TagRepository
 from .repositories.telegram import TelegramTopicRepository
 from .repositories.titles import TitleRepository
+from .repositories.trash import TrashRepository
 from .repositories.turns import TurnRepository
 from .repositories.usage import UsageRepository
 from .retry import DEFAULT_RETRY, RetryPolicy
@@ -276,6 +278,8 @@ class AsyncStore:
         telegram_topics: `TelegramTopicRepository`'s (`AsyncTelegramTopics`).
         feed: `ChangeFeed`'s (`AsyncChangeFeed`); `changes()` follows the feed.
         turns: `TurnRepository`'s (`AsyncTurns`).
+        trash: `TrashRepository`'s (`AsyncTrash`).
+        tags: `TagRepository`'s (`AsyncTags`).
     """
 
     def __init__(
@@ -317,6 +321,8 @@ class AsyncStore:
         self.telegram_topics = AsyncTelegramTopics(self)
         self.feed = AsyncChangeFeed(self)
         self.turns = AsyncTurns(self)
+        self.trash = AsyncTrash(self)
+        self.tags = AsyncTags(self)
 
     @classmethod
     async def open(
@@ -671,3 +677,26 @@ class AsyncTurns(_AsyncRepository[TurnRepository]):
     renew_turn = awaitable(TurnRepository.renew_turn)
     release_turn = awaitable(TurnRepository.release_turn)
     current_turn = awaitable(TurnRepository.current_turn)
+
+
+class AsyncTrash(_AsyncRepository[TrashRepository]):
+    """`TrashRepository`'s methods as coroutines."""
+
+    _repository = TrashRepository
+    trash_session = awaitable(TrashRepository.trash_session)
+    restore_session = awaitable(TrashRepository.restore_session)
+    list_trash = awaitable(TrashRepository.list_trash)
+    empty_trash = awaitable(TrashRepository.empty_trash)
+    trash_size = awaitable(TrashRepository.trash_size)
+
+
+class AsyncTags(_AsyncRepository[TagRepository]):
+    """`TagRepository`'s methods as coroutines."""
+
+    _repository = TagRepository
+    add_tags = awaitable(TagRepository.add_tags)
+    remove_tags = awaitable(TagRepository.remove_tags)
+    set_tags = awaitable(TagRepository.set_tags)
+    get_tags = awaitable(TagRepository.get_tags)
+    list_tags = awaitable(TagRepository.list_tags)
+    sessions_with_tag = awaitable(TagRepository.sessions_with_tag)

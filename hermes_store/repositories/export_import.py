@@ -23,13 +23,16 @@ from sqlalchemy import (
     update,
 )
 
+from ..errors import InvalidInput
 from ._dialect import data_columns
 from ._encoding import flag, now, scrub
 from ._sql import all_columns, chunks
 from ._tables import MESSAGES, SESSIONS, M, S
+from ._tag_names import check_tags
 from .deletion import existing_ids
 from .lineage import compression_lineage
 from .message_codec import TIME_MAX, TIME_MIN, decode_message, encode_bulk, time_in_range
+from .tags import add_tags, has_tags_table, tags_of
 
 IMPORT_MAX_SESSIONS = 500
 IMPORT_MAX_MESSAGES_PER_SESSION = 10_000
@@ -198,6 +201,12 @@ def export_session(conn: Connection, session_id: str) -> dict[str, Any] | None:
         all_columns(MESSAGES).where(M.session_id == session_id, M.active == 1).order_by(M.id)
     )
     out["messages"] = [decode_message(r) for r in conn.execute(active).mappings()]
+    # hermes-store's own tags, only when there are any: an export of an untagged session
+    # keeps the original's shape (and a database never upgraded has no tags table)
+    if has_tags_table(conn):
+        tags = tags_of(conn, session_id)
+        if tags:
+            out["tags"] = tags
     return out
 
 
@@ -438,6 +447,12 @@ def _entry_error(
         error = _message_error(index, msg)
         if error:
             return error, sid
+    tags = entry.get("tags")
+    if tags is not None:
+        try:
+            check_tags(tags)
+        except InvalidInput as exc:
+            return f"tags: {exc}", sid
     return None
 
 
@@ -584,6 +599,9 @@ def import_entries(conn: Connection, entries: list[dict[str, Any]]) -> dict[str,
             .values(parent_session_id=bindparam("parent")),
             [{"child": c, "parent": p} for c, p in links.items()],
         )
+    for e in fresh:
+        if e.get("tags"):
+            add_tags(conn, e["id"], check_tags(e["tags"]))
     return {
         "ok": True,
         "imported": len(fresh),

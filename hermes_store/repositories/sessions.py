@@ -40,7 +40,6 @@ from . import turns
 from ._encoding import decode_content, flag, now, scrub
 from ._paging import limit_clause, offset_clause
 from ._preview import SKILL_INVOCATION_PREFIX
-from ._tag_names import check_tag
 from ._sql import (
     ADVISORY_FAILURES,
     alias,
@@ -51,6 +50,7 @@ from ._sql import (
     rowcount,
 )
 from ._tables import MESSAGES, SESSIONS, M, S
+from ._tag_names import check_tag
 from .deletion import delete_ids, remove_session_files
 from .lineage import (
     COMPRESSION,

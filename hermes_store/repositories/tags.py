@@ -33,6 +33,11 @@ def _require_session(conn: Connection, session_id: str) -> None:
         raise SessionNotFound(session_id)
 
 
+def has_tags_table(conn: Connection) -> bool:
+    """Whether the database has the tags table (one opened read-only may predate hs0007)."""
+    return bool(conn.dialect.has_table(conn, TAGS_TABLE))
+
+
 def tags_of(conn: Connection, session_id: str) -> list[str]:
     return [str(t) for t in conn.execute(_TAGS_OF, {"s": session_id}).scalars()]
 

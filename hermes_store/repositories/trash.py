@@ -33,7 +33,7 @@ import math
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import (
     Connection,
@@ -70,8 +70,7 @@ ROWS_PER_INSERT = 1000
 RESTORED_SUFFIX = " (restored)"
 MAX_TITLE_LENGTH = 100
 
-IDEMPOTENCY = IdempotencyKey.__table__
-assert isinstance(IDEMPOTENCY, Table)
+IDEMPOTENCY = cast(Table, IdempotencyKey.__table__)
 #: The tables a trashed session's rows come from, in the order a restore inserts them
 #: (sessions first: the others reference them), with the column naming the session.
 _TABLES: tuple[tuple[Table, str], ...] = (

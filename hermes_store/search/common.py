@@ -51,7 +51,7 @@ class Filters:
         for i, tag in enumerate(tags or ()):
             # one EXISTS per tag: a hit's session carries every tag asked for
             clauses.append(
-                f"EXISTS (SELECT 1 FROM {TAGS_TABLE} AS st{i} WHERE st{i}.session_id = "
+                f"EXISTS (SELECT 1 FROM {TAGS_TABLE} AS st{i} WHERE st{i}.session_id = "  # noqa: S608
                 f"m.session_id AND st{i}.tag = :tag_{i})"
             )
             params[f"tag_{i}"] = tag
