@@ -34,7 +34,11 @@ def _cmd_search(args: argparse.Namespace) -> int:
     # one read unit of the store: a PostgreSQL fault mid-search runs the search again
     with _open_store(args.url) as store:
         hits = SearchRepository(store).search_messages(
-            args.query, source_filter=args.source, role_filter=args.role, limit=args.limit
+            args.query,
+            source_filter=args.source,
+            role_filter=args.role,
+            limit=args.limit,
+            tags=args.tag,
         )
     if args.json:
         _print_json([_iso_times(hit) for hit in hits])
@@ -65,6 +69,12 @@ def add_parsers(sub: Any) -> None:
     find.add_argument("query")
     find.add_argument("--source", action="append", help="only this source (repeatable)")
     find.add_argument("--role", action="append", help="only this role (repeatable)")
+    find.add_argument(
+        "--tag",
+        action="append",
+        metavar="TAG",
+        help="only sessions carrying this tag (repeatable: every one of them)",
+    )
     find.add_argument(
         "--limit", type=_hits_arg, default=20, metavar="N", help="at most N hits (default 20)"
     )

@@ -1,4 +1,4 @@
-"""`sessions list|show|export|import|prune|delete`."""
+"""`sessions list|show|export|import|prune|delete|restore|trash|tag`."""
 
 from __future__ import annotations
 
@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 
 DAY = 86400.0
+#: `sessions delete --keep-days`' default (TrashRepository's own).
+DEFAULT_KEEP_DAYS = 30.0
 
 
 PREFIX_MATCHES_SHOWN = 5
@@ -76,6 +78,7 @@ def _cmd_sessions_list(args: argparse.Namespace) -> int:
             source=args.source,
             limit=args.limit or None,
             include_delegates=args.include_delegates,
+            tags=args.tag,
         )
     listed = [
         {
@@ -371,6 +374,7 @@ PRUNE_STEP = 1000
 def _cmd_sessions_prune(args: argparse.Namespace) -> int:
     from ..repositories.maintenance import MaintenanceRepository
     from ..repositories.pruning import prune_bounds
+    from ..repositories.trash import TrashRepository
 
     cutoff = time.time() - args.older_than * DAY
     deleting = args.yes and not args.dry_run
@@ -392,10 +396,13 @@ def _cmd_sessions_prune(args: argparse.Namespace) -> int:
                 count = repo.prune_sessions(None, args.source, last_active_before=bound)
                 deleted += count
                 advance(count)
+        emptied = TrashRepository(store).empty_trash(expired_only=True)
     if args.json:
-        _print_json({"deleted": deleted})
+        _print_json({"deleted": deleted, "trash_emptied": emptied})
     else:
         print(f"deleted {deleted} session(s)")
+        if emptied:
+            print(f"emptied {emptied} trash entr{'y' if emptied == 1 else 'ies'} past their time")
     return 0
 
 
@@ -424,23 +431,149 @@ def _print_prune_candidates(candidates: Sequence[dict[str, Any]], as_json: bool)
 def _cmd_sessions_delete(args: argparse.Namespace) -> int:
     from ..repositories.maintenance import MaintenanceRepository
     from ..repositories.sessions import SessionRepository
+    from ..repositories.trash import TrashRepository
 
     with _open_store(args.url, write=args.yes) as store:
-        targets = SessionRepository(store).get_session_delete_targets(args.id)
-        if not targets:
-            raise SessionNotFound(args.id)
-        delegates = len(targets) - 1
-        what = f"session {args.id}" + (f" and {delegates} delegate run(s)" if delegates else "")
+        if args.permanent:
+            targets = SessionRepository(store).get_session_delete_targets(args.id)
+            if not targets:
+                raise SessionNotFound(args.id)
+            delegates = len(targets) - 1
+            what = f"session {args.id}" + (f" and {delegates} delegate run(s)" if delegates else "")
+            if not args.yes:
+                raise StoreError(
+                    f"this deletes {what} with their messages for good; add --yes to delete"
+                )
+            if not MaintenanceRepository(store).delete_session(args.id):
+                raise SessionNotFound(args.id)
+            if args.json:
+                _print_json({"deleted": sorted(targets)})
+            else:
+                print(f"deleted {_printable(what, lines=False)}")
+            return 0
         if not args.yes:
-            raise StoreError(f"this deletes {what} with their messages; add --yes to delete")
-        if not MaintenanceRepository(store).delete_session(args.id):
-            raise SessionNotFound(args.id)
-    print(f"deleted {_printable(what, lines=False)}")
+            if SessionRepository(store).get_session(args.id) is None:
+                raise SessionNotFound(args.id)
+            raise StoreError(
+                f"this moves session {args.id} with its child sessions and messages to the "
+                f"trash for {args.keep_days:g} day(s); add --yes to move it "
+                "(--permanent deletes for good)"
+            )
+        entry = TrashRepository(store).trash_session(args.id, keep_days=args.keep_days)
+    if args.json:
+        _print_json(_iso_times(entry.as_dict()))
+        return 0
+    others = entry.sessions - 1
+    what = f"session {args.id}" + (f" and {others} descendant session(s)" if others else "")
+    print(
+        f"moved {_printable(what, lines=False)} ({entry.messages} message(s)) to the trash "
+        f"until {_when(entry.expires_at)} UTC; "
+        f"`hermes-store sessions restore {_printable(args.id, lines=False)}` brings it back"
+    )
+    return 0
+
+
+def _cmd_sessions_restore(args: argparse.Namespace) -> int:
+    from ..repositories.trash import TrashRepository
+
+    with _open_store(args.url, write=True) as store:
+        report = TrashRepository(store).restore_session(args.id)
+    if args.json:
+        _print_json(report.as_dict())
+        return 0
+    print(
+        f"restored {len(report.sessions)} session(s) with {report.messages} message(s): "
+        + _printable(", ".join(report.sessions), lines=False)
+    )
+    for sid, title in report.retitled.items():
+        print(_printable(f"  {sid}: its title was taken meanwhile; now titled {title!r}"))
+    if report.detached_from is not None:
+        print(
+            _printable(
+                f"  {report.session_id}: its parent {report.detached_from} is gone; "
+                "restored as a root session"
+            )
+        )
+    return 0
+
+
+def _cmd_sessions_trash(args: argparse.Namespace) -> int:
+    from ..repositories.trash import TrashRepository
+
+    emptying = args.empty or args.expired
+    with _open_store(args.url, write=emptying and args.yes) as store:
+        trash = TrashRepository(store)
+        if emptying:
+            if not args.yes:
+                which = "past their time" if args.expired else "all"
+                raise StoreError(
+                    f"this deletes trashed sessions ({which}) for good; add --yes to empty"
+                )
+            emptied = trash.empty_trash(expired_only=args.expired)
+            if args.json:
+                _print_json({"emptied": emptied})
+            else:
+                print(f"emptied {emptied} trash entr{'y' if emptied == 1 else 'ies'}")
+            return 0
+        entries = trash.list_trash()
+    if args.json:
+        _print_json([_iso_times(e.as_dict()) for e in entries])
+        return 0
+    if not entries:
+        print("the trash is empty")
+        return 0
+    _print_table(
+        ("SESSION", "TRASHED (UTC)", "EXPIRES (UTC)", "SESSIONS", "MSGS", "SOURCE", "TITLE"),
+        [
+            (
+                _cell(e.session_id),
+                _when(e.trashed_at),
+                _when(e.expires_at),
+                _num(e.sessions),
+                _num(e.messages),
+                _cell(e.source),
+                _cell(e.title, 32),
+            )
+            for e in entries
+        ],
+        right=(3, 4),
+    )
+    return 0
+
+
+def _cmd_sessions_tag(args: argparse.Namespace) -> int:
+    from ..repositories.tags import TagRepository
+
+    writing = args.action in ("add", "remove", "set")
+    if args.action in ("add", "remove") and not args.tags:
+        raise InvalidInput(f"`sessions tag ID {args.action}` needs at least one TAG")
+    if args.action == "list" and args.tags:
+        raise InvalidInput("`sessions tag ID list` takes no TAG (add, remove or set do)")
+    with _open_store(args.url, write=writing) as store:
+        tags = TagRepository(store)
+        if args.action == "add":
+            result = tags.add_tags(args.id, args.tags)
+        elif args.action == "remove":
+            result = tags.remove_tags(args.id, args.tags)
+        elif args.action == "set":
+            result = tags.set_tags(args.id, args.tags)
+        else:
+            result = tags.get_tags(args.id)
+    if args.json:
+        _print_json({"session_id": args.id, "tags": result})
+    elif result:
+        for tag in result:
+            print(_printable(tag, lines=False))
+    else:
+        print("no tags")
     return 0
 
 
 def add_parsers(sub: Any) -> None:
-    ses = sub.add_parser("sessions", help="list, show, export, import, prune and delete sessions")
+    ses = sub.add_parser(
+        "sessions",
+        help="list, show, export, import, prune, delete (to the trash), restore and tag sessions",
+    )
     ses_sub = ses.add_subparsers(dest="sessions_command", required=True)
 
     ls = with_url(ses_sub.add_parser("list", help="sessions, newest first"))
@@ -453,6 +586,12 @@ def add_parsers(sub: Any) -> None:
         action="store_true",
         help="also list delegate runs, including untitled root sessions that migration "
         "0016 (like the original) tagged as orphaned delegate runs",
+    )
+    ls.add_argument(
+        "--tag",
+        action="append",
+        metavar="TAG",
+        help="only sessions carrying this tag (repeatable: every one of them)",
     )
     with_formats(ls)
     ls.set_defaults(func=_cmd_sessions_list)
@@ -490,7 +629,52 @@ def add_parsers(sub: Any) -> None:
     prune.add_argument("--json", action="store_true")
     prune.set_defaults(func=_cmd_sessions_prune)
 
-    rm = with_url(ses_sub.add_parser("delete", help="delete a session and its delegate runs"))
+    rm = with_url(
+        ses_sub.add_parser(
+            "delete", help="move a session and its child sessions to the trash (or delete)"
+        )
+    )
     rm.add_argument("id", help="the exact session id")
-    rm.add_argument("--yes", action="store_true", help="really delete")
+    rm.add_argument("--yes", action="store_true", help="really move (or delete)")
+    rm.add_argument(
+        "--keep-days",
+        type=_days_arg,
+        default=DEFAULT_KEEP_DAYS,
+        metavar="DAYS",
+        help=f"days in the trash before a prune may empty it (default {DEFAULT_KEEP_DAYS:g})",
+    )
+    rm.add_argument(
+        "--permanent",
+        action="store_true",
+        help="delete for good instead (the session and its delegate runs; other children "
+        "are kept and detached)",
+    )
+    rm.add_argument("--json", action="store_true")
     rm.set_defaults(func=_cmd_sessions_delete)
+
+    rs = with_url(ses_sub.add_parser("restore", help="bring a trashed session back"))
+    rs.add_argument("id", help="the exact id of the trashed session")
+    rs.add_argument("--json", action="store_true")
+    rs.set_defaults(func=_cmd_sessions_restore)
+
+    tr = with_url(ses_sub.add_parser("trash", help="list the trash, or empty it"))
+    tr.add_argument("--empty", action="store_true", help="delete every trashed session for good")
+    tr.add_argument(
+        "--expired", action="store_true", help="delete only the entries past their time"
+    )
+    tr.add_argument("--yes", action="store_true", help="really empty")
+    tr.add_argument("--json", action="store_true")
+    tr.set_defaults(func=_cmd_sessions_trash)
+
+    tg = with_url(ses_sub.add_parser("tag", help="list, add, remove or set a session's tags"))
+    tg.add_argument("id", help="the exact session id")
+    tg.add_argument(
+        "action",
+        nargs="?",
+        default="list",
+        choices=("list", "add", "remove", "set"),
+        help="list (default), add, remove, or set (replace them all)",
+    )
+    tg.add_argument("tags", nargs="*", metavar="TAG")
+    tg.add_argument("--json", action="store_true")
+    tg.set_defaults(func=_cmd_sessions_tag)
