@@ -1,0 +1,260 @@
+"""The trash (issue 39 item 1): a trashed session leaves the v23 tables (the original and
+search no longer see it) with its descendants, messages, usage rows and tags, and a
+restore brings every row back with the same ids and values, on SQLite in both journal
+modes and on PostgreSQL. Title collisions, a lost parent, a reused id, expiry and bad
+input behave as docs/trash-and-tags.md says."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from helpers.raw_sql import RawConnection
+
+from hermes_store import AsyncStore
+from hermes_store.compat import SessionDB
+from hermes_store.errors import InvalidInput, RestoreConflict, SessionNotFound
+from hermes_store.repositories.changes import ChangeFeed
+from hermes_store.repositories.maintenance import MaintenanceRepository
+from hermes_store.repositories.messages import MessageRepository
+from hermes_store.repositories.search import SearchRepository
+from hermes_store.repositories.sessions import SessionRepository
+from hermes_store.repositories.tags import TagRepository
+from hermes_store.repositories.titles import TitleRepository
+from hermes_store.repositories.trash import TrashRepository
+from hermes_store.repositories.usage import UsageRepository
+from hermes_store.store import Store
+
+TREE = ("root", "child", "delegate", "grandchild")
+
+
+def _url(request: pytest.FixtureRequest, journal: str) -> str:
+    from helpers.databases import set_journal_mode
+
+    if journal == "postgresql":
+        return str(request.getfixturevalue("pg_fresh_db"))
+    url = str(request.getfixturevalue("fresh_db"))
+    set_journal_mode(url.removeprefix("sqlite:///"), journal)
+    return url
+
+
+def _raw(url: str, sql: str) -> list[tuple[Any, ...]]:
+    con = RawConnection(url)
+    try:
+        return [tuple(r.values()) for r in con.execute(sql)]
+    finally:
+        con.close()
+
+
+def _v23_rows(url: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of the tables the trash moves, all columns, in a fixed order (the
+    PostgreSQL search column left out: it is generated from the content)."""
+    message_columns = ", ".join(
+        c for c in _columns(url, "messages") if c != "search_vector"
+    )
+    return {
+        "sessions": _raw(url, "SELECT * FROM sessions ORDER BY id"),
+        "messages": _raw(url, f"SELECT {message_columns} FROM messages ORDER BY id"),  # noqa: S608
+        "usage": _raw(url, "SELECT * FROM session_model_usage ORDER BY session_id, model"),
+        "tags": _raw(url, "SELECT * FROM hermes_store_session_tags ORDER BY session_id, tag"),
+        "keys": _raw(url, "SELECT * FROM hermes_store_idempotency_keys ORDER BY session_id, key"),
+    }
+
+
+def _columns(url: str, table: str) -> list[str]:
+    if url.startswith("sqlite"):
+        return [str(r[1]) for r in _raw(url, f"PRAGMA table_info({table})")]
+    return [
+        str(r[0])
+        for r in _raw(
+            url,
+            "SELECT column_name FROM information_schema.columns WHERE table_name = "
+            f"'{table}' AND table_schema = current_schema() ORDER BY ordinal_position",
+        )
+    ]
+
+
+def _build_tree(store: Store) -> None:
+    sessions, messages = SessionRepository(store), MessageRepository(store)
+    sessions.create_session("root", "cli", model="m1")
+    sessions.create_session("child", "cli", parent_session_id="root")
+    sessions.create_session(
+        "delegate", "cli", parent_session_id="root", model_config={"_delegate_from": "root"}
+    )
+    sessions.create_session("grandchild", "cli", parent_session_id="child")
+    sessions.create_session("bystander", "cli")
+    TitleRepository(store).set_session_title("root", "Zebra plans")
+    for sid in (*TREE, "bystander"):
+        messages.append_message(sid, "user", f"zebra note from {sid}")
+        messages.append_message(
+            sid,
+            "assistant",
+            [{"type": "text", "text": f"structured {sid}"}],
+            tool_calls=[{"id": "c1", "function": {"name": "f", "arguments": "{}"}}],
+        )
+    messages.append_message("root", "user", "nul \x00 and 1.5e-300", idempotency_key="k1")
+    UsageRepository(store).update_token_counts(
+        "root", input_tokens=10, output_tokens=3, model="m1", estimated_cost_usd=0.125
+    )
+    TagRepository(store).add_tags("root", ["work", "zebra"])
+    TagRepository(store).add_tags("grandchild", ["deep"])
+
+
+@pytest.mark.parametrize("journal", ["wal", "delete", "postgresql"])
+def test_trash_then_restore_is_exact(request: pytest.FixtureRequest, journal: str) -> None:
+    url = _url(request, journal)
+    with Store(url) as store:
+        _build_tree(store)
+        before = _v23_rows(url)
+        search = SearchRepository(store)
+        assert {h["session_id"] for h in search.search_messages("zebra", limit=50)} == {
+            *TREE,
+            "bystander",
+        }
+        cursor = ChangeFeed(store).latest()
+
+        entry = TrashRepository(store).trash_session("root")
+        assert (entry.session_id, entry.sessions, entry.messages) == ("root", 4, 9)
+        assert entry.title == "Zebra plans"
+        # gone from every v23 table, as a raw query (what the original runs) sees them
+        for table, column in (("sessions", "id"), ("messages", "session_id")):
+            left = {r[0] for r in _raw(url, f"SELECT {column} FROM {table}")}  # noqa: S608
+            assert left == {"bystander"}, table
+        assert _raw(url, "SELECT session_id FROM session_model_usage") == []
+        assert _raw(url, "SELECT * FROM hermes_store_session_tags") == []
+        assert _raw(url, "SELECT * FROM hermes_store_idempotency_keys") == []
+        # search does not find it; the feed reports deletes
+        assert {h["session_id"] for h in search.search_messages("zebra", limit=50)} == {
+            "bystander"
+        }
+        kinds = {(c.kind, c.session_id) for c in ChangeFeed(store).changes(cursor)}
+        assert {("session.deleted", sid) for sid in TREE} <= kinds
+        assert ("message.deleted", "root") in kinds
+        with pytest.raises(SessionNotFound):
+            TagRepository(store).get_tags("root")
+        assert [e.session_id for e in TrashRepository(store).list_trash()] == ["root"]
+
+        cursor = ChangeFeed(store).latest()
+        report = TrashRepository(store).restore_session("root")
+        assert report.sessions[0] == "root" and set(report.sessions) == set(TREE)
+        assert report.messages == 9 and report.retitled == {} and report.detached_from is None
+        assert _v23_rows(url) == before
+        assert {h["session_id"] for h in search.search_messages("zebra", limit=50)} == {
+            *TREE,
+            "bystander",
+        }
+        assert search.search_messages("structured grandchild")[0]["session_id"] == "grandchild"
+        kinds = {(c.kind, c.session_id) for c in ChangeFeed(store).changes(cursor)}
+        assert {("session.created", sid) for sid in TREE} <= kinds
+        assert ("message.appended", "root") in kinds
+        assert TrashRepository(store).list_trash() == []
+        # the idempotency key answers the retry with the restored id again
+        again = MessageRepository(store).append_message(
+            "root", "user", "nul \x00 and 1.5e-300", idempotency_key="k1"
+        )
+        assert again == max(r[0] for r in before["messages"] if r[1] == "root")
+
+
+def test_restore_titles_parents_and_reused_ids(backend_url: str) -> None:
+    with Store(backend_url) as store:
+        sessions, titles, trash = SessionRepository(store), TitleRepository(store), TrashRepository(store)
+        sessions.create_session("a", "cli")
+        titles.set_session_title("a", "Plans")
+        trash.trash_session("a")
+        # another session takes the title: the restored one is renamed, numbered if need be
+        sessions.create_session("b", "cli")
+        titles.set_session_title("b", "Plans")
+        sessions.create_session("c", "cli")
+        titles.set_session_title("c", "Plans (restored)")
+        report = trash.restore_session("a")
+        assert report.retitled == {"a": "Plans (restored 2)"}
+        assert titles.get_session_title("a") == "Plans (restored 2)"
+
+        # a child trashed on its own, its parent then deleted for good: a root again
+        sessions.create_session("p", "cli")
+        sessions.create_session("kid", "cli", parent_session_id="p")
+        trash.trash_session("kid")
+        assert MaintenanceRepository(store).delete_session("p")
+        report = trash.restore_session("kid")
+        assert report.detached_from == "p"
+        assert (sessions.get_session("kid") or {})["parent_session_id"] is None
+
+        # a live session took the id meanwhile: refused, nothing changes
+        trash.trash_session("b")
+        sessions.create_session("b", "telegram")
+        with pytest.raises(RestoreConflict) as conflict:
+            trash.restore_session("b")
+        assert conflict.value.taken == ["b"]
+        assert (sessions.get_session("b") or {})["source"] == "telegram"
+        assert [e.session_id for e in trash.list_trash()] == ["b"]
+
+
+def test_expiry_emptying_and_bad_input(backend_url: str) -> None:
+    with Store(backend_url) as store:
+        sessions, trash = SessionRepository(store), TrashRepository(store)
+        for sid in ("old", "new"):
+            sessions.create_session(sid, "cli")
+            MessageRepository(store).append_message(sid, "user", "x")
+        trash.trash_session("old", keep_days=0)
+        trash.trash_session("new")
+        assert trash.empty_trash(expired_only=True) == 1
+        assert [e.session_id for e in trash.list_trash()] == ["new"]
+        with pytest.raises(SessionNotFound):
+            trash.restore_session("old")
+        with pytest.raises(SessionNotFound):
+            trash.trash_session("never")
+        with pytest.raises(SessionNotFound):
+            trash.trash_session("")
+        with pytest.raises(SessionNotFound):
+            trash.empty_trash(session_id="never")
+        for bad in (-1, float("nan"), float("inf"), "30", True, 10**9):
+            with pytest.raises(InvalidInput):
+                trash.trash_session("new", keep_days=bad)  # type: ignore[arg-type]
+        assert trash.trash_size() == (1, 2)
+        assert trash.empty_trash() == 1
+        assert trash.list_trash() == [] and trash.trash_size() == (0, 0)
+
+
+def test_a_large_session_moves_and_comes_back_whole(backend_url: str) -> None:
+    with Store(backend_url) as store:
+        SessionRepository(store).create_session("big", "cli")
+        batch = [{"role": "user", "content": f"line {i} quokka"} for i in range(500)]
+        for _ in range(20):
+            MessageRepository(store).append_messages("big", batch)
+        ids = [r[0] for r in _raw(backend_url, "SELECT id FROM messages ORDER BY id")]
+        assert len(ids) == 10_000
+        entry = TrashRepository(store).trash_session("big")
+        assert entry.messages == 10_000
+        assert _raw(backend_url, "SELECT COUNT(*) FROM messages") == [(0,)]
+        TrashRepository(store).restore_session("big")
+        assert [r[0] for r in _raw(backend_url, "SELECT id FROM messages ORDER BY id")] == ids
+        hits = SearchRepository(store).search_messages("quokka", limit=5)
+        assert len(hits) == 5
+
+
+def test_the_facade_delete_session_still_deletes_for_good(fresh_db: str) -> None:
+    with Store(fresh_db) as store:
+        SessionRepository(store).create_session("s", "cli")
+        TagRepository(store).add_tags("s", ["t"])
+    db = SessionDB(fresh_db.removeprefix("sqlite:///"))
+    try:
+        assert db.delete_session("s")
+    finally:
+        db.close()
+    with Store(fresh_db) as store:
+        assert TrashRepository(store).list_trash() == []
+    assert _raw(fresh_db, "SELECT * FROM hermes_store_session_tags") == []
+
+
+def test_async_store_trash(backend_url: str) -> None:
+    async def main() -> None:
+        async with await AsyncStore.open(backend_url) as store:
+            await store.sessions.create_session("s", "cli")
+            entry = await store.trash.trash_session("s", keep_days=1)
+            assert [e.id for e in await store.trash.list_trash()] == [entry.id]
+            report = await store.trash.restore_session("s")
+            assert report.sessions == ["s"]
+            assert await store.trash.empty_trash() == 0
+
+    asyncio.run(main())
