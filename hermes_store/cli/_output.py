@@ -213,6 +213,8 @@ TIME_FIELDS = frozenset(
         "timestamp",
         "session_started",
         "last_active",
+        "trashed_at",
+        "expires_at",
         "compression_failure_cooldown_until",
         "first_seen",
         "last_seen",

@@ -262,7 +262,10 @@ def test_prune_dry_run_refusal_and_yes(aged: str, hermes_home: Path, db: Any) ->
     ) == before
 
     assert "deleted 1 session(s)" in ok(run(*prune, "--source", "cli", "--yes", home=hermes_home))
-    assert json.loads(ok(run(*prune, "--yes", "--json", home=hermes_home))) == {"deleted": 1}
+    assert json.loads(ok(run(*prune, "--yes", "--json", home=hermes_home))) == {
+        "deleted": 1,
+        "trash_emptied": 0,
+    }
     assert ids(aged) == {"old-open", "recent-ended", "old-but-active", "child-of-old"}
     assert rows(aged, "SELECT parent_session_id FROM sessions WHERE id = 'child-of-old'") == [
         (None,)
@@ -301,7 +304,7 @@ def test_prune_in_steps_deletes_exactly_what_one_prune_would(
         backend_url,
         home=hermes_home,
     )
-    assert json.loads(ok(result)) == {"deleted": 2100}
+    assert json.loads(ok(result)) == {"deleted": 2100, "trash_emptied": 0}
     assert ids(backend_url) == {"recent"}
 
 
@@ -320,11 +323,12 @@ def test_delete(backend_url: str, store: Store, hermes_home: Path) -> None:
         run("sessions", "delete", "no-such-id", "--yes", "--url", url, home=hermes_home)
     )
     assert "session 'no-such-id' does not exist" in line
-    line = one_line_error(run("sessions", "delete", "parent", "--url", url, home=hermes_home))
+    permanent = ("sessions", "delete", "parent", "--permanent", "--url", url)
+    line = one_line_error(run(*permanent, home=hermes_home))
     assert "1 delegate run(s)" in line and "add --yes" in line
     assert ids(url) == {"parent", "delegate", "other-child"}
 
-    out = ok(run("sessions", "delete", "parent", "--yes", "--url", url, home=hermes_home))
+    out = ok(run(*permanent, "--yes", home=hermes_home))
     assert "deleted session parent and 1 delegate run(s)" in out
     assert ids(url) == {"other-child"}
     assert rows(url, "SELECT DISTINCT session_id FROM messages") == [("other-child",)]
