@@ -157,9 +157,7 @@ class TagRepository:
             self.store,
             self._tables(),
             "a tag",
-            lambda: self.store.read(
-                lambda conn: [(str(t), int(n)) for t, n in conn.execute(stmt)]
-            ),
+            lambda: self.store.read(lambda conn: [(str(t), int(n)) for t, n in conn.execute(stmt)]),
         )
 
     def sessions_with_tag(self, tag: str) -> list[str]:

@@ -490,5 +490,3 @@ class TrashRepository:
             )
         )  # fmt: skip
         return int(row[0]), int(row[1])
-
-

@@ -33,7 +33,9 @@ def test_delete_to_the_trash_list_restore_and_empty(backend_url: str, hermes_hom
     line = one_line_error(run("sessions", "delete", "parent", "--url", url, home=hermes_home))
     assert "to the trash for 30 day(s)" in line and "add --yes" in line
     assert ids(url) == {"parent", "kid"}
-    line = one_line_error(run("sessions", "delete", "nope", "--yes", "--url", url, home=hermes_home))
+    line = one_line_error(
+        run("sessions", "delete", "nope", "--yes", "--url", url, home=hermes_home)
+    )
     assert "session 'nope' does not exist" in line
 
     out = ok(run("sessions", "delete", "parent", "--yes", "--url", url, home=hermes_home))
@@ -65,7 +67,11 @@ def test_delete_to_the_trash_list_restore_and_empty(backend_url: str, hermes_hom
     assert "session 'parent' does not exist" in line
 
     # emptying: refused without --yes, then only what is past its time, then all
-    ok(run("sessions", "delete", "kid", "--yes", "--keep-days", "0", "--url", url, home=hermes_home))
+    ok(
+        run(
+            "sessions", "delete", "kid", "--yes", "--keep-days", "0", "--url", url, home=hermes_home
+        )
+    )
     ok(run("sessions", "delete", "usurper", "--yes", "--url", url, home=hermes_home))
     line = one_line_error(run("sessions", "trash", "--empty", "--url", url, home=hermes_home))
     assert "add --yes" in line
@@ -82,7 +88,19 @@ def test_prune_empties_the_trash_past_its_time(fresh_db: str, hermes_home: Path)
     with Store(fresh_db) as store:
         SessionRepository(store).create_session("a", "cli")
         SessionRepository(store).create_session("b", "cli")
-    ok(run("sessions", "delete", "a", "--yes", "--keep-days", "0", "--url", fresh_db, home=hermes_home))
+    ok(
+        run(
+            "sessions",
+            "delete",
+            "a",
+            "--yes",
+            "--keep-days",
+            "0",
+            "--url",
+            fresh_db,
+            home=hermes_home,
+        )
+    )
     ok(run("sessions", "delete", "b", "--yes", "--url", fresh_db, home=hermes_home))
     prune = ("sessions", "prune", "--older-than", "1", "--yes", "--json", "--url", fresh_db)
     assert json.loads(ok(run(*prune, home=hermes_home))) == {"deleted": 0, "trash_emptied": 1}

@@ -50,9 +50,7 @@ def _raw(url: str, sql: str) -> list[tuple[Any, ...]]:
 def _v23_rows(url: str) -> dict[str, list[tuple[Any, ...]]]:
     """Every row of the tables the trash moves, all columns, in a fixed order (the
     PostgreSQL search column left out: it is generated from the content)."""
-    message_columns = ", ".join(
-        c for c in _columns(url, "messages") if c != "search_vector"
-    )
+    message_columns = ", ".join(c for c in _columns(url, "messages") if c != "search_vector")
     return {
         "sessions": _raw(url, "SELECT * FROM sessions ORDER BY id"),
         "messages": _raw(url, f"SELECT {message_columns} FROM messages ORDER BY id"),  # noqa: S608
@@ -125,9 +123,7 @@ def test_trash_then_restore_is_exact(request: pytest.FixtureRequest, journal: st
         assert _raw(url, "SELECT * FROM hermes_store_session_tags") == []
         assert _raw(url, "SELECT * FROM hermes_store_idempotency_keys") == []
         # search does not find it; the feed reports deletes
-        assert {h["session_id"] for h in search.search_messages("zebra", limit=50)} == {
-            "bystander"
-        }
+        assert {h["session_id"] for h in search.search_messages("zebra", limit=50)} == {"bystander"}
         kinds = {(c.kind, c.session_id) for c in ChangeFeed(store).changes(cursor)}
         assert {("session.deleted", sid) for sid in TREE} <= kinds
         assert ("message.deleted", "root") in kinds
@@ -158,7 +154,11 @@ def test_trash_then_restore_is_exact(request: pytest.FixtureRequest, journal: st
 
 def test_restore_titles_parents_and_reused_ids(backend_url: str) -> None:
     with Store(backend_url) as store:
-        sessions, titles, trash = SessionRepository(store), TitleRepository(store), TrashRepository(store)
+        sessions, titles, trash = (
+            SessionRepository(store),
+            TitleRepository(store),
+            TrashRepository(store),
+        )
         sessions.create_session("a", "cli")
         titles.set_session_title("a", "Plans")
         trash.trash_session("a")
