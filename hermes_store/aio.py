@@ -40,6 +40,7 @@ from sqlalchemy.engine import URL
 
 from .config import JournalPolicy
 from .errors import StoreClosed
+from .redaction import RedactionPolicy
 from .repositories.changes import DEFAULT_BATCH, DEFAULT_POLL_INTERVAL, Change, ChangeFeed
 from .repositories.coordination import (
     AsyncDelegationRepository,
@@ -260,6 +261,8 @@ class AsyncStore:
             it).
         check_schema: refuse a database that is missing or not at head when opening (False
             skips the check).
+        redaction: the secrets replaced in every message written (None: from the
+            environment, off unless `HERMES_STORE_REDACT` is set; docs/redaction.md).
 
     Attributes:
         sync: the synchronous `Store` underneath.
@@ -290,6 +293,7 @@ class AsyncStore:
         read_only: bool = False,
         engine: Engine | None = None,
         check_schema: bool = True,
+        redaction: RedactionPolicy | None = None,
     ) -> None:
         if store is None:
             store = Store(
@@ -300,6 +304,7 @@ class AsyncStore:
                 read_only=read_only,
                 engine=engine,
                 check_schema=check_schema,
+                redaction=redaction,
             )
         self.sync = store
         self._pool = WorkerPool(workers, "hermes-store")
@@ -330,6 +335,7 @@ class AsyncStore:
         read_only: bool = False,
         engine: Engine | None = None,
         check_schema: bool = True,
+        redaction: RedactionPolicy | None = None,
     ) -> AsyncStore:
         """Open the store without blocking the event loop: the engine, the first
         connection and the schema check (which may wait for a server, up to its
@@ -351,6 +357,8 @@ class AsyncStore:
                 of it).
             check_schema: refuse a database that is missing or not at head when opening
                 (False skips the check).
+            redaction: the secrets replaced in every message written (None: from the
+                environment; docs/redaction.md).
         """
         store = await _off_loop(
             lambda: Store(
@@ -361,6 +369,7 @@ class AsyncStore:
                 read_only=read_only,
                 engine=engine,
                 check_schema=check_schema,
+                redaction=redaction,
             ),
             abandon=Store.close,
         )
