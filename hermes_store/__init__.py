@@ -10,7 +10,9 @@ Public API, importable from here::
   `UsageRepository`, `TitleRepository`, `MetaRepository`, `MaintenanceRepository`,
   `HousekeepingRepository`, `TelegramTopicRepository`, `CompressionLockRepository`,
   `GatewayRoutingRepository`, `AsyncDelegationRepository`, `ChangeFeed` (the change
-  feed) and `TurnRepository` (turn leases with fencing tokens);
+  feed), `TurnRepository` (turn leases with fencing tokens), `RedactionRepository`
+  (secrets in what is stored; `RedactionPolicy` for new writes) and `SpaceRepository`
+  (where the space goes);
 - `make_engine`, `read_only_engine` (a database read as it is, for notebooks),
   `resolve_url`, `SCHEMA_VERSION`, and the error types;
 - `hermes_store.migrate` (upgrade / current / check), the models in
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
         DatabaseCorrupt,
         DatabaseNotWritable,
         FTSUnavailable,
+        InvalidRedactionPattern,
         MigrationError,
         NotAHermesDatabase,
         NotAtHead,
@@ -45,6 +48,7 @@ if TYPE_CHECKING:
         TurnHeld,
     )
     from .read_only import read_only_engine
+    from .redaction import RedactionPolicy
     from .repositories.changes import ChangeFeed
     from .repositories.coordination import (
         AsyncDelegationRepository,
@@ -55,8 +59,10 @@ if TYPE_CHECKING:
     from .repositories.maintenance import MaintenanceRepository
     from .repositories.messages import MessageRepository
     from .repositories.meta import MetaRepository
+    from .repositories.redaction import RedactionRepository
     from .repositories.search import SearchRepository
     from .repositories.sessions import SessionRepository
+    from .repositories.space import SpaceRepository
     from .repositories.telegram import TelegramTopicRepository
     from .repositories.titles import TitleRepository
     from .repositories.turns import TurnRepository
@@ -77,8 +83,11 @@ _CLASSES = {
     "MaintenanceRepository": "repositories.maintenance",
     "MessageRepository": "repositories.messages",
     "MetaRepository": "repositories.meta",
+    "RedactionPolicy": "redaction",
+    "RedactionRepository": "repositories.redaction",
     "SearchRepository": "repositories.search",
     "SessionRepository": "repositories.sessions",
+    "SpaceRepository": "repositories.space",
     "TelegramTopicRepository": "repositories.telegram",
     "TitleRepository": "repositories.titles",
     "TurnRepository": "repositories.turns",
@@ -96,8 +105,11 @@ __all__ = [
     "MaintenanceRepository",
     "MessageRepository",
     "MetaRepository",
+    "RedactionPolicy",
+    "RedactionRepository",
     "SearchRepository",
     "SessionRepository",
+    "SpaceRepository",
     "Store",
     "TelegramTopicRepository",
     "TitleRepository",
@@ -107,6 +119,7 @@ __all__ = [
     "DatabaseCorrupt",
     "DatabaseNotWritable",
     "FTSUnavailable",
+    "InvalidRedactionPattern",
     "MigrationError",
     "NotAHermesDatabase",
     "NotAtHead",

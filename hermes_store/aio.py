@@ -50,8 +50,10 @@ from .repositories.coordination import (
 from .repositories.maintenance import MaintenanceRepository
 from .repositories.messages import MessageRepository
 from .repositories.meta import MetaRepository
+from .repositories.redaction import RedactionRepository
 from .repositories.search import SearchRepository
 from .repositories.sessions import SessionRepository
+from .repositories.space import SpaceRepository
 from .repositories.telegram import TelegramTopicRepository
 from .repositories.titles import TitleRepository
 from .repositories.turns import TurnRepository
@@ -279,6 +281,8 @@ class AsyncStore:
         telegram_topics: `TelegramTopicRepository`'s (`AsyncTelegramTopics`).
         feed: `ChangeFeed`'s (`AsyncChangeFeed`); `changes()` follows the feed.
         turns: `TurnRepository`'s (`AsyncTurns`).
+        redaction: `RedactionRepository`'s with the store's policy (`AsyncRedaction`).
+        space: `SpaceRepository`'s (`AsyncSpace`).
     """
 
     def __init__(
@@ -322,6 +326,8 @@ class AsyncStore:
         self.telegram_topics = AsyncTelegramTopics(self)
         self.feed = AsyncChangeFeed(self)
         self.turns = AsyncTurns(self)
+        self.redaction = AsyncRedaction(self)
+        self.space = AsyncSpace(self)
 
     @classmethod
     async def open(
@@ -680,3 +686,18 @@ class AsyncTurns(_AsyncRepository[TurnRepository]):
     renew_turn = awaitable(TurnRepository.renew_turn)
     release_turn = awaitable(TurnRepository.release_turn)
     current_turn = awaitable(TurnRepository.current_turn)
+
+
+class AsyncRedaction(_AsyncRepository[RedactionRepository]):
+    """`RedactionRepository`'s methods as coroutines, with the store's own policy."""
+
+    _repository = RedactionRepository
+    redact_stored = awaitable(RedactionRepository.redact_stored)
+    redaction_cursor = awaitable(RedactionRepository.redaction_cursor)
+
+
+class AsyncSpace(_AsyncRepository[SpaceRepository]):
+    """`SpaceRepository`'s methods as coroutines."""
+
+    _repository = SpaceRepository
+    space_report = awaitable(SpaceRepository.space_report)
