@@ -71,8 +71,8 @@ _KEYWORDS = (
 )
 
 #: (name, expression, literals one of which a text must hold for the expression to be
-#: tried). Order matters: a block or a more specific key is replaced before a broader
-#: pattern could take part of it.
+#: tried; `~word`: the text lowercased holds `word`). Order matters: a block or a more
+#: specific key is replaced before a broader pattern could take part of it.
 BUILTIN_PATTERNS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "private-key",
@@ -93,7 +93,7 @@ BUILTIN_PATTERNS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ),
     ("slack-token", r"(?<![A-Za-z0-9])xox[abposre]-[A-Za-z0-9-]{10,}", ("xox",)),
     ("google-api-key", r"(?<![A-Za-z0-9_-])AIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])", ("AIza",)),
-    ("bearer-token", r"(?i:bearer)\s+(?P<secret>[A-Za-z0-9._~+/=-]{16,})", ()),
+    ("bearer-token", r"(?i:bearer)\s+(?P<secret>[A-Za-z0-9._~+/=-]{16,})", ("~bearer",)),
     (
         "url-password",
         r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^\s:/?#@\"'<>]+:"
@@ -104,7 +104,7 @@ BUILTIN_PATTERNS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "generic-secret",
         rf"(?i)(?<![A-Za-z0-9])(?:{_KEYWORDS})[\"']?\s*[:=]\s*[\"']?"
         r"(?P<secret>[^\s\"',;&<>]{8,})",
-        (),
+        ("~key", "~secret", "~token", "~pass"),
     ),
 )
 
@@ -120,8 +120,10 @@ class RedactionPattern:
     hints: tuple[str, ...] = ()
     builtin: bool = False
 
-    def sub(self, text: str, counts: Counter[str]) -> str:
-        if self.hints and not any(hint in text for hint in self.hints):
+    def sub(self, text: str, counts: Counter[str], lowered: str | None = None) -> str:
+        """`text` with this pattern's matches replaced; `lowered`: `text.lower()`, for
+        the hints that ignore case."""
+        if self.hints and not self._hinted(text, lowered):
             return text
         replacement = MARKER.format(name=self.name)
         secret = "secret" in self.regex.groupindex
@@ -136,6 +138,15 @@ class RedactionPattern:
             return whole[: start - offset] + replacement + whole[end - offset :]
 
         return self.regex.sub(replace, text)
+
+    def _hinted(self, text: str, lowered: str | None) -> bool:
+        for hint in self.hints:
+            if hint[0] == "~":
+                if hint[1:] in (text.lower() if lowered is None else lowered):
+                    return True
+            elif hint in text:
+                return True
+        return False
 
 
 def compile_pattern(name: str, expression: str) -> RedactionPattern:
@@ -235,8 +246,11 @@ class RedactionPolicy:
     def redact_text(self, text: str, counts: Counter[str] | None = None) -> str:
         """`text` with every match replaced; `counts` gets one per replacement, by name."""
         tally = Counter[str]() if counts is None else counts
+        lowered = text.lower()
         for pattern in self.compiled:
-            text = pattern.sub(text, tally)
+            redacted = pattern.sub(text, tally, lowered)
+            if redacted is not text:
+                text, lowered = redacted, redacted.lower()
         return text
 
     def redact_value(self, value: Any, counts: Counter[str] | None = None) -> Any:
