@@ -377,3 +377,40 @@ def test_stored_json_that_does_not_parse_is_redacted_as_text(fresh_db: str) -> N
             row = conn.execute(text("SELECT content, tool_calls FROM messages")).one()
     assert row[0] == "\x00json:[broken [REDACTED:aws-access-key]"
     assert row[1] == "not json [REDACTED:aws-access-key]"
+
+
+def test_redact_stored_beside_a_writer_loses_no_write(backend_url: str) -> None:
+    """A writer appending (secrets included, with no policy, as the original Hermes would)
+    while a run applies in small batches: every append lands, nothing stored before the
+    run started keeps a secret, and the next run redacts what the writer added."""
+    import threading
+
+    _store_secrets(backend_url, 60)
+    stop = threading.Event()
+    appended: list[int] = []
+
+    def writer() -> None:
+        with Store(backend_url, redaction=RedactionPolicy.off()) as store:
+            messages = MessageRepository(store)
+            while not stop.is_set() and len(appended) < 200:
+                appended.append(messages.append_message("s1", "user", f"late {AWS}"))
+
+    thread = threading.Thread(target=writer)
+    with Store(backend_url) as store:
+        repo = RedactionRepository(store, RedactionPolicy())
+        thread.start()
+        try:
+            first = repo.redact_stored(apply=True, batch=3)
+        finally:
+            stop.set()
+            thread.join()
+        second = repo.redact_stored(apply=True, batch=50)
+        with store.read() as conn:
+            total = conn.execute(text("SELECT count(*) FROM messages")).scalar_one()
+            left = conn.execute(
+                text("SELECT count(*) FROM messages WHERE content LIKE :s"), {"s": f"%{AWS}%"}
+            ).scalar_one()
+    assert total == 60 + len(appended)
+    assert left == 0
+    assert first.counts["aws-access-key"] + second.counts["aws-access-key"] == 20 + len(appended)
+    assert second.resumed_after == first.last_id
