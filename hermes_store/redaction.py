@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import InvalidRedactionPattern
+from .errors import InvalidInput, InvalidRedactionPattern
 
 REDACT_ENV = "HERMES_STORE_REDACT"
 PATTERNS_ENV = "HERMES_STORE_REDACT_PATTERNS"
@@ -223,7 +223,7 @@ class RedactionPolicy:
         skipped)."""
         value = os.environ.get(REDACT_ENV, "").strip().lower() or "off"
         if value not in ("on", "off", "1", "0", "true", "false", "yes", "no"):
-            raise InvalidRedactionPattern(REDACT_ENV, f"{value!r} is neither on nor off")
+            raise InvalidInput(f"{REDACT_ENV}={value!r}: choose on or off")
         if value in ("off", "0", "false", "no"):
             return cls.off()
         path = os.environ.get(PATTERNS_ENV, "").strip()

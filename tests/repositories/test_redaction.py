@@ -125,6 +125,9 @@ def test_patterns_file_and_environment_switch(
     patterns.write_text("broken=(\n", encoding="utf-8")
     with pytest.raises(InvalidRedactionPattern, match="'broken'"):
         RedactionPolicy.from_env()
+    monkeypatch.setenv("HERMES_STORE_REDACT", "maybe")
+    with pytest.raises(InvalidInput, match="HERMES_STORE_REDACT='maybe': choose on or off"):
+        RedactionPolicy.from_env()
 
 
 # --------------------------------------------------------------------------- write paths
