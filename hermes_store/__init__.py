@@ -12,6 +12,9 @@ Public API, importable from here::
   `GatewayRoutingRepository`, `AsyncDelegationRepository`, `ChangeFeed` (the change
   feed), `TurnRepository` (turn leases with fencing tokens), `TrashRepository` (trash
   and restore) and `TagRepository` (session tags);
+  feed), `TurnRepository` (turn leases with fencing tokens), `RedactionRepository`
+  (secrets in what is stored; `RedactionPolicy` for new writes) and `SpaceRepository`
+  (where the space goes);
 - `make_engine`, `read_only_engine` (a database read as it is, for notebooks),
   `resolve_url`, `SCHEMA_VERSION`, and the error types;
 - `hermes_store.migrate` (upgrade / current / check), the models in
@@ -35,6 +38,7 @@ if TYPE_CHECKING:
         DatabaseCorrupt,
         DatabaseNotWritable,
         FTSUnavailable,
+        InvalidRedactionPattern,
         MigrationError,
         NotAHermesDatabase,
         NotAtHead,
@@ -47,6 +51,7 @@ if TYPE_CHECKING:
         TurnHeld,
     )
     from .read_only import read_only_engine
+    from .redaction import RedactionPolicy
     from .repositories.changes import ChangeFeed
     from .repositories.coordination import (
         AsyncDelegationRepository,
@@ -57,9 +62,11 @@ if TYPE_CHECKING:
     from .repositories.maintenance import MaintenanceRepository
     from .repositories.messages import MessageRepository
     from .repositories.meta import MetaRepository
+    from .repositories.redaction import RedactionRepository
     from .repositories.search import SearchRepository
     from .repositories.sessions import SessionRepository
     from .repositories.tags import TagRepository
+    from .repositories.space import SpaceRepository
     from .repositories.telegram import TelegramTopicRepository
     from .repositories.titles import TitleRepository
     from .repositories.trash import TrashRepository
@@ -81,9 +88,12 @@ _CLASSES = {
     "MaintenanceRepository": "repositories.maintenance",
     "MessageRepository": "repositories.messages",
     "MetaRepository": "repositories.meta",
+    "RedactionPolicy": "redaction",
+    "RedactionRepository": "repositories.redaction",
     "SearchRepository": "repositories.search",
     "SessionRepository": "repositories.sessions",
     "TagRepository": "repositories.tags",
+    "SpaceRepository": "repositories.space",
     "TelegramTopicRepository": "repositories.telegram",
     "TitleRepository": "repositories.titles",
     "TrashRepository": "repositories.trash",
@@ -102,8 +112,11 @@ __all__ = [
     "MaintenanceRepository",
     "MessageRepository",
     "MetaRepository",
+    "RedactionPolicy",
+    "RedactionRepository",
     "SearchRepository",
     "SessionRepository",
+    "SpaceRepository",
     "Store",
     "TagRepository",
     "TelegramTopicRepository",
@@ -115,6 +128,7 @@ __all__ = [
     "DatabaseCorrupt",
     "DatabaseNotWritable",
     "FTSUnavailable",
+    "InvalidRedactionPattern",
     "MigrationError",
     "NotAHermesDatabase",
     "NotAtHead",

@@ -40,6 +40,7 @@ from sqlalchemy.engine import URL
 
 from .config import JournalPolicy
 from .errors import StoreClosed
+from .redaction import RedactionPolicy
 from .repositories.changes import DEFAULT_BATCH, DEFAULT_POLL_INTERVAL, Change, ChangeFeed
 from .repositories.coordination import (
     AsyncDelegationRepository,
@@ -49,9 +50,11 @@ from .repositories.coordination import (
 from .repositories.maintenance import MaintenanceRepository
 from .repositories.messages import MessageRepository
 from .repositories.meta import MetaRepository
+from .repositories.redaction import RedactionRepository
 from .repositories.search import SearchRepository
 from .repositories.sessions import SessionRepository
 from .repositories.tags import TagRepository
+from .repositories.space import SpaceRepository
 from .repositories.telegram import TelegramTopicRepository
 from .repositories.titles import TitleRepository
 from .repositories.trash import TrashRepository
@@ -262,6 +265,8 @@ class AsyncStore:
             it).
         check_schema: refuse a database that is missing or not at head when opening (False
             skips the check).
+        redaction: the secrets replaced in every message written (None: from the
+            environment, off unless `HERMES_STORE_REDACT` is set; docs/redaction.md).
 
     Attributes:
         sync: the synchronous `Store` underneath.
@@ -280,6 +285,8 @@ class AsyncStore:
         turns: `TurnRepository`'s (`AsyncTurns`).
         trash: `TrashRepository`'s (`AsyncTrash`).
         tags: `TagRepository`'s (`AsyncTags`).
+        redaction: `RedactionRepository`'s with the store's policy (`AsyncRedaction`).
+        space: `SpaceRepository`'s (`AsyncSpace`).
     """
 
     def __init__(
@@ -294,6 +301,7 @@ class AsyncStore:
         read_only: bool = False,
         engine: Engine | None = None,
         check_schema: bool = True,
+        redaction: RedactionPolicy | None = None,
     ) -> None:
         if store is None:
             store = Store(
@@ -304,6 +312,7 @@ class AsyncStore:
                 read_only=read_only,
                 engine=engine,
                 check_schema=check_schema,
+                redaction=redaction,
             )
         self.sync = store
         self._pool = WorkerPool(workers, "hermes-store")
@@ -323,6 +332,8 @@ class AsyncStore:
         self.turns = AsyncTurns(self)
         self.trash = AsyncTrash(self)
         self.tags = AsyncTags(self)
+        self.redaction = AsyncRedaction(self)
+        self.space = AsyncSpace(self)
 
     @classmethod
     async def open(
@@ -336,6 +347,7 @@ class AsyncStore:
         read_only: bool = False,
         engine: Engine | None = None,
         check_schema: bool = True,
+        redaction: RedactionPolicy | None = None,
     ) -> AsyncStore:
         """Open the store without blocking the event loop: the engine, the first
         connection and the schema check (which may wait for a server, up to its
@@ -357,6 +369,8 @@ class AsyncStore:
                 of it).
             check_schema: refuse a database that is missing or not at head when opening
                 (False skips the check).
+            redaction: the secrets replaced in every message written (None: from the
+                environment; docs/redaction.md).
         """
         store = await _off_loop(
             lambda: Store(
@@ -367,6 +381,7 @@ class AsyncStore:
                 read_only=read_only,
                 engine=engine,
                 check_schema=check_schema,
+                redaction=redaction,
             ),
             abandon=Store.close,
         )
@@ -700,3 +715,16 @@ class AsyncTags(_AsyncRepository[TagRepository]):
     get_tags = awaitable(TagRepository.get_tags)
     list_tags = awaitable(TagRepository.list_tags)
     sessions_with_tag = awaitable(TagRepository.sessions_with_tag)
+class AsyncRedaction(_AsyncRepository[RedactionRepository]):
+    """`RedactionRepository`'s methods as coroutines, with the store's own policy."""
+
+    _repository = RedactionRepository
+    redact_stored = awaitable(RedactionRepository.redact_stored)
+    redaction_cursor = awaitable(RedactionRepository.redaction_cursor)
+
+
+class AsyncSpace(_AsyncRepository[SpaceRepository]):
+    """`SpaceRepository`'s methods as coroutines."""
+
+    _repository = SpaceRepository
+    space_report = awaitable(SpaceRepository.space_report)

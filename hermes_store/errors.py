@@ -258,6 +258,17 @@ class InvalidInput(StoreError, ValueError):
     """Input that cannot be stored as given (for example content over the size limit)."""
 
 
+class InvalidRedactionPattern(InvalidInput):
+    """A redaction pattern that cannot be used: a regular expression that does not
+    compile, one that matches the empty string, or a name that is not a short lowercase
+    word. `name` is the pattern's name as given (the expression itself may hold part of a
+    secret, so it is never quoted)."""
+
+    def __init__(self, name: str, why: str) -> None:
+        self.name = name
+        super().__init__(f"redaction pattern {name!r}: {why}")
+
+
 class ChangeCursorExpired(StoreError, LookupError):
     """A change-feed cursor older than what the database still keeps: the changes after
     it were trimmed. `cursor` is the one given, `oldest` the oldest cursor that still

@@ -52,6 +52,7 @@ from .read_only import (
     refuse_missing_file,
     require_readable,
 )
+from .redaction import RedactionPolicy
 from .retry import DEFAULT_RETRY, RetryPolicy
 from .sqlite_damage import where
 from .store_backends import StoreBackend
@@ -113,6 +114,8 @@ class Store:
             it).
         check_schema: refuse a database that is missing or not at head when opening (False
             skips the check).
+        redaction: the secrets replaced in every message this store writes (None: from
+            the environment, `HERMES_STORE_REDACT`, off unless set; docs/redaction.md).
     """
 
     def __init__(
@@ -125,8 +128,11 @@ class Store:
         read_only: bool = False,
         engine: Engine | None = None,
         check_schema: bool = True,
+        redaction: RedactionPolicy | None = None,
     ) -> None:
         self.url = resolve_url(url)
+        #: what every message write replaces before storing (docs/redaction.md)
+        self.redaction = RedactionPolicy.from_env() if redaction is None else redaction
         self.read_only = read_only
         self._closed = False
         if check_schema and engine is None:

@@ -2,7 +2,7 @@
 hermes_store.migrate, hermes_store.copy and the repositories.
 
 One module per command group (`schema`: upgrade, current and check; `revisions`:
-history and downgrade; `search`; `sessions`; `stats`; `copy`; `fts`), each adding its
+history and downgrade; `search`; `sessions`; `stats`; `redact`; `copy`; `fts`), each adding its
 parsers with `add_parsers`. Only
 the standard library and hermes_store.errors are imported at module level anywhere in
 this package, so `--help` and a bad command line answer without importing SQLAlchemy,
@@ -18,13 +18,13 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from ..errors import StoreError
-from . import copy, fts, revisions, schema, search, sessions, stats
+from . import copy, fts, redact, revisions, schema, search, sessions, stats
 from ._output import TIME_FIELDS, _printable
 
 __all__ = ["TIME_FIELDS", "build_parser", "main"]
 
 #: The command groups, in the order `--help` lists them.
-_GROUPS = (schema, revisions, search, sessions, stats, copy, fts)
+_GROUPS = (schema, revisions, search, sessions, stats, redact, copy, fts)
 
 
 class _Parser(argparse.ArgumentParser):

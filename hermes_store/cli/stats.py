@@ -1,4 +1,4 @@
-"""`stats`: tokens and cost by model and by day."""
+"""`stats`: tokens and cost by model and by day; `--space`: where the space goes."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from ._args import _open_store, _zone_arg, with_formats, with_url
+from ._args import _hits_arg, _open_store, _wait_arg, _zone_arg, with_formats, with_url
 from ._output import _cell, _money, _num, _print_csv, _print_json, _print_table, _usd
 
 _TOKEN_HEADERS = ("INPUT", "OUTPUT", "CACHE READ", "CACHE WRITE", "REASONING")
@@ -56,8 +56,94 @@ def _stats_view(text: str) -> str:
     raise argparse.ArgumentTypeError(f"expected one of {', '.join(STATS_VIEWS)}, got {text!r}")
 
 
+#: `stats --space --csv`: one table, the section a row belongs to first
+_SPACE_CSV_COLUMNS = (
+    "section",
+    "name",
+    "kind",
+    "table",
+    "session_id",
+    "message_id",
+    "tool_name",
+    "messages",
+    "bytes",
+)
+
+
+def _cmd_space(args: argparse.Namespace) -> int:
+    from ..repositories.space import SpaceRepository
+
+    seconds = None if args.full_scan else args.scan_seconds
+    with _open_store(args.url) as store:
+        report = SpaceRepository(store).space_report(top=args.top, scan_seconds=seconds)
+    if args.json:
+        _print_json(report)
+        return 0
+    if args.csv:
+        rows: list[dict[str, Any]] = [{"section": "object", **o} for o in report["objects"]]
+        rows += [{"section": "session", **s} for s in report["largest_sessions"]]
+        rows += [{"section": "tool_output", **t} for t in report["largest_tool_outputs"]]
+        _print_csv(rows, _SPACE_CSV_COLUMNS)
+        return 0
+    method = {
+        "dbstat": "exact, from SQLite's dbstat",
+        "estimate": "estimated: this SQLite has no dbstat; rows times sampled row sizes, "
+        "scaled to the file's used pages",
+        "postgresql": "from PostgreSQL's relation sizes",
+    }[report["method"]]
+    total, free = report["database_bytes"], report["free_bytes"]
+    print(f"space by object ({method}); database {_num(total)} bytes", end="")
+    print("" if free is None else f", {_num(free)} of them free pages", end="\n")
+    _print_table(
+        ("NAME", "KIND", "TABLE", "BYTES"),
+        [
+            [_cell(o["name"], 48), o["kind"], _cell(o["table"], 32), _num(o["bytes"])]
+            for o in report["objects"]
+        ],
+        right=range(3, 4),
+    )
+    scan = report["scan"]
+    covered = (
+        "every message"
+        if scan["complete"]
+        else (
+            f"the newest {_num(scan['rows_scanned'])} messages (ids from {scan['from_id']}; "
+            "the scan stopped at its time limit: --scan-seconds, --full-scan)"
+        )
+    )
+    print()
+    print(f"largest sessions, by the bytes of their messages ({covered})")
+    _print_table(
+        ("SESSION", "MESSAGES", "BYTES"),
+        [
+            [_cell(s["session_id"], 40), _num(s["messages"]), _num(s["bytes"])]
+            for s in report["largest_sessions"]
+        ],
+        right=range(1, 3),
+    )
+    print()
+    print("largest tool outputs, by the bytes of their content")
+    _print_table(
+        ("MESSAGE", "SESSION", "TOOL", "BYTES"),
+        [
+            [
+                str(t["message_id"]),
+                _cell(t["session_id"], 40),
+                _cell(t["tool_name"] or "", 24),
+                _num(t["bytes"]),
+            ]
+            for t in report["largest_tool_outputs"]
+        ],
+        right=(0, 3),
+    )
+    return 0
+
+
 def _cmd_stats(args: argparse.Namespace) -> int:
     from ..repositories.usage import UsageRepository
+
+    if args.space:
+        return _cmd_space(args)
 
     zone = args.tz
     with _open_store(args.url) as store:
@@ -151,6 +237,32 @@ def add_parsers(sub: Any) -> None:
         default="UTC",
         metavar="ZONE",
         help="the time zone whose days the by-day views count in (default UTC)",
+    )
+    stats.add_argument(
+        "--space",
+        action="store_true",
+        help="where the space goes: bytes of each table, index and FTS index, the largest "
+        "sessions and tool outputs",
+    )
+    stats.add_argument(
+        "--top",
+        type=_hits_arg,
+        default=10,
+        metavar="N",
+        help="with --space: how many of the largest sessions and tool outputs (default 10)",
+    )
+    stats.add_argument(
+        "--scan-seconds",
+        type=_wait_arg,
+        default=10.0,
+        metavar="SECONDS",
+        help="with --space: stop the scan for the largest ones after this long, newest "
+        "messages first (default 10)",
+    )
+    stats.add_argument(
+        "--full-scan",
+        action="store_true",
+        help="with --space: scan every message, however long it takes",
     )
     with_formats(stats)
     stats.set_defaults(func=_cmd_stats)

@@ -24,6 +24,7 @@ from sqlalchemy import (
 )
 
 from ..errors import InvalidInput
+from ..redaction import RedactionPolicy
 from ._dialect import data_columns
 from ._encoding import flag, now, scrub
 from ._sql import all_columns, chunks
@@ -572,9 +573,12 @@ def _parent_links(
     return links, detached
 
 
-def import_entries(conn: Connection, entries: list[dict[str, Any]]) -> dict[str, Any]:
+def import_entries(
+    conn: Connection, entries: list[dict[str, Any]], redaction: RedactionPolicy | None = None
+) -> dict[str, Any]:
     """Import validated entries (see `import_errors`) in the caller's transaction:
-    existing ids are skipped, parents linked once every row exists."""
+    existing ids are skipped, parents linked once every row exists; messages are redacted
+    by `redaction` (the store's policy) before they are written."""
     existing = existing_ids(conn, [e["id"] for e in entries])
     fresh = [e for e in entries if e["id"] not in existing]
     fresh_ids = {e["id"] for e in fresh}
@@ -585,7 +589,8 @@ def import_entries(conn: Connection, entries: list[dict[str, Any]]) -> dict[str,
     session_rows = []
     message_rows: list[dict[str, Any]] = []
     for e in fresh:
-        encoded = encode_bulk(e["id"], [_prepared_message(m) for m in e.get("messages") or []])
+        prepared = [_prepared_message(m) for m in e.get("messages") or []]
+        encoded = encode_bulk(e["id"], prepared, redaction)
         session_rows.append(_session_insert_row(e, ts, len(encoded.rows), encoded.tool_calls))
         message_rows.extend(encoded.rows)
     if session_rows:

@@ -31,6 +31,7 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 
 from ..errors import InvalidInput
+from ..redaction import RedactionPolicy
 from ..store import Store
 from .deletion import existing_ids
 from .export_import import (
@@ -336,7 +337,12 @@ def held_back(parent: str) -> str:
     return f"held back: its parent {parent} has errors"
 
 
-def _write(conn: Connection, batch: Sequence[_Item], lost: frozenset[str]) -> _Written:
+def _write(
+    conn: Connection,
+    batch: Sequence[_Item],
+    lost: frozenset[str],
+    redaction: RedactionPolicy | None = None,
+) -> _Written:
     """Write `batch` in the caller's transaction, less the entries whose title is in use
     and those whose parent is refused (`lost`, or refused here). Pure apart from the
     database, since a retried transaction runs it again."""
@@ -361,7 +367,7 @@ def _write(conn: Connection, batch: Sequence[_Item], lost: frozenset[str]) -> _W
             continue
         refused.append((position, reason, sid))
         lost_here.add(sid)
-    return _Written(import_entries(conn, kept) if kept else None, refused)
+    return _Written(import_entries(conn, kept, redaction) if kept else None, refused)
 
 
 def _refusal(exc: Exception) -> str:
@@ -458,7 +464,10 @@ class _Import:
         Parents stay ahead of their children, and a refusal in the first half is known
         (its children held back) before the second is written."""
         try:
-            written = self.store.write(partial(_write, batch=batch, lost=frozenset(self.lost)))
+            redaction = self.store.redaction
+            written = self.store.write(
+                partial(_write, batch=batch, lost=frozenset(self.lost), redaction=redaction)
+            )
         except _REFUSED as exc:
             if len(batch) == 1:
                 self._refuse(batch[0].entry, _refusal(exc), batch[0].value["id"])

@@ -170,7 +170,7 @@ class MaintenanceRepository:
         if errors:
             return {"ok": False, "imported": 0, "skipped": 0, "detached": 0, "errors": errors}
         entries: list[dict[str, Any]] = sessions
-        return self.store.write(lambda conn: import_entries(conn, entries))
+        return self.store.write(lambda conn: import_entries(conn, entries, self.store.redaction))
 
     def import_each(
         self, sessions: ImportSource | Sequence[Any], *, progress: Progress | None = None

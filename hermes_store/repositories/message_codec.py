@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidInput, TimeOutOfRange
+from ..redaction import RedactionPolicy
 from ._dialect import data_columns
 from ._encoding import (
     decode_content,
@@ -195,15 +196,23 @@ class EncodedMessages:
     tool_calls: int
 
 
-def encode_bulk(session_id: str, messages: Iterable[Mapping[str, Any]]) -> EncodedMessages:
+def encode_bulk(
+    session_id: str,
+    messages: Iterable[Mapping[str, Any]],
+    redaction: RedactionPolicy | None = None,
+) -> EncodedMessages:
     """The bulk routine shared by replace, compaction, publication, batch appends and
-    imports."""
+    imports; with an enabled `redaction`, each message's fields are redacted first."""
+    redact = redaction is not None and bool(redaction.compiled)
     clock = now()
     rows: list[dict[str, Any]] = []
     total_calls = 0
     for index, message in enumerate(messages):
         if not isinstance(message, Mapping):
             raise InvalidInput(f"message {index} is a {type(message).__name__}, not a dict")
+        if redact:
+            assert redaction is not None
+            message = redaction.redact_fields(message)
         role = message.get("role") or "unknown"
         is_assistant = role == "assistant"
         explicit = epoch_seconds(message.get("timestamp"), f"message {index} timestamp")

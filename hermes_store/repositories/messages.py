@@ -753,6 +753,8 @@ class MessageRepository:
             "display_kind": display_kind,
             "display_metadata": display_metadata,
         }
+        if self.store.redaction.compiled:
+            fields = self.store.redaction.redact_fields(fields)
         holder = compression_lock_holder
         return self.store.write(
             lambda conn: _append_one(conn, session_id, holder, explicit_ts, fields, key, token)
@@ -784,7 +786,7 @@ class MessageRepository:
         """
         key = idempotency.check_key(idempotency_key)
         token = turns.check_token(turn_token)
-        encoded = encode_bulk(session_id, messages)
+        encoded = encode_bulk(session_id, messages, self.store.redaction)
         holder = compression_lock_holder
         return self.store.write(
             lambda conn: _append_many(conn, session_id, holder, encoded, key, token)
@@ -804,7 +806,7 @@ class MessageRepository:
             messages: the messages, as dicts with the `append_message` fields.
             active_only: only rows not marked inactive (rewound or compacted away).
         """
-        encoded = encode_bulk(session_id, messages)
+        encoded = encode_bulk(session_id, messages, self.store.redaction)
         self.store.write(lambda conn: _replace(conn, session_id, encoded, active_only))
 
     def archive_and_compact(
@@ -817,7 +819,7 @@ class MessageRepository:
             session_id: the session's id.
             compacted_messages: the messages that replace the active history.
         """
-        encoded = encode_bulk(session_id, compacted_messages)
+        encoded = encode_bulk(session_id, compacted_messages, self.store.redaction)
         return self.store.write(lambda conn: _archive_and_compact(conn, session_id, encoded))
 
     def set_latest_matching_message_display_kind(
@@ -842,7 +844,8 @@ class MessageRepository:
         """
         if not session_id or not role or not display_kind or _is_empty(content):
             return False
-        stored_content = content_value(content)
+        # the row was stored redacted: compared with the same redaction
+        stored_content = content_value(self.store.redaction.redact_value(content))
         values = {
             "display_kind": field_text("display_kind", display_kind),
             "display_metadata": encode_display_metadata(display_metadata),
@@ -863,8 +866,9 @@ class MessageRepository:
         """
         if not session_id:
             return 0
-        stored_content = content_value(content)
-        stored_api = field_text("api_content", api_content)
+        redaction = self.store.redaction
+        stored_content = content_value(redaction.redact_value(content))
+        stored_api = field_text("api_content", redaction.redact_value(api_content))
         return self.store.write(
             lambda conn: _set_latest_api_content(conn, session_id, stored_content, stored_api)
         )
@@ -935,7 +939,7 @@ class MessageRepository:
             require_compression_lease: refuse unless the caller holds the parent's
                 compression lock.
         """
-        encoded = encode_bulk(child_session_id, messages)
+        encoded = encode_bulk(child_session_id, messages, self.store.redaction)
         if isinstance(model_config, str):
             stored_config: str | None = model_config or None
         else:

@@ -109,6 +109,7 @@ DIALECT_AWARE = {
     "compat.py": "the original's SQLite internals (`_conn`), SQLite only",
     "repositories/housekeeping.py": "SQLite file upkeep: VACUUM, FTS5 backfill",
     "repositories/telegram.py": "the Telegram tables' own SQLite migration",
+    "repositories/space.py": "each dialect's own size catalogue (dbstat, pg_relation_size)",
 }
 
 
