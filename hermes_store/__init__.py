@@ -33,6 +33,9 @@ if TYPE_CHECKING:
         ChangeCursorExpired,
         DatabaseCorrupt,
         DatabaseNotWritable,
+        EncryptionKeyError,
+        EncryptionKeyRequired,
+        EncryptionUnavailable,
         FTSUnavailable,
         MigrationError,
         NotAHermesDatabase,
@@ -43,6 +46,7 @@ if TYPE_CHECKING:
         StoreClosed,
         StoreError,
         TurnHeld,
+        WrongEncryptionKey,
     )
     from .read_only import read_only_engine
     from .repositories.changes import ChangeFeed
@@ -106,6 +110,9 @@ __all__ = [
     "ChangeCursorExpired",
     "DatabaseCorrupt",
     "DatabaseNotWritable",
+    "EncryptionKeyError",
+    "EncryptionKeyRequired",
+    "EncryptionUnavailable",
     "FTSUnavailable",
     "MigrationError",
     "NotAHermesDatabase",
@@ -116,6 +123,7 @@ __all__ = [
     "StoreClosed",
     "StoreError",
     "TurnHeld",
+    "WrongEncryptionKey",
     "make_engine",
     "read_only_engine",
     "resolve_url",

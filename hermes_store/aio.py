@@ -39,6 +39,7 @@ from sqlalchemy import Engine
 from sqlalchemy.engine import URL
 
 from .config import JournalPolicy
+from .encryption import Key, KeySource
 from .errors import StoreClosed
 from .repositories.changes import DEFAULT_BATCH, DEFAULT_POLL_INTERVAL, Change, ChangeFeed
 from .repositories.coordination import (
@@ -330,6 +331,7 @@ class AsyncStore:
         read_only: bool = False,
         engine: Engine | None = None,
         check_schema: bool = True,
+        key: KeySource | Key | None = None,
     ) -> AsyncStore:
         """Open the store without blocking the event loop: the engine, the first
         connection and the schema check (which may wait for a server, up to its
@@ -351,6 +353,8 @@ class AsyncStore:
                 of it).
             check_schema: refuse a database that is missing or not at head when opening
                 (False skips the check).
+            key: the SQLite file's encryption key, or a callable returning it (as
+                `Store`'s; docs/encryption.md).
         """
         store = await _off_loop(
             lambda: Store(
@@ -361,6 +365,7 @@ class AsyncStore:
                 read_only=read_only,
                 engine=engine,
                 check_schema=check_schema,
+                key=key,
             ),
             abandon=Store.close,
         )

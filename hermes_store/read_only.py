@@ -216,7 +216,7 @@ def _remove_companions(path: Path, created: set[str]) -> None:
         log.debug("cannot remove %s of %s: not writable here", sorted(created), path)
         return
     try:
-        con = sqlite_driver.current().module.connect(
+        con = sqlite_driver.current().connect(
             str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None
         )
         try:

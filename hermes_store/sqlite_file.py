@@ -55,6 +55,10 @@ def not_a_database_error(path: Path, error: BaseException | None) -> NotADatabas
         return None
     if _looks_like_sqlite(header):
         return None
+    from .encryption import key_required_error, may_be_encrypted
+
+    if may_be_encrypted(path):
+        return key_required_error(path)
     return NotADatabaseFile(
         f"{path} is not an SQLite database file (it does not begin with the SQLite "
         "header); check the path, it should name a Hermes state.db. Nothing was changed"

@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from pathlib import Path
 from typing import Any, TypeVar, overload
 
 from sqlalchemy import Connection, Engine
@@ -37,6 +38,7 @@ from sqlalchemy.pool import QueuePool
 from .backends import dialect_for
 from .config import SCHEMA_VERSION, JournalPolicy, resolve_url, sqlite_path
 from .contract import VERSION_TABLE
+from .encryption import Key, KeySource, forget_key, register_key
 from .engine import BEGIN_MODE, make_engine
 from .errors import (
     InvalidInput,
@@ -113,6 +115,11 @@ class Store:
             it).
         check_schema: refuse a database that is missing or not at head when opening (False
             skips the check).
+        key: the SQLite file's encryption key (SQLCipher, the `encryption` extra): a
+            passphrase, 32 raw bytes, or a callable returning either, called for each new
+            connection; used for every connection this process opens to the file until the
+            store closes (docs/encryption.md). None: `HERMES_STORE_KEY` or
+            `HERMES_STORE_KEY_FILE`, else no key.
     """
 
     def __init__(
@@ -125,10 +132,12 @@ class Store:
         read_only: bool = False,
         engine: Engine | None = None,
         check_schema: bool = True,
+        key: KeySource | Key | None = None,
     ) -> None:
         self.url = resolve_url(url)
         self.read_only = read_only
         self._closed = False
+        self._keyed_path = self._register_key(key)
         if check_schema and engine is None:
             refuse_missing_database(self.url)
         self.retry = retry
@@ -161,7 +170,24 @@ class Store:
                 self._require_head()
             except BaseException:
                 self.engine.dispose()
+                self._forget_key()
                 raise
+
+    def _register_key(self, key: KeySource | Key | None) -> Path | None:
+        if key is None:
+            return None
+        path = sqlite_path(self.url)
+        if path is None:
+            raise InvalidInput(
+                "key= encrypts a SQLite file; on PostgreSQL the server encrypts its disk and "
+                "the connection takes TLS (sslmode=verify-full in the URL): docs/encryption.md"
+            )
+        register_key(path, key)
+        return path
+
+    def _forget_key(self) -> None:
+        if self._keyed_path is not None:
+            forget_key(self._keyed_path)
 
     def _require_head(self) -> None:
         """Refuse a database the repositories cannot serve, with what to do: a newer one
@@ -412,6 +438,7 @@ class Store:
             self._discard_writer_connection()
         self.checkpoint("TRUNCATE")
         self.engine.dispose()
+        self._forget_key()
 
     def __enter__(self) -> Store:
         return self

@@ -1,0 +1,218 @@
+"""Encryption at rest on SQLite, through SQLCipher (the `encryption` extra, docs/encryption.md).
+
+Where a file's key comes from, in this order: a key source registered for the file
+(`Store(key=...)`, `AsyncStore.open(key=...)`, `register_key`), else `HERMES_STORE_KEY`
+(the key itself), else `HERMES_STORE_KEY_FILE` (a file holding it). A key is a passphrase
+(text, stretched by SQLCipher's PBKDF2 on every connection it opens) or 32 raw bytes
+(`bytes`, or text written `x'<64 hex digits>'`), which skip the stretching.
+
+`unlock` runs `PRAGMA key` as the first statement of every connection to a file that has a
+key, then reads the schema, so a wrong key fails there, as one typed error
+(WrongEncryptionKey, NotEncrypted), not at some later statement as "file is not a database".
+The key goes to SQLite on the driver connection only: never through SQLAlchemy (whose
+statement logging and error messages quote the SQL), never into a URL, a log record or an
+exception message.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import sqlite_driver
+from .errors import (
+    EncryptionKeyRequired,
+    EncryptionUnavailable,
+    InvalidInput,
+    NotEncrypted,
+    WrongEncryptionKey,
+)
+from .sqlite_file import SQLITE_MAGIC
+
+KEY_ENV = "HERMES_STORE_KEY"
+KEY_FILE_ENV = "HERMES_STORE_KEY_FILE"
+#: A key: a passphrase (str) or 32 raw bytes.
+Key = str | bytes
+#: What gives a file's key when a connection opens (a keyring, a secrets manager).
+KeySource = Callable[[], Key]
+
+
+class NoKey:
+    """Open without a key, whatever key is configured (the plain side of a conversion)."""
+
+
+NO_KEY = NoKey()
+
+_RAW_TEXT = re.compile(r"x'[0-9a-fA-F]{64}'")
+_SQLITE_NOTADB = 26
+#: SQLCipher pages are 4096 bytes by default and never smaller than 512
+_SMALLEST_PAGE = 512
+
+_sources: dict[Path, KeySource] = {}
+_sources_lock = threading.Lock()
+
+
+def _canonical(path: Path) -> Path:
+    return path.expanduser().resolve()
+
+
+def register_key(path: str | os.PathLike[str], source: KeySource | Key) -> None:
+    """Use `source` (a key, or a callable returning one, called for each new connection)
+    for every connection this process opens to the SQLite file `path`, from now until
+    `forget_key`. Needs sqlcipher3 as this process's driver (EncryptionUnavailable)."""
+    sqlite_driver.require_encryption(f"the database {path}")
+    if not callable(source):
+        check_key(source)  # refuse a malformed key now, not at the first connection
+        fixed = source
+        source = lambda: fixed  # noqa: E731
+    with _sources_lock:
+        _sources[_canonical(Path(path))] = source
+
+
+def forget_key(path: str | os.PathLike[str]) -> None:
+    """Stop using the key registered for `path`."""
+    with _sources_lock:
+        _sources.pop(_canonical(Path(path)), None)
+
+
+def _env_key() -> Key | None:
+    value = os.environ.get(KEY_ENV)
+    if value:
+        return value
+    key_file = os.environ.get(KEY_FILE_ENV)
+    if not key_file:
+        return None
+    try:
+        text = Path(key_file).expanduser().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "it is not UTF-8 text"
+        raise InvalidInput(
+            f"{KEY_FILE_ENV}={key_file}: cannot read the key file ({reason})"
+        ) from None
+    key = text.removesuffix("\n").removesuffix("\r")
+    if not key:
+        raise InvalidInput(f"{KEY_FILE_ENV}={key_file}: the key file is empty")
+    return key
+
+
+def key_for(path: Path | None) -> Key | None:
+    """The key for the SQLite file `path` (None: the file is opened without one)."""
+    if path is not None:
+        with _sources_lock:
+            source = _sources.get(_canonical(path)) if _sources else None
+        if source is not None:
+            return source()
+    return _env_key()
+
+
+def has_key(path: Path | None) -> bool:
+    """Whether a key is configured for `path` (without asking a key source for it)."""
+    if path is not None:
+        with _sources_lock:
+            if _canonical(path) in _sources:
+                return True
+    return sqlite_driver.key_configured()
+
+
+def check_key(key: Key) -> None:
+    """InvalidInput for a key SQLCipher cannot take (empty, raw bytes not 32 long)."""
+    _literal(key)
+
+
+def _literal(key: Key) -> str:
+    """The key as the operand of `PRAGMA key`. Raises InvalidInput (which names no part
+    of the key) for an empty key or raw bytes of the wrong length."""
+    if isinstance(key, bytes):
+        if len(key) != 32:
+            raise InvalidInput(
+                f"a raw encryption key is 32 bytes, not {len(key)}; give 32 random bytes, "
+                "or a passphrase as text"
+            )
+        return f"\"x'{key.hex()}'\""
+    if not isinstance(key, str) or not key:
+        raise InvalidInput("the encryption key is empty (or not text or bytes)")
+    if "\x00" in key:
+        raise InvalidInput("the encryption key holds a NUL character")
+    if _RAW_TEXT.fullmatch(key):
+        return f'"{key}"'
+    return "'" + key.replace("'", "''") + "'"
+
+
+def is_plain_sqlite(path: Path) -> bool | None:
+    """Whether `path` begins with SQLite's plain-text header (None: empty, or unreadable)."""
+    try:
+        with path.open("rb") as fp:
+            header = fp.read(len(SQLITE_MAGIC))
+    except OSError:
+        return None
+    if not header:
+        return None
+    return header == SQLITE_MAGIC
+
+
+def may_be_encrypted(path: Path) -> bool:
+    """Whether `path` could be an SQLCipher file: not SQLite's plain header, and a size
+    that is a whole number of pages (a text file given by mistake rarely is)."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return False
+    return size >= _SMALLEST_PAGE and size % _SMALLEST_PAGE == 0 and not is_plain_sqlite(path)
+
+
+def key_required_error(path: Path) -> EncryptionKeyRequired:
+    driver = sqlite_driver.current()
+    how = (
+        f"set {KEY_ENV} (or {KEY_FILE_ENV}), or pass key= to Store"
+        if driver.encrypts
+        else f"install the encryption extra ({sqlite_driver.CIPHER_INSTALL}) and set "
+        f"{KEY_ENV} (or {KEY_FILE_ENV}), or pass key= to Store"
+    )
+    return EncryptionKeyRequired(
+        f"{path} is encrypted (or is not an SQLite database file at all) and no encryption "
+        f"key was given: {how} (docs/encryption.md). Nothing was changed"
+    )
+
+
+def unlock(conn: Any, path: Path | None, key: Key | NoKey | None = None) -> None:
+    """Give a fresh DB-API connection to `path` its key (`key`, else `key_for(path)`) as its
+    first statement, and check the key opens the file: WrongEncryptionKey when it does not,
+    NotEncrypted when the file is a plain SQLite file. Nothing when there is no key.
+    sqlcipher3's own diagnostics to stderr are switched off on its connections (they
+    would print a failed HMAC check for every wrong key)."""
+    cipher = sqlite_driver.is_cipher(conn)
+    if cipher:
+        conn.execute("PRAGMA cipher_log_level = NONE")
+    if key is None:
+        key = key_for(path)
+    if key is None or isinstance(key, NoKey):
+        return
+    if not cipher:
+        name = sqlite_driver.module_of(conn).__name__.split(".")[0]
+        raise EncryptionUnavailable(
+            f"an encryption key is configured for {path or 'the database'}, but this "
+            f"process drives SQLite through {name}, which cannot encrypt ("
+            f"{sqlite_driver.CIPHER_INSTALL}; {sqlite_driver.DRIVER_ENV}=sqlcipher3)"
+        )
+    conn.execute(f"PRAGMA key = {_literal(key)}")
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite_driver.DatabaseError as exc:
+        if getattr(exc, "sqlite_errorcode", None) != _SQLITE_NOTADB:
+            raise
+        where = str(path) if path is not None else "the database"
+        if path is not None and is_plain_sqlite(path):
+            raise NotEncrypted(
+                f"{where} is not encrypted (a plain SQLite file), but an encryption key was "
+                f"given for it: encrypt it first (hermes-store encrypt --url '{where}'), or "
+                f"open it without a key (unset {KEY_ENV} and {KEY_FILE_ENV}). Nothing was "
+                "changed"
+            ) from None
+        raise WrongEncryptionKey(
+            f"{where} does not open with the encryption key given: the key is wrong (or the "
+            "file is not a database). Nothing was changed"
+        ) from None
