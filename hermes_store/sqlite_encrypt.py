@@ -121,7 +121,13 @@ def _refuse_wrong_state(
         raise AlreadyEncrypted(
             f"{path} is encrypted already (the key given opens it). Nothing was changed"
         )
-    if not encrypting and plain:
+    if not encrypting:
+        refuse_plain(path)
+
+
+def refuse_plain(path: Path) -> None:
+    """NotEncrypted when `path` is a plain SQLite file: there is nothing to decrypt."""
+    if encryption.is_plain_sqlite(path):
         raise NotEncrypted(
             f"{path} is not encrypted (a plain SQLite file): there is nothing to decrypt. "
             "Nothing was changed"

@@ -15,7 +15,7 @@ def _convert(args: argparse.Namespace, *, encrypting: bool) -> int:
     from ..config import resolve_url, sqlite_path
     from ..encryption import KEY_ENV, KEY_FILE_ENV, key_for
     from ..errors import EncryptionKeyRequired, InvalidURL
-    from ..sqlite_encrypt import decrypt_file, encrypt_file
+    from ..sqlite_encrypt import decrypt_file, encrypt_file, refuse_plain
 
     command = "encrypt" if encrypting else "decrypt"
     path = sqlite_path(resolve_url(args.url))
@@ -25,6 +25,8 @@ def _convert(args: argparse.Namespace, *, encrypting: bool) -> int:
             "encrypts its disk (docs/encryption.md)"
         )
     key = key_for(path)
+    if key is None and not encrypting:
+        refuse_plain(path)  # nothing to decrypt says more than "no key"
     if key is None:
         raise EncryptionKeyRequired(
             f"hermes-store {command} needs the key: set {KEY_ENV} (the key) or "

@@ -16,6 +16,7 @@ import sqlite3
 import subprocess
 import sys
 import traceback
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -111,8 +112,12 @@ def test_an_encrypted_file_is_unreadable_without_its_key(
     assert MARKER.encode() not in _bytes_on_disk(path)
     assert b"Kyoto" not in _bytes_on_disk(path)
     assert not path.read_bytes().startswith(b"SQLite format 3\x00")
-    with pytest.raises(sqlite3.DatabaseError, match="file is not a database"):
-        sqlite3.connect(path).execute("SELECT count(*) FROM sqlite_master").fetchall()
+    stdlib = sqlite3.connect(path)
+    try:
+        with pytest.raises(sqlite3.DatabaseError, match="file is not a database"):
+            stdlib.execute("SELECT count(*) FROM sqlite_master").fetchall()
+    finally:
+        stdlib.close()
 
     with pytest.raises(EncryptionKeyRequired) as no_key:
         Store(url_for(path))
@@ -327,7 +332,7 @@ def test_an_encrypted_legacy_file_upgrades(
     from hermes_store.sqlite_encrypt import encrypt_file
 
     path = Path(legacy_db(20))
-    with sqlite3.connect(path) as raw:
+    with closing(sqlite3.connect(path)) as raw:
         messages = raw.execute("SELECT count(*) FROM messages").fetchone()[0]
         word = raw.execute(
             "SELECT content FROM messages WHERE content GLOB '*[a-z][a-z][a-z][a-z][a-z]*' "
