@@ -52,7 +52,9 @@ _SQLITE_NOTADB = 26
 #: SQLCipher pages are 4096 bytes by default and never smaller than 512
 _SMALLEST_PAGE = 512
 
-_sources: dict[Path, KeySource] = {}
+#: per file, the key sources registered for it, the newest last (each `forget_key` takes
+#: one back, so two stores of one file each keep the key until they close)
+_sources: dict[Path, list[KeySource]] = {}
 _sources_lock = threading.Lock()
 
 
@@ -70,13 +72,18 @@ def register_key(path: str | os.PathLike[str], source: KeySource | Key) -> None:
         fixed = source
         source = lambda: fixed  # noqa: E731
     with _sources_lock:
-        _sources[_canonical(Path(path))] = source
+        _sources.setdefault(_canonical(Path(path)), []).append(source)
 
 
 def forget_key(path: str | os.PathLike[str]) -> None:
-    """Stop using the key registered for `path`."""
+    """Take back the newest `register_key` of `path` (the key stays while another holds)."""
     with _sources_lock:
-        _sources.pop(_canonical(Path(path)), None)
+        canonical = _canonical(Path(path))
+        held = _sources.get(canonical)
+        if held:
+            held.pop()
+        if not held:
+            _sources.pop(canonical, None)
 
 
 def _env_key() -> Key | None:
@@ -103,7 +110,8 @@ def key_for(path: Path | None) -> Key | None:
     """The key for the SQLite file `path` (None: the file is opened without one)."""
     if path is not None:
         with _sources_lock:
-            source = _sources.get(_canonical(path)) if _sources else None
+            held = _sources.get(_canonical(path)) if _sources else None
+            source = held[-1] if held else None
         if source is not None:
             return source()
     return _env_key()

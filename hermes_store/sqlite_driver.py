@@ -32,6 +32,7 @@ import sqlite3
 import sys
 import threading
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -107,7 +108,9 @@ def _bundled() -> ModuleType | None:
         return None
 
 
+@cache
 def _cipher() -> ModuleType | None:
+    # cached: unlock asks on every new connection, and a failed import is not cached
     try:
         return importlib.import_module(CIPHER_MODULE)
     except ImportError:

@@ -376,6 +376,23 @@ def test_async_store_and_raw_keys(tmp_path: Path, sqlite_driver: str) -> None:
 
 
 @on_sqlcipher
+def test_two_stores_of_one_file_keep_the_key_until_both_close(
+    tmp_path: Path, sqlite_driver: str
+) -> None:
+    from hermes_store import Store
+
+    path = _encrypted_store_file(tmp_path / "state.db")
+    first = Store(url_for(path), key=KEY)
+    second = Store(url_for(path), key=KEY)
+    first.close()
+    second.engine.dispose()  # its next unit of work opens a new connection
+    assert _counts(second) == (1, 5)
+    second.close()
+    with pytest.raises(EncryptionKeyRequired):
+        Store(url_for(path))
+
+
+@on_sqlcipher
 def test_the_facade_and_a_backup_of_an_encrypted_file(
     tmp_path: Path, sqlite_driver: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
