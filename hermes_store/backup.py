@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import sqlite_driver
+from . import encryption, sqlite_driver
 from .errors import BackupFailed
 
 #: SQLite's primary result code for a full disk
@@ -67,19 +67,18 @@ def backup_sqlite(path: Path, label: str, key: Any = None) -> Path:
     encryption.NO_KEY for a plain file), else with its configured key, and its copy is
     encrypted with the same key."""
     target = _create(backup_name(path, label))
-    driver = sqlite_driver.current()  # one SQLite library per process
-    module = driver.module
+    module = sqlite_driver.current().module  # one SQLite library per process
     source = dest = None
     try:
         # an encrypted file's copy is encrypted with its key (SQLCipher copies pages only
         # between files with the same key)
-        source = driver.connect(
+        source = encryption.connect(
             f"{path.resolve().as_uri()}?mode=ro", uri=True,
             timeout=BUSY_TIMEOUT_S,
             key_of=path,
             key=key,
         )
-        dest = driver.connect(str(target), timeout=BUSY_TIMEOUT_S, key_of=path, key=key)
+        dest = encryption.connect(str(target), timeout=BUSY_TIMEOUT_S, key_of=path, key=key)
         source.backup(dest)
         dest.close()
         dest = None

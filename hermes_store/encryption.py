@@ -25,16 +25,14 @@ from typing import Any
 
 from . import sqlite_driver
 from .errors import (
-    EncryptionKeyRequired,
     EncryptionUnavailable,
     InvalidInput,
     NotEncrypted,
     WrongEncryptionKey,
 )
-from .sqlite_file import SQLITE_MAGIC
+from .sqlite_file import is_plain_sqlite
 
-KEY_ENV = "HERMES_STORE_KEY"
-KEY_FILE_ENV = "HERMES_STORE_KEY_FILE"
+KEY_ENV, KEY_FILE_ENV = sqlite_driver.KEY_ENVS
 #: A key: a passphrase (str) or 32 raw bytes.
 Key = str | bytes
 #: What gives a file's key when a connection opens (a keyring, a secrets manager).
@@ -49,8 +47,6 @@ NO_KEY = NoKey()
 
 _RAW_TEXT = re.compile(r"x'[0-9a-fA-F]{64}'")
 _SQLITE_NOTADB = 26
-#: SQLCipher pages are 4096 bytes by default and never smaller than 512
-_SMALLEST_PAGE = 512
 
 #: per file, the key sources registered for it, the newest last (each `forget_key` takes
 #: one back, so two stores of one file each keep the key until they close)
@@ -150,42 +146,6 @@ def _literal(key: Key) -> str:
     return "'" + key.replace("'", "''") + "'"
 
 
-def is_plain_sqlite(path: Path) -> bool | None:
-    """Whether `path` begins with SQLite's plain-text header (None: empty, or unreadable)."""
-    try:
-        with path.open("rb") as fp:
-            header = fp.read(len(SQLITE_MAGIC))
-    except OSError:
-        return None
-    if not header:
-        return None
-    return header == SQLITE_MAGIC
-
-
-def may_be_encrypted(path: Path) -> bool:
-    """Whether `path` could be an SQLCipher file: not SQLite's plain header, and a size
-    that is a whole number of pages (a text file given by mistake rarely is)."""
-    try:
-        size = path.stat().st_size
-    except OSError:
-        return False
-    return size >= _SMALLEST_PAGE and size % _SMALLEST_PAGE == 0 and not is_plain_sqlite(path)
-
-
-def key_required_error(path: Path) -> EncryptionKeyRequired:
-    driver = sqlite_driver.current()
-    how = (
-        f"set {KEY_ENV} (or {KEY_FILE_ENV}), or pass key= to Store"
-        if driver.encrypts
-        else f"install the encryption extra ({sqlite_driver.CIPHER_INSTALL}) and set "
-        f"{KEY_ENV} (or {KEY_FILE_ENV}), or pass key= to Store"
-    )
-    return EncryptionKeyRequired(
-        f"{path} is encrypted (or is not an SQLite database file at all) and no encryption "
-        f"key was given: {how} (docs/encryption.md). Nothing was changed"
-    )
-
-
 def unlock(conn: Any, path: Path | None, key: Key | NoKey | None = None) -> None:
     """Give a fresh DB-API connection to `path` its key (`key`, else `key_for(path)`) as its
     first statement, and check the key opens the file: WrongEncryptionKey when it does not,
@@ -224,3 +184,22 @@ def unlock(conn: Any, path: Path | None, key: Key | NoKey | None = None) -> None
             f"{where} does not open with the encryption key given: the key is wrong (or the "
             "file is not a database). Nothing was changed"
         ) from None
+
+
+def connect(
+    database: str, *, key_of: Path | None = None, key: Key | NoKey | None = None, **kwargs: Any
+) -> Any:
+    """A DB-API connection of this process's driver (sqlite_driver) to `database`, given
+    its key before anything else runs on it: `key`, else the key of the file `key_of`
+    (default: `database`, when it is a path, not a URI). Code that opens a file itself
+    (backups, recovery) connects through here."""
+    conn = sqlite_driver.current().connect(database, **kwargs)
+    if key_of is None and not kwargs.get("uri") and database != ":memory:":
+        key_of = Path(database)
+    try:
+        unlock(conn, key_of, key)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+

@@ -33,7 +33,6 @@ import sys
 import threading
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -181,23 +180,11 @@ class Driver:
     def encrypts(self) -> bool:
         return self.name == "sqlcipher3"
 
-    def connect(
-        self, database: str, *, key_of: Path | None = None, key: Any = None, **kwargs: Any
-    ) -> sqlite3.Connection:
+    def connect(self, database: str, **kwargs: Any) -> sqlite3.Connection:
         """A DB-API connection through this driver (typed as the standard library's, whose
-        interface pysqlite3 and sqlcipher3 share), unlocked before anything else runs on
-        it (encryption.unlock) with `key` (an encryption.Key, or encryption.NO_KEY), else
-        the key of the file `key_of` (default: `database`, when it is a path, not a URI)."""
+        interface pysqlite3 and sqlcipher3 share), without a key: encryption.connect gives
+        a file its key."""
         conn: sqlite3.Connection = self.module.connect(database, **kwargs)
-        if key_of is None and not kwargs.get("uri") and database != ":memory:":
-            key_of = Path(database)
-        from .encryption import unlock
-
-        try:
-            unlock(conn, key_of, key)
-        except BaseException:
-            conn.close()
-            raise
         return conn
 
 

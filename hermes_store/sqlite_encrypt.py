@@ -29,7 +29,7 @@ from .errors import (
     NotEncrypted,
     WrongEncryptionKey,
 )
-from .sqlite_file import refuse_directory
+from .sqlite_file import is_plain_sqlite, refuse_directory
 from .waiting import _command_line
 
 #: How long the conversion waits for another connection's lock before it refuses
@@ -109,7 +109,7 @@ def _attach_key(key: Key | None) -> str:
 def _refuse_wrong_state(
     driver: sqlite_driver.Driver, path: Path, key: Key, encrypting: bool
 ) -> None:
-    plain = encryption.is_plain_sqlite(path)
+    plain = is_plain_sqlite(path)
     if encrypting and plain is False:
         try:
             _open(driver, path, key).close()
@@ -127,7 +127,7 @@ def _refuse_wrong_state(
 
 def refuse_plain(path: Path) -> None:
     """NotEncrypted when `path` is a plain SQLite file: there is nothing to decrypt."""
-    if encryption.is_plain_sqlite(path):
+    if is_plain_sqlite(path):
         raise NotEncrypted(
             f"{path} is not encrypted (a plain SQLite file): there is nothing to decrypt. "
             "Nothing was changed"
