@@ -30,7 +30,6 @@ from .errors import (
     NotEncrypted,
     WrongEncryptionKey,
 )
-from .sqlite_file import is_plain_sqlite
 
 KEY_ENV, KEY_FILE_ENV = sqlite_driver.KEY_ENVS
 #: A key: a passphrase (str) or 32 raw bytes.
@@ -173,7 +172,7 @@ def unlock(conn: Any, path: Path | None, key: Key | NoKey | None = None) -> None
         if getattr(exc, "sqlite_errorcode", None) != _SQLITE_NOTADB:
             raise
         where = str(path) if path is not None else "the database"
-        if path is not None and is_plain_sqlite(path):
+        if path is not None and _opens_without_a_key(conn, path):
             raise NotEncrypted(
                 f"{where} is not encrypted (a plain SQLite file), but an encryption key was "
                 f"given for it: encrypt it first (hermes-store encrypt --url '{where}'), or "
@@ -184,6 +183,25 @@ def unlock(conn: Any, path: Path | None, key: Key | NoKey | None = None) -> None
             f"{where} does not open with the encryption key given: the key is wrong (or the "
             "file is not a database). Nothing was changed"
         ) from None
+
+
+def _opens_without_a_key(conn: Any, path: Path) -> bool:
+    """Whether `path` reads as a plain SQLite file, asked of SQLite (read-only, through the
+    library of `conn`), not by reading its bytes: other connections of this process may
+    hold locks on it, which closing a descriptor of ours would drop."""
+    module = sqlite_driver.module_of(conn)
+    try:
+        probe = module.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=1.0)
+    except sqlite_driver.Error:
+        return False
+    try:
+        probe.execute("PRAGMA cipher_log_level = NONE")
+        probe.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return True
+    except sqlite_driver.Error:
+        return False
+    finally:
+        probe.close()
 
 
 def connect(

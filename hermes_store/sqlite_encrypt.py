@@ -61,9 +61,10 @@ def decrypt_file(path: str | os.PathLike[str], key: Key, *, backup: bool = True)
     return _convert(Path(path), key, encrypting=False, backup=backup)
 
 
-def other_openers(path: Path) -> list[str]:
-    """The other processes that have `path` (or its -wal/-shm/-journal) open, as
-    `pid N: command line`, from /proc (Linux; elsewhere none can be named)."""
+def other_openers(path: Path, *, this_process: bool = False) -> list[str]:
+    """The other processes (and this one too, with `this_process`) that have `path` (or
+    its -wal/-shm/-journal) open, as `pid N: command line`, from /proc (Linux; elsewhere
+    none can be named)."""
     try:
         targets = {str(Path(f"{path}{suffix}").resolve()) for suffix in ("", *_COMPANIONS)}
         entries = list(Path("/proc").iterdir())
@@ -71,7 +72,7 @@ def other_openers(path: Path) -> list[str]:
         return []
     found: list[str] = []
     for entry in entries:
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+        if not entry.name.isdigit() or (int(entry.name) == os.getpid() and not this_process):
             continue
         try:
             descriptors = list((entry / "fd").iterdir())
@@ -85,6 +86,16 @@ def other_openers(path: Path) -> list[str]:
             except OSError:
                 continue
     return found
+
+
+def _refuse_in_use(path: Path, command: str, *, this_process: bool = False) -> None:
+    holders = other_openers(path, this_process=this_process)
+    if holders:
+        raise FileInUse(
+            f"{path} is open in another process or store ({'; '.join(holders)}): stop it "
+            f"(Hermes, a gateway, another hermes-store; close this process's Store of it) "
+            f"and run hermes-store {command} again. Nothing was changed"
+        )
 
 
 def _open(driver: sqlite_driver.Driver, path: Path, key: Key | None) -> Any:
@@ -169,18 +180,15 @@ def _convert(path: Path, key: Key, *, encrypting: bool, backup: bool) -> Convert
     if not path.is_file() or path.stat().st_size == 0:
         raise NotADatabaseFile(f"{path} does not exist or is empty: nothing to {command}")
     check_writable(path)
+    # first, with no descriptor of ours on it: this process's own stores count as well,
+    # and nothing may hold a lock that reading the header below would drop
+    _refuse_in_use(path, command, this_process=True)
     _refuse_wrong_state(driver, path, key, encrypting)
     source_key, target_key = (None, key) if encrypting else (key, None)
     # opens the file with its key (a wrong one is refused here, before any copy is made)
     source = _open(driver, path, source_key)
     try:
-        holders = other_openers(path)
-        if holders:
-            raise FileInUse(
-                f"{path} is open in another process ({'; '.join(holders)}): stop it (Hermes, "
-                f"a gateway, another hermes-store) and run hermes-store {command} again. "
-                "Nothing was changed"
-            )
+        _refuse_in_use(path, command)  # one that opened it meanwhile
         journal_mode = str(source.execute("PRAGMA journal_mode").fetchone()[0]).lower()
         made = None
         if backup:

@@ -320,6 +320,13 @@ def test_conversion_refuses_a_file_another_process_has_open(
         holder.wait(timeout=30)
     assert _digest(path) == before
     assert _files(tmp_path) == ["state.db"]
+    from hermes_store import Store
+
+    with Store(url_for(path)) as store:  # this process's own store counts too
+        assert _counts(store) == (1, 5)
+        with pytest.raises(FileInUse, match=f"pid {os.getpid()}"):
+            encrypt_file(path, KEY)
+    assert _digest(path) == before
     assert encrypt_file(path, KEY, backup=False).encrypted  # once it has let go
 
 
