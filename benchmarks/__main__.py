@@ -42,6 +42,11 @@ PostgreSQL, each row's ratio to the best peer (200 calls per store and row, 20 w
 Last, the change feed (benchmarks/feed.py): a poll at 100k changes against 10k, and an
 append with the feed's triggers against one without them, on both backends
 (`--no-feed` skips it).
+
+And encryption at rest (benchmarks/encryption.py): an append, a word and a substring
+search and a Store's open on a SQLCipher-encrypted copy against the plain file, both on
+sqlcipher3 in one child process (`--no-encryption` skips it; skipped, saying so, where
+sqlcipher3 is not installed).
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ from typing import Any
 from . import (
     concurrent,
     corpus,
+    encryption,
     feed,
     journal_modes,
     peers,
@@ -262,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-feed", action="store_true", help="skip the change-feed table")
     parser.add_argument(
+        "--no-encryption", action="store_true", help="skip the encryption-at-rest table"
+    )
+    parser.add_argument(
         "--no-per-turn", action="store_true", help="skip the per-turn comparison with the peers"
     )
     parser.add_argument(
@@ -320,6 +329,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_feed:
         print("change feed:")
         changes = feed.run(args.quick)
+    encrypted = None
+    if not args.no_encryption:
+        print("encryption at rest:")
+        encrypted = encryption.run(*((2_000, 30) if args.quick else (10_000, 200)))
     print()
     print_table(rows, upgrades)
     journal_modes.print_table(journal)
@@ -337,6 +350,9 @@ def main(argv: list[str] | None = None) -> int:
     if changes is not None:
         print()
         feed.print_table(changes)
+    if encrypted is not None:
+        print()
+        encryption.print_table(encrypted)
     elapsed = time.perf_counter() - started
     print(f"\n{elapsed:.1f} s")
     if args.json:
@@ -356,6 +372,7 @@ def main(argv: list[str] | None = None) -> int:
             "peers": compared,
             "per_turn": turns,
             "feed": changes,
+            "encryption": encrypted,
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n")
     return 0

@@ -37,6 +37,9 @@ if TYPE_CHECKING:
         ChangeCursorExpired,
         DatabaseCorrupt,
         DatabaseNotWritable,
+        EncryptionKeyError,
+        EncryptionKeyRequired,
+        EncryptionUnavailable,
         FTSUnavailable,
         InvalidRedactionPattern,
         MigrationError,
@@ -49,6 +52,7 @@ if TYPE_CHECKING:
         StoreClosed,
         StoreError,
         TurnHeld,
+        WrongEncryptionKey,
     )
     from .read_only import read_only_engine
     from .redaction import RedactionPolicy
@@ -65,8 +69,8 @@ if TYPE_CHECKING:
     from .repositories.redaction import RedactionRepository
     from .repositories.search import SearchRepository
     from .repositories.sessions import SessionRepository
-    from .repositories.tags import TagRepository
     from .repositories.space import SpaceRepository
+    from .repositories.tags import TagRepository
     from .repositories.telegram import TelegramTopicRepository
     from .repositories.titles import TitleRepository
     from .repositories.trash import TrashRepository
@@ -127,6 +131,9 @@ __all__ = [
     "ChangeCursorExpired",
     "DatabaseCorrupt",
     "DatabaseNotWritable",
+    "EncryptionKeyError",
+    "EncryptionKeyRequired",
+    "EncryptionUnavailable",
     "FTSUnavailable",
     "InvalidRedactionPattern",
     "MigrationError",
@@ -139,6 +146,7 @@ __all__ = [
     "StoreClosed",
     "StoreError",
     "TurnHeld",
+    "WrongEncryptionKey",
     "make_engine",
     "read_only_engine",
     "resolve_url",

@@ -39,6 +39,7 @@ from sqlalchemy import Engine
 from sqlalchemy.engine import URL
 
 from .config import JournalPolicy
+from .encryption import Key, KeySource
 from .errors import StoreClosed
 from .redaction import RedactionPolicy
 from .repositories.changes import DEFAULT_BATCH, DEFAULT_POLL_INTERVAL, Change, ChangeFeed
@@ -53,8 +54,8 @@ from .repositories.meta import MetaRepository
 from .repositories.redaction import RedactionRepository
 from .repositories.search import SearchRepository
 from .repositories.sessions import SessionRepository
-from .repositories.tags import TagRepository
 from .repositories.space import SpaceRepository
+from .repositories.tags import TagRepository
 from .repositories.telegram import TelegramTopicRepository
 from .repositories.titles import TitleRepository
 from .repositories.trash import TrashRepository
@@ -348,6 +349,7 @@ class AsyncStore:
         engine: Engine | None = None,
         check_schema: bool = True,
         redaction: RedactionPolicy | None = None,
+        key: KeySource | Key | None = None,
     ) -> AsyncStore:
         """Open the store without blocking the event loop: the engine, the first
         connection and the schema check (which may wait for a server, up to its
@@ -371,6 +373,8 @@ class AsyncStore:
                 (False skips the check).
             redaction: the secrets replaced in every message written (None: from the
                 environment; docs/redaction.md).
+            key: the SQLite file's encryption key, or a callable returning it (as
+                `Store`'s; docs/encryption.md).
         """
         store = await _off_loop(
             lambda: Store(
@@ -382,6 +386,7 @@ class AsyncStore:
                 engine=engine,
                 check_schema=check_schema,
                 redaction=redaction,
+                key=key,
             ),
             abandon=Store.close,
         )

@@ -9,8 +9,9 @@ import errno
 import os
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-from . import sqlite_driver
+from . import encryption, sqlite_driver
 from .errors import BackupFailed
 
 #: SQLite's primary result code for a full disk
@@ -57,21 +58,27 @@ def _disk_full(exc: BaseException) -> bool:
     return (code is not None and code & 0xFF == SQLITE_FULL) or "disk is full" in str(exc)
 
 
-def backup_sqlite(path: Path, label: str) -> Path:
+def backup_sqlite(path: Path, label: str, key: Any = None) -> Path:
     """Copy the SQLite database `path` to a new file beside it (`backup_name`) with the
     online backup API, reading the source through a read-only connection, and return the
     copy's path. The copy is created mode 0600 before any byte is written to it. On any
     failure the partial copy is removed and BackupFailed says why; the source is never
-    changed."""
+    changed. An encrypted file is read with `key` (an encryption.Key, or
+    encryption.NO_KEY for a plain file), else with its configured key, and its copy is
+    encrypted with the same key."""
     target = _create(backup_name(path, label))
-    driver = sqlite_driver.current()  # one SQLite library per process
-    module = driver.module
+    module = sqlite_driver.current().module  # one SQLite library per process
     source = dest = None
     try:
-        source = driver.connect(
-            f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S
+        # an encrypted file's copy is encrypted with its key (SQLCipher copies pages only
+        # between files with the same key)
+        source = encryption.connect(
+            f"{path.resolve().as_uri()}?mode=ro", uri=True,
+            timeout=BUSY_TIMEOUT_S,
+            key_of=path,
+            key=key,
         )
-        dest = driver.connect(str(target), timeout=BUSY_TIMEOUT_S)
+        dest = encryption.connect(str(target), timeout=BUSY_TIMEOUT_S, key_of=path, key=key)
         source.backup(dest)
         dest.close()
         dest = None

@@ -28,7 +28,7 @@ from sqlalchemy.engine import URL, Connection, Engine, ExceptionContext
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
-from . import sqlite_driver
+from . import encryption, sqlite_driver
 from .config import JOURNAL_ENV, JournalPolicy, resolve_url, sqlite_path
 from .errors import DatabaseNotWritable, DriverMissing, InvalidURL
 from .sqlite_file import not_a_database_error, refuse_directory
@@ -171,6 +171,8 @@ def _install_sqlite_listeners(
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
+        # the key before anything else: SQLCipher reads nothing of the file without it
+        encryption.unlock(dbapi_conn, db_path)
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
         if db_path is not None:
             _record.info[_DB_PATH] = db_path
@@ -305,6 +307,7 @@ def roll_back_hot_journal(db_path: Path, dbapi: Any, found: BaseException) -> No
         check_writable(db_path)
         recovery = dbapi.connect(str(db_path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
         try:
+            encryption.unlock(recovery, db_path)
             # the first read of a connection that may write rolls a hot journal back
             recovery.execute("PRAGMA schema_version").fetchone()
         finally:
@@ -441,6 +444,8 @@ def make_engine(
             check_writable(path)
     engine_kwargs.setdefault("poolclass", NullPool)
     chosen = driver or sqlite_driver.current()
+    if path is not None and encryption.has_key(path) and not chosen.encrypts:
+        sqlite_driver.require_encryption(f"the database {path}")
     engine = create_engine(
         resolved, connect_args=connect_args, module=chosen.module, **engine_kwargs
     )
@@ -578,6 +583,17 @@ def _postgresql_engine(url: URL, *, read_only: bool, **engine_kwargs: Any) -> En
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         install_pg_text_adapters(dbapi_conn)
+
+    return engine
+
+
+def unlock_on_connect(engine: Engine, path: Path | None) -> Engine:
+    """Have every connection of a plain SQLite engine (one made without make_engine's
+    rules) take the file's encryption key first (encryption.unlock)."""
+
+    @event.listens_for(engine, "connect", insert=True)
+    def _unlock(dbapi_conn: Any, _record: Any) -> None:
+        encryption.unlock(dbapi_conn, path)
 
     return engine
 

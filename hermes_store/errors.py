@@ -531,3 +531,38 @@ class RestoreConflict(StoreError, ValueError):
 
     def __reduce__(self) -> tuple[type, tuple[str, list[str]]]:
         return (type(self), (self.session_id, self.taken))
+
+
+class EncryptionKeyError(NotADatabaseFile):
+    """A SQLite file that cannot be read with the encryption key this process has (docs/
+    encryption.md): none for an encrypted file, a wrong one, or one for a file that is not
+    encrypted. A NotADatabaseFile, as SQLite itself calls such a file "not a database".
+    The message never holds the key. Nothing was changed."""
+
+
+class EncryptionKeyRequired(EncryptionKeyError):
+    """The file is encrypted (or is not an SQLite file at all), and no key was given."""
+
+
+class WrongEncryptionKey(EncryptionKeyError):
+    """A key was given, and the encrypted file does not open with it."""
+
+
+class NotEncrypted(EncryptionKeyError):
+    """A key was given for a file that is not encrypted (an SQLite file in plain text), or
+    `hermes-store decrypt` was asked to decrypt one."""
+
+
+class AlreadyEncrypted(StoreError):
+    """`hermes-store encrypt` was asked to encrypt a file that is encrypted already."""
+
+
+class EncryptionUnavailable(DriverMissing):
+    """A key was given, but this process cannot encrypt: the `encryption` extra
+    (`sqlcipher3`) is not installed, or the process drives SQLite through another library
+    already (one library per process: hermes_store/sqlite_driver.py)."""
+
+
+class FileInUse(StoreError):
+    """A command that replaces a SQLite file (`hermes-store encrypt`, `decrypt`) found
+    another process with it open. Nothing was changed."""

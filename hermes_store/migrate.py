@@ -49,7 +49,13 @@ from .contract import (
 from .contract import PG_MIGRATION_LOCK as PG_MIGRATION_LOCK
 from .contract import VERSION_TABLE as VERSION_TABLE
 from .dialects import PostgreSQLBackend
-from .engine import check_writable, journal_choice, make_engine, write_connection
+from .engine import (
+    check_writable,
+    journal_choice,
+    make_engine,
+    unlock_on_connect,
+    write_connection,
+)
 from .errors import (
     DatabaseCorrupt,
     NotAtHead,
@@ -344,10 +350,13 @@ def _look_before_opening(url: URL, *, backfilling: bool) -> None:
     # A plain connection, without the engine's pragmas (no journal-mode change, no chmod):
     # read-write (the file and directory are writable, checked above), because only such
     # a connection removes the -wal/-shm files it creates when it closes.
-    engine = create_engine(
-        URL.create("sqlite", database=str(path)),
-        poolclass=NullPool,
-        module=sqlite_driver.current().module,  # one SQLite library per process
+    engine = unlock_on_connect(
+        create_engine(
+            URL.create("sqlite", database=str(path)),
+            poolclass=NullPool,
+            module=sqlite_driver.current().module,  # one SQLite library per process
+        ),
+        path,
     )
 
     def look() -> tuple[adoption.DatabaseShape, list[str]]:
@@ -739,6 +748,8 @@ class SQLiteStorage:
     journal_mode: str
     journal_mode_on_write: str
     journal_reason: str
+    #: "yes (SQLCipher <version>)" for a file opened with its key, else "no"
+    encrypted: str = "no"
 
     def as_dict(self) -> dict[str, str]:
         return dict(vars(self))
@@ -756,7 +767,15 @@ def sqlite_storage(conn: Connection) -> SQLiteStorage:
         journal_mode=mode,
         journal_mode_on_write=choice.mode,
         journal_reason=choice.reason,
+        encrypted=_encrypted(conn) if driver.encrypts else "no",
     )
+
+
+def _encrypted(conn: Connection) -> str:
+    """Whether the SQLCipher connection `conn` reads its file with a key."""
+    if str(conn.exec_driver_sql("PRAGMA cipher_status").scalar()) != "1":
+        return "no"
+    return f"yes (SQLCipher {conn.exec_driver_sql('PRAGMA cipher_version').scalar()})"
 
 
 @dataclass
@@ -881,10 +900,13 @@ def _fts_integrity(url: URL) -> tuple[list[str], str | None]:
             f"FTS integrity not checked: its FTS5 command needs write access to {path} and "
             "its directory (it changes nothing); run check as a user who may write them"
         )
-    engine = create_engine(
-        URL.create("sqlite", database=str(path)),
-        poolclass=NullPool,
-        module=sqlite_driver.current().module,
+    engine = unlock_on_connect(
+        create_engine(
+            URL.create("sqlite", database=str(path)),
+            poolclass=NullPool,
+            module=sqlite_driver.current().module,
+        ),
+        path,
     )
     try:
         with engine.connect() as conn:

@@ -29,7 +29,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import QueuePool
 
-from . import sqlite_driver
+from . import encryption, sqlite_driver
 from .config import SCHEMA_VERSION, resolve_url, shown_url, sqlite_path
 from .contract import FTS_TABLE, VERSION_TABLE
 from .engine import BUSY_TIMEOUT_S, make_engine
@@ -216,9 +216,7 @@ def _remove_companions(path: Path, created: set[str]) -> None:
         log.debug("cannot remove %s of %s: not writable here", sorted(created), path)
         return
     try:
-        con = sqlite_driver.current().module.connect(
-            str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None
-        )
+        con = encryption.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
         try:
             con.execute("PRAGMA schema_version").fetchone()
         finally:

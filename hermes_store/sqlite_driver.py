@@ -8,7 +8,14 @@ Python's own `sqlite3` links the system's library, which on most machines is suc
 dependency on the platforms it publishes wheels for (`has_pysqlite3_wheel`; the `sqlite`
 extra asks for it everywhere). When it is importable and its SQLite is fixed it is used,
 and new files get WAL. `HERMES_STORE_SQLITE_DRIVER` overrides the choice: `sqlite3` (the
-standard library) or `pysqlite3` (required; an error if it is missing).
+standard library), `pysqlite3` or `sqlcipher3` (required; an error if it is missing).
+
+`sqlcipher3` (the `encryption` extra) is the same DB-API module built with SQLCipher, a
+SQLite that encrypts the file (docs/encryption.md). Without a key it reads and writes
+plain files as any SQLite does. It is chosen automatically when a key is configured
+(`HERMES_STORE_KEY` or `HERMES_STORE_KEY_FILE` when the driver is first chosen, or a key
+given to `Store` before any SQLite file was opened); a key with another driver chosen
+raises EncryptionUnavailable, never a silent plain-text file.
 
 One process drives every SQLite file through one library: two copies of SQLite in one
 process do not see each other's POSIX locks, and closing a file in one drops the locks
@@ -23,17 +30,24 @@ import os
 import platform
 import sqlite3
 import sys
+import threading
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
 from typing import Any
 
-from .errors import InvalidURL
+from .errors import EncryptionUnavailable, InvalidURL
 
 DRIVER_ENV = "HERMES_STORE_SQLITE_DRIVER"
-DRIVER_CHOICES = ("auto", "sqlite3", "pysqlite3")
+DRIVER_CHOICES = ("auto", "sqlite3", "pysqlite3", "sqlcipher3")
 #: The DB-API module of the `sqlite` extra.
 BUNDLED_MODULE = "pysqlite3.dbapi2"
+#: The DB-API module of the `encryption` extra (SQLCipher).
+CIPHER_MODULE = "sqlcipher3.dbapi2"
+#: What installs it.
+CIPHER_INSTALL = "pip install 'hermes-store[encryption]'"
+#: The environment variables that configure a key (docs/encryption.md).
+KEY_ENVS = ("HERMES_STORE_KEY", "HERMES_STORE_KEY_FILE")
 
 
 def wal_reset_vulnerable(version: tuple[int, int, int]) -> bool:
@@ -93,13 +107,22 @@ def _bundled() -> ModuleType | None:
         return None
 
 
+@cache
+def _cipher() -> ModuleType | None:
+    # cached: unlock asks on every new connection, and a failed import is not cached
+    try:
+        return importlib.import_module(CIPHER_MODULE)
+    except ImportError:
+        return None
+
+
 def _classes(name: str) -> tuple[type[Any], ...]:
-    """The class `name` (Error, OperationalError, Connection, ...) of the standard library
-    and of pysqlite3."""
+    """The class `name` (Error, OperationalError, Connection, ...) of the standard library,
+    pysqlite3 and sqlcipher3 (those installed)."""
     found: list[type[Any]] = [getattr(sqlite3, name)]
-    bundled = _bundled()
-    if bundled is not None:
-        found.append(getattr(bundled, name))
+    for module in (_bundled(), _cipher()):
+        if module is not None:
+            found.append(getattr(module, name))
     return tuple(found)
 
 
@@ -115,17 +138,28 @@ Connection: tuple[type[Any], ...] = _classes("Connection")
 
 def module_of(conn: object) -> ModuleType:
     """The DB-API module a connection belongs to."""
-    bundled = _bundled()
-    if bundled is not None and isinstance(conn, bundled.Connection):
-        return bundled
+    for module in (_bundled(), _cipher()):
+        if module is not None and isinstance(conn, module.Connection):
+            return module
     return sqlite3
+
+
+def is_cipher(conn: object) -> bool:
+    """Whether a DB-API connection is sqlcipher3's (one that can take a key)."""
+    cipher = _cipher()
+    return cipher is not None and isinstance(conn, cipher.Connection)
+
+
+def key_configured() -> bool:
+    """Whether the environment configures an encryption key."""
+    return any(os.environ.get(name) for name in KEY_ENVS)
 
 
 @dataclass(frozen=True)
 class Driver:
     """The SQLite DB-API module this process uses, and why it was chosen."""
 
-    name: str  # "sqlite3" or "pysqlite3"
+    name: str  # "sqlite3", "pysqlite3" or "sqlcipher3"
     module: ModuleType
     reason: str
 
@@ -142,9 +176,14 @@ class Driver:
     def wal_safe(self) -> bool:
         return not wal_reset_vulnerable(self.sqlite_version)
 
+    @property
+    def encrypts(self) -> bool:
+        return self.name == "sqlcipher3"
+
     def connect(self, database: str, **kwargs: Any) -> sqlite3.Connection:
         """A DB-API connection through this driver (typed as the standard library's, whose
-        interface pysqlite3 shares)."""
+        interface pysqlite3 and sqlcipher3 share), without a key: encryption.connect gives
+        a file its key."""
         conn: sqlite3.Connection = self.module.connect(database, **kwargs)
         return conn
 
@@ -158,6 +197,19 @@ def choose(setting: str | None = None) -> Driver:
             f"{DRIVER_ENV}={wanted!r}: choose one of {', '.join(DRIVER_CHOICES)}"
         )
     bundled = _bundled()
+    keyed = key_configured()
+    if keyed and wanted in ("sqlite3", "pysqlite3"):
+        raise EncryptionUnavailable(
+            f"an encryption key is configured ({' or '.join(KEY_ENVS)}), but "
+            f"{DRIVER_ENV}={wanted} cannot encrypt: set {DRIVER_ENV}=sqlcipher3 or leave it "
+            "unset (docs/encryption.md)"
+        )
+    if wanted == "sqlcipher3" or (keyed and wanted == "auto"):
+        return _cipher_driver(
+            f"{DRIVER_ENV}=sqlcipher3"
+            if wanted == "sqlcipher3"
+            else f"an encryption key is configured ({' or '.join(KEY_ENVS)})"
+        )
     if wanted == "sqlite3":
         return Driver("sqlite3", sqlite3, f"{DRIVER_ENV}=sqlite3")
     if wanted == "pysqlite3":
@@ -185,7 +237,47 @@ def choose(setting: str | None = None) -> Driver:
     )
 
 
-@cache
+def _cipher_driver(reason: str) -> Driver:
+    cipher = _cipher()
+    if cipher is None:
+        raise EncryptionUnavailable(
+            f"encryption needs sqlcipher3, which is not installed ({reason}): {CIPHER_INSTALL}"
+        )
+    return Driver("sqlcipher3", cipher, f"{reason}; SQLCipher on SQLite {cipher.sqlite_version}")
+
+
+_chosen: Driver | None = None
+_choosing = threading.Lock()
+
+
 def current() -> Driver:
     """The driver of this process, chosen once (see the module docstring for why once)."""
-    return choose()
+    global _chosen
+    if _chosen is None:
+        with _choosing:
+            if _chosen is None:
+                _chosen = choose()
+    return _chosen
+
+
+def require_encryption(what: str) -> Driver:
+    """The driver of this process for `what` (a key given for a file), which must be
+    sqlcipher3: chosen now if no driver is chosen yet and the setting allows it; else
+    EncryptionUnavailable, saying why."""
+    global _chosen
+    with _choosing:
+        if _chosen is None:
+            wanted = (os.environ.get(DRIVER_ENV, "") or "auto").strip().lower()
+            if wanted in ("auto", "sqlcipher3"):
+                _chosen = _cipher_driver(f"{what} was given a key")
+            else:
+                _chosen = choose()
+        chosen = _chosen
+    if not chosen.encrypts:
+        raise EncryptionUnavailable(
+            f"{what} was given an encryption key, but this process drives SQLite through "
+            f"{chosen.name} ({chosen.reason}), which cannot encrypt, and one process drives "
+            f"every SQLite file through one library: set {DRIVER_ENV}=sqlcipher3 (or "
+            "HERMES_STORE_KEY) before the process opens its first file"
+        )
+    return chosen

@@ -12,11 +12,14 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from .errors import NotADatabaseFile
+from . import sqlite_driver
+from .errors import EncryptionKeyRequired, NotADatabaseFile
 
 #: The first 16 bytes of every SQLite database file.
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _HEADER_SIZE = 100
+#: SQLCipher pages are 4096 bytes by default and never smaller than 512
+_SMALLEST_PAGE = 512
 
 
 def refuse_directory(path: Path) -> None:
@@ -55,7 +58,48 @@ def not_a_database_error(path: Path, error: BaseException | None) -> NotADatabas
         return None
     if _looks_like_sqlite(header):
         return None
+    if may_be_encrypted(path):
+        return key_required_error(path)
     return NotADatabaseFile(
         f"{path} is not an SQLite database file (it does not begin with the SQLite "
         "header); check the path, it should name a Hermes state.db. Nothing was changed"
+    )
+
+
+def is_plain_sqlite(path: Path) -> bool | None:
+    """Whether `path` begins with SQLite's plain-text header (None: empty, or unreadable).
+    Only for a file this process holds no connection to (the module docstring)."""
+    try:
+        with path.open("rb") as fp:
+            header = fp.read(len(SQLITE_MAGIC))
+    except OSError:
+        return None
+    if not header:
+        return None
+    return header == SQLITE_MAGIC
+
+
+def may_be_encrypted(path: Path) -> bool:
+    """Whether `path` could be an SQLCipher file: not SQLite's plain header, and a size
+    that is a whole number of pages (a text file given by mistake rarely is)."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return False
+    return size >= _SMALLEST_PAGE and size % _SMALLEST_PAGE == 0 and not is_plain_sqlite(path)
+
+
+def key_required_error(path: Path) -> EncryptionKeyRequired:
+    """The error for an encrypted-looking file opened without a key (docs/encryption.md)."""
+    key_env, key_file_env = sqlite_driver.KEY_ENVS
+    driver = sqlite_driver.current()
+    how = (
+        f"set {key_env} (or {key_file_env}), or pass key= to Store"
+        if driver.encrypts
+        else f"install the encryption extra ({sqlite_driver.CIPHER_INSTALL}) and set "
+        f"{key_env} (or {key_file_env}), or pass key= to Store"
+    )
+    return EncryptionKeyRequired(
+        f"{path} is encrypted (or is not an SQLite database file at all) and no encryption "
+        f"key was given: {how} (docs/encryption.md). Nothing was changed"
     )

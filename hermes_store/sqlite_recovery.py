@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from . import sqlite_driver
+from . import encryption, sqlite_driver
 from .errors import DatabaseCorrupt
 
 log = logging.getLogger(__name__)
@@ -170,7 +170,8 @@ def quarantine_zeroed_state_db(path: str | os.PathLike[str]) -> Path | None:
 
 def _connect(path: Path) -> sqlite3.Connection:
     # a fresh connection of our own, autocommit, with the original's 1 s busy timeout
-    return sqlite_driver.current().connect(str(path), isolation_level=None, timeout=1.0)
+    conn: sqlite3.Connection = encryption.connect(str(path), isolation_level=None, timeout=1.0)
+    return conn
 
 
 def _fts_tables(conn: sqlite3.Connection) -> list[str]:

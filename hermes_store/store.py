@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from pathlib import Path
 from typing import Any, TypeVar, overload
 
 from sqlalchemy import Connection, Engine
@@ -37,6 +38,7 @@ from sqlalchemy.pool import QueuePool
 from .backends import dialect_for
 from .config import SCHEMA_VERSION, JournalPolicy, resolve_url, sqlite_path
 from .contract import VERSION_TABLE
+from .encryption import Key, KeySource, forget_key, register_key
 from .engine import BEGIN_MODE, make_engine
 from .errors import (
     InvalidInput,
@@ -116,6 +118,11 @@ class Store:
             skips the check).
         redaction: the secrets replaced in every message this store writes (None: from
             the environment, `HERMES_STORE_REDACT`, off unless set; docs/redaction.md).
+        key: the SQLite file's encryption key (SQLCipher, the `encryption` extra): a
+            passphrase, 32 raw bytes, or a callable returning either, called for each new
+            connection; used for every connection this process opens to the file until the
+            store closes (docs/encryption.md). None: `HERMES_STORE_KEY` or
+            `HERMES_STORE_KEY_FILE`, else no key.
     """
 
     def __init__(
@@ -129,12 +136,14 @@ class Store:
         engine: Engine | None = None,
         check_schema: bool = True,
         redaction: RedactionPolicy | None = None,
+        key: KeySource | Key | None = None,
     ) -> None:
         self.url = resolve_url(url)
         #: what every message write replaces before storing (docs/redaction.md)
         self.redaction = RedactionPolicy.from_env() if redaction is None else redaction
         self.read_only = read_only
         self._closed = False
+        self._keyed_path = self._register_key(key)
         if check_schema and engine is None:
             refuse_missing_database(self.url)
         self.retry = retry
@@ -167,7 +176,24 @@ class Store:
                 self._require_head()
             except BaseException:
                 self.engine.dispose()
+                self._forget_key()
                 raise
+
+    def _register_key(self, key: KeySource | Key | None) -> Path | None:
+        if key is None:
+            return None
+        path = sqlite_path(self.url)
+        if path is None:
+            raise InvalidInput(
+                "key= encrypts a SQLite file; on PostgreSQL the server encrypts its disk and "
+                "the connection takes TLS (sslmode=verify-full in the URL): docs/encryption.md"
+            )
+        register_key(path, key)
+        return path
+
+    def _forget_key(self) -> None:
+        if self._keyed_path is not None:
+            forget_key(self._keyed_path)
 
     def _require_head(self) -> None:
         """Refuse a database the repositories cannot serve, with what to do: a newer one
@@ -418,6 +444,7 @@ class Store:
             self._discard_writer_connection()
         self.checkpoint("TRUNCATE")
         self.engine.dispose()
+        self._forget_key()
 
     def __enter__(self) -> Store:
         return self

@@ -54,6 +54,9 @@ def hermes_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home.mkdir()
     monkeypatch.setenv("HERMES_HOME", str(home))
     monkeypatch.delenv("HERMES_STORE_URL", raising=False)
+    # an encryption key in the developer's environment would switch the driver
+    monkeypatch.delenv("HERMES_STORE_KEY", raising=False)
+    monkeypatch.delenv("HERMES_STORE_KEY_FILE", raising=False)
     return home
 
 

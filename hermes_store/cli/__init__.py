@@ -18,13 +18,13 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from ..errors import StoreError
-from . import copy, fts, redact, revisions, schema, search, sessions, stats
+from . import copy, encryption, fts, redact, revisions, schema, search, sessions, stats
 from ._output import TIME_FIELDS, _printable
 
 __all__ = ["TIME_FIELDS", "build_parser", "main"]
 
 #: The command groups, in the order `--help` lists them.
-_GROUPS = (schema, revisions, search, sessions, stats, redact, copy, fts)
+_GROUPS = (schema, revisions, search, sessions, stats, redact, copy, fts, encryption)
 
 
 class _Parser(argparse.ArgumentParser):

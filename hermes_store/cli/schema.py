@@ -218,6 +218,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             if storage.journal_mode_on_write != mode:
                 mode += f", {storage.journal_mode_on_write} from the next write on"
             print(f"journal mode:  {mode} ({storage.journal_reason})")
+            print(f"encrypted:     {storage.encrypted}")
     return 0 if report.ok else 1
 
 

@@ -178,6 +178,8 @@ COMMAND_LINES = {
     "copy": "copy --from {url} --to {target}",
     "fts backfill": "fts backfill --url {url}",
     "fts rebuild": "fts rebuild --url {url}",
+    "encrypt": "encrypt --url {url}",
+    "decrypt": "decrypt --url {url}",
 }
 
 #: (URL, what the one error line must say): an unsupported database, an unsupported

@@ -98,6 +98,18 @@ def test_quick_benchmark_reports_every_row(tmp_path: Path) -> None:
         assert beside["appender"]["appends"] > 0, shape
         assert beside["appender"]["latency_p99_s"] > 0, shape
 
+    encrypted = data["encryption"]
+    if "skipped" not in encrypted:  # sqlcipher3 is installed (the test extra on Linux x86_64)
+        rows = {row["row"]: row for row in encrypted["rows"]}
+        assert sorted(rows) == [
+            "append one message",
+            "open a Store",
+            "search: substring (trigram)",
+            "search: word",
+        ]
+        for row in rows.values():
+            assert row["plain"]["p50_ms"] > 0 and row["ratio_p50"]["encrypted"] > 0
+        assert encrypted["word_hits"]["plain"] == encrypted["word_hits"]["encrypted"] > 0
     modes = {row["variant"]: row for row in data["journal_modes"]}
     assert modes["DELETE, sqlite3"]["journal_mode"] == "delete"
     assert modes["WAL, sqlite3"]["journal_mode"] == "wal"
