@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
+from ..errors import InvalidInput
 from ._args import _hits_arg, _open_store, _wait_arg, _zone_arg, with_formats, with_url
 from ._output import _cell, _money, _num, _print_csv, _print_json, _print_table, _usd
 
@@ -71,11 +72,16 @@ _SPACE_CSV_COLUMNS = (
 
 
 def _cmd_space(args: argparse.Namespace) -> int:
-    from ..repositories.space import SpaceRepository
+    from ..repositories.space import DEFAULT_SCAN_SECONDS, DEFAULT_TOP, SpaceRepository
 
+    if args.by is not None or args.tz is not None:
+        raise InvalidInput("--by and --tz are for the usage views, not --space")
     seconds = None if args.full_scan else args.scan_seconds
+    top = DEFAULT_TOP if args.top is None else args.top
+    if seconds is not None and args.scan_seconds is None:
+        seconds = DEFAULT_SCAN_SECONDS
     with _open_store(args.url) as store:
-        report = SpaceRepository(store).space_report(top=args.top, scan_seconds=seconds)
+        report = SpaceRepository(store).space_report(top=top, scan_seconds=seconds)
     if args.json:
         _print_json(report)
         return 0
@@ -144,8 +150,10 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
     if args.space:
         return _cmd_space(args)
+    if args.top is not None or args.scan_seconds is not None or args.full_scan:
+        raise InvalidInput("--top, --scan-seconds and --full-scan go with --space")
+    zone = "UTC" if args.tz is None else args.tz
 
-    zone = args.tz
     with _open_store(args.url) as store:
         usage = UsageRepository(store)
         by_model = usage.usage_by_model() if args.by in (None, "model") else None
@@ -234,7 +242,6 @@ def add_parsers(sub: Any) -> None:
     stats.add_argument(
         "--tz",
         type=_zone_arg,
-        default="UTC",
         metavar="ZONE",
         help="the time zone whose days the by-day views count in (default UTC)",
     )
@@ -247,14 +254,12 @@ def add_parsers(sub: Any) -> None:
     stats.add_argument(
         "--top",
         type=_hits_arg,
-        default=10,
         metavar="N",
         help="with --space: how many of the largest sessions and tool outputs (default 10)",
     )
     stats.add_argument(
         "--scan-seconds",
         type=_wait_arg,
-        default=10.0,
         metavar="SECONDS",
         help="with --space: stop the scan for the largest ones after this long, newest "
         "messages first (default 10)",

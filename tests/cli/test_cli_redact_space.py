@@ -93,3 +93,28 @@ def test_stats_space_table_json_and_csv(
     sections = {r["section"] for r in rows}
     assert sections == {"object", "session", "tool_output"}
     assert any(r["section"] == "object" and r["name"] == "messages" for r in rows)
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["stats", "--top", "3"], "go with --space"),
+        (["stats", "--full-scan"], "go with --space"),
+        (["stats", "--space", "--by", "model"], "not --space"),
+    ],
+)
+def test_stats_options_of_the_other_view_are_refused(
+    fresh_db: str, capsys: pytest.CaptureFixture[str], argv: list[str], says: str
+) -> None:
+    status, out = _run(capsys, *argv, "--url", fresh_db)
+    assert status == 2 and says in out
+
+
+def test_stats_space_scan_limit_reaches_the_report(
+    fresh_db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _seed(fresh_db)
+    status, out = _run(capsys, "stats", "--space", "--url", fresh_db, "--json", "--full-scan")
+    assert status == 0 and json.loads(out)["scan"]["complete"]
+    status, out = _run(capsys, "stats", "--space", "--url", fresh_db, "--scan-seconds", "0")
+    assert status == 0 and "largest sessions" in out

@@ -175,6 +175,7 @@ COMMAND_LINES = {
     "sessions prune": "sessions prune --older-than 30 --yes --url {url}",
     "sessions delete": "sessions delete abc --yes --url {url}",
     "stats": "stats --by model,day --url {url}",
+    "redact": "redact --apply --url {url}",
     "copy": "copy --from {url} --to {target}",
     "fts backfill": "fts backfill --url {url}",
     "fts rebuild": "fts rebuild --url {url}",
