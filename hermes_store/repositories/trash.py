@@ -178,10 +178,18 @@ def _check_keep_days(keep_days: object) -> float:
 
 def trash_session(conn: Connection, session_id: str, keep_days: float) -> TrashEntry:
     """Move the session and its descendants into the trash (see the module docstring)."""
-    root = conn.execute(select(S.title, S.source).where(S.id == session_id)).first()
+    # FOR UPDATE on PostgreSQL (nothing on SQLite, whose write lock is already held): an
+    # append to one of these sessions waits for this move, then finds its session gone,
+    # instead of adding a message the snapshot missed and the delete then removes
+    root = conn.execute(
+        select(S.title, S.source).where(S.id == session_id).with_for_update()
+    ).first()
     if root is None:
         raise SessionNotFound(session_id)
     ids = _tree(conn, session_id)
+    lock = select(S.id).where(S.id.in_(bindparam("ids", expanding=True))).with_for_update()
+    for chunk in chunks(sorted(ids)):
+        conn.execute(lock, {"ids": chunk}).all()
     entry_id = uuid.uuid4().hex
     at = now()
     entry = {
