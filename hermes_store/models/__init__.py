@@ -21,8 +21,8 @@ from .own import (
     IdempotencyKey,
     SessionActivity,
     SessionTag,
-    TrashEntry,
-    TrashRow,
+    TrashedRow,
+    TrashedTree,
     TurnLease,
 )
 from .sessions import HermesSession
@@ -45,8 +45,8 @@ __all__ = [
     "SessionModelUsage",
     "SessionTag",
     "StateMeta",
-    "TrashEntry",
-    "TrashRow",
+    "TrashedRow",
+    "TrashedTree",
     "TurnLease",
     "metadata",
     "schema_version",

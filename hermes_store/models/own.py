@@ -151,7 +151,7 @@ class SessionTag(Base):
     )
 
 
-class TrashEntry(Base):
+class TrashedTree(Base):
     """A row of `hermes_store_trash`: a session moved out of the live tables with its
     descendants, until it is restored or its time in the trash is over."""
 
@@ -183,7 +183,7 @@ class TrashEntry(Base):
     )
 
 
-class TrashRow(Base):
+class TrashedRow(Base):
     """A row of `hermes_store_trash_rows`: one trashed row of a v23 or own table, as a
     JSON object of its columns, in the order a restore inserts it."""
 

@@ -19,8 +19,8 @@ from ..models import (
     SessionModelUsage,
     SessionTag,
     StateMeta,
-    TrashEntry,
-    TrashRow,
+    TrashedRow,
+    TrashedTree,
 )
 from ..models import Session as SessionModel
 
@@ -32,8 +32,8 @@ META = cast(Table, StateMeta.__table__)
 DELEGATIONS = cast(Table, AsyncDelegation.__table__)
 ACTIVITY = cast(Table, SessionActivity.__table__)
 TAGS = cast(Table, SessionTag.__table__)
-TRASH = cast(Table, TrashEntry.__table__)
-TRASH_ROWS = cast(Table, TrashRow.__table__)
+TRASH = cast(Table, TrashedTree.__table__)
+TRASH_ROWS = cast(Table, TrashedRow.__table__)
 S = SESSIONS.c
 M = MESSAGES.c
 L = LOCKS.c

@@ -53,7 +53,7 @@ from ..store import Store
 from ._encoding import now
 from ._own_tables import needing
 from ._sql import chunks
-from ._tables import MESSAGES, SESSIONS, TAGS, TRASH, TRASH_ROWS, USAGE, M, S
+from ._tables import ACTIVITY, MESSAGES, SESSIONS, TAGS, TRASH, TRASH_ROWS, USAGE, M, S
 from .deletion import delete_ids
 from .lineage import with_delegates
 
@@ -178,10 +178,18 @@ def _check_keep_days(keep_days: object) -> float:
 
 def trash_session(conn: Connection, session_id: str, keep_days: float) -> TrashEntry:
     """Move the session and its descendants into the trash (see the module docstring)."""
-    root = conn.execute(select(S.title, S.source).where(S.id == session_id)).first()
+    # FOR UPDATE on PostgreSQL (nothing on SQLite, whose write lock is already held): an
+    # append to one of these sessions waits for this move, then finds its session gone,
+    # instead of adding a message the snapshot missed and the delete then removes
+    root = conn.execute(
+        select(S.title, S.source).where(S.id == session_id).with_for_update()
+    ).first()
     if root is None:
         raise SessionNotFound(session_id)
     ids = _tree(conn, session_id)
+    lock = select(S.id).where(S.id.in_(bindparam("ids", expanding=True))).with_for_update()
+    for chunk in chunks(sorted(ids)):
+        conn.execute(lock, {"ids": chunk}).all()
     entry_id = uuid.uuid4().hex
     at = now()
     entry = {
@@ -324,6 +332,11 @@ def restore_session(conn: Connection, session_id: str) -> RestoreReport:
                 if row["id"] == session_id:
                     detached = str(parent)
     _insert_sessions(conn, sessions)
+    # The activity triggers update a session's row on every message inserted; on
+    # PostgreSQL each update of one row in one transaction adds a version the next must
+    # walk past (quadratic in a session's size). With the rows gone the triggers' updates
+    # match nothing; they are written once, as the triggers would compute them, below.
+    _forget_activity(conn, ids)
     messages = 0
     pending: dict[str, list[dict[str, Any]]] = {}
 
@@ -344,8 +357,30 @@ def restore_session(conn: Connection, session_id: str) -> RestoreReport:
                 messages += 1
             pending.setdefault(name, []).append(decode_row(str(data)))
         flush()
+    _forget_activity(conn, ids)
+    _record_activity(conn, ids)
     _drop_entry(conn, [entry_id])
     return RestoreReport(session_id, ids, messages, retitled, detached)
+
+
+def _forget_activity(conn: Connection, ids: Sequence[str]) -> None:
+    stmt = delete(ACTIVITY).where(ACTIVITY.c.session_id.in_(bindparam("ids", expanding=True)))
+    for chunk in chunks(ids):
+        conn.execute(stmt, {"ids": chunk})
+
+
+def _record_activity(conn: Connection, ids: Sequence[str]) -> None:
+    """Each session's last activity as revision hs0005's triggers define it: its newest
+    message's timestamp, else its start."""
+    newest = (
+        select(func.max(M.timestamp)).where(M.session_id == S.id).scalar_subquery()
+    )
+    rows = select(S.id, func.coalesce(newest, S.started_at)).where(
+        S.id.in_(bindparam("ids", expanding=True))
+    )
+    stmt = insert(ACTIVITY).from_select(["session_id", "last_active"], rows)
+    for chunk in chunks(ids):
+        conn.execute(stmt, {"ids": chunk})
 
 
 def _insert_sessions(conn: Connection, rows: list[dict[str, Any]]) -> None:

@@ -57,6 +57,8 @@ def _v23_rows(url: str) -> dict[str, list[tuple[Any, ...]]]:
         "usage": _raw(url, "SELECT * FROM session_model_usage ORDER BY session_id, model"),
         "tags": _raw(url, "SELECT * FROM hermes_store_session_tags ORDER BY session_id, tag"),
         "keys": _raw(url, "SELECT * FROM hermes_store_idempotency_keys ORDER BY session_id, key"),
+        # derived by triggers; a restore writes it once, as they would
+        "activity": _raw(url, "SELECT * FROM hermes_store_session_activity ORDER BY session_id"),
     }
 
 
