@@ -14,7 +14,9 @@ does; what they store goes through `HermesSession` into a hermes-store database:
   (tests/helpers/postgres.py) for each file or URL the test names.
 
 Sessions the test makes on the same file share one store, as the SDK's share one file.
-Every store is closed, and every PostgreSQL database dropped, when the test ends.
+Every store is closed when the test ends, and its PostgreSQL databases are emptied for
+the next test (all but the schema's version rows and the change feed), then dropped when
+the run ends.
 `HERMES_STORE_SDK_REPORT=FILE` receives each test's outcome and whether it made one of
 the stand-ins (JSON), which tests/integrations/openai_agents_sdk.py counts.
 """
@@ -48,7 +50,17 @@ _workdir = Path(tempfile.mkdtemp(prefix="hermes-sdk-"))
 _template: Path | None = None
 #: The stores of the running test, by the file or URL it named.
 _stores: dict[str, Store] = {}
+#: Every PostgreSQL database made, those the running test uses, and those emptied for
+#: the next test (a database per test would cost a CREATE and a DROP DATABASE each).
 _pg_databases: list[str] = []
+_pg_used: list[str] = []
+_pg_free: list[str] = []
+#: What emptying a database leaves: the schema's version and meta rows, and the change
+#: feed (whose positions its state rows refer to; no SDK test reads it).
+_PG_KEPT = (
+    "hermes_store_version", "schema_version", "state_meta",
+    "hermes_store_changes", "hermes_store_changes_pending", "hermes_store_feed_state",
+)  # fmt: skip
 _made_in_test = False
 
 
@@ -71,9 +83,13 @@ def _store_for(key: str | None) -> Store:
         from helpers.postgres import _admin_execute, _head_template, _pg_url, require_pg
 
         require_pg()
-        name = f"hs_sdk_{os.getpid()}_{len(_pg_databases)}_{os.urandom(4).hex()}"
-        _admin_execute(f'CREATE DATABASE "{name}" TEMPLATE "{_head_template()}"')
-        _pg_databases.append(name)
+        if _pg_free:
+            name = _pg_free.pop()
+        else:
+            name = f"hs_sdk_{os.getpid()}_{len(_pg_databases)}"
+            _admin_execute(f'CREATE DATABASE "{name}" TEMPLATE "{_head_template()}"')
+            _pg_databases.append(name)
+        _pg_used.append(name)
         store = Store(_pg_url(name))
     else:
         path = Path(key) if key is not None else Path(tempfile.mkdtemp(dir=_workdir)) / "m.db"
@@ -200,12 +216,28 @@ def _hermes_stores() -> Iterator[None]:
     for store in _stores.values():
         store.close()
     _stores.clear()
-    if _pg_databases:
-        from helpers.postgres import _admin_execute
+    for name in _pg_used:
+        _empty(name)
+        _pg_free.append(name)
+    _pg_used.clear()
 
-        for name in _pg_databases:
-            _admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        _pg_databases.clear()
+
+def _empty(name: str) -> None:
+    """Delete every row a test can have written to the PostgreSQL database `name`."""
+    from helpers.postgres import _pg_url
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
+
+    engine = create_engine(_pg_url(name), poolclass=NullPool)
+    try:
+        with engine.begin() as conn:
+            tables = conn.execute(
+                text("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+            ).scalars()
+            emptied = sorted(set(tables) - set(_PG_KEPT))
+            conn.execute(text(f"TRUNCATE {', '.join(emptied)} CASCADE"))
+    finally:
+        engine.dispose()
 
 
 _report: dict[str, dict[str, Any]] = {}
@@ -231,6 +263,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         Path(target).write_text(json.dumps(_report, indent=1, sort_keys=True), encoding="utf-8")
     from helpers.postgres import _admin_execute, _pg_state
 
+    for name in _pg_databases:
+        _admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     template = _pg_state.get("template")
     if template:
         _admin_execute(f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)')
