@@ -23,6 +23,9 @@ same PostgreSQL server):
   PostgreSQL;
 - the OpenAI Agents SDK: `SQLiteSession` (SQLite only) and `SQLAlchemySession`
   (aiosqlite, psycopg's async driver): `add_items`, `get_items`, `get_items(limit=20)`;
+  and beside them the same calls on hermes-store's adapter of the SDK's `Session`
+  (`hermes_store.integrations.openai_agents.HermesSession` on an `AsyncStore`, SQLite
+  and PostgreSQL), whose p50 is also given as a ratio to the best of the SDK's own two;
 - Google ADK's `DatabaseSessionService`: `append_event`, `get_session` (with
   `num_recent_events=20` for the newest 20);
 - LangGraph's checkpoint savers (`SqliteSaver`, `PostgresSaver`) storing the conversation
@@ -202,6 +205,53 @@ class AgentsSQLiteSession(_Looped):
             session.close()
 
 
+class AgentsHermesSession(_Looped):
+    """hermes-store's adapter of the SDK's `Session`, on an `AsyncStore`, called as the
+    SDK's sessions are."""
+
+    # not "hermes-store ...": the rows' hermes-store entry is the repositories' own
+    name = "HermesSession (Agents SDK Session on hermes-store)"
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        from hermes_store import migrate
+        from hermes_store.aio import AsyncStore
+        from hermes_store.integrations.openai_agents import HermesSession
+
+        migrate.upgrade(url, fts_min_pause=0)
+        self.store = self.run(AsyncStore.open(url))
+        self.cls = HermesSession
+        self.sessions: dict[str, Any] = {}
+
+    def _session(self, sid: str) -> Any:
+        found = self.sessions.get(sid)
+        if found is None:
+            found = self.sessions[sid] = self.cls(sid, self.store)
+        return found
+
+    def setup(self, small: list[str], hundred: str, thousand: str) -> None:
+        # the sessions exist before the first turn, as they do for the other stores
+        for sid in small:
+            self.run(self.store.sessions.ensure_session(sid, "openai-agents"))
+        for sid, count in ((hundred, 100), (thousand, 1000)):
+            self.run(self._session(sid).add_items([_item(n) for n in range(count)]))
+
+    def append(self, session: str, n: int) -> None:
+        self.run(self._session(session).add_items([_item(n)]))
+
+    def load(self, session: str) -> int:
+        return len(self.run(self._session(session).get_items()))
+
+    def newest(self, session: str, count: int) -> int:
+        return len(self.run(self._session(session).get_items(limit=count)))
+
+    async def aclose(self) -> None:
+        await self.store.aclose()
+
+
+ADAPTER = AgentsHermesSession.name
+
+
 class AgentsSQLAlchemySession(_Looped):
     name = "Agents SDK SQLAlchemySession"
 
@@ -366,6 +416,7 @@ def _langgraph_postgres(url: str) -> LangGraphSaver:
 
 #: Peer name -> (module that must import, package to install).
 NEEDS = {
+    AgentsHermesSession.name: ("agents", "openai-agents"),
     "Agents SDK SQLiteSession": ("agents", "openai-agents"),
     "Agents SDK SQLAlchemySession": ("agents", "openai-agents"),
     "Google ADK DatabaseSessionService": ("google.adk", "google-adk"),
@@ -481,6 +532,9 @@ def run_sqlite(iterations: int, directory: Path) -> dict[str, Any]:
         hermes.name = f"{HERMES} ({label})"
         stores.append(hermes)
     factories: dict[str, Callable[[], Store]] = {
+        AgentsHermesSession.name: lambda: AgentsHermesSession(
+            f"sqlite:///{directory / 'hermes_agents.db'}"
+        ),
         "Agents SDK SQLiteSession": lambda: AgentsSQLiteSession(directory / "sdk.db"),
         "Agents SDK SQLAlchemySession": lambda: AgentsSQLAlchemySession(
             f"sqlite+aiosqlite:///{directory / 'sdk_sqlalchemy.db'}"
@@ -525,6 +579,7 @@ def run_postgresql(iterations: int) -> dict[str, Any]:
         if hermes is not None:
             stores.append(hermes)
         factories: dict[str, Callable[[], Store]] = {
+            AgentsHermesSession.name: lambda: AgentsHermesSession(database("hermes_agents")),
             "Agents SDK SQLAlchemySession": lambda: AgentsSQLAlchemySession(async_url("sdk")),
             "Google ADK DatabaseSessionService": lambda: GoogleADK(async_url("adk")),
             "LangGraph PostgresSaver": lambda: _langgraph_postgres(database("langgraph")),
@@ -571,9 +626,22 @@ def run(iterations: int, backends: tuple[str, ...] = ("sqlite", "postgresql")) -
     return {"iterations": iterations, "columns": columns}
 
 
-def _best_peer(stores: dict[str, Any]) -> tuple[str, float] | None:
-    peers = [(name, r["p50_ms"]) for name, r in stores.items() if not name.startswith(HERMES)]
+def _best_peer(stores: dict[str, Any], prefix: str = "") -> tuple[str, float] | None:
+    peers = [
+        (name, r["p50_ms"])
+        for name, r in stores.items()
+        if not name.startswith(HERMES) and name != ADAPTER and name.startswith(prefix)
+    ]
     return min(peers, key=lambda p: p[1]) if peers else None
+
+
+def _adapter_ratio(stores: dict[str, Any]) -> str:
+    """The Agents SDK adapter's p50 against the best of the SDK's own sessions."""
+    adapter = stores.get(ADAPTER)
+    best = _best_peer(stores, "Agents SDK")
+    if adapter is None or best is None:
+        return ""
+    return f"; the adapter {adapter['p50_ms'] / best[1]:.2f}x the SDK's best ({best[0]})"
 
 
 def print_table(result: dict[str, Any]) -> None:
@@ -594,6 +662,7 @@ def print_table(result: dict[str, Any]) -> None:
             ratio = ""
             if hermes is not None and best is not None:
                 ratio = f"{hermes['p50_ms'] / best[1]:.2f}x the best peer ({best[0]})"
+            ratio += _adapter_ratio(stores)
             print(f"  {row['row']}: {ratio} (load {row['load']:.1f})")
             for name, r in sorted(stores.items(), key=lambda x: x[1]["p50_ms"]):
                 print(f"    {r['p50_ms']:8.2f} / {r['p95_ms']:8.2f}  {name}")

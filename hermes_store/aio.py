@@ -545,6 +545,7 @@ class AsyncMessages(_AsyncRepository[MessageRepository]):
     set_latest_user_api_content = awaitable(MessageRepository.set_latest_user_api_content)
     rewind_to_message = awaitable(MessageRepository.rewind_to_message)
     restore_rewound = awaitable(MessageRepository.restore_rewound)
+    pop_newest_message = awaitable(MessageRepository.pop_newest_message)
     clear_messages = awaitable(MessageRepository.clear_messages)
     publish_compression_child = awaitable(MessageRepository.publish_compression_child)
     get_messages = awaitable(MessageRepository.get_messages)

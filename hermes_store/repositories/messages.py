@@ -92,6 +92,7 @@ from .message_codec import (
     content_value,
     decode_fields,
     decode_message,
+    decode_tool_calls,
     encode_bulk,
     encode_row,
     epoch_seconds,
@@ -479,6 +480,30 @@ def _set_active(conn: Connection, session_id: str, since_message_id: int, active
         .values(active=1 if active else 0)
     )
     return rowcount(result)
+
+
+def _pop_newest(conn: Connection, session_id: str) -> dict[str, Any] | None:
+    # Read-then-delete: the session's row lock first, so two pops on PostgreSQL never
+    # both pick the same newest row (the second would delete nothing and report empty).
+    lock_session(conn, session_id)
+    newest = (
+        conn.execute(
+            _full_rows()
+            .where(M.session_id == session_id, M.active == 1)
+            .order_by(M.id.desc())
+            .limit(1)
+        )
+        .mappings()
+        .first()
+    )
+    if newest is None:
+        return None
+    row = data_columns(newest)
+    conn.execute(delete(MESSAGES).where(M.id == row["id"]))
+    calls = decode_tool_calls(row["tool_calls"])
+    n_calls = 0 if not calls else len(calls) if isinstance(calls, list) else 1
+    _add_counts(conn, session_id, -1, -n_calls)
+    return decode_fields(row)
 
 
 def _clear(conn: Connection, session_id: str) -> None:
@@ -897,6 +922,18 @@ class MessageRepository:
         return self.store.write(
             lambda conn: _set_active(conn, session_id, since_message_id, active=True)
         )
+
+    def pop_newest_message(self, session_id: str) -> MessageRow | None:
+        """Delete the session's newest active message and return it (decoded as
+        `get_messages` returns rows), with the counters lowered by what it counted; None
+        when the session has no active message or does not exist. One unit of work, so
+        concurrent pops each take a different message.
+
+        Args:
+            session_id: the session's id.
+        """
+        row = self.store.write(lambda conn: _pop_newest(conn, session_id))
+        return cast("MessageRow | None", row)
 
     def clear_messages(self, session_id: str) -> None:
         """Delete every message of the session and zero its counters.

@@ -6,6 +6,7 @@ README stays short, and its test command is the one .ci/run runs."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import sqlite3
@@ -46,6 +47,12 @@ class Block:
 
     def says(self, word: str) -> bool:
         return word in self.info.split()
+
+    @property
+    def needs(self) -> str | None:
+        """The module a block needs (`needs:MODULE`, an optional extra's), else None."""
+        marker = re.search(r"(?:^|\s)needs:(\S+)", self.info)
+        return marker.group(1) if marker else None
 
     @property
     def not_run(self) -> str | None:
@@ -259,6 +266,10 @@ def test_an_undocumented_command_or_option_is_reported() -> None:
 #                             tests/project/test_clone.py
 #   ```LANG not-run: REASON   not run, for the reason given (an install from the package
 #                             index, a command that takes minutes, a server elsewhere)
+#   ```python needs:MODULE    run as above where MODULE imports (an optional extra's
+#                             package, such as `agents` for openai-agents); where it does
+#                             not, that block and the continued ones after it are skipped,
+#                             and the test says so once the page's other blocks have run
 #   ```text                   not code: what a command prints, a listing
 # A block without a language, or in another language without `not-run:`, fails the test.
 # The python blocks of PAGES_RUN_ELSEWHERE run in the test named there, on data of its own.
@@ -422,8 +433,20 @@ def test_every_block_runs_as_written(page: Path, page_run: Callable[[Path], Page
     if not to_run:
         return
     run = page_run(page)
+    missing: list[str] = []
+    skipping = False
     for block in to_run:
+        needed = block.needs
+        if needed and importlib.util.find_spec(needed) is None:
+            missing.append(f"line {block.line - 1} needs {needed}")
+            skipping = True
+            continue
+        if skipping and block.says("continued"):
+            continue
+        skipping = False
         run.run(block)
+    if missing:
+        pytest.skip(f"not installed (an optional extra): {'; '.join(missing)}")
 
 
 def test_the_blocks_run_elsewhere_are_the_pages_python_blocks() -> None:
@@ -446,6 +469,8 @@ def test_a_block_that_says_nothing_fails(tmp_path: Path) -> None:
     assert _how_it_runs(page, Block("text", 3, "x\n")) == "text"
     assert blocks("```python continued\nx = 1\n```\n")[0].says("continued")
     assert blocks("```sh not-run: takes an hour\nx\n```\n")[0].not_run == "takes an hour"
+    assert blocks("```python needs:agents\nx = 1\n```\n")[0].needs == "agents"
+    assert blocks("```python continued\nx = 1\n```\n")[0].needs is None
 
 
 def _promised_prints(block: Block) -> list[str]:

@@ -5,6 +5,8 @@ hidden). Only imports under `if TYPE_CHECKING:` are exempt: they never run."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "hermes_store"
@@ -139,3 +141,72 @@ def test_dialect_names_are_compared_only_where_a_dialect_difference_lives() -> N
         "DIALECT_AWARE with the reason"
     )
     assert set(DIALECT_AWARE) <= set(found), set(DIALECT_AWARE) - set(found)
+
+
+#: The agent frameworks hermes_store.integrations adapts to; each is an optional extra, so
+#: only the integration modules may import them.
+FRAMEWORKS = ("agents", "google.adk")
+
+
+def _absolute_imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module)
+    return found
+
+
+def _is_framework(module: str) -> bool:
+    return any(module == f or module.startswith(f + ".") for f in FRAMEWORKS)
+
+
+def test_only_the_integrations_import_an_agent_framework() -> None:
+    offenders = {
+        path.relative_to(PACKAGE).as_posix(): sorted(filter(_is_framework, imports))
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if "_migrations" not in path.parts
+        and "integrations" not in path.relative_to(PACKAGE).parts[:-1]
+        and (imports := _absolute_imports(path))
+    }
+    assert not {k: v for k, v in offenders.items() if v}
+    # the checker sees the adapter's own import
+    adapter = PACKAGE / "integrations" / "openai_agents.py"
+    assert any(_is_framework(m) for m in _absolute_imports(adapter))
+
+
+def test_every_core_module_imports_without_the_frameworks() -> None:
+    """With the frameworks unimportable (as without the extras), every module outside
+    hermes_store.integrations' adapters imports, and the adapter says which extra to
+    install."""
+    script = f"""
+import importlib, importlib.abc, pathlib, sys
+
+class NoFrameworks(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if any(name == f or name.startswith(f + ".") for f in {FRAMEWORKS!r}):
+            raise ImportError("blocked: " + name)
+        return None
+
+sys.meta_path.insert(0, NoFrameworks())
+package = pathlib.Path({str(PACKAGE)!r})
+for path in sorted(package.rglob("*.py")):
+    parts = path.relative_to(package.parent).with_suffix("").parts
+    if "_migrations" in parts or parts[-1] == "__main__":
+        continue
+    if parts[:2] == ("hermes_store", "integrations") and parts[-1] != "__init__":
+        continue
+    importlib.import_module(".".join(p for p in parts if p != "__init__"))
+try:
+    importlib.import_module("hermes_store.integrations.openai_agents")
+except ImportError as exc:
+    print(exc)
+else:
+    raise SystemExit("the adapter imported without the SDK")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "pip install 'hermes-store[openai-agents]'" in done.stdout
