@@ -15,7 +15,16 @@ from .base import Base
 from .coordination import AsyncDelegation, CompressionLock, GatewayRouting
 from .messages import Message
 from .meta import StateMeta, schema_version
-from .own import ChangeRecord, FeedState, IdempotencyKey, SessionActivity, TurnLease
+from .own import (
+    AdkAppState,
+    AdkSession,
+    AdkUserState,
+    ChangeRecord,
+    FeedState,
+    IdempotencyKey,
+    SessionActivity,
+    TurnLease,
+)
 from .sessions import HermesSession
 from .sessions import Session as Session  # explicit re-export, kept out of __all__
 from .usage import SessionModelUsage
@@ -23,6 +32,9 @@ from .usage import SessionModelUsage
 metadata = Base.metadata
 
 __all__ = [
+    "AdkAppState",
+    "AdkSession",
+    "AdkUserState",
     "AsyncDelegation",
     "Base",
     "ChangeRecord",

@@ -49,6 +49,10 @@ SHIPPED = {
     "TURNS_TTL_COLUMN": "ttl",
     "FEED_STAMP_TRIGGER": "hermes_store_feed_stamp",
     "FEED_PENDING_STAMPS_COLUMN": "stamps",
+    "ADK_SESSIONS_TABLE": "hermes_store_adk_sessions",
+    "ADK_APP_STATES_TABLE": "hermes_store_adk_app_states",
+    "ADK_USER_STATES_TABLE": "hermes_store_adk_user_states",
+    "ADK_EVENT_KIND": "adk_event",
     "NOT_COPIED_TABLES": frozenset(
         {
             "hermes_store_changes",
