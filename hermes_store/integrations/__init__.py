@@ -1,0 +1,1 @@
+"""Adapters that offer hermes-store to other agent runtimes (optional extras)."""
