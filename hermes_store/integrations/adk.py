@@ -60,7 +60,7 @@ from ..aio import AsyncStore
 from ..contract import ADK_EVENT_KIND
 from ..errors import InvalidInput, StoreError
 from ..models.own import AdkAppState, AdkSession, AdkUserState
-from ..repositories._dialect import upsert_insert
+from ..repositories._dialect import lock_key, upsert_insert
 from ..repositories._sql import rowcount
 from ..repositories._tables import MESSAGES, SESSIONS, M
 from ..repositories.deletion import delete_ids
@@ -247,12 +247,16 @@ def _create(
     parts: tuple[dict[str, Any], ...],
 ) -> tuple[dict[str, Any], float, int]:
     app, user, session_state = parts
+    # two creations of one id must not both pass the check (PostgreSQL; SQLite's write
+    # transaction already serialises them)
+    lock_key(conn, json.dumps(["adk", app_name, user_id, session_id]))
+    if conn.execute(select(A.revision).where(*_key(app_name, user_id, session_id))).first():
+        raise AdkSessionExists(f"Session with id {session_id} already exists.")
     at = time.time()
     holder = f"adk-{uuid.uuid4().hex}"
     conn.execute(insert(SESSIONS).values(id=holder, source=SOURCE, user_id=user_id, started_at=at))
-    added = conn.execute(
-        upsert_insert(conn, ADK_SESSIONS)
-        .values(
+    conn.execute(
+        insert(ADK_SESSIONS).values(
             app_name=app_name,
             user_id=user_id,
             id=session_id,
@@ -262,10 +266,7 @@ def _create(
             updated_at=at,
             revision=0,
         )
-        .on_conflict_do_nothing(index_elements=["app_name", "user_id", "id"])
     )
-    if rowcount(added) == 0:  # the transaction is rolled back, the hermes session with it
-        raise AdkSessionExists(f"Session with id {session_id} already exists.")
     app_state, user_state = _apply_deltas(conn, app_name, user_id, app, user)
     return _merged(app_state, user_state, session_state), at, 0
 
