@@ -41,6 +41,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, cast
 
+from google.adk.errors._stale_session_error import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events.event import Event
@@ -62,12 +63,10 @@ from ..errors import InvalidInput, StoreError
 from ..models.own import AdkAppState, AdkSession, AdkUserState
 from ..repositories._dialect import lock_key, upsert_insert
 from ..repositories._sql import rowcount
-from ..repositories._tables import MESSAGES, SESSIONS, M
+from ..repositories._tables import SESSIONS, M
 from ..repositories.deletion import delete_ids
 from ..repositories.message_codec import epoch_seconds
 from ..repositories.messages import _append_one
-
-from google.adk.errors._stale_session_error import StaleSessionError
 
 __all__ = [
     "AdkSessionExists",
@@ -199,7 +198,9 @@ def _states(conn: Connection, app_name: str, user_id: str | None) -> tuple[dict[
     return _loads(app.scalar()), user_state
 
 
-def _locked_state(conn: Connection, table: Table, keys: dict[str, str], at: float) -> dict[str, Any]:
+def _locked_state(
+    conn: Connection, table: Table, keys: dict[str, str], at: float
+) -> dict[str, Any]:
     """The state row of `keys`, made if missing and locked until commit (PostgreSQL)."""
     conn.execute(
         upsert_insert(conn, table)
@@ -271,9 +272,7 @@ def _create(
     return _merged(app_state, user_state, session_state), at, 0
 
 
-def _events(
-    conn: Connection, holder: str, config: GetSessionConfig | None
-) -> list[Event]:
+def _events(conn: Connection, holder: str, config: GetSessionConfig | None) -> list[Event]:
     if config is not None and config.num_recent_events == 0:
         return []
     stmt = select(M.display_metadata).where(
@@ -317,9 +316,7 @@ def _get(
 
 
 def _list(conn: Connection, app_name: str, user_id: str | None) -> list[Session]:
-    stmt = select(A.id, A.user_id, A.state, A.updated_at, A.revision).where(
-        A.app_name == app_name
-    )
+    stmt = select(A.id, A.user_id, A.state, A.updated_at, A.revision).where(A.app_name == app_name)
     if user_id is not None:
         stmt = stmt.where(A.user_id == user_id)
     rows = conn.execute(stmt.order_by(A.updated_at, A.user_id, A.id)).all()
@@ -345,9 +342,7 @@ def _list(conn: Connection, app_name: str, user_id: str | None) -> list[Session]
 
 
 def _delete(conn: Connection, app_name: str, user_id: str, session_id: str) -> None:
-    holder = conn.execute(
-        select(A.session_id).where(*_key(app_name, user_id, session_id))
-    ).scalar()
+    holder = conn.execute(select(A.session_id).where(*_key(app_name, user_id, session_id))).scalar()
     if holder is None:
         return
     conn.execute(delete(ADK_SESSIONS).where(*_key(app_name, user_id, session_id)))
@@ -396,7 +391,9 @@ def _append(
     values: dict[str, Any] = {"updated_at": event_time, "revision": row.revision + 1}
     if delta:
         values["state"] = json.dumps({**_loads(row.state), **delta})
-    moved = conn.execute(update(ADK_SESSIONS).where(*key, A.revision == row.revision).values(values))
+    moved = conn.execute(
+        update(ADK_SESSIONS).where(*key, A.revision == row.revision).values(values)
+    )
     if rowcount(moved) == 0:  # another writer got in between (no row locks on SQLite)
         raise AdkStaleSession(STALE_MESSAGE)
     fields: dict[str, Any] = dict.fromkeys(MESSAGE_FIELDS)
@@ -602,7 +599,9 @@ class HermesSessionService(BaseSessionService):
             raise InvalidInput(f"the event cannot be stored as JSON: {exc}") from None
         sync = self.store.sync
         revision = await self.store.run(
-            lambda: sync.write(lambda conn: _append(conn, session, event, parts, event_json, event_time))
+            lambda: sync.write(
+                lambda conn: _append(conn, session, event, parts, event_json, event_time)
+            )
         )
         session.last_update_time = event.timestamp
         _set_marker(session, revision)

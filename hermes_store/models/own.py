@@ -9,10 +9,10 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from ..contract import (
     ACTIVITY_INDEX,
+    ACTIVITY_TABLE,
     ADK_APP_STATES_TABLE,
     ADK_SESSIONS_TABLE,
     ADK_USER_STATES_TABLE,
-    ACTIVITY_TABLE,
     CHANGES_TABLE,
     FEED_STATE_TABLE,
     IDEMPOTENCY_TABLE,

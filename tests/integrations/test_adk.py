@@ -139,7 +139,9 @@ def test_an_event_round_trips_and_is_a_searchable_message(backend_url: str) -> N
         assert {hit["session_id"] for hit in hits} == {holder}
         kinds = [c.kind for c in ChangeFeed(store).changes(since=0) if c.session_id == holder]
         assert kinds.count("message.appended") == 2
-        session_row = _rows(backend_url, f"SELECT source, user_id FROM sessions WHERE id = '{holder}'")
+        session_row = _rows(
+            backend_url, f"SELECT source, user_id FROM sessions WHERE id = '{holder}'"
+        )
         assert session_row == [("adk", "ada")]
 
 
@@ -196,7 +198,9 @@ def test_state_prefixes_are_shared_as_adk_shares_them_and_temp_is_never_stored(
         " UNION ALL SELECT display_metadata FROM messages",
     )
     assert stored and not any("temp:" in str(row[0]) for row in stored)
-    app_state = _rows(backend_url, f"SELECT state FROM {ADK_APP_STATES_TABLE} WHERE app_name = 'app'")
+    app_state = _rows(
+        backend_url, f"SELECT state FROM {ADK_APP_STATES_TABLE} WHERE app_name = 'app'"
+    )
     assert json.loads(app_state[0][0]) == {"theme": "dark", "limit": 3}
 
 
@@ -224,7 +228,9 @@ def test_a_stale_session_is_refused_and_nothing_is_written(backend_url: str) -> 
     holder = _holder(backend_url, "a", "u", "s")
     with Store(backend_url) as store:
         assert MessageRepository(store).message_count(holder) == 2
-        assert not any(m["content"] == "late" for m in MessageRepository(store).get_messages(holder))
+        assert not any(
+            m["content"] == "late" for m in MessageRepository(store).get_messages(holder)
+        )
 
 
 def test_a_session_without_a_marker_is_judged_by_its_last_event(backend_url: str) -> None:
@@ -242,9 +248,7 @@ def test_a_session_without_a_marker_is_judged_by_its_last_event(backend_url: str
             last_update_time=session.last_update_time - 1,
         )
         await service.append_event(copy, _event(timestamp=session.last_update_time + 10))
-        behind = Session(
-            id=session.id, app_name="a", user_id="u", events=[], last_update_time=0.0
-        )
+        behind = Session(id=session.id, app_name="a", user_id="u", events=[], last_update_time=0.0)
         with pytest.raises(AdkStaleSession):
             await service.append_event(behind, _event())
 
@@ -318,9 +322,7 @@ def test_deleting_the_hermes_session_takes_the_adk_session_with_it(backend_url: 
     holder = _holder(backend_url, "a", "u", "s")
     with Store(backend_url) as store:
         MaintenanceRepository(store).delete_session(holder)
-    found = _run(
-        backend_url, lambda s: s.get_session(app_name="a", user_id="u", session_id="s")
-    )
+    found = _run(backend_url, lambda s: s.get_session(app_name="a", user_id="u", session_id="s"))
     assert found is None
 
 
@@ -336,7 +338,10 @@ def test_bad_input_gets_typed_errors(backend_url: str) -> None:
             await service.create_session(app_name="a", user_id="u", state={"f": object()})
         with pytest.raises(InvalidInput, match="GetSessionConfig"):
             await service.get_session(
-                app_name="a", user_id="u", session_id="s", config={"num_recent_events": 1}  # type: ignore[arg-type]
+                app_name="a",
+                user_id="u",
+                session_id="s",
+                config={"num_recent_events": 1},  # type: ignore[arg-type]
             )
         session = await service.create_session(app_name="a", user_id="u", session_id="s")
         with pytest.raises(InvalidInput, match="ADK Event"):
@@ -371,7 +376,9 @@ def test_copy_carries_the_adk_sessions_to_postgresql(fresh_db: str, pg_url: str)
     assert after == before
 
 
-def test_the_service_serves_a_given_async_store_and_leaves_it_open(fresh_db: str, tmp_path: Path) -> None:
+def test_the_service_serves_a_given_async_store_and_leaves_it_open(
+    fresh_db: str, tmp_path: Path
+) -> None:
     from hermes_store.aio import AsyncStore
 
     async def main() -> int:
