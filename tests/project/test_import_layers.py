@@ -5,6 +5,8 @@ hidden). Only imports under `if TYPE_CHECKING:` are exempt: they never run."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "hermes_store"
@@ -138,3 +140,66 @@ def test_dialect_names_are_compared_only_where_a_dialect_difference_lives() -> N
         "DIALECT_AWARE with the reason"
     )
     assert set(DIALECT_AWARE) <= set(found), set(DIALECT_AWARE) - set(found)
+
+
+#: Agent runtimes hermes-store offers adapters for (optional extras): only the adapters in
+#: hermes_store/integrations/ import them, and nothing outside that package imports an
+#: adapter, so the core installs and imports without them.
+OPTIONAL_RUNTIMES = ("google.adk", "google.genai")
+INTEGRATIONS = "hermes_store.integrations"
+
+
+def _imported_names(path: Path) -> set[str]:
+    """Every module an import statement of `path` names, relative ones resolved."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1]
+            target = ".".join(base + [node.module or ""]) if node.level else node.module or ""
+            found.add(target.rstrip("."))
+            found.update(f"{target.rstrip('.')}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _is_under(name: str, roots: tuple[str, ...]) -> bool:
+    return any(name == root or name.startswith(root + ".") for root in roots)
+
+
+def test_only_the_integrations_import_the_optional_runtimes() -> None:
+    offenders = {
+        path.relative_to(PACKAGE).as_posix(): sorted(
+            n for n in _imported_names(path) if _is_under(n, (*OPTIONAL_RUNTIMES, INTEGRATIONS))
+        )
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if "_migrations" not in path.parts and "integrations" not in path.parts
+    }
+    assert {module: names for module, names in offenders.items() if names} == {}
+    adapter = _imported_names(PACKAGE / "integrations" / "adk.py")
+    assert any(_is_under(n, ("google.adk",)) for n in adapter)  # the check sees imports
+
+
+def test_the_core_imports_without_loading_a_runtime() -> None:
+    """Every module outside hermes_store/integrations/ (but the `__main__` ones, which run
+    the command), imported in a fresh interpreter, loads none of the optional runtimes."""
+    modules = sorted(
+        name
+        for path in PACKAGE.rglob("*.py")
+        if "_migrations" not in path.parts
+        and path.name != "__main__.py"
+        and not _is_under(name := _module_name(path), (INTEGRATIONS,))
+    )
+    script = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        f"print(sorted(m for m in sys.modules if m.startswith({OPTIONAL_RUNTIMES!r})))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
