@@ -168,6 +168,7 @@ def _check_wheel_contents(wheel: Path) -> None:
         f"{mig}versions/__init__.py",
         "hermes_store/py.typed",
         "hermes_store/migrate.py",
+        "hermes_store/integrations/adk.py",
     ):
         assert required in names, f"{required} missing from {wheel.name}"
     revisions = sorted(
