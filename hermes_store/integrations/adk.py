@@ -200,17 +200,19 @@ def _states(conn: Connection, app_name: str, user_id: str | None) -> tuple[dict[
     return _loads(app.scalar()), user_state
 
 
-def _locked_state(
-    conn: Connection, table: Table, keys: dict[str, str], at: float
+def _state_row(
+    conn: Connection, table: Table, keys: dict[str, str], at: float, lock: bool
 ) -> dict[str, Any]:
-    """The state row of `keys`, made if missing and locked until commit (PostgreSQL)."""
+    """The state row of `keys`, made if missing; with `lock`, locked until commit
+    (PostgreSQL; SQLite's write transaction holds the database)."""
     conn.execute(
         upsert_insert(conn, table)
         .values(**keys, state="{}", updated_at=at)
         .on_conflict_do_nothing(index_elements=list(keys))
     )
     where = [table.c[name] == value for name, value in keys.items()]
-    return _loads(conn.execute(select(table.c.state).where(*where).with_for_update()).scalar())
+    read = select(table.c.state).where(*where)
+    return _loads(conn.execute(read.with_for_update() if lock else read).scalar())
 
 
 def _write_state(
@@ -227,8 +229,9 @@ def _apply_deltas(
     at = time.time()
     app_keys = {"app_name": app_name}
     user_keys = {"app_name": app_name, "user_id": user_id}
-    app_state = _locked_state(conn, APP_STATES, app_keys, at)
-    user_state = _locked_state(conn, USER_STATES, user_keys, at)
+    # only a row about to change is locked, so sessions of one app are made side by side
+    app_state = _state_row(conn, APP_STATES, app_keys, at, lock=bool(app))
+    user_state = _state_row(conn, USER_STATES, user_keys, at, lock=bool(user))
     if app:
         app_state.update(app)
         _write_state(conn, APP_STATES, app_keys, app_state, at)

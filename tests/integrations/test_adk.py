@@ -392,3 +392,30 @@ def test_the_service_serves_a_given_async_store_and_leaves_it_open(
             await store.aclose()
 
     assert asyncio.run(main()) == 1
+
+
+def test_concurrent_appends_to_one_app_lose_no_shared_state(backend_url: str) -> None:
+    """Sessions of one app (and one user) updating their shared state at once: every key
+    each one wrote is kept (each state row is locked while it changes)."""
+
+    async def work(service: HermesSessionService) -> tuple[dict[str, Any], dict[str, Any]]:
+        sessions = [
+            await service.create_session(app_name="a", user_id="u", session_id=f"s{i}")
+            for i in range(8)
+        ]
+        await asyncio.gather(
+            *(
+                service.append_event(
+                    session,
+                    _event(actions=EventActions(state_delta={f"app:k{i}": i, f"user:k{i}": i})),
+                )
+                for i, session in enumerate(sessions)
+            )
+        )
+        got = await service.get_session(app_name="a", user_id="u", session_id="s0")
+        assert got is not None
+        return got.state, await service.get_user_state(app_name="a", user_id="u")
+
+    state, user = _run(backend_url, work)
+    assert state == {**{f"app:k{i}": i for i in range(8)}, **{f"user:k{i}": i for i in range(8)}}
+    assert user == {f"k{i}": i for i in range(8)}
