@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("google.adk", reason="the adk extra is not installed (pip install -e '.[adk]')")
 
-from google.adk.errors._stale_session_error import StaleSessionError  # noqa: E402
+from google.adk.errors import StaleSessionError  # noqa: E402
 from google.adk.errors.already_exists_error import AlreadyExistsError  # noqa: E402
 from google.adk.errors.session_not_found_error import SessionNotFoundError  # noqa: E402
 from google.adk.events.event import Event  # noqa: E402
