@@ -27,7 +27,8 @@ same PostgreSQL server):
   (`hermes_store.integrations.openai_agents.HermesSession` on an `AsyncStore`, SQLite
   and PostgreSQL), whose p50 is also given as a ratio to the best of the SDK's own two;
 - Google ADK's `DatabaseSessionService`: `append_event`, `get_session` (with
-  `num_recent_events=20` for the newest 20);
+  `num_recent_events=20` for the newest 20), and the same calls on hermes-store's ADK
+  session service (`hermes_store.integrations.adk.HermesSessionService`, the `adk` extra);
 - LangGraph's checkpoint savers (`SqliteSaver`, `PostgresSaver`) storing the conversation
   as LangGraph does, a list of langchain-core messages in a checkpoint's `messages`
   channel: an append is a `put` of the list with the new message (the list kept in
@@ -70,6 +71,7 @@ ROWS = (
 SMALL_SESSIONS = 100
 NEWEST = 20
 HERMES = "hermes-store"
+HERMES_ADK = f"{HERMES} ADK HermesSessionService"
 _WORDS = (
     "the connection pool was exhausted while the migration ran so we retried the batch "
     "with a smaller chunk size and the rebase went through after the lock was released"
@@ -294,14 +296,14 @@ class AgentsSQLAlchemySession(_Looped):
 class GoogleADK(_Looped):
     name = "Google ADK DatabaseSessionService"
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, service: Any = None) -> None:
         super().__init__()
         from google.adk.events import Event
         from google.adk.sessions import DatabaseSessionService
         from google.adk.sessions.base_session_service import GetSessionConfig
         from google.genai import types
 
-        self.service = DatabaseSessionService(db_url=url)
+        self.service = DatabaseSessionService(db_url=url) if service is None else service
         self.event, self.types, self.config = Event, types, GetSessionConfig
         self.handles: dict[str, Any] = {}
 
@@ -338,6 +340,17 @@ class GoogleADK(_Looped):
 
     async def aclose(self) -> None:
         await self.service.close()
+
+
+def _hermes_adk(url: str) -> GoogleADK:
+    """The ADK calls on hermes-store's ADK session service, on a database at head."""
+    from hermes_store import migrate
+    from hermes_store.integrations.adk import HermesSessionService
+
+    migrate.upgrade(url, fts_min_pause=0)
+    store = GoogleADK(url, HermesSessionService(url))
+    store.name = HERMES_ADK
+    return store
 
 
 class LangGraphSaver(Store):
@@ -420,6 +433,7 @@ NEEDS = {
     "Agents SDK SQLiteSession": ("agents", "openai-agents"),
     "Agents SDK SQLAlchemySession": ("agents", "openai-agents"),
     "Google ADK DatabaseSessionService": ("google.adk", "google-adk"),
+    HERMES_ADK: ("google.adk", "google-adk"),
     "LangGraph SqliteSaver": ("langgraph.checkpoint.sqlite", "langgraph-checkpoint-sqlite"),
     "LangGraph PostgresSaver": ("langgraph.checkpoint.postgres", "langgraph-checkpoint-postgres"),
 }
@@ -542,6 +556,7 @@ def run_sqlite(iterations: int, directory: Path) -> dict[str, Any]:
         "Google ADK DatabaseSessionService": lambda: GoogleADK(
             f"sqlite+aiosqlite:///{directory / 'adk.db'}"
         ),
+        HERMES_ADK: lambda: _hermes_adk(f"sqlite:///{directory / 'hermes_adk.db'}"),
         "LangGraph SqliteSaver": lambda: _langgraph_sqlite(directory / "langgraph.db"),
     }
     for name, factory in factories.items():
@@ -582,6 +597,7 @@ def run_postgresql(iterations: int) -> dict[str, Any]:
             AgentsHermesSession.name: lambda: AgentsHermesSession(database("hermes_agents")),
             "Agents SDK SQLAlchemySession": lambda: AgentsSQLAlchemySession(async_url("sdk")),
             "Google ADK DatabaseSessionService": lambda: GoogleADK(async_url("adk")),
+            HERMES_ADK: lambda: _hermes_adk(database("hermes_adk")),
             "LangGraph PostgresSaver": lambda: _langgraph_postgres(database("langgraph")),
         }
         for name, factory in factories.items():

@@ -191,3 +191,17 @@ TRASH_ROWS_TABLE: Final = "hermes_store_trash_rows"
 #: (session_id, tag): any number of tags per session; they go with their session.
 TAGS_TABLE: Final = "hermes_store_session_tags"
 TAGS_TAG_INDEX: Final = "hermes_store_session_tags_tag"
+
+# --- Google ADK sessions (revision hs0008) -------------------------------------------
+
+#: An ADK session, keyed as ADK keys it (app_name, user_id, id), with its session-scoped
+#: state, its times and the revision that stale-session detection compares; its events
+#: are the messages of the hermes-store session `session_id` names.
+ADK_SESSIONS_TABLE: Final = "hermes_store_adk_sessions"
+#: app_name -> the state shared by every session of the app (ADK's `app:` keys).
+ADK_APP_STATES_TABLE: Final = "hermes_store_adk_app_states"
+#: (app_name, user_id) -> the state shared by a user's sessions (ADK's `user:` keys).
+ADK_USER_STATES_TABLE: Final = "hermes_store_adk_user_states"
+#: messages.display_kind of a message that holds an ADK event (the event's JSON is its
+#: display_metadata).
+ADK_EVENT_KIND: Final = "adk_event"

@@ -16,6 +16,9 @@ from .coordination import AsyncDelegation, CompressionLock, GatewayRouting
 from .messages import Message
 from .meta import StateMeta, schema_version
 from .own import (
+    AdkAppState,
+    AdkSession,
+    AdkUserState,
     ChangeRecord,
     FeedState,
     IdempotencyKey,
@@ -32,6 +35,9 @@ from .usage import SessionModelUsage
 metadata = Base.metadata
 
 __all__ = [
+    "AdkAppState",
+    "AdkSession",
+    "AdkUserState",
     "AsyncDelegation",
     "Base",
     "ChangeRecord",

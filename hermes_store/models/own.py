@@ -10,6 +10,9 @@ from sqlalchemy.orm import Mapped, mapped_column
 from ..contract import (
     ACTIVITY_INDEX,
     ACTIVITY_TABLE,
+    ADK_APP_STATES_TABLE,
+    ADK_SESSIONS_TABLE,
+    ADK_USER_STATES_TABLE,
     CHANGES_TABLE,
     FEED_STATE_TABLE,
     IDEMPOTENCY_TABLE,
@@ -201,4 +204,80 @@ class TrashedRow(Base):
     table_name: Mapped[str] = mapped_column(Text_, nullable=False, doc="The table it came from.")
     data: Mapped[str] = mapped_column(
         Text_, nullable=False, doc="The row's columns as a JSON object (bytes tagged)."
+    )
+
+
+class AdkSession(Base):
+    """A row of `hermes_store_adk_sessions`: a Google ADK session (hermes_store.integrations.adk),
+    keyed as ADK keys it, whose events are the messages of one hermes-store session."""
+
+    __tablename__ = ADK_SESSIONS_TABLE
+
+    app_name: Mapped[str] = mapped_column(
+        Text_, primary_key=True, doc="The ADK app the session belongs to."
+    )
+    user_id: Mapped[str] = mapped_column(
+        Text_, primary_key=True, doc="The ADK user the session belongs to."
+    )
+    id: Mapped[str] = mapped_column(
+        Text_, primary_key=True, doc="The ADK session id, unique per app and user."
+    )
+    session_id: Mapped[str] = mapped_column(
+        Text_,
+        ForeignKey("sessions.id", ondelete="CASCADE"),
+        nullable=False,
+        unique=True,
+        doc="The hermes-store session (sessions.id) whose messages are the events; the "
+        "row goes with it.",
+    )
+    state: Mapped[str] = mapped_column(
+        Text_,
+        nullable=False,
+        doc="The session-scoped state (keys without a prefix), a JSON object.",
+    )
+    created_at: Mapped[float] = mapped_column(
+        Real_, nullable=False, doc="When the session was created, epoch seconds (UTC)."
+    )
+    updated_at: Mapped[float] = mapped_column(
+        Real_,
+        nullable=False,
+        doc="ADK's last_update_time: the timestamp of the last event appended, else "
+        "created_at, epoch seconds.",
+    )
+    revision: Mapped[int] = mapped_column(
+        Integer_,
+        nullable=False,
+        doc="Grows by one with every event appended; a Session object read at an older "
+        "revision is stale.",
+    )
+
+
+class AdkAppState(Base):
+    """A row of `hermes_store_adk_app_states`: the state every session of an ADK app
+    shares (its `app:` keys, stored without the prefix)."""
+
+    __tablename__ = ADK_APP_STATES_TABLE
+
+    app_name: Mapped[str] = mapped_column(Text_, primary_key=True, doc="The ADK app.")
+    state: Mapped[str] = mapped_column(
+        Text_, nullable=False, doc="The app-scoped state, a JSON object."
+    )
+    updated_at: Mapped[float] = mapped_column(
+        Real_, nullable=False, doc="When it last changed, epoch seconds (UTC)."
+    )
+
+
+class AdkUserState(Base):
+    """A row of `hermes_store_adk_user_states`: the state a user's sessions of an ADK
+    app share (its `user:` keys, stored without the prefix)."""
+
+    __tablename__ = ADK_USER_STATES_TABLE
+
+    app_name: Mapped[str] = mapped_column(Text_, primary_key=True, doc="The ADK app.")
+    user_id: Mapped[str] = mapped_column(Text_, primary_key=True, doc="The ADK user.")
+    state: Mapped[str] = mapped_column(
+        Text_, nullable=False, doc="The user-scoped state, a JSON object."
+    )
+    updated_at: Mapped[float] = mapped_column(
+        Real_, nullable=False, doc="When it last changed, epoch seconds (UTC)."
     )

@@ -55,6 +55,10 @@ SHIPPED = {
     "TRASH_ROWS_TABLE": "hermes_store_trash_rows",
     "TAGS_TABLE": "hermes_store_session_tags",
     "TAGS_TAG_INDEX": "hermes_store_session_tags_tag",
+    "ADK_SESSIONS_TABLE": "hermes_store_adk_sessions",
+    "ADK_APP_STATES_TABLE": "hermes_store_adk_app_states",
+    "ADK_USER_STATES_TABLE": "hermes_store_adk_user_states",
+    "ADK_EVENT_KIND": "adk_event",
     "NOT_COPIED_TABLES": frozenset(
         {
             "hermes_store_changes",

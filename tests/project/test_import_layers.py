@@ -143,37 +143,45 @@ def test_dialect_names_are_compared_only_where_a_dialect_difference_lives() -> N
     assert set(DIALECT_AWARE) <= set(found), set(DIALECT_AWARE) - set(found)
 
 
-#: The agent frameworks hermes_store.integrations adapts to; each is an optional extra, so
-#: only the integration modules may import them.
-FRAMEWORKS = ("agents", "google.adk")
+#: Agent runtimes hermes-store offers adapters for (optional extras): only the adapters in
+#: hermes_store/integrations/ import them, and nothing outside that package imports an
+#: adapter, so the core installs and imports without them.
+OPTIONAL_RUNTIMES = ("agents", "google.adk", "google.genai")
+INTEGRATIONS = "hermes_store.integrations"
 
 
-def _absolute_imports(path: Path) -> set[str]:
+def _imported_names(path: Path) -> set[str]:
+    """Every module an import statement of `path` names, relative ones resolved."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-            found.add(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1]
+            target = ".".join(base + [node.module or ""]) if node.level else node.module or ""
+            found.add(target.rstrip("."))
+            found.update(f"{target.rstrip('.')}.{alias.name}" for alias in node.names)
     return found
 
 
-def _is_framework(module: str) -> bool:
-    return any(module == f or module.startswith(f + ".") for f in FRAMEWORKS)
+def _is_under(name: str, roots: tuple[str, ...]) -> bool:
+    return any(name == root or name.startswith(root + ".") for root in roots)
 
 
-def test_only_the_integrations_import_an_agent_framework() -> None:
+def test_only_the_integrations_import_the_optional_runtimes() -> None:
     offenders = {
-        path.relative_to(PACKAGE).as_posix(): sorted(filter(_is_framework, imports))
+        path.relative_to(PACKAGE).as_posix(): sorted(
+            n for n in _imported_names(path) if _is_under(n, (*OPTIONAL_RUNTIMES, INTEGRATIONS))
+        )
         for path in sorted(PACKAGE.rglob("*.py"))
-        if "_migrations" not in path.parts
-        and "integrations" not in path.relative_to(PACKAGE).parts[:-1]
-        and (imports := _absolute_imports(path))
+        if "_migrations" not in path.parts and "integrations" not in path.parts
     }
-    assert not {k: v for k, v in offenders.items() if v}
-    # the checker sees the adapter's own import
-    adapter = PACKAGE / "integrations" / "openai_agents.py"
-    assert any(_is_framework(m) for m in _absolute_imports(adapter))
+    assert {module: names for module, names in offenders.items() if names} == {}
+    for adapter, runtime in (("adk.py", "google.adk"), ("openai_agents.py", "agents")):
+        names = _imported_names(PACKAGE / "integrations" / adapter)
+        assert any(_is_under(n, (runtime,)) for n in names)  # the check sees imports
 
 
 def test_every_core_module_imports_without_the_frameworks() -> None:
@@ -185,7 +193,7 @@ import importlib, importlib.abc, pathlib, sys
 
 class NoFrameworks(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if any(name == f or name.startswith(f + ".") for f in {FRAMEWORKS!r}):
+        if any(name == f or name.startswith(f + ".") for f in {OPTIONAL_RUNTIMES!r}):
             raise ImportError("blocked: " + name)
         return None
 

@@ -53,7 +53,7 @@ from hermes_store.sqlite_driver import wal_reset_vulnerable
 
 REPO = Path(__file__).resolve().parents[2]
 #: the project head: the upstream revisions 0001..0023, then its own (hs0001, ...)
-HEAD = "hs0006"
+HEAD = "hs0008"
 SCHEMA_VERSION = 23
 REVISION_FILE = re.compile(r"^(\d{4})_\w+\.py$")
 
@@ -168,6 +168,7 @@ def _check_wheel_contents(wheel: Path) -> None:
         f"{mig}versions/__init__.py",
         "hermes_store/py.typed",
         "hermes_store/migrate.py",
+        "hermes_store/integrations/adk.py",
     ):
         assert required in names, f"{required} missing from {wheel.name}"
     revisions = sorted(
