@@ -60,8 +60,8 @@ def require_tags_table(conn: Connection) -> None:
 
     url = conn.engine.url
     database = url.database or ""
-    if url.get_backend_name() == "sqlite" and database.startswith("file:"):
-        # a read-only open's URI (file:PATH?mode=ro): name the file as the user gave it
+    if database.startswith("file:"):
+        # a read-only SQLite open's URI (file:PATH?mode=ro): name the file as given
         url = url.set(database=database.removeprefix("file:").split("?", 1)[0], query={})
     raise SchemaBehind(
         place_of(url),
