@@ -3,7 +3,10 @@ repositories, the listing and search filters and the command line."""
 
 from __future__ import annotations
 
-from ..errors import InvalidInput
+from sqlalchemy import Connection
+
+from ..contract import TAGS_TABLE
+from ..errors import InvalidInput, SchemaBehind
 
 #: The longest tag (characters, after trimming): a label, not a note.
 MAX_TAG_LENGTH = 100
@@ -45,3 +48,25 @@ def check_tags(tags: object) -> list[str]:
         if value not in checked:
             checked.append(value)
     return checked
+
+
+def require_tags_table(conn: Connection) -> None:
+    """SchemaBehind naming the upgrade when the database has no tags table (one opened
+    read-only that predates revision hs0007), instead of the driver's "no such table"
+    (or, inside a search, which reads an unreadable query as no match, nothing found)."""
+    if conn.dialect.has_table(conn, TAGS_TABLE):
+        return
+    from ..read_only import place_of, upgrade_command
+
+    url = conn.engine.url
+    database = url.database or ""
+    if database.startswith("file:"):
+        # a read-only SQLite open's URI (file:PATH?mode=ro): name the file as given
+        url = url.set(database=database.removeprefix("file:").split("?", 1)[0], query={})
+    raise SchemaBehind(
+        place_of(url),
+        "a tag filter needs hermes-store's own tables, which this database was never "
+        "upgraded to",
+        [f"table {TAGS_TABLE}"],
+        upgrade_command(url),
+    )

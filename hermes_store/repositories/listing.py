@@ -38,6 +38,7 @@ from ._paging import row_limit, row_offset
 from ._preview import first_user_excerpt, shape_session_preview
 from ._sql import alias, contains_caseless, path_prefix_values, path_under
 from ._tables import ACTIVITY, SESSIONS, TG
+from ._tag_names import require_tags_table
 from .lineage import (
     COMPRESSION,
     DELEGATE_MARKER,
@@ -447,6 +448,8 @@ def list_page(
     project_tips: bool,
 ) -> list[Row]:
     """One page of a listing (`SessionRepository.list_sessions_rich`)."""
+    if filters.tags:
+        require_tags_table(conn)
     limit, offset = row_limit(limit), row_offset(offset)
     id_needle = (id_query or "").strip() if by_chain_activity else ""
     search_needle = (search_query or "").strip() if by_chain_activity else ""

@@ -173,3 +173,24 @@ def test_async_store_tags(backend_url: str) -> None:
             assert [r["id"] for r in rows] == ["s"]
 
     asyncio.run(main())
+
+
+def test_a_database_never_upgraded_says_so(legacy_db) -> None:  # type: ignore[no-untyped-def]
+    """A `state.db` only the original wrote, opened read-only: a tag filter, the tags and
+    the trash are refused naming the upgrade, and exports keep working without tags."""
+    from hermes_store.errors import SchemaBehind
+
+    path = legacy_db(23)
+    with Store(str(path), read_only=True) as store:
+        first = SessionRepository(store).list_sessions_rich(limit=1)[0]["id"]
+        with pytest.raises(SchemaBehind, match="hermes-store upgrade") as behind:
+            SessionRepository(store).list_sessions_rich(tags=["x"])
+        assert str(path) in str(behind.value)
+        with pytest.raises(SchemaBehind):
+            SearchRepository(store).search_messages("hello", tags=["x"])
+        with pytest.raises(SchemaBehind):
+            TagRepository(store).get_tags(first)
+        with pytest.raises(SchemaBehind):
+            TrashRepository(store).list_trash()
+        exported = MaintenanceRepository(store).export_session(first)
+        assert exported is not None and "tags" not in exported

@@ -182,6 +182,13 @@ def test_restore_titles_parents_and_reused_ids(backend_url: str) -> None:
         assert report.detached_from == "p"
         assert (sessions.get_session("kid") or {})["parent_session_id"] is None
 
+        # a child trashed on its own, its parent still live: linked to it again
+        sessions.create_session("kid2", "cli", parent_session_id="a")
+        trash.trash_session("kid2")
+        report = trash.restore_session("kid2")
+        assert report.detached_from is None
+        assert (sessions.get_session("kid2") or {})["parent_session_id"] == "a"
+
         # a live session took the id meanwhile: refused, nothing changes
         trash.trash_session("b")
         sessions.create_session("b", "telegram")
