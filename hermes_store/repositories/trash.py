@@ -48,7 +48,7 @@ from sqlalchemy import (
 
 from ..contract import TAGS_TABLE, TRASH_ROWS_TABLE, TRASH_TABLE
 from ..errors import InvalidInput, RestoreConflict, SessionNotFound
-from ..models import IdempotencyKey
+from ..models import AdkSession, IdempotencyKey
 from ..store import Store
 from ._encoding import now
 from ._own_tables import needing
@@ -71,6 +71,9 @@ RESTORED_SUFFIX = " (restored)"
 MAX_TITLE_LENGTH = 100
 
 IDEMPOTENCY = cast(Table, IdempotencyKey.__table__)
+#: A Google ADK session (hermes_store.integrations.adk) naming the trashed session: it goes
+#: with it (ON DELETE CASCADE), so it is kept in the trash and comes back with it.
+ADK_SESSIONS = cast(Table, AdkSession.__table__)
 #: The tables a trashed session's rows come from, in the order a restore inserts them
 #: (sessions first: the others reference them), with the column naming the session.
 _TABLES: tuple[tuple[Table, str], ...] = (
@@ -79,6 +82,7 @@ _TABLES: tuple[tuple[Table, str], ...] = (
     (USAGE, "session_id"),
     (TAGS, "session_id"),
     (IDEMPOTENCY, "session_id"),
+    (ADK_SESSIONS, "session_id"),
 )
 _BY_NAME = {table.name: table for table, _ in _TABLES}
 #: A bytes value inside a row's JSON: [BYTES_TAG, base64] (no column holds a list).
@@ -234,9 +238,10 @@ def trash_session(conn: Connection, session_id: str, keep_days: float) -> TrashE
                     flush()
     flush()
     conn.execute(update(TRASH).where(TRASH.c.id == entry_id).values(messages=messages))
-    # tags and idempotency keys go with their sessions (ON DELETE CASCADE), but deleted
-    # here as well, so the move does not depend on the connection's foreign-key setting
-    for table in (TAGS, IDEMPOTENCY):
+    # tags, idempotency keys and ADK sessions go with their sessions (ON DELETE CASCADE),
+    # but are deleted here as well, so the move does not depend on the connection's
+    # foreign-key setting
+    for table in (TAGS, IDEMPOTENCY, ADK_SESSIONS):
         stmt_del = delete(table).where(table.c.session_id.in_(bindparam("ids", expanding=True)))
         for chunk in chunks(ids):
             conn.execute(stmt_del, {"ids": chunk})

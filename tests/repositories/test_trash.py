@@ -57,6 +57,7 @@ def _v23_rows(url: str) -> dict[str, list[tuple[Any, ...]]]:
         "usage": _raw(url, "SELECT * FROM session_model_usage ORDER BY session_id, model"),
         "tags": _raw(url, "SELECT * FROM hermes_store_session_tags ORDER BY session_id, tag"),
         "keys": _raw(url, "SELECT * FROM hermes_store_idempotency_keys ORDER BY session_id, key"),
+        "adk": _raw(url, "SELECT * FROM hermes_store_adk_sessions ORDER BY session_id"),
         # derived by triggers; a restore writes it once, as they would
         "activity": _raw(url, "SELECT * FROM hermes_store_session_activity ORDER BY session_id"),
     }
@@ -99,6 +100,15 @@ def _build_tree(store: Store) -> None:
     )
     TagRepository(store).add_tags("root", ["work", "zebra"])
     TagRepository(store).add_tags("grandchild", ["deep"])
+    # the row Google ADK's session service (hermes_store.integrations.adk) keeps for a
+    # session whose messages are its events
+    store.write(
+        lambda conn: conn.exec_driver_sql(
+            "INSERT INTO hermes_store_adk_sessions (app_name, user_id, id, session_id, state,"
+            " created_at, updated_at, revision) VALUES ('app', 'u1', 'adk-1', 'child',"
+            " '{\"k\": 1}', 1.5, 2.5, 3)"
+        )
+    )
 
 
 @pytest.mark.parametrize("journal", ["wal", "delete", "postgresql"])
@@ -124,6 +134,7 @@ def test_trash_then_restore_is_exact(request: pytest.FixtureRequest, journal: st
         assert _raw(url, "SELECT session_id FROM session_model_usage") == []
         assert _raw(url, "SELECT * FROM hermes_store_session_tags") == []
         assert _raw(url, "SELECT * FROM hermes_store_idempotency_keys") == []
+        assert _raw(url, "SELECT * FROM hermes_store_adk_sessions") == []
         # search does not find it; the feed reports deletes
         assert {h["session_id"] for h in search.search_messages("zebra", limit=50)} == {"bystander"}
         kinds = {(c.kind, c.session_id) for c in ChangeFeed(store).changes(cursor)}
