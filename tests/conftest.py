@@ -32,7 +32,7 @@ from helpers.databases import (  # noqa: E402
     url_for,
 )
 from helpers.drivers import DRIVERS, process_driver, split_by_driver
-from helpers.postgres import _admin_execute, _pg_state, pg_database
+from helpers.postgres import _admin_execute, _pg_state, databases, pg_database
 from helpers.raw_sql import RawConnection
 
 _FIXTURES_AT_START = pytest.StashKey[dict[str, tuple[int, int]]]()
@@ -254,6 +254,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                 f"\nthe legacy fixtures changed during the run (open them from a copy): {changed}"
             )
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    errors = databases.drain()
+    if errors:
+        print(f"\nPostgreSQL test databases that could not be dropped: {errors}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     template = _pg_state.get("template")
     if template:
         _admin_execute(f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)')
