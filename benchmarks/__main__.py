@@ -1,6 +1,6 @@
 """hermes-store vs the raw-sqlite3 floor, in one run, on two copies of one database.
 
-    python -m benchmarks [--size 10k|100k|1m] [--quick] [--json PATH] [--keep DIR]
+    python -m benchmarks [--size 10k|100k|1m] [--quick] [--smoke] [--json PATH] [--keep DIR]
                          [--skip-upgrade] [--upgrade-size SIZE] [--upgrade-shapes v9,v22]
                          [--no-postgres]
     python -m benchmarks --size 10m --postgres-only [--json PATH]
@@ -82,7 +82,13 @@ from .stats import comparison
 BATCH = 50
 
 
-def _iterations(quick: bool) -> dict[str, int]:
+#: --smoke: a few calls per row, enough to run every row's code (its numbers mean nothing)
+SMOKE_ITERATIONS = {"append_one": 10, "append_batch": 3, "get": 5, "list": 5, "search": 3}
+
+
+def _iterations(quick: bool, smoke: bool = False) -> dict[str, int]:
+    if smoke:
+        return dict(SMOKE_ITERATIONS)
     if quick:
         return {"append_one": 200, "append_batch": 20, "get": 40, "list": 30, "search": 30}
     return {"append_one": 1000, "append_batch": 100, "get": 200, "list": 100, "search": 100}
@@ -123,14 +129,18 @@ def _pick_sessions(sessions: list[corpus.SessionSpec], count: int) -> list[str]:
 
 
 def run_ops(
-    floor_db: Path, store_db: Path, sessions: list[corpus.SessionSpec], quick: bool
+    floor_db: Path,
+    store_db: Path,
+    sessions: list[corpus.SessionSpec],
+    quick: bool,
+    smoke: bool = False,
 ) -> list[dict[str, Any]]:
     from hermes_store.repositories.messages import MessageRepository
     from hermes_store.repositories.sessions import SessionRepository
     from hermes_store.search import search_messages
     from hermes_store.store import Store
 
-    its = _iterations(quick)
+    its = _iterations(quick, smoke)
     floor = Floor(floor_db)
     store = Store(str(store_db))
     messages = MessageRepository(store)
@@ -255,6 +265,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--size", choices=("10k", "100k", "1m", "10m"), default="10k")
     parser.add_argument("--quick", action="store_true", help="~5k messages, under a minute")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="--quick with a few calls per row: every row runs, its numbers mean nothing "
+        "(the test suite's smoke test)",
+    )
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--seed", type=int, default=23)
     parser.add_argument("--keep", type=Path, help="keep the databases in this directory")
@@ -287,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
             args.json.write_text(json.dumps(result, indent=2) + "\n")
         return 0
 
+    if args.smoke:
+        args.quick = True
     size = "quick" if args.quick else args.size
     started = time.perf_counter()
     sessions = corpus.generate(corpus.SIZES[size], seed=args.seed)
@@ -299,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         directory.mkdir(parents=True, exist_ok=True)
         floor_db, store_db = build_database(directory, sessions)
         print(f"databases built in {time.perf_counter() - started:.1f} s")
-        rows = run_ops(floor_db, store_db, sessions, args.quick)
+        rows = run_ops(floor_db, store_db, sessions, args.quick, args.smoke)
         pg = None
         if not args.no_postgres:
             pg = postgres.run(
@@ -307,10 +325,10 @@ def main(argv: list[str] | None = None) -> int:
                 sessions,
                 rows,
                 targets=_pick_sessions(sessions, 64),
-                iterations=_iterations(args.quick),
+                iterations=_iterations(args.quick, args.smoke),
             )
         journal = journal_modes.run(
-            directory, directory / "base.db", _iterations(args.quick)["append_one"] // 2
+            directory, directory / "base.db", _iterations(args.quick, args.smoke)["append_one"] // 2
         )
         upgrades = upgrade.run_all(args, directory)
     chats = None

@@ -32,7 +32,7 @@ from helpers.databases import (  # noqa: E402
     url_for,
 )
 from helpers.drivers import DRIVERS, process_driver, split_by_driver
-from helpers.postgres import _admin_execute, _pg_state, pg_database
+from helpers.postgres import _admin_execute, _pg_state, databases, pg_database
 from helpers.raw_sql import RawConnection
 
 _FIXTURES_AT_START = pytest.StashKey[dict[str, tuple[int, int]]]()
@@ -105,15 +105,39 @@ def legacy_json() -> Callable[[int], dict[str, Any]]:
     return load
 
 
-@pytest.fixture
-def fresh_db(tmp_path: Path) -> str:
-    """The URL of a database created from nothing by `migrate.upgrade`."""
-    from hermes_store import migrate
+#: per journal-mode setting: a file `migrate.upgrade` created from nothing in this process
+_FRESH_TEMPLATES: dict[str, Path] = {}
 
-    url = url_for(tmp_path / "fresh" / "state.db")
-    (tmp_path / "fresh").mkdir()
-    migrate.upgrade(url, fts_min_pause=0)
-    return url
+
+def _fresh_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A `state.db` that `migrate.upgrade` created from nothing, once per process and per
+    value of $HERMES_STORE_JOURNAL_MODE (the only setting that shapes a new file; the
+    driver is fixed per process). Revision 0018 reads the file's own directory, which is
+    empty here as in `fresh_db`."""
+    from hermes_store import migrate
+    from hermes_store.config import JOURNAL_ENV
+
+    key = os.environ.get(JOURNAL_ENV, "")
+    if key not in _FRESH_TEMPLATES:
+        path = tmp_path_factory.mktemp("fresh-template") / "state.db"
+        migrate.upgrade(url_for(path), fts_min_pause=0)
+        _FRESH_TEMPLATES[key] = path
+    return _FRESH_TEMPLATES[key]
+
+
+@pytest.fixture
+def fresh_db(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The URL of a database created from nothing by `migrate.upgrade`: a copy of the
+    file this process's upgrade created (replaying every revision for each test was the
+    suite's largest setup cost); tests of the upgrade itself call it on their own files."""
+    template = _fresh_template(tmp_path_factory)
+    target = tmp_path / "fresh" / "state.db"
+    target.parent.mkdir()
+    for suffix in ("", "-wal", "-shm"):
+        source = Path(f"{template}{suffix}")
+        if source.exists():
+            shutil.copy2(source, f"{target}{suffix}")  # copy2 keeps the file's private mode
+    return url_for(target)
 
 
 @pytest.fixture(params=DRIVERS)
@@ -233,6 +257,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                 f"\nthe legacy fixtures changed during the run (open them from a copy): {changed}"
             )
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    errors = databases.drain()
+    if errors:
+        print(f"\nPostgreSQL test databases that could not be dropped: {errors}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     template = _pg_state.get("template")
     if template:
         _admin_execute(f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)')

@@ -5,10 +5,8 @@ fixtures and brought to head with `migrate.upgrade`."""
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -16,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.processes import run_cli_here
 from helpers.raw_sql import RawConnection
 
 from hermes_store import migrate
@@ -24,7 +23,6 @@ from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.store import Store
 
-CLI = str(Path(sys.executable).with_name("hermes-store"))
 DAY = 86400.0
 V23_MODELS = {
     "openai/gpt-5-codex",
@@ -35,9 +33,8 @@ V23_MODELS = {
 
 
 def run(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HERMES_HOME": str(home)}
-    env.pop("HERMES_STORE_URL", None)
-    return subprocess.run([CLI, *args], capture_output=True, text=True, env=env, timeout=120)
+    # the command's main in this process (tests/cli/test_cli.py runs the installed script)
+    return run_cli_here(*args, env={"HERMES_HOME": str(home)}, unset=["HERMES_STORE_URL"])
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> str:

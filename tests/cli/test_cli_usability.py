@@ -11,13 +11,13 @@ import os
 import sqlite3
 import stat
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.processes import run_cli_here
 
 from hermes_store import migrate
 from hermes_store.cli import TIME_FIELDS, build_parser
@@ -25,7 +25,6 @@ from hermes_store.copy import copy_database
 from hermes_store.errors import InvalidURL, NotADatabaseFile
 from hermes_store.store import Store
 
-CLI = str(Path(sys.executable).with_name("hermes-store"))
 ROOT_ID = "20260303_080000_c0ffee"  # compressed; its continuation is TIP_ID
 TIP_ID = "20260303_083012_c0ffe2"
 KYOTO_ID = "20260302_140000_7e1e9a"
@@ -34,10 +33,9 @@ KYOTO_ID = "20260302_140000_7e1e9a"
 def run(
     *args: str, home: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    full = {**os.environ, "HERMES_HOME": str(home), **(env or {})}
-    if env is None or "HERMES_STORE_URL" not in env:
-        full.pop("HERMES_STORE_URL", None)
-    return subprocess.run([CLI, *args], capture_output=True, text=True, env=full, timeout=120)
+    # the command's main in this process (tests/cli/test_cli.py runs the installed script)
+    unset = [] if env is not None and "HERMES_STORE_URL" in env else ["HERMES_STORE_URL"]
+    return run_cli_here(*args, env={"HERMES_HOME": str(home), **(env or {})}, unset=unset)
 
 
 def one_line_error(result: subprocess.CompletedProcess[str]) -> str:

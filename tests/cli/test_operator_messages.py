@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from helpers.databases import fixture_file, raw
-from helpers.processes import run_cli
+from helpers.processes import run_cli_here as run_cli  # the commands' main, in-process
 from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.pool import NullPool
 

@@ -5,12 +5,11 @@ against the real PostgreSQL server (trust authentication, so any password connec
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers.processes import run_cli_here
 from sqlalchemy.engine import make_url
 
 from hermes_store.config import resolve_url, shown_url
@@ -33,14 +32,8 @@ def with_secrets(url: str) -> str:
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "hermes_store.cli", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        timeout=300,
-        check=False,
-    )
+    # the command's main in this process: what it prints does not depend on being a process
+    return run_cli_here(*args, env=env)
 
 
 def nothing_secret(result: subprocess.CompletedProcess[str], *extra: str) -> str:

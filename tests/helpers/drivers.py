@@ -8,12 +8,16 @@ this process's driver runs here, as any test does, and the other is replaced at
 collection by a `ChildDriverItem`, which runs that same test id in a child pytest with
 HERMES_STORE_SQLITE_DRIVER set to its driver. There it is the native variant, so it runs
 in-process, fixtures and all, and its outcome (pass, failure with its report, skip) is
-the item's.
+the item's. One child pytest runs all of a module's variants of a driver (the first item
+to run starts it; the others, under pytest-xdist in any worker, read its results).
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -72,40 +76,11 @@ class ChildDriverItem(pytest.Item):
                 if has_pysqlite3_wheel():
                     raise ChildFailed(f"{why}, but this platform has its wheel")
             pytest.skip(why)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-        env[DRIVER_ENV] = self.driver
-        with tempfile.TemporaryDirectory(prefix="hermes-driver-") as scratch:
-            report = Path(scratch, "report.xml")
-            command = [
-                sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                "-p", "no:xdist", f"--basetemp={scratch}/tmp", f"--junitxml={report}",
-                self.original_nodeid,
-            ]  # fmt: skip
-            done = subprocess.run(
-                command,
-                cwd=self.config.rootpath,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=CHILD_TIMEOUT_S,
-                check=False,
-            )
-            output = done.stdout + done.stderr
-            if not report.is_file():
-                raise ChildFailed(
-                    f"the child pytest wrote no report (exit {done.returncode}):\n{output}"
-                )
-            suite = ET.parse(report).getroot().iter("testcase")
-            cases = list(suite)
-        if len(cases) != 1:
-            raise ChildFailed(f"the child pytest ran {len(cases)} tests, not 1:\n{output}")
-        case = cases[0]
-        skipped = case.find("skipped")
-        if skipped is not None:
-            pytest.skip(f"in the child pytest: {skipped.get('message', '')}")
-        failed = case.find("failure") is not None or case.find("error") is not None
-        if done.returncode != 0 or failed:
-            raise ChildFailed(output)
+        outcome, report = _module_batch(self)[self.original_nodeid]
+        if outcome == "skipped":
+            pytest.skip(f"in the child pytest: {report}")
+        if outcome == "failed":
+            raise ChildFailed(report)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, ChildFailed):
@@ -135,3 +110,97 @@ def split_by_driver(items: list[pytest.Item]) -> tuple[list[pytest.Item], list[p
                 )
             )
     return keep, drop
+
+
+def _junit_key(nodeid: str) -> tuple[str, str]:
+    """The (classname, name) junit XML gives the test `nodeid`."""
+    path, *classes, name = nodeid.split("::")
+    return ".".join([path.removesuffix(".py").replace("/", "."), *classes]), name
+
+
+def _run_batch(config: pytest.Config, driver: str, nodeids: list[str]) -> dict[str, list[str]]:
+    """Run `nodeids` in one child pytest on `driver`: per test id, its outcome (passed,
+    failed, skipped) and its report (the failure with the test's output, or the reason
+    for the skip)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env[DRIVER_ENV] = driver
+    with tempfile.TemporaryDirectory(prefix="hermes-driver-") as scratch:
+        report = Path(scratch, "report.xml")
+        command = [
+            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+            "-p", "no:xdist", f"--basetemp={scratch}/tmp", f"--junitxml={report}",
+            # each test's captured output and logs in the report, for its failure
+            "-o", "junit_logging=all", *nodeids,
+        ]  # fmt: skip
+        done = subprocess.run(
+            command,
+            cwd=config.rootpath,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=CHILD_TIMEOUT_S * len(nodeids),
+            check=False,
+        )
+        output = done.stdout + done.stderr
+        cases = list(ET.parse(report).getroot().iter("testcase")) if report.is_file() else []
+    by_key = {(case.get("classname", ""), case.get("name", "")): case for case in cases}
+    results: dict[str, list[str]] = {}
+    for nodeid in nodeids:
+        case = by_key.get(_junit_key(nodeid))
+        if done.returncode not in (0, 1) or case is None:
+            # an interrupted or broken child run, or one that never reached this test
+            results[nodeid] = [
+                "failed",
+                f"the child pytest ran {nodeid} with no result of it (exit "
+                f"{done.returncode}):\n{output}",
+            ]
+            continue
+        problems = [e for e in case if e.tag in ("failure", "error")]
+        skipped = case.find("skipped")
+        if problems:
+            captured = "".join(
+                f"\n----- {e.tag} -----\n{e.text or ''}"
+                for e in case
+                if e.tag in ("system-out", "system-err")
+            )
+            text = "\n".join(f"{e.get('message', '')}\n{e.text or ''}" for e in problems)
+            results[nodeid] = ["failed", f"{nodeid}:\n{text}{captured}"]
+        elif skipped is not None:
+            results[nodeid] = ["skipped", skipped.get("message", "")]
+        else:
+            results[nodeid] = ["passed", ""]
+    return results
+
+
+def _module_batch(item: ChildDriverItem) -> dict[str, list[str]]:
+    """The results of every variant of `item`'s driver in `item`'s module this session
+    runs, from one child pytest for all of them (an interpreter start and a collection
+    per module, not per test). Under pytest-xdist the workers share them through a file
+    beside their temporary directories, the first to need them running the child under a
+    lock while the others wait."""
+    module = item.original_nodeid.split("::")[0]
+    siblings = sorted(
+        {
+            other.original_nodeid
+            for other in item.session.items
+            if isinstance(other, ChildDriverItem)
+            and other.driver == item.driver
+            and other.original_nodeid.split("::")[0] == module
+        }
+    )
+    key = hashlib.sha256(f"{item.driver} {module}".encode()).hexdigest()[:16]
+    basetemp = item.config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    # the workers' directories are popen-gwN inside the run's own
+    shared = basetemp.parent if hasattr(item.config, "workerinput") else basetemp
+    directory = Path(shared, "driver-batches")
+    directory.mkdir(exist_ok=True)
+    results_file = directory / f"{key}.json"
+    with open(directory / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        results: dict[str, list[str]] = (
+            json.loads(results_file.read_text()) if results_file.exists() else {}
+        )
+        if item.original_nodeid not in results:
+            results.update(_run_batch(item.config, item.driver, siblings))
+            results_file.write_text(json.dumps(results))
+    return results

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import queue
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,7 +16,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 #: The server the tests use (the machine's own; trust auth). Each test gets its own
-#: database, created from template0 and dropped afterwards.
+#: database, created from template0 (or a template at head) and dropped afterwards.
 PG_ENV = "HERMES_STORE_TEST_PG"
 PG_ADMIN_URL = os.environ.get(PG_ENV, "postgresql+psycopg://root@127.0.0.1:5432/test")
 _pg_state: dict[str, str | None] = {}
@@ -85,19 +87,101 @@ def _head_template() -> str:
     return name
 
 
+class _DatabaseMaker:
+    """Creates the next test's database ahead and drops the last one behind, on a thread of
+    its own (one per test process): a DROP DATABASE waits for a checkpoint of the whole
+    server, and neither that wait nor the copy of the template needs to hold up a test.
+    Every test still gets a database nobody else has used, cloned from the same template,
+    and `drain()` (at the end of the session) drops what is left."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.Queue[tuple[str, str] | None] = queue.Queue()
+        self._lock = threading.Lock()
+        #: template -> databases created from it and not handed out yet
+        self._ready: dict[str, list[str]] = {}
+        #: templates with a creation queued
+        self._pending: set[str] = set()
+        self.errors: list[str] = []
+        self._thread: threading.Thread | None = None
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            action, name = job
+            try:
+                if action == "create":
+                    made = _create_from(name)
+                    with self._lock:
+                        self._ready.setdefault(name, []).append(made)
+                else:
+                    _admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            except Exception as exc:  # noqa: BLE001 (a test whose database was not made
+                # ahead makes its own; a database left behind fails the next test)
+                if action == "drop":
+                    self.errors.append(f"{name}: {exc}")
+            finally:
+                if action == "create":
+                    with self._lock:
+                        self._pending.discard(name)
+
+    def _submit(self, action: str, name: str) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="pg-databases", daemon=True)
+            self._thread.start()
+        self._jobs.put((action, name))
+
+    def take(self, template: str) -> str:
+        """A new database cloned from `template`: one made ahead if there is one (and the
+        next one queued), else one made now."""
+        if self.errors:
+            errors, self.errors = self.errors, []
+            raise RuntimeError(f"an earlier test's database could not be dropped: {errors}")
+        with self._lock:
+            ready = self._ready.get(template)
+            name = ready.pop() if ready else None
+            queue_next = template not in self._pending
+            if queue_next:
+                self._pending.add(template)
+        if queue_next:
+            self._submit("create", template)
+        return name if name is not None else _create_from(template)
+
+    def give_back(self, name: str) -> None:
+        self._submit("drop", name)
+
+    def drain(self) -> list[str]:
+        """Finish the queued work and drop the databases made ahead; the drops that
+        failed since the last test."""
+        if self._thread is not None:
+            self._jobs.put(None)
+            self._thread.join()
+            self._thread = None
+        with self._lock:
+            left = [name for names in self._ready.values() for name in names]
+            self._ready.clear()
+        for name in left:
+            _admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        errors, self.errors = self.errors, []
+        return errors
+
+
+def _create_from(template: str) -> str:
+    name = f"hs_test_{uuid.uuid4().hex[:16]}"
+    _admin_execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}" ENCODING \'UTF8\'')
+    return name
+
+
+databases = _DatabaseMaker()
+
+
 @contextmanager
 def pg_database(*, at_head: bool = False) -> Iterator[str]:
-    """A new PostgreSQL database (its URL), empty or at head, dropped on exit."""
+    """A new PostgreSQL database (its URL), empty or at head, dropped after the exit."""
     require_pg()
-    name = f"hs_test_{uuid.uuid4().hex[:16]}"
-    template = _head_template() if at_head else "template0"
-    _admin_execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}" ENCODING \'UTF8\'')
+    name = databases.take(_head_template() if at_head else "template0")
     try:
         yield _pg_url(name)
     finally:
-        _admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
+        databases.give_back(name)
 
 
 # The word index at head has two forms (revision hs0003): RUM where the server offers the

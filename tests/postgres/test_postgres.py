@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.processes import run_cli
+from helpers.processes import run_cli_here as run_cli  # the commands' main, in-process
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.pool import NullPool
 

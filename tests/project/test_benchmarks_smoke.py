@@ -1,6 +1,7 @@
-"""The benchmark runner works end to end: `python -m benchmarks --quick --json` exits 0
-and reports every row with positive timings (about a minute: the quick upgrade rows generate
-a small v9- and v22-shaped file each; runs in CI with the rest), PostgreSQL rows
+"""The benchmark runner works end to end: `python -m benchmarks --smoke --json` (the quick
+corpus and upgrade files, a few calls per row) exits 0 and reports every row with positive
+timings (the quick upgrade rows generate a small v9- and v22-shaped file each; runs in CI
+with the rest), PostgreSQL rows
 included: without a server they are skipped, except in CI, where skipped PostgreSQL rows
 fail the test (as a skipped PostgreSQL suite does)."""
 
@@ -59,7 +60,7 @@ def test_quick_benchmark_reports_every_row(tmp_path: Path) -> None:
             pytest.skip(f"legacy fixture {FIXTURES / name} not found")
     out = tmp_path / "bench.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--quick", "--json", str(out)],
+        [sys.executable, "-m", "benchmarks", "--smoke", "--json", str(out)],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

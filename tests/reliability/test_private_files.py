@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers.processes import run_cli
+from helpers.processes import run_cli_here as run_cli  # the commands' main, in-process
 
 from hermes_store.config import JournalPolicy
 from hermes_store.engine import make_engine, write_connection

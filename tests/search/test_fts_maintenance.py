@@ -7,7 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from helpers.processes import run_cli
+from helpers.processes import run_cli_here as run_cli  # the commands' main, in-process
 from sqlalchemy import create_engine
 
 from hermes_store import migrate

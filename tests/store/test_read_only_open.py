@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from helpers.databases import fixture_file, set_journal_mode
-from helpers.processes import run_cli
+from helpers.processes import run_cli_here as run_cli  # the commands' main, in-process
 from sqlalchemy import text
 
 import hermes_store
