@@ -344,6 +344,7 @@ def parse_pattern_arg(text: str) -> tuple[str, str]:
     """`name=regular expression` as typed on the command line, checked."""
     name, sep, expression = text.partition("=")
     if not sep:
-        raise InvalidRedactionPattern(name.strip() or text[:20], "expected name=regular expression")
+        # without "=" the argument may be a pasted secret, so none of it is echoed
+        raise InvalidRedactionPattern("the pattern argument", "expected name=regular expression")
     compile_pattern(name.strip(), expression)
     return name.strip(), expression
