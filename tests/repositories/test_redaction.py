@@ -6,12 +6,13 @@ resumably, with the search entries of changed rows rebuilt (docs/redaction.md)."
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from hermes_store import (
     InvalidRedactionPattern,
@@ -380,6 +381,26 @@ def test_stored_json_that_does_not_parse_is_redacted_as_text(fresh_db: str) -> N
             row = conn.execute(text("SELECT content, tool_calls FROM messages")).one()
     assert row[0] == "\x00json:[broken [REDACTED:aws-access-key]"
     assert row[1] == "not json [REDACTED:aws-access-key]"
+
+
+def test_a_large_batch_binds_its_ids_a_chunk_at_a_time(fresh_db: str) -> None:
+    """A batch with more hits than SQLite allows variables in one statement: the write
+    re-reads them a chunk at a time (here the historic limit, 999, below the batch)."""
+    with Store(fresh_db, redaction=RedactionPolicy.off()) as store:
+        SessionRepository(store).create_session("s1", "cli")
+        MessageRepository(store).append_messages(
+            "s1", [{"role": "user", "content": f"m {i} {AWS}"} for i in range(1200)]
+        )
+    with Store(fresh_db) as store:
+
+        @event.listens_for(store.engine, "connect")
+        def _limit(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
+            dbapi_conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
+
+        store.engine.dispose()  # the connections opened so far had no limit
+        run = RedactionRepository(store, RedactionPolicy()).redact_stored(apply=True, batch=1200)
+    assert run.rows_matched == 1200
+    assert AWS not in _stored_text(fresh_db)
 
 
 def test_redact_stored_beside_a_writer_loses_no_write(backend_url: str) -> None:
