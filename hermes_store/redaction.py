@@ -2,10 +2,10 @@
 
 A `RedactionPolicy` is a list of named patterns: the built-in ones (API keys of the
 common providers, bearer tokens, private-key blocks, passwords in URLs, `key = value`
-assignments of secrets) and the user's own. Each match is replaced by
-`[REDACTED:<name>]`; a pattern with a group named `secret` has only that group replaced,
-so the text around it (`Authorization: Bearer`, `postgresql://user:` ... `@host`) stays
-readable and searchable.
+assignments of secrets, `.env` lines such as `PGPASSWORD=...`) and the user's own. Each
+match is replaced by `[REDACTED:<name>]`; a pattern with a group named `secret` has only
+that group replaced, so the text around it (`Authorization: Bearer`, `postgresql://user:`
+... `@host`) stays readable and searchable.
 
 A `Store` applies its policy to every message it writes (appends, batches, compaction,
 import), before the values reach the database, so neither the rows nor the FTS indexes
@@ -99,6 +99,23 @@ BUILTIN_PATTERNS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^\s:/?#@\"'<>]+:"
         r"(?P<secret>[^\s/?#@\"'<>]+)@",
         ("://",),
+    ),
+    (
+        "aws-secret-key",
+        r"(?i)(?<![A-Za-z0-9])aws_secret_access_key[\"']?\s*[:=]\s*[\"']?"
+        r"(?P<secret>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
+        ("~aws_secret_access_key",),
+    ),
+    (
+        # `.env` and shell assignments: an upper-case name ending in a secret's suffix
+        # (PGPASSWORD, MYSQL_PWD, HERMES_STORE_KEY), `=` with no space around it (as
+        # the shell requires, which keeps `x = y` in code and prose out), the value
+        # through its closing quote or to the end of the line (`$NAME`, a reference to
+        # another variable, is no secret)
+        "env-secret",
+        r"(?<![A-Za-z0-9_])[A-Z][A-Z0-9_]*(?:_KEY|_SECRET|_TOKEN|PASSWORD|PASSWD|_PWD)=(?!=)"
+        r"(?P<quote>[\"'])?(?P<secret>(?(quote)[^\n\"']+|[^\s\"'\\$](?:[^\n\"']*[^\s\"'\\])?))",
+        ("KEY=", "SECRET=", "TOKEN=", "PASSWORD=", "PASSWD=", "PWD="),
     ),
     (
         "generic-secret",

@@ -35,6 +35,7 @@ GITHUB = "ghp_" + "R" * 36
 GITHUB_PAT = "github_pat_" + "T" * 30
 SLACK = "xoxb-123456789012-abcdefABCDEF"
 GOOGLE = "AIza" + "G" * 35
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCY" + "E" * 10
 PRIVATE_KEY = (
     "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEA\n-----END OPENSSH PRIVATE KEY-----"
 )
@@ -57,6 +58,13 @@ CASES = [
     ("postgresql://bob:hunter2secret@db.example/app", "hunter2secret", "url-password"),
     ('config {"api_key": "abcd1234efgh5678"}', "abcd1234efgh5678", "generic-secret"),
     ("PASSWORD=correcthorsebattery", "correcthorsebattery", "generic-secret"),
+    (f"AWS_SECRET_ACCESS_KEY={AWS_SECRET}", AWS_SECRET, "aws-secret-key"),
+    (f"[default]\naws_secret_access_key = {AWS_SECRET}\n", AWS_SECRET, "aws-secret-key"),
+    ("export PGPASSWORD=hunter2x\npsql", "hunter2x", "env-secret"),
+    ("MYSQL_PWD='pass phrase 9'", "pass phrase 9", "env-secret"),
+    ('HERMES_STORE_KEY="k3y-Material-01"\n', "k3y-Material-01", "env-secret"),
+    ("DB_PASSWD=s3cr3t-value  # comment", "s3cr3t-value", "env-secret"),
+    ("STRIPE_API_TOKEN=tok_live_abc", "tok_live_abc", "env-secret"),
 ]
 
 
@@ -81,6 +89,28 @@ def test_ordinary_text_is_left_alone() -> None:
     counts: Counter[str] = Counter()
     assert RedactionPolicy().redact_text(prose, counts) == prose
     assert not counts
+
+
+@pytest.mark.parametrize(
+    "prose",
+    [
+        "MONKEY=banana and TURKEY=roast",
+        "if X_TOKEN==other: return",
+        "the SECRET_KEY setting is read at start; NUM_TOKENS=4096 is the budget",
+        "GITHUB_TOKEN=$GH passes the variable on",
+        "a KEY=value pair, max_token=512, PASSWORD_RESET_URL=/reset",
+        "the key = the one in the drawer",
+    ],
+)
+def test_env_assignments_of_ordinary_values_are_left_alone(prose: str) -> None:
+    counts: Counter[str] = Counter()
+    assert RedactionPolicy().redact_text(prose, counts) == prose
+    assert not counts
+
+
+def test_env_secret_leaves_the_name_and_the_next_line() -> None:
+    redacted = RedactionPolicy().redact_text("A=1\nPGPASSWORD=hunter2x \nB=2")
+    assert redacted == "A=1\nPGPASSWORD=[REDACTED:env-secret] \nB=2"
 
 
 def test_user_pattern_with_and_without_a_secret_group() -> None:
