@@ -47,7 +47,9 @@ _MARKER_START = "[REDACTED:"
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
 
 #: The message fields a policy redacts: everything a model or a tool wrote or was sent.
-#: Ids, names, roles and display hints are left alone.
+#: `display_metadata` is one: the agent integrations keep the whole item or event there
+#: (its text, call arguments and tool output) and hand it back from there. Ids, names,
+#: roles and `display_kind` are left alone.
 REDACTED_FIELDS = (
     "content",
     "api_content",
@@ -57,11 +59,21 @@ REDACTED_FIELDS = (
     "reasoning_details",
     "codex_reasoning_items",
     "codex_message_items",
+    "display_metadata",
 )
 #: Of those, the ones stored as JSON text (content is JSON only behind its prefix).
 JSON_FIELDS = frozenset(
-    {"tool_calls", "reasoning_details", "codex_reasoning_items", "codex_message_items"}
+    {
+        "tool_calls",
+        "reasoning_details",
+        "codex_reasoning_items",
+        "codex_message_items",
+        "display_metadata",
+    }
 )
+#: Fields an append may be given as JSON text: parsed before they are redacted string by
+#: string, as storing them parses them (text that does not parse is stored as nothing).
+_PARSED_ON_APPEND = frozenset({"tool_calls", "display_metadata"})
 #: The `\x00json:` prefix of structured content (repositories/_encoding.py).
 _CONTENT_JSON_PREFIX = "\x00json:"
 
@@ -253,9 +265,11 @@ class RedactionPolicy:
 
     @property
     def fingerprint(self) -> str:
-        """Identifies what the policy replaces (its patterns, in order): a redaction run
-        resumes only the progress of a run with the same fingerprint."""
+        """Identifies what the policy replaces (its patterns, in order) and where (the
+        REDACTED_FIELDS): a redaction run resumes only the progress of a run with the same
+        fingerprint, so a field added to the list is walked from the first message."""
         digest = hashlib.sha256()
+        digest.update(",".join(REDACTED_FIELDS).encode() + b"\x00")
         for pattern in self.compiled:
             digest.update(f"{pattern.name}\x00{pattern.regex.pattern}\x00".encode())
         return digest.hexdigest()[:16]
@@ -292,11 +306,11 @@ class RedactionPolicy:
             value = out.get(name)
             if value is None:
                 continue
-            if name == "tool_calls" and isinstance(value, str):
+            if name in _PARSED_ON_APPEND and isinstance(value, str):
                 try:
                     value = json.loads(value)
                 except ValueError:
-                    continue  # stored as no tool calls: nothing of it is kept
+                    continue  # stored as nothing: nothing of it is kept
             out[name] = self.redact_value(value)
         return out
 

@@ -174,7 +174,8 @@ def _stored_text(url: str) -> str:
         rows = conn.execute(
             text(
                 "SELECT content, api_content, tool_calls, reasoning, reasoning_content, "
-                "reasoning_details, codex_reasoning_items, codex_message_items FROM messages"
+                "reasoning_details, codex_reasoning_items, codex_message_items, "
+                "display_metadata FROM messages"
             )
         ).all()
         out = json.dumps([list(r) for r in rows])
@@ -211,12 +212,42 @@ def _write_every_way(store: Store) -> None:
         reasoning_content=f"also {SLACK}",
         reasoning_details=[{"text": f"google {GOOGLE}"}],
         codex_message_items=[{"content": [{"text": ANTHROPIC}]}],
+        display_metadata={"item": {"output": [f"ran with {OPENAI}"]}},
     )
     messages.append_message("s1", "user", [{"type": "text", "text": SECRET_MESSAGE}])
     messages.append_message("s1", "user", "plain", api_content=f"ctx {AWS}")
-    messages.append_messages("s1", [{"role": "tool", "content": f"env: AWS_KEY={AWS}"}])
+    messages.append_messages(
+        "s1",
+        [
+            {
+                "role": "tool",
+                "content": f"env: AWS_KEY={AWS}",
+                "display_metadata": json.dumps({"event": {"text": f"key {GITHUB}"}}),
+            }
+        ],
+    )
+    messages.append_message("s1", "user", "tag me")
+    messages.set_latest_matching_message_display_kind(
+        "s1",
+        role="user",
+        content="tag me",
+        display_kind="note",
+        display_metadata={"said": f"with {SLACK}"},
+    )
     MaintenanceRepository(store).import_sessions(
-        [{"id": "s2", "source": "cli", "messages": [{"role": "user", "content": SECRET_MESSAGE}]}]
+        [
+            {
+                "id": "s2",
+                "source": "cli",
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": SECRET_MESSAGE,
+                        "display_metadata": {"raw": f"imported {GOOGLE}"},
+                    }
+                ],
+            }
+        ]
     )
 
 
@@ -233,6 +264,14 @@ def test_every_write_path_stores_no_secret(backend_url: str) -> None:
         {"key": "[REDACTED:openai-key]"}
     )
     assert conversation[1]["content"][0]["text"].startswith("deploy with [REDACTED:")
+    # display metadata is redacted string by string and stays a JSON object
+    assert conversation[0]["display_metadata"] == {
+        "item": {"output": ["ran with [REDACTED:openai-key]"]}
+    }
+    assert conversation[3]["display_metadata"] == {
+        "event": {"text": "key [REDACTED:github-token]"}
+    }
+    assert conversation[4]["display_metadata"] == {"said": "with [REDACTED:slack-token]"}
 
 
 def test_policy_off_by_default_keeps_text_as_given(fresh_db: str) -> None:
@@ -411,6 +450,32 @@ def test_stored_json_that_does_not_parse_is_redacted_as_text(fresh_db: str) -> N
             row = conn.execute(text("SELECT content, tool_calls FROM messages")).one()
     assert row[0] == "\x00json:[broken [REDACTED:aws-access-key]"
     assert row[1] == "not json [REDACTED:aws-access-key]"
+
+
+def test_redact_stored_reaches_display_metadata_and_keeps_it_json(backend_url: str) -> None:
+    item = {"type": "message", "content": [{"type": "output_text", "text": f"use {AWS}"}]}
+    with Store(backend_url, redaction=RedactionPolicy.off()) as store:
+        SessionRepository(store).create_session("s1", "cli")
+        MessageRepository(store).append_message(
+            "s1", "assistant", "said", display_metadata={"openai_agents_item": item}
+        )
+    assert AWS in _stored_text(backend_url)
+    with Store(backend_url) as store:
+        run = RedactionRepository(store, RedactionPolicy()).redact_stored(apply=True)
+        stored = MessageRepository(store).get_messages("s1")[0]["display_metadata"]
+    assert run.counts == {"aws-access-key": 1}
+    assert stored["openai_agents_item"]["content"][0]["text"] == "use [REDACTED:aws-access-key]"
+    assert AWS not in _stored_text(backend_url)
+
+
+def test_the_fingerprint_covers_the_redacted_fields(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run from before a field was added to the list does not skip that field."""
+    from hermes_store import redaction
+
+    policy = RedactionPolicy()
+    before = policy.fingerprint
+    monkeypatch.setattr(redaction, "REDACTED_FIELDS", redaction.REDACTED_FIELDS[:-1])
+    assert policy.fingerprint != before
 
 
 def test_a_large_batch_binds_its_ids_a_chunk_at_a_time(fresh_db: str) -> None:
