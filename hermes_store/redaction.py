@@ -339,6 +339,22 @@ class RedactionPolicy:
         return result if found else stored
 
 
+    def redact_stored_rows(self, rows: Iterable[dict[str, Any]]) -> Counter[str]:
+        """Message rows as stored (dicts of their columns, as a restore from the trash
+        writes them back), their REDACTED_FIELDS redacted in place; the replacements by
+        pattern. A row written again is a write: it gets the policy as an append does,
+        and a later `redact` run, which resumes after its cursor, would never reach its
+        old id."""
+        counts = Counter[str]()
+        if not self.compiled:
+            return counts
+        for row in rows:
+            for name in REDACTED_FIELDS:
+                if name in row:
+                    row[name] = self.redact_stored(name, row[name], counts)
+        return counts
+
+
 def _json_or_none(text: str) -> tuple[Any] | None:
     try:
         return (json.loads(text),)
