@@ -8,7 +8,8 @@ that group replaced, so the text around it (`Authorization: Bearer`, `postgresql
 ... `@host`) stays readable and searchable.
 
 A `Store` applies its policy to every message it writes (appends, batches, compaction,
-import), before the values reach the database, so neither the rows nor the FTS indexes
+import, the agent adapters, a restore from the trash), before the values reach the
+database, so neither the rows nor the FTS indexes
 built from them ever hold a matched secret; `hermes-store redact`
 (hermes_store/repositories/redaction.py) applies it to what is already stored.
 
