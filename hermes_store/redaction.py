@@ -2,13 +2,14 @@
 
 A `RedactionPolicy` is a list of named patterns: the built-in ones (API keys of the
 common providers, bearer tokens, private-key blocks, passwords in URLs, `key = value`
-assignments of secrets) and the user's own. Each match is replaced by
-`[REDACTED:<name>]`; a pattern with a group named `secret` has only that group replaced,
-so the text around it (`Authorization: Bearer`, `postgresql://user:` ... `@host`) stays
-readable and searchable.
+assignments of secrets, `.env` lines such as `PGPASSWORD=...`) and the user's own. Each
+match is replaced by `[REDACTED:<name>]`; a pattern with a group named `secret` has only
+that group replaced, so the text around it (`Authorization: Bearer`, `postgresql://user:`
+... `@host`) stays readable and searchable.
 
 A `Store` applies its policy to every message it writes (appends, batches, compaction,
-import), before the values reach the database, so neither the rows nor the FTS indexes
+import, the agent adapters, a restore from the trash), before the values reach the
+database, so neither the rows nor the FTS indexes
 built from them ever hold a matched secret; `hermes-store redact`
 (hermes_store/repositories/redaction.py) applies it to what is already stored.
 
@@ -47,7 +48,9 @@ _MARKER_START = "[REDACTED:"
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
 
 #: The message fields a policy redacts: everything a model or a tool wrote or was sent.
-#: Ids, names, roles and display hints are left alone.
+#: `display_metadata` is one: the agent integrations keep the whole item or event there
+#: (its text, call arguments and tool output) and hand it back from there. Ids, names,
+#: roles and `display_kind` are left alone.
 REDACTED_FIELDS = (
     "content",
     "api_content",
@@ -57,11 +60,21 @@ REDACTED_FIELDS = (
     "reasoning_details",
     "codex_reasoning_items",
     "codex_message_items",
+    "display_metadata",
 )
 #: Of those, the ones stored as JSON text (content is JSON only behind its prefix).
 JSON_FIELDS = frozenset(
-    {"tool_calls", "reasoning_details", "codex_reasoning_items", "codex_message_items"}
+    {
+        "tool_calls",
+        "reasoning_details",
+        "codex_reasoning_items",
+        "codex_message_items",
+        "display_metadata",
+    }
 )
+#: Fields an append may be given as JSON text: parsed before they are redacted string by
+#: string, as storing them parses them (text that does not parse is stored as nothing).
+_PARSED_ON_APPEND = frozenset({"tool_calls", "display_metadata"})
 #: The `\x00json:` prefix of structured content (repositories/_encoding.py).
 _CONTENT_JSON_PREFIX = "\x00json:"
 
@@ -99,6 +112,23 @@ BUILTIN_PATTERNS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^\s:/?#@\"'<>]+:"
         r"(?P<secret>[^\s/?#@\"'<>]+)@",
         ("://",),
+    ),
+    (
+        "aws-secret-key",
+        r"(?i)(?<![A-Za-z0-9])aws_secret_access_key[\"']?\s*[:=]\s*[\"']?"
+        r"(?P<secret>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
+        ("~aws_secret_access_key",),
+    ),
+    (
+        # `.env` and shell assignments: an upper-case name ending in a secret's suffix
+        # (PGPASSWORD, MYSQL_PWD, HERMES_STORE_KEY), `=` with no space around it (as
+        # the shell requires, which keeps `x = y` in code and prose out), the value
+        # through its closing quote or to the end of the line (`$NAME`, a reference to
+        # another variable, is no secret)
+        "env-secret",
+        r"(?<![A-Za-z0-9_])[A-Z][A-Z0-9_]*(?:_KEY|_SECRET|_TOKEN|PASSWORD|PASSWD|_PWD)=(?!=)"
+        r"(?P<quote>[\"'])?(?P<secret>(?(quote)[^\n\"']+|[^\s\"'\\$](?:[^\n\"']*[^\s\"'\\])?))",
+        ("KEY=", "SECRET=", "TOKEN=", "PASSWORD=", "PASSWD=", "PWD="),
     ),
     (
         "generic-secret",
@@ -236,9 +266,11 @@ class RedactionPolicy:
 
     @property
     def fingerprint(self) -> str:
-        """Identifies what the policy replaces (its patterns, in order): a redaction run
-        resumes only the progress of a run with the same fingerprint."""
+        """Identifies what the policy replaces (its patterns, in order) and where (the
+        REDACTED_FIELDS): a redaction run resumes only the progress of a run with the same
+        fingerprint, so a field added to the list is walked from the first message."""
         digest = hashlib.sha256()
+        digest.update(",".join(REDACTED_FIELDS).encode() + b"\x00")
         for pattern in self.compiled:
             digest.update(f"{pattern.name}\x00{pattern.regex.pattern}\x00".encode())
         return digest.hexdigest()[:16]
@@ -275,11 +307,11 @@ class RedactionPolicy:
             value = out.get(name)
             if value is None:
                 continue
-            if name == "tool_calls" and isinstance(value, str):
+            if name in _PARSED_ON_APPEND and isinstance(value, str):
                 try:
                     value = json.loads(value)
                 except ValueError:
-                    continue  # stored as no tool calls: nothing of it is kept
+                    continue  # stored as nothing: nothing of it is kept
             out[name] = self.redact_value(value)
         return out
 
@@ -306,6 +338,22 @@ class RedactionPolicy:
         result = self.redact_text(stored, found)
         counts.update(found)
         return result if found else stored
+
+
+    def redact_stored_rows(self, rows: Iterable[dict[str, Any]]) -> Counter[str]:
+        """Message rows as stored (dicts of their columns, as a restore from the trash
+        writes them back), their REDACTED_FIELDS redacted in place; the replacements by
+        pattern. A row written again is a write: it gets the policy as an append does,
+        and a later `redact` run, which resumes after its cursor, would never reach its
+        old id."""
+        counts = Counter[str]()
+        if not self.compiled:
+            return counts
+        for row in rows:
+            for name in REDACTED_FIELDS:
+                if name in row:
+                    row[name] = self.redact_stored(name, row[name], counts)
+        return counts
 
 
 def _json_or_none(text: str) -> tuple[Any] | None:
@@ -344,6 +392,7 @@ def parse_pattern_arg(text: str) -> tuple[str, str]:
     """`name=regular expression` as typed on the command line, checked."""
     name, sep, expression = text.partition("=")
     if not sep:
-        raise InvalidRedactionPattern(name.strip() or text[:20], "expected name=regular expression")
+        # without "=" the argument may be a pasted secret, so none of it is echoed
+        raise InvalidRedactionPattern("the pattern argument", "expected name=regular expression")
     compile_pattern(name.strip(), expression)
     return name.strip(), expression

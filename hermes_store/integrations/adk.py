@@ -17,8 +17,10 @@ Where things are kept (revision hs0008, docs/adk.md):
 - An event is one message of that session: its text parts as `content` (so hermes-store
   search finds it), `user` or `assistant` as role, the event's timestamp and id
   (`platform_message_id`), and the whole event as JSON in `display_metadata` under
-  `display_kind` `adk_event`, from which it is read back exactly. Events are therefore
-  in the change feed and copied by `hermes-store copy` like any message.
+  `display_kind` `adk_event`, from which it is read back exactly (with the store's
+  redaction policy on, both columns are redacted, so it is read back with the markers).
+  Events are therefore in the change feed and copied by `hermes-store copy` like any
+  message.
 - `app:` and `user:` state live in `hermes_store_adk_app_states` and
   `hermes_store_adk_user_states` (without the prefix, as ADK stores them); `temp:` keys
   are never stored.
@@ -378,10 +380,11 @@ def _append(
     session: Session,
     event: Event,
     parts: tuple[dict[str, Any], ...],
-    event_json: str,
+    stored: Mapping[str, Any],
     event_time: float,
 ) -> int:
-    """Store `event` and its state deltas; the session's new revision."""
+    """Store `event` and its state deltas; the session's new revision. `stored`: the
+    event's `content` and `display_metadata` as the store's policy redacted them."""
     app, user, delta = parts
     key = _key(session.app_name, session.user_id, session.id)
     row = conn.execute(
@@ -404,11 +407,10 @@ def _append(
     fields: dict[str, Any] = dict.fromkeys(MESSAGE_FIELDS)
     fields.update(
         role="user" if event.author == "user" else "assistant",
-        content=_text_of(event),
         platform_message_id=event.id,
         observed=False,
         display_kind=ADK_EVENT_KIND,
-        display_metadata=event_json,
+        **stored,
     )
     _append_one(conn, row.session_id, None, event_time, fields)
     return int(row.revision) + 1
@@ -603,9 +605,14 @@ class HermesSessionService(BaseSessionService):  # type: ignore[misc,unused-igno
         except (PydanticSerializationError, ValidationError, ValueError) as exc:
             raise InvalidInput(f"the event cannot be stored as JSON: {exc}") from None
         sync = self.store.sync
+        # the store's policy, as every write path applies it (the event's text parts are
+        # in both columns); redacted before the transaction, as appends do
+        stored = sync.redaction.redact_fields(
+            {"content": _text_of(event), "display_metadata": event_json}
+        )
         revision = await self.store.run(
             lambda: sync.write(
-                lambda conn: _append(conn, session, event, parts, event_json, event_time)
+                lambda conn: _append(conn, session, event, parts, stored, event_time)
             )
         )
         session.last_update_time = event.timestamp

@@ -870,10 +870,12 @@ class MessageRepository:
         if not session_id or not role or not display_kind or _is_empty(content):
             return False
         # the row was stored redacted: compared with the same redaction
-        stored_content = content_value(self.store.redaction.redact_value(content))
+        redaction = self.store.redaction
+        stored_content = content_value(redaction.redact_value(content))
+        metadata = redaction.redact_fields({"display_metadata": display_metadata})
         values = {
             "display_kind": field_text("display_kind", display_kind),
-            "display_metadata": encode_display_metadata(display_metadata),
+            "display_metadata": encode_display_metadata(metadata["display_metadata"]),
         }
         return self.store.write(
             lambda conn: _tag_latest_match(conn, session_id, role, stored_content, values)

@@ -30,6 +30,7 @@ from sqlalchemy import Connection, bindparam, func, select, update
 from ..errors import InvalidInput
 from ..redaction import REDACTED_FIELDS, RedactionPolicy
 from ..store import Store
+from ._sql import chunks
 from ._state_meta import set_value
 from ._tables import MESSAGES, META, K, M
 
@@ -105,9 +106,11 @@ def _write_batch(
     transaction runs it again."""
     counts: Counter[str] = Counter()
     changed_rows = 0
-    if ids:
-        rows = conn.execute(select(M.id, *_COLUMNS).where(M.id.in_(ids)).order_by(M.id)).all()
-        for row in rows:
+    query = select(M.id, *_COLUMNS).where(M.id.in_(bindparam("ids", expanding=True)))
+    # a batch has no upper bound: the ids are bound a chunk at a time, below the
+    # database's limit of parameters per statement
+    for chunk in chunks(ids):
+        for row in conn.execute(query.order_by(M.id), {"ids": chunk}).all():
             changed = _redacted_row(policy, row, counts)
             if changed:
                 conn.execute(update(MESSAGES).where(M.id == row[0]).values(changed))

@@ -49,6 +49,7 @@ from sqlalchemy import (
 from ..contract import TAGS_TABLE, TRASH_ROWS_TABLE, TRASH_TABLE
 from ..errors import InvalidInput, RestoreConflict, SessionNotFound
 from ..models import AdkSession, IdempotencyKey
+from ..redaction import RedactionPolicy
 from ..store import Store
 from ._encoding import now
 from ._own_tables import needing
@@ -280,8 +281,15 @@ def _free_title(conn: Connection, title: str, taken_here: set[str]) -> str:
         n += 1
 
 
-def restore_session(conn: Connection, session_id: str) -> RestoreReport:
-    """Bring the newest trash entry of `session_id` back (see the module docstring)."""
+#: A restore's policy unless the store has one on (TrashRepository passes the store's).
+_NO_REDACTION = RedactionPolicy.off()
+
+
+def restore_session(
+    conn: Connection, session_id: str, redaction: RedactionPolicy = _NO_REDACTION
+) -> RestoreReport:
+    """Bring the newest trash entry of `session_id` back (see the module docstring);
+    `redaction`: the store's policy, applied to the messages as they are written back."""
     entry = _entry_for(conn, session_id)
     if entry is None:
         raise SessionNotFound(session_id)
@@ -346,6 +354,7 @@ def restore_session(conn: Connection, session_id: str) -> RestoreReport:
     pending: dict[str, list[dict[str, Any]]] = {}
 
     def flush() -> None:
+        redaction.redact_stored_rows(pending.get(MESSAGES.name, ()))
         for name, rows in pending.items():
             if rows:
                 conn.execute(insert(_BY_NAME[name]), rows)
@@ -492,7 +501,7 @@ class TrashRepository:
         """
         if not isinstance(session_id, str) or not session_id:
             raise SessionNotFound(str(session_id))
-        return self._write(lambda conn: restore_session(conn, session_id))
+        return self._write(lambda conn: restore_session(conn, session_id, self.store.redaction))
 
     def list_trash(self) -> list[TrashEntry]:
         """Every trash entry, most recently trashed first."""

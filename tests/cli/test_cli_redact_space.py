@@ -68,6 +68,18 @@ def test_redact_refuses_a_bad_pattern_by_name(
     assert "'leaky'" in err and "does not compile" in err and secretish not in err
 
 
+def test_redact_pattern_without_a_name_is_not_echoed(
+    fresh_db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    secretish = "sk-proj-" + "Y" * 30
+    with pytest.raises(SystemExit) as caught:
+        main(["redact", "--url", fresh_db, "--pattern", secretish])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert "expected name=regular expression" in err
+    assert secretish[:8] not in err and "YYYY" not in err
+
+
 def test_redact_with_no_patterns_is_an_error(
     fresh_db: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

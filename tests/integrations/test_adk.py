@@ -419,3 +419,34 @@ def test_concurrent_appends_to_one_app_lose_no_shared_state(backend_url: str) ->
     state, user = _run(backend_url, work)
     assert state == {**{f"app:k{i}": i for i in range(8)}, **{f"user:k{i}": i for i in range(8)}}
     assert user == {f"k{i}": i for i in range(8)}
+
+
+def test_with_a_policy_on_an_event_is_stored_and_read_back_redacted(
+    backend_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store's redaction policy reaches the event's text (`content`, searched) and the
+    stored event (`display_metadata`), string by string: get_session rebuilds the event
+    with the markers in place."""
+    monkeypatch.setenv("HERMES_STORE_REDACT", "on")
+    aws, openai = "AKIAIOSFODNN7EXAMPLE", "sk-proj-" + "Q" * 40
+    call = types.Part(function_call=types.FunctionCall(name="deploy", args={"key": openai}))
+    event = Event(
+        invocation_id="inv",
+        author="ops",
+        content=types.Content(role="model", parts=[types.Part(text=f"use {aws}"), call]),
+    )
+
+    async def work(service: HermesSessionService) -> Session | None:
+        session = await service.create_session(app_name="ops", user_id="ada", session_id="d1")
+        await service.append_event(session, event)
+        return await service.get_session(app_name="ops", user_id="ada", session_id="d1")
+
+    got = _run(backend_url, work)
+    assert got is not None
+    parts = got.events[0].content.parts
+    assert parts[0].text == "use [REDACTED:aws-access-key]"
+    assert parts[1].function_call.args == {"key": "[REDACTED:openai-key]"}
+    stored = _rows(backend_url, "SELECT content, display_metadata FROM messages")
+    assert stored[0][0] == "use [REDACTED:aws-access-key]"
+    assert aws not in json.dumps([list(r) for r in stored])
+    assert openai not in json.dumps([list(r) for r in stored])

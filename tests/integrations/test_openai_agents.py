@@ -15,10 +15,12 @@ pytest.importorskip("agents", reason="the openai-agents extra is not installed")
 from agents import Agent, RunConfig, Runner  # noqa: E402
 from agents.memory import Session, SessionSettings  # noqa: E402
 from agents.testing import ScriptedModel, assistant_message  # noqa: E402
+from sqlalchemy import text  # noqa: E402
 
 from hermes_store.aio import AsyncStore  # noqa: E402
 from hermes_store.errors import InvalidInput  # noqa: E402
 from hermes_store.integrations.openai_agents import HermesSession  # noqa: E402
+from hermes_store.redaction import RedactionPolicy  # noqa: E402
 from hermes_store.repositories.changes import ChangeFeed  # noqa: E402
 from hermes_store.repositories.messages import MessageRepository  # noqa: E402
 from hermes_store.repositories.search import SearchRepository  # noqa: E402
@@ -243,3 +245,28 @@ def test_an_agent_run_keeps_its_history_in_the_store(backend_url: str) -> None:
         stored = MessageRepository(store).get_messages("tour")
     assert [m["role"] for m in stored] == ["user", "assistant", "user", "assistant"]
     assert stored[1]["content"] == "San Francisco"
+
+
+def test_with_a_policy_on_items_are_stored_and_handed_back_redacted(backend_url: str) -> None:
+    """The whole item is kept in `display_metadata`: the policy redacts it string by
+    string there as in `content`, so get_items hands back the markers, never the secret."""
+    aws, openai = "AKIAIOSFODNN7EXAMPLE", "sk-proj-" + "Q" * 40
+    items: list[Any] = [
+        {"role": "user", "content": f"deploy with {aws}"},
+        {
+            "type": "function_call",
+            "call_id": "call_1",
+            "name": "deploy",
+            "arguments": json.dumps({"key": openai}),
+        },
+    ]
+    with Store(backend_url, redaction=RedactionPolicy()) as store:
+        session = HermesSession("agent-1", store)
+        run(session.add_items(items))
+        got = run(session.get_items())
+        with store.read() as conn:
+            stored = conn.execute(text("SELECT content, display_metadata FROM messages")).all()
+    assert got[0] == {"role": "user", "content": "deploy with [REDACTED:aws-access-key]"}
+    assert json.loads(got[1]["arguments"]) == {"key": "[REDACTED:openai-key]"}
+    dumped = json.dumps([list(r) for r in stored])
+    assert aws not in dumped and openai not in dumped

@@ -6,12 +6,13 @@ resumably, with the search entries of changed rows rebuilt (docs/redaction.md)."
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from hermes_store import (
     InvalidRedactionPattern,
@@ -34,6 +35,7 @@ GITHUB = "ghp_" + "R" * 36
 GITHUB_PAT = "github_pat_" + "T" * 30
 SLACK = "xoxb-123456789012-abcdefABCDEF"
 GOOGLE = "AIza" + "G" * 35
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCY" + "E" * 10
 PRIVATE_KEY = (
     "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEA\n-----END OPENSSH PRIVATE KEY-----"
 )
@@ -56,6 +58,13 @@ CASES = [
     ("postgresql://bob:hunter2secret@db.example/app", "hunter2secret", "url-password"),
     ('config {"api_key": "abcd1234efgh5678"}', "abcd1234efgh5678", "generic-secret"),
     ("PASSWORD=correcthorsebattery", "correcthorsebattery", "generic-secret"),
+    (f"AWS_SECRET_ACCESS_KEY={AWS_SECRET}", AWS_SECRET, "aws-secret-key"),
+    (f"[default]\naws_secret_access_key = {AWS_SECRET}\n", AWS_SECRET, "aws-secret-key"),
+    ("export PGPASSWORD=hunter2x\npsql", "hunter2x", "env-secret"),
+    ("MYSQL_PWD='pass phrase 9'", "pass phrase 9", "env-secret"),
+    ('HERMES_STORE_KEY="k3y-Material-01"\n', "k3y-Material-01", "env-secret"),
+    ("DB_PASSWD=s3cr3t-value  # comment", "s3cr3t-value", "env-secret"),
+    ("STRIPE_API_TOKEN=tok_live_abc", "tok_live_abc", "env-secret"),
 ]
 
 
@@ -80,6 +89,28 @@ def test_ordinary_text_is_left_alone() -> None:
     counts: Counter[str] = Counter()
     assert RedactionPolicy().redact_text(prose, counts) == prose
     assert not counts
+
+
+@pytest.mark.parametrize(
+    "prose",
+    [
+        "MONKEY=banana and TURKEY=roast",
+        "if X_TOKEN==other: return",
+        "the SECRET_KEY setting is read at start; NUM_TOKENS=4096 is the budget",
+        "GITHUB_TOKEN=$GH passes the variable on",
+        "a KEY=value pair, max_token=512, PASSWORD_RESET_URL=/reset",
+        "the key = the one in the drawer",
+    ],
+)
+def test_env_assignments_of_ordinary_values_are_left_alone(prose: str) -> None:
+    counts: Counter[str] = Counter()
+    assert RedactionPolicy().redact_text(prose, counts) == prose
+    assert not counts
+
+
+def test_env_secret_leaves_the_name_and_the_next_line() -> None:
+    redacted = RedactionPolicy().redact_text("A=1\nPGPASSWORD=hunter2x \nB=2")
+    assert redacted == "A=1\nPGPASSWORD=[REDACTED:env-secret] \nB=2"
 
 
 def test_user_pattern_with_and_without_a_secret_group() -> None:
@@ -143,7 +174,8 @@ def _stored_text(url: str) -> str:
         rows = conn.execute(
             text(
                 "SELECT content, api_content, tool_calls, reasoning, reasoning_content, "
-                "reasoning_details, codex_reasoning_items, codex_message_items FROM messages"
+                "reasoning_details, codex_reasoning_items, codex_message_items, "
+                "display_metadata FROM messages"
             )
         ).all()
         out = json.dumps([list(r) for r in rows])
@@ -180,12 +212,42 @@ def _write_every_way(store: Store) -> None:
         reasoning_content=f"also {SLACK}",
         reasoning_details=[{"text": f"google {GOOGLE}"}],
         codex_message_items=[{"content": [{"text": ANTHROPIC}]}],
+        display_metadata={"item": {"output": [f"ran with {OPENAI}"]}},
     )
     messages.append_message("s1", "user", [{"type": "text", "text": SECRET_MESSAGE}])
     messages.append_message("s1", "user", "plain", api_content=f"ctx {AWS}")
-    messages.append_messages("s1", [{"role": "tool", "content": f"env: AWS_KEY={AWS}"}])
+    messages.append_messages(
+        "s1",
+        [
+            {
+                "role": "tool",
+                "content": f"env: AWS_KEY={AWS}",
+                "display_metadata": json.dumps({"event": {"text": f"key {GITHUB}"}}),
+            }
+        ],
+    )
+    messages.append_message("s1", "user", "tag me")
+    messages.set_latest_matching_message_display_kind(
+        "s1",
+        role="user",
+        content="tag me",
+        display_kind="note",
+        display_metadata={"said": f"with {SLACK}"},
+    )
     MaintenanceRepository(store).import_sessions(
-        [{"id": "s2", "source": "cli", "messages": [{"role": "user", "content": SECRET_MESSAGE}]}]
+        [
+            {
+                "id": "s2",
+                "source": "cli",
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": SECRET_MESSAGE,
+                        "display_metadata": {"raw": f"imported {GOOGLE}"},
+                    }
+                ],
+            }
+        ]
     )
 
 
@@ -202,6 +264,14 @@ def test_every_write_path_stores_no_secret(backend_url: str) -> None:
         {"key": "[REDACTED:openai-key]"}
     )
     assert conversation[1]["content"][0]["text"].startswith("deploy with [REDACTED:")
+    # display metadata is redacted string by string and stays a JSON object
+    assert conversation[0]["display_metadata"] == {
+        "item": {"output": ["ran with [REDACTED:openai-key]"]}
+    }
+    assert conversation[3]["display_metadata"] == {
+        "event": {"text": "key [REDACTED:github-token]"}
+    }
+    assert conversation[4]["display_metadata"] == {"said": "with [REDACTED:slack-token]"}
 
 
 def test_policy_off_by_default_keeps_text_as_given(fresh_db: str) -> None:
@@ -380,6 +450,52 @@ def test_stored_json_that_does_not_parse_is_redacted_as_text(fresh_db: str) -> N
             row = conn.execute(text("SELECT content, tool_calls FROM messages")).one()
     assert row[0] == "\x00json:[broken [REDACTED:aws-access-key]"
     assert row[1] == "not json [REDACTED:aws-access-key]"
+
+
+def test_redact_stored_reaches_display_metadata_and_keeps_it_json(backend_url: str) -> None:
+    item = {"type": "message", "content": [{"type": "output_text", "text": f"use {AWS}"}]}
+    with Store(backend_url, redaction=RedactionPolicy.off()) as store:
+        SessionRepository(store).create_session("s1", "cli")
+        MessageRepository(store).append_message(
+            "s1", "assistant", "said", display_metadata={"openai_agents_item": item}
+        )
+    assert AWS in _stored_text(backend_url)
+    with Store(backend_url) as store:
+        run = RedactionRepository(store, RedactionPolicy()).redact_stored(apply=True)
+        stored = MessageRepository(store).get_messages("s1")[0]["display_metadata"]
+    assert run.counts == {"aws-access-key": 1}
+    assert stored["openai_agents_item"]["content"][0]["text"] == "use [REDACTED:aws-access-key]"
+    assert AWS not in _stored_text(backend_url)
+
+
+def test_the_fingerprint_covers_the_redacted_fields(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run from before a field was added to the list does not skip that field."""
+    from hermes_store import redaction
+
+    policy = RedactionPolicy()
+    before = policy.fingerprint
+    monkeypatch.setattr(redaction, "REDACTED_FIELDS", redaction.REDACTED_FIELDS[:-1])
+    assert policy.fingerprint != before
+
+
+def test_a_large_batch_binds_its_ids_a_chunk_at_a_time(fresh_db: str) -> None:
+    """A batch with more hits than SQLite allows variables in one statement: the write
+    re-reads them a chunk at a time (here the historic limit, 999, below the batch)."""
+    with Store(fresh_db, redaction=RedactionPolicy.off()) as store:
+        SessionRepository(store).create_session("s1", "cli")
+        MessageRepository(store).append_messages(
+            "s1", [{"role": "user", "content": f"m {i} {AWS}"} for i in range(1200)]
+        )
+    with Store(fresh_db) as store:
+
+        @event.listens_for(store.engine, "connect")
+        def _limit(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
+            dbapi_conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
+
+        store.engine.dispose()  # the connections opened so far had no limit
+        run = RedactionRepository(store, RedactionPolicy()).redact_stored(apply=True, batch=1200)
+    assert run.rows_matched == 1200
+    assert AWS not in _stored_text(fresh_db)
 
 
 def test_redact_stored_beside_a_writer_loses_no_write(backend_url: str) -> None:

@@ -253,6 +253,54 @@ def test_a_large_session_moves_and_comes_back_whole(backend_url: str) -> None:
         assert len(hits) == 5
 
 
+def test_a_restore_with_a_policy_on_writes_the_messages_back_redacted(
+    backend_url: str,
+) -> None:
+    """Restored messages keep their old ids, below `redact`'s cursor, where a resumed run
+    never looks: a store with a policy on redacts them as it writes them back (content,
+    structured tool calls, display metadata), and search finds only the markers."""
+    from hermes_store.redaction import RedactionPolicy
+    from hermes_store.repositories.redaction import RedactionRepository
+
+    aws = "AKIAIOSFODNN7EXAMPLE"
+    with Store(backend_url, redaction=RedactionPolicy.off()) as store:
+        SessionRepository(store).create_session("s1", "cli")
+        MessageRepository(store).append_message(
+            "s1",
+            "assistant",
+            f"deploy with {aws}",
+            tool_calls=[{"function": {"arguments": f'{{"key": "{aws}"}}'}}],
+            display_metadata={"item": {"text": aws}},
+        )
+        TrashRepository(store).trash_session("s1")
+    with Store(backend_url, redaction=RedactionPolicy()) as store:
+        # a run over the live rows, as before a restore: its cursor passes the old id
+        RedactionRepository(store).redact_stored(apply=True)
+        report = TrashRepository(store).restore_session("s1")
+        assert report.messages == 1
+        [message] = MessageRepository(store).get_messages("s1")
+        assert SearchRepository(store).search_messages(aws) == []
+    assert message["content"] == "deploy with [REDACTED:aws-access-key]"
+    assert message["tool_calls"][0]["function"]["arguments"] == (
+        '{"key": "[REDACTED:aws-access-key]"}'
+    )
+    assert message["display_metadata"] == {"item": {"text": "[REDACTED:aws-access-key]"}}
+    stored = _raw(backend_url, "SELECT content, tool_calls, display_metadata FROM messages")
+    assert aws not in repr(stored)
+
+
+def test_a_restore_without_a_policy_writes_the_messages_back_as_they_were(
+    fresh_db: str,
+) -> None:
+    aws = "AKIAIOSFODNN7EXAMPLE"
+    with Store(fresh_db) as store:
+        SessionRepository(store).create_session("s1", "cli")
+        MessageRepository(store).append_message("s1", "user", f"deploy with {aws}")
+        TrashRepository(store).trash_session("s1")
+        TrashRepository(store).restore_session("s1")
+    assert _raw(fresh_db, "SELECT content FROM messages") == [(f"deploy with {aws}",)]
+
+
 def test_the_facade_delete_session_still_deletes_for_good(fresh_db: str) -> None:
     with Store(fresh_db) as store:
         SessionRepository(store).create_session("s", "cli")
