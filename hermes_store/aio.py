@@ -268,6 +268,8 @@ class AsyncStore:
             skips the check).
         redaction: the secrets replaced in every message written (None: from the
             environment, off unless `HERMES_STORE_REDACT` is set; docs/redaction.md).
+        key: the SQLite file's encryption key, or a callable returning it (as `Store`'s;
+            docs/encryption.md).
 
     Attributes:
         sync: the synchronous `Store` underneath.
@@ -303,6 +305,7 @@ class AsyncStore:
         engine: Engine | None = None,
         check_schema: bool = True,
         redaction: RedactionPolicy | None = None,
+        key: KeySource | Key | None = None,
     ) -> None:
         if store is None:
             store = Store(
@@ -314,6 +317,7 @@ class AsyncStore:
                 engine=engine,
                 check_schema=check_schema,
                 redaction=redaction,
+                key=key,
             )
         self.sync = store
         self._pool = WorkerPool(workers, "hermes-store")
@@ -721,6 +725,8 @@ class AsyncTags(_AsyncRepository[TagRepository]):
     get_tags = awaitable(TagRepository.get_tags)
     list_tags = awaitable(TagRepository.list_tags)
     sessions_with_tag = awaitable(TagRepository.sessions_with_tag)
+
+
 class AsyncRedaction(_AsyncRepository[RedactionRepository]):
     """`RedactionRepository`'s methods as coroutines, with the store's own policy."""
 

@@ -383,6 +383,11 @@ def _cmd_sessions_prune(args: argparse.Namespace) -> int:
         candidates = repo.list_prune_candidates(source=args.source, last_active_before=cutoff)
         if args.dry_run:
             _print_prune_candidates(candidates, args.json)
+            if args.source is None and not args.json:
+                expired = _expired_trash(TrashRepository(store))
+                if expired:
+                    print(f"and {expired} trash entr{'y' if expired == 1 else 'ies'} past "
+                          "their time would be emptied")  # fmt: skip
             return 0
         if not args.yes:
             raise StoreError(
@@ -396,7 +401,11 @@ def _cmd_sessions_prune(args: argparse.Namespace) -> int:
                 count = repo.prune_sessions(None, args.source, last_active_before=bound)
                 deleted += count
                 advance(count)
-        emptied = TrashRepository(store).empty_trash(expired_only=True)
+        # the trash's entries are emptied by time alone; with --source the prune is about
+        # one source's sessions, so the trash is left to `sessions trash --expired`
+        emptied = 0
+        if args.source is None:
+            emptied = TrashRepository(store).empty_trash(expired_only=True)
     if args.json:
         _print_json({"deleted": deleted, "trash_emptied": emptied})
     else:
@@ -404,6 +413,11 @@ def _cmd_sessions_prune(args: argparse.Namespace) -> int:
         if emptied:
             print(f"emptied {emptied} trash entr{'y' if emptied == 1 else 'ies'} past their time")
     return 0
+
+
+def _expired_trash(trash: Any) -> int:
+    moment = time.time()
+    return sum(1 for entry in trash.list_trash() if entry.expires_at <= moment)
 
 
 def _print_prune_candidates(candidates: Sequence[dict[str, Any]], as_json: bool) -> None:
@@ -432,6 +446,7 @@ def _cmd_sessions_delete(args: argparse.Namespace) -> int:
     from ..repositories.maintenance import MaintenanceRepository
     from ..repositories.sessions import SessionRepository
     from ..repositories.trash import TrashRepository
+    from ..repositories.trash import tree as trash_tree
 
     with _open_store(args.url, write=args.yes) as store:
         if args.permanent:
@@ -454,10 +469,12 @@ def _cmd_sessions_delete(args: argparse.Namespace) -> int:
         if not args.yes:
             if SessionRepository(store).get_session(args.id) is None:
                 raise SessionNotFound(args.id)
+            others = len(store.read(lambda conn: trash_tree(conn, args.id))) - 1
+            what = f"session {args.id}" + (f" and {others} descendant session(s)" if others else "")
             raise StoreError(
-                f"this moves session {args.id} with its child sessions and messages to the "
-                f"trash for {args.keep_days:g} day(s); add --yes to move it "
-                "(--permanent deletes for good)"
+                f"this moves {what} with their messages to the trash for "
+                f"{args.keep_days:g} day(s), where they are kept until then; add --yes to "
+                "move them (--permanent deletes for good, as the original does)"
             )
         entry = TrashRepository(store).trash_session(args.id, keep_days=args.keep_days)
     if args.json:

@@ -76,10 +76,15 @@ def _cmd_space(args: argparse.Namespace) -> int:
 
     if args.by is not None or args.tz is not None:
         raise InvalidInput("--by and --tz are for the usage views, not --space")
-    seconds = None if args.full_scan else args.scan_seconds
+    if args.full_scan and args.scan_seconds is not None:
+        raise InvalidInput(
+            "--full-scan reads every message and --scan-seconds stops early: give one"
+        )
+    if args.full_scan:
+        seconds = None
+    else:
+        seconds = DEFAULT_SCAN_SECONDS if args.scan_seconds is None else args.scan_seconds
     top = DEFAULT_TOP if args.top is None else args.top
-    if seconds is not None and args.scan_seconds is None:
-        seconds = DEFAULT_SCAN_SECONDS
     with _open_store(args.url) as store:
         report = SpaceRepository(store).space_report(top=top, scan_seconds=seconds)
     if args.json:

@@ -486,6 +486,12 @@ def _pop_newest(conn: Connection, session_id: str) -> dict[str, Any] | None:
     # Read-then-delete: the session's row lock first, so two pops on PostgreSQL never
     # both pick the same newest row (the second would delete nothing and report empty).
     lock_session(conn, session_id)
+    # a pop rewrites the transcript as an append extends it: refused while another
+    # writer compresses the session or once compression has closed it
+    try:
+        _check_append_allowed(conn, session_id, None, now())
+    except SessionNotFound:
+        return None
     newest = (
         conn.execute(
             _full_rows()
@@ -929,7 +935,9 @@ class MessageRepository:
         """Delete the session's newest active message and return it (decoded as
         `get_messages` returns rows), with the counters lowered by what it counted; None
         when the session has no active message or does not exist. One unit of work, so
-        concurrent pops each take a different message.
+        concurrent pops each take a different message. As an append, refused with
+        CompressionSessionBusyError while another holder's compression lock is live, and
+        with CompressionSessionClosedError once compression has closed the session.
 
         Args:
             session_id: the session's id.

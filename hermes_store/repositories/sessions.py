@@ -50,7 +50,7 @@ from ._sql import (
     rowcount,
 )
 from ._tables import MESSAGES, SESSIONS, M, S
-from ._tag_names import check_tag
+from ._tag_names import check_tags
 from .deletion import delete_ids, remove_session_files
 from .lineage import (
     COMPRESSION,
@@ -960,7 +960,7 @@ class SessionRepository:
             archived_only=archived_only,
             listable_only=not include_children,
             include_delegates=include_delegates,
-            tags=None if tags is None else [check_tag(t) for t in tags],
+            tags=None if tags is None else check_tags(tags),
         )
         rows = self.store.read(
             lambda conn: list_page(

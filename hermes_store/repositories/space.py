@@ -85,6 +85,7 @@ class ScanCoverage(TypedDict):
     to_id: int | None  # the highest
     complete: bool
     seconds: float
+    limit_seconds: float | None  # how long the scan was allowed (None: no limit)
 
 
 class SpaceReport(TypedDict):
@@ -292,6 +293,7 @@ def _scan(
         "to_id": None if high is None else int(high),
         "complete": complete,
         "seconds": round(time.monotonic() - started, 3),
+        "limit_seconds": scan_seconds,
     }
     return (
         [{"session_id": sid, "messages": c, "bytes": b} for sid, (c, b) in largest],
@@ -316,7 +318,11 @@ def space_report(
     """
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
         raise InvalidInput(f"top must be a whole number >= 1, not {top!r}")
-    if scan_seconds is not None and not 0 <= scan_seconds < float("inf"):
+    if scan_seconds is not None and (
+        isinstance(scan_seconds, bool)
+        or not isinstance(scan_seconds, int | float)
+        or not 0 <= scan_seconds < float("inf")
+    ):
         raise InvalidInput(f"scan_seconds must be a number >= 0, not {scan_seconds!r}")
     if conn.dialect.name == "postgresql":
         method, total, free, objects = _pg_objects(conn)

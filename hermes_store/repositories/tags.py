@@ -16,6 +16,7 @@ from sqlalchemy import Connection, bindparam, delete, func, select, text
 from ..contract import TAGS_TABLE
 from ..errors import SessionNotFound
 from ..store import Store
+from ._dialect import lock_session
 from ._own_tables import needing
 from ._sql import chunks
 from ._tables import TAGS, TG, S
@@ -31,6 +32,14 @@ _TAGS_OF = select(TG.tag).where(TG.session_id == bindparam("s")).order_by(TG.tag
 def _require_session(conn: Connection, session_id: str) -> None:
     if conn.execute(select(S.id).where(S.id == session_id)).first() is None:
         raise SessionNotFound(session_id)
+
+
+def _lock_session(conn: Connection, session_id: str) -> None:
+    """SessionNotFound unless the session exists, and its row lock (PostgreSQL) held, so
+    that a delete or a move to the trash cannot remove it between this check and the tag
+    write (which would end in a foreign-key error instead)."""
+    lock_session(conn, session_id)
+    _require_session(conn, session_id)
 
 
 def has_tags_table(conn: Connection) -> bool:
@@ -95,7 +104,7 @@ class TagRepository:
         sid, wanted = _session_id(session_id), check_tags(tags)
 
         def work(conn: Connection) -> list[str]:
-            _require_session(conn, sid)
+            _lock_session(conn, sid)
             add_tags(conn, sid, wanted)
             return tags_of(conn, sid)
 
@@ -112,7 +121,7 @@ class TagRepository:
         sid, unwanted = _session_id(session_id), check_tags(tags)
 
         def work(conn: Connection) -> list[str]:
-            _require_session(conn, sid)
+            _lock_session(conn, sid)
             if unwanted:
                 conn.execute(delete(TAGS).where(TG.session_id == sid, TG.tag.in_(unwanted)))
             return tags_of(conn, sid)
@@ -129,7 +138,7 @@ class TagRepository:
         sid, wanted = _session_id(session_id), check_tags(tags)
 
         def work(conn: Connection) -> list[str]:
-            _require_session(conn, sid)
+            _lock_session(conn, sid)
             conn.execute(delete(TAGS).where(TG.session_id == sid))
             add_tags(conn, sid, wanted)
             return tags_of(conn, sid)

@@ -153,7 +153,7 @@ def decode_row(data: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------- trashing
 
 
-def _tree(conn: Connection, root: str) -> list[str]:
+def tree(conn: Connection, root: str) -> list[str]:
     """`root` and its descendants: children through parent_session_id and delegate runs
     (with_delegates), to a fixed point. Parents come before their children."""
     order = [root]
@@ -191,7 +191,7 @@ def trash_session(conn: Connection, session_id: str, keep_days: float) -> TrashE
     ).first()
     if root is None:
         raise SessionNotFound(session_id)
-    ids = _tree(conn, session_id)
+    ids = tree(conn, session_id)
     lock = select(S.id).where(S.id.in_(bindparam("ids", expanding=True))).with_for_update()
     for chunk in chunks(sorted(ids)):
         conn.execute(lock, {"ids": chunk}).all()

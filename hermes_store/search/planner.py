@@ -37,7 +37,7 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from ..repositories._paging import MAX_ROWS, bound_limit, row_offset
-from ..repositories._tag_names import check_tag, require_tags_table
+from ..repositories._tag_names import check_tags, require_tags_table
 from . import limits
 from .backend import Hit, IndexDamaged, SearchBackend, backend_for
 from .common import Filters
@@ -193,7 +193,7 @@ def search_messages(
     route = "empty"
     # read once: the planner and the backend take every reading from this value
     read = SearchQuery.read(query)
-    wanted_tags = None if tags is None else [check_tag(t) for t in tags]
+    wanted_tags = None if tags is None else check_tags(tags)
     if wanted_tags is not None:
         require_tags_table(conn)
     if read.searchable:

@@ -69,9 +69,10 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    # A downgrade refuses to drop trashed sessions: restore or empty them first.
+    # A downgrade refuses to drop trashed sessions (restore or empty them first) and
+    # tags, which people typed and no other table holds (remove them first).
     _ops.refuse_if_rows(TRASH_TABLE)
+    _ops.refuse_if_rows(TAGS_TABLE)
     _ops.drop_table(TRASH_ROWS_TABLE)
     _ops.drop_table(TRASH_TABLE)
-    # tags are the project's own labels; dropping them loses no session data
     _ops.drop_table(TAGS_TABLE)

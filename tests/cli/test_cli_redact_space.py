@@ -13,6 +13,7 @@ import pytest
 from hermes_store import MessageRepository, SessionRepository, Store
 from hermes_store.cli import main
 from hermes_store.redaction import RedactionPolicy
+from hermes_store.repositories.space import DEFAULT_SCAN_SECONDS
 
 AWS = "AKIAIOSFODNN7EXAMPLE"
 TICKET = "TICKET-424242"
@@ -128,5 +129,13 @@ def test_stats_space_scan_limit_reaches_the_report(
     _seed(fresh_db)
     status, out = _run(capsys, "stats", "--space", "--url", fresh_db, "--json", "--full-scan")
     assert status == 0 and json.loads(out)["scan"]["complete"]
+    assert json.loads(out)["scan"]["limit_seconds"] is None
+    # neither flag: the scan is bounded by the default limit
+    status, out = _run(capsys, "stats", "--space", "--url", fresh_db, "--json")
+    assert status == 0 and json.loads(out)["scan"]["limit_seconds"] == DEFAULT_SCAN_SECONDS
+    status, out = _run(
+        capsys, "stats", "--space", "--url", fresh_db, "--full-scan", "--scan-seconds", "5"
+    )
+    assert status == 2 and "give one" in out
     status, out = _run(capsys, "stats", "--space", "--url", fresh_db, "--scan-seconds", "0")
     assert status == 0 and "largest sessions" in out

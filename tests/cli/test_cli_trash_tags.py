@@ -102,6 +102,15 @@ def test_prune_empties_the_trash_past_its_time(fresh_db: str, hermes_home: Path)
         )
     )
     ok(run("sessions", "delete", "b", "--yes", "--url", fresh_db, home=hermes_home))
+    # the dry run says what the trash would lose
+    dry = ("sessions", "prune", "--older-than", "1", "--dry-run", "--url", fresh_db)
+    assert "1 trash entry past their time would be emptied" in ok(run(*dry, home=hermes_home))
+    # a prune of one source's sessions leaves the trash alone
+    by_source = ("sessions", "prune", "--older-than", "1", "--source", "cli", "--yes", "--json")
+    assert json.loads(ok(run(*by_source, "--url", fresh_db, home=hermes_home))) == {
+        "deleted": 0,
+        "trash_emptied": 0,
+    }
     prune = ("sessions", "prune", "--older-than", "1", "--yes", "--json", "--url", fresh_db)
     assert json.loads(ok(run(*prune, home=hermes_home))) == {"deleted": 0, "trash_emptied": 1}
     listed = json.loads(ok(run("sessions", "trash", "--json", "--url", fresh_db, home=hermes_home)))

@@ -119,6 +119,18 @@ def test_downgrade_refuses_to_drop_pinned(tmp_path, db):
     _assert_refused_unchanged(path, "0022", db, "sessions.pinned")
 
 
+def test_downgrade_refuses_to_drop_tags(tmp_path, db):
+    """Tags are typed by people and held nowhere else: a downgrade below hs0007 refuses
+    while a session has one."""
+    path = _head_with_session(tmp_path, db)
+    con = db.raw(path)
+    try:
+        con.execute("INSERT INTO hermes_store_session_tags (session_id, tag) VALUES ('s1', 'x')")
+    finally:
+        con.close()
+    _assert_refused_unchanged(path, "hs0006", db, "hermes_store_session_tags")
+
+
 def test_downgrade_refuses_to_drop_task_rows(tmp_path, db):
     path = _head_with_session(tmp_path, db)
     con = db.raw(path)

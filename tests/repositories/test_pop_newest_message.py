@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
+from hermes_store.errors import CompressionSessionBusyError, CompressionSessionClosedError
+from hermes_store.repositories.coordination import CompressionLockRepository
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.store import Store
@@ -78,3 +82,20 @@ def test_concurrent_pops_each_take_another_message(backend_url: str) -> None:
         assert sorted(p for p in popped if p is not None) == ids  # type: ignore[type-var]
         assert popped.count(None) == 2
         assert _counts(store, "s1") == (0, 0)
+
+
+def test_pop_is_refused_where_an_append_is(store: Store) -> None:
+    """A compression in progress (another holder's lock) and a session compression has
+    closed keep their transcript: the pop raises and deletes nothing."""
+    SessionRepository(store).ensure_session("s1", "cli")
+    messages = MessageRepository(store)
+    kept = messages.append_message("s1", "user", "kept")
+    assert CompressionLockRepository(store).try_acquire("s1", "compressor", 60.0)
+    with pytest.raises(CompressionSessionBusyError):
+        messages.pop_newest_message("s1")
+    CompressionLockRepository(store).release("s1", "compressor")
+    SessionRepository(store).end_session("s1", "compression")
+    with pytest.raises(CompressionSessionClosedError):
+        messages.pop_newest_message("s1")
+    assert [m["id"] for m in messages.get_messages("s1")] == [kept]
+    assert _counts(store, "s1") == (1, 0)

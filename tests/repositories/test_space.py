@@ -108,6 +108,9 @@ def test_bad_arguments_are_refused(fresh_db: str) -> None:
             SpaceRepository(store).space_report(top=0)
         with pytest.raises(InvalidInput):
             SpaceRepository(store).space_report(scan_seconds=-1)
+        for wrong in ("5", True, float("nan")):
+            with pytest.raises(InvalidInput):
+                SpaceRepository(store).space_report(scan_seconds=wrong)  # type: ignore[arg-type]
 
 
 def test_async_store_space_report(fresh_db: str) -> None:

@@ -70,6 +70,11 @@ def test_bad_input_is_refused_with_typed_errors(backend_url: str) -> None:
             SessionRepository(store).list_sessions_rich(tags=[""])
         with pytest.raises(InvalidInput):
             SearchRepository(store).search_messages("x", tags=["a\x00"])
+        # a lone string would be read as its characters (w, o, r, k) and find nothing
+        with pytest.raises(InvalidInput, match="list of strings"):
+            SessionRepository(store).list_sessions_rich(tags="work")  # type: ignore[arg-type]
+        with pytest.raises(InvalidInput, match="list of strings"):
+            SearchRepository(store).search_messages("x", tags="work")  # type: ignore[arg-type]
         assert tags.add_tags("a", ["x" * 100]) == ["x" * 100]
         assert _tag_rows(backend_url) == [("a", "x" * 100)]
 
