@@ -330,6 +330,54 @@ def test_conversion_refuses_a_file_another_process_has_open(
     assert encrypt_file(path, KEY, backup=False).encrypted  # once it has let go
 
 
+_WINDOW_WRITER = (
+    "import sqlite3, sys\n"
+    "c = sqlite3.connect(sys.argv[1], timeout=0.2)\n"
+    "try:\n"
+    "    c.execute('CREATE TABLE written_during_the_check (x)')\n"
+    "    c.commit()\n"
+    "except sqlite3.OperationalError as exc:\n"
+    "    print(exc)\n"
+    "else:\n"
+    "    print('written')\n"
+)
+
+
+@on_sqlcipher
+@pytest.mark.parametrize("journal", ["wal", "delete"])
+def test_a_write_while_the_copy_is_checked_is_locked_out(
+    tmp_path: Path, sqlite_driver: str, journal: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process that writes while the copy is checked (quick_check, the slow part)
+    is held off by the lock: its commit can never land in the file that is replaced."""
+    from hermes_store import sqlite_encrypt
+
+    path = _plain_store_file(tmp_path / "state.db")
+    with closing(sqlite3.connect(path)) as raw:
+        raw.execute(f"PRAGMA journal_mode={journal}")
+    outcome: list[str] = []
+    check = sqlite_encrypt._finish
+
+    def check_while_another_process_writes(*args: Any) -> None:
+        done = subprocess.run(
+            [sys.executable, "-c", _WINDOW_WRITER, str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        outcome.append(done.stdout.strip())
+        check(*args)
+
+    monkeypatch.setattr(sqlite_encrypt, "_finish", check_while_another_process_writes)
+    assert sqlite_encrypt.encrypt_file(path, KEY, backup=False).encrypted
+    assert outcome == ["database is locked"]
+    from hermes_store import Store
+
+    with Store(url_for(path), key=KEY) as store:
+        assert _counts(store) == (1, 5)
+
+
 @on_sqlcipher
 def test_an_encrypted_legacy_file_upgrades(
     legacy_db: Any, sqlite_driver: str, monkeypatch: pytest.MonkeyPatch
