@@ -38,21 +38,26 @@ from typing import Any, TypeVar, cast
 from sqlalchemy import (
     Connection,
     Table,
+    TableClause,
     bindparam,
+    column,
     delete,
     func,
     insert,
     select,
     update,
 )
+from sqlalchemy import table as sql_table
+from sqlalchemy.types import NullType
 
 from ..contract import TAGS_TABLE, TRASH_ROWS_TABLE, TRASH_TABLE
 from ..errors import InvalidInput, RestoreConflict, SessionNotFound
 from ..models import AdkSession, IdempotencyKey
 from ..store import Store
+from ._dialect import data_columns
 from ._encoding import now
 from ._own_tables import needing
-from ._sql import chunks
+from ._sql import all_columns, chunks
 from ._tables import ACTIVITY, MESSAGES, SESSIONS, TAGS, TRASH, TRASH_ROWS, USAGE, M, S
 from .deletion import delete_ids
 from .lineage import with_delegates
@@ -219,11 +224,12 @@ def trash_session(conn: Connection, session_id: str, keep_days: float) -> TrashE
     position = {sid: i for i, sid in enumerate(ids)}
     for table, key in _TABLES:
         column = table.c[key]
-        stmt = select(*table.c).where(column.in_(bindparam("ids", expanding=True)))
+        # every column the table has, those a newer Hermes or a fork added included
+        stmt = all_columns(table).where(column.in_(bindparam("ids", expanding=True)))
         if table is MESSAGES:
             stmt = stmt.order_by(M.id)
         for chunk in chunks(ids):
-            rows = [dict(r) for r in conn.execute(stmt, {"ids": chunk}).mappings()]
+            rows = [data_columns(r) for r in conn.execute(stmt, {"ids": chunk}).mappings()]
             if table is SESSIONS:
                 rows.sort(key=lambda r: position[r["id"]])
             elif table is MESSAGES:
@@ -347,8 +353,7 @@ def restore_session(conn: Connection, session_id: str) -> RestoreReport:
 
     def flush() -> None:
         for name, rows in pending.items():
-            if rows:
-                conn.execute(insert(_BY_NAME[name]), rows)
+            _insert_rows(conn, _BY_NAME[name], rows)
         pending.clear()
 
     for batch in batches():
@@ -366,6 +371,25 @@ def restore_session(conn: Connection, session_id: str) -> RestoreReport:
     _record_activity(conn, ids)
     _drop_entry(conn, [entry_id])
     return RestoreReport(session_id, ids, messages, retitled, detached)
+
+
+def _writable(table: Table, keys: tuple[str, ...]) -> TableClause:
+    """`table` with exactly the columns `keys`: the model's types where it knows the
+    column, untyped for those it does not (added by a newer Hermes or a fork)."""
+    known = {c.name: c.type for c in table.c}
+    return sql_table(
+        table.name, *(column(k, known.get(k, NullType())) for k in keys), schema=table.schema
+    )
+
+
+def _insert_rows(conn: Connection, table: Table, rows: list[dict[str, Any]]) -> None:
+    """Insert trashed rows with every column they were trashed with (rows with the same
+    columns in one statement)."""
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row), []).append(row)
+    for keys, group in groups.items():
+        conn.execute(insert(_writable(table, keys)), group)
 
 
 def _forget_activity(conn: Connection, ids: Sequence[str]) -> None:
@@ -409,7 +433,7 @@ def _insert_sessions(conn: Connection, rows: list[dict[str, Any]]) -> None:
             first["parent_session_id"] = None
             remaining[0] = first
             continue
-        conn.execute(insert(SESSIONS), ready)
+        _insert_rows(conn, SESSIONS, ready)
         placed.update(str(r["id"]) for r in ready)
         ready_ids = {id(r) for r in ready}
         remaining = [r for r in remaining if id(r) not in ready_ids]

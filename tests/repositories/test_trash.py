@@ -278,3 +278,34 @@ def test_async_store_trash(backend_url: str) -> None:
             assert await store.trash.empty_trash() == 0
 
     asyncio.run(main())
+
+
+def test_columns_the_models_do_not_know_survive_trash_and_restore(backend_url: str) -> None:
+    """A newer Hermes or a fork added columns to messages and sessions: their values are
+    kept in the trash and written back by the restore."""
+    with Store(backend_url) as store:
+        SessionRepository(store).create_session("forked", "cli")
+        MessageRepository(store).append_message("forked", "user", "kept whole")
+    for sql in (
+        "ALTER TABLE sessions ADD COLUMN fork_flag INTEGER",
+        "ALTER TABLE messages ADD COLUMN fork_note TEXT",
+        "UPDATE sessions SET fork_flag = 7 WHERE id = 'forked'",
+        "UPDATE messages SET fork_note = 'from the fork' WHERE session_id = 'forked'",
+    ):
+        _raw_write(backend_url, sql)
+    with Store(backend_url) as store:
+        TrashRepository(store).trash_session("forked")
+        assert _raw(backend_url, "SELECT fork_flag FROM sessions") == []
+        TrashRepository(store).restore_session("forked")
+    assert _raw(backend_url, "SELECT fork_flag FROM sessions WHERE id = 'forked'") == [(7,)]
+    assert _raw(backend_url, "SELECT fork_note, content FROM messages") == [
+        ("from the fork", "kept whole")
+    ]
+
+
+def _raw_write(url: str, sql: str) -> None:
+    con = RawConnection(url)
+    try:
+        con.execute(sql)
+    finally:
+        con.close()
