@@ -61,6 +61,7 @@ from ._sql import all_columns, chunks
 from ._tables import ACTIVITY, MESSAGES, SESSIONS, TAGS, TRASH, TRASH_ROWS, USAGE, M, S
 from .deletion import delete_ids
 from .lineage import with_delegates
+from .telegram import BINDINGS as TELEGRAM_BINDINGS
 
 T = TypeVar("T")
 
@@ -89,7 +90,10 @@ _TABLES: tuple[tuple[Table, str], ...] = (
     (IDEMPOTENCY, "session_id"),
     (ADK_SESSIONS, "session_id"),
 )
-_BY_NAME = {table.name: table for table, _ in _TABLES}
+#: A Telegram DM topic's binding to the session (repositories/telegram.py): it goes with
+#: it (ON DELETE CASCADE), so it is kept too, where the opt-in created the table.
+_BINDING: tuple[Table, str] = (TELEGRAM_BINDINGS, "session_id")
+_BY_NAME = {table.name: table for table, _ in (*_TABLES, _BINDING)}
 #: A bytes value inside a row's JSON: [BYTES_TAG, base64] (no column holds a list).
 BYTES_TAG = "base64"
 _OWN_TABLES = (TRASH_TABLE, TRASH_ROWS_TABLE, TAGS_TABLE)
@@ -116,13 +120,17 @@ class TrashEntry:
 class RestoreReport:
     """What a restore brought back: the ids of the sessions, how many messages, the
     titles it had to change (id -> new title) and the parent the root lost (None when
-    its parent is live, or it had none)."""
+    its parent is live, or it had none), and the Telegram topic bindings it could not
+    restore."""
 
     session_id: str
     sessions: list[str]
     messages: int
     retitled: dict[str, str] = field(default_factory=dict)
     detached_from: str | None = None
+    #: (chat_id, thread_id) of Telegram topic bindings not restored: another session
+    #: was bound to that topic meanwhile
+    topic_bindings_skipped: list[tuple[str, str]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -222,7 +230,8 @@ def trash_session(conn: Connection, session_id: str, keep_days: float) -> TrashE
             pending.clear()
 
     position = {sid: i for i, sid in enumerate(ids)}
-    for table, key in _TABLES:
+    bindings = _has_bindings(conn)
+    for table, key in (*_TABLES, _BINDING) if bindings else _TABLES:
         column = table.c[key]
         # every column the table has, those a newer Hermes or a fork added included
         stmt = all_columns(table).where(column.in_(bindparam("ids", expanding=True)))
@@ -247,7 +256,7 @@ def trash_session(conn: Connection, session_id: str, keep_days: float) -> TrashE
     # tags, idempotency keys and ADK sessions go with their sessions (ON DELETE CASCADE),
     # but are deleted here as well, so the move does not depend on the connection's
     # foreign-key setting
-    for table in (TAGS, IDEMPOTENCY, ADK_SESSIONS):
+    for table in (TAGS, IDEMPOTENCY, ADK_SESSIONS, *([TELEGRAM_BINDINGS] if bindings else [])):
         stmt_del = delete(table).where(table.c.session_id.in_(bindparam("ids", expanding=True)))
         for chunk in chunks(ids):
             conn.execute(stmt_del, {"ids": chunk})
@@ -351,8 +360,12 @@ def restore_session(conn: Connection, session_id: str) -> RestoreReport:
     messages = 0
     pending: dict[str, list[dict[str, Any]]] = {}
 
+    skipped: list[tuple[str, str]] = []
+
     def flush() -> None:
         for name, rows in pending.items():
+            if name == TELEGRAM_BINDINGS.name:
+                rows = _free_bindings(conn, rows, skipped)
             _insert_rows(conn, _BY_NAME[name], rows)
         pending.clear()
 
@@ -370,7 +383,33 @@ def restore_session(conn: Connection, session_id: str) -> RestoreReport:
     _forget_activity(conn, ids)
     _record_activity(conn, ids)
     _drop_entry(conn, [entry_id])
-    return RestoreReport(session_id, ids, messages, retitled, detached)
+    return RestoreReport(session_id, ids, messages, retitled, detached, skipped)
+
+
+def _has_bindings(conn: Connection) -> bool:
+    return bool(conn.dialect.has_table(conn, TELEGRAM_BINDINGS.name))
+
+
+def _free_bindings(
+    conn: Connection, rows: list[dict[str, Any]], skipped: list[tuple[str, str]]
+) -> list[dict[str, Any]]:
+    """The Telegram topic bindings whose topic no live session is bound to; the others'
+    (chat_id, thread_id) go to `skipped`. Without the table (gone since) none."""
+    if not _has_bindings(conn):
+        skipped.extend((str(r["chat_id"]), str(r["thread_id"])) for r in rows)
+        return []
+    B = TELEGRAM_BINDINGS.c
+    free: list[dict[str, Any]] = []
+    for row in rows:
+        topic = (str(row["chat_id"]), str(row["thread_id"]))
+        taken = conn.execute(
+            select(B.session_id).where(B.chat_id == topic[0], B.thread_id == topic[1])
+        ).first()
+        if taken is None:
+            free.append(row)
+        else:
+            skipped.append(topic)
+    return free
 
 
 def _writable(table: Table, keys: tuple[str, ...]) -> TableClause:

@@ -309,3 +309,37 @@ def _raw_write(url: str, sql: str) -> None:
         con.execute(sql)
     finally:
         con.close()
+
+
+def test_a_telegram_topic_binding_goes_into_the_trash_and_back(backend_url: str) -> None:
+    from hermes_store.repositories.telegram import TelegramTopicRepository
+
+    with Store(backend_url) as store:
+        sessions, trash = SessionRepository(store), TrashRepository(store)
+        topics = TelegramTopicRepository(store)
+        for sid in ("dm", "dm2", "other"):
+            sessions.create_session(sid, "telegram")
+        bound = topics.bind_telegram_topic(
+            chat_id=1, thread_id=2, user_id=3, session_key="agent:main:telegram:dm:1",
+            session_id="dm",
+        )  # fmt: skip
+        trash.trash_session("dm")
+        assert topics.get_telegram_topic_binding(1, 2) is None  # cascaded with its session
+        report = trash.restore_session("dm")
+        assert report.topic_bindings_skipped == []
+        assert topics.get_telegram_topic_binding(1, 2) == bound
+
+        # the topic was bound to another session meanwhile: that binding stays, the
+        # restored session comes back unbound and the report names the topic
+        topics.bind_telegram_topic(
+            chat_id=1, thread_id=5, user_id=3, session_key="k5", session_id="dm2"
+        )
+        trash.trash_session("dm2")
+        topics.bind_telegram_topic(
+            chat_id=1, thread_id=5, user_id=3, session_key="k5", session_id="other"
+        )
+        report = trash.restore_session("dm2")
+        assert report.topic_bindings_skipped == [("1", "5")]
+        assert (topics.get_telegram_topic_binding(1, 5) or {})["session_id"] == "other"
+        assert topics.get_telegram_topic_binding_by_session("dm2") is None
+        assert sessions.get_session("dm2") is not None
