@@ -48,6 +48,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy import table as sql_table
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.types import NullType
 
 from ..contract import TAGS_TABLE, TRASH_ROWS_TABLE, TRASH_TABLE
@@ -270,12 +271,14 @@ def trash_session(conn: Connection, session_id: str, keep_days: float) -> TrashE
 
 def _entry_for(conn: Connection, session_id: str) -> Any:
     """The newest trash entry of `session_id` (a session id may be trashed, used again
-    and trashed again)."""
+    and trashed again), locked on PostgreSQL: a second restore of it waits, then finds it
+    gone (SQLite's write lock is held already)."""
     stmt = (
         select(TRASH)
         .where(TRASH.c.session_id == session_id)
         .order_by(TRASH.c.trashed_at.desc(), TRASH.c.id)
         .limit(1)
+        .with_for_update()
     )
     return conn.execute(stmt).mappings().first()
 
@@ -296,7 +299,19 @@ def _free_title(conn: Connection, title: str, taken_here: set[str]) -> str:
 
 
 def restore_session(conn: Connection, session_id: str) -> RestoreReport:
-    """Bring the newest trash entry of `session_id` back (see the module docstring)."""
+    """Bring the newest trash entry of `session_id` back (see the module docstring).
+    RestoreConflict when a live row holds one of its keys; the caller's transaction is
+    then rolled back, so nothing is written."""
+    try:
+        return _restore(conn, session_id)
+    except IntegrityError as exc:
+        # a unique key the checks before the inserts do not cover (a message id an
+        # import or a copy wrote, a title taken by a concurrent writer)
+        detail = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else ""
+        raise RestoreConflict(session_id, [detail] if detail else [], "row") from None
+
+
+def _restore(conn: Connection, session_id: str) -> RestoreReport:
     entry = _entry_for(conn, session_id)
     if entry is None:
         raise SessionNotFound(session_id)
@@ -318,10 +333,15 @@ def restore_session(conn: Connection, session_id: str) -> RestoreReport:
             after = int(batch[-1][0])
 
     sessions: list[dict[str, Any]] = []
+    adk_keys: list[tuple[str, str, str]] = []
     for batch in batches():
         for _seq, table_name, data in batch:
             if table_name == SESSIONS.name:
                 sessions.append(decode_row(str(data)))
+            elif table_name == ADK_SESSIONS.name:
+                row = decode_row(str(data))
+                adk_keys.append((str(row["app_name"]), str(row["user_id"]), str(row["id"])))
+    _refuse_taken_adk_keys(conn, session_id, adk_keys)
     ids = [str(s["id"]) for s in sessions]
     taken = sorted(
         str(i)
@@ -384,6 +404,24 @@ def restore_session(conn: Connection, session_id: str) -> RestoreReport:
     _record_activity(conn, ids)
     _drop_entry(conn, [entry_id])
     return RestoreReport(session_id, ids, messages, retitled, detached, skipped)
+
+
+def _refuse_taken_adk_keys(
+    conn: Connection, session_id: str, keys: list[tuple[str, str, str]]
+) -> None:
+    """RestoreConflict when a live Google ADK session has the (app, user, id) of one the
+    entry holds: the ADK app, finding none, may have created it again."""
+    A = ADK_SESSIONS.c
+    taken = [
+        "/".join(key)
+        for key in keys
+        if conn.execute(
+            select(A.session_id).where(A.app_name == key[0], A.user_id == key[1], A.id == key[2])
+        ).first()
+        is not None
+    ]
+    if taken:
+        raise RestoreConflict(session_id, taken, "Google ADK session (app, user, id)")
 
 
 def _has_bindings(conn: Connection) -> bool:

@@ -343,3 +343,43 @@ def test_a_telegram_topic_binding_goes_into_the_trash_and_back(backend_url: str)
         assert (topics.get_telegram_topic_binding(1, 5) or {})["session_id"] == "other"
         assert topics.get_telegram_topic_binding_by_session("dm2") is None
         assert sessions.get_session("dm2") is not None
+
+
+def test_other_restore_conflicts_are_refused_with_nothing_written(backend_url: str) -> None:
+    """A Google ADK session re-created with the trashed one's (app, user, id), or a
+    message that holds a trashed message's id: RestoreConflict, nothing restored."""
+    adk_row = (
+        "INSERT INTO hermes_store_adk_sessions (app_name, user_id, id, session_id, state,"
+        " created_at, updated_at, revision) VALUES ('app', 'u1', 'adk-1', '{sid}', '{{}}',"
+        " 1.5, 2.5, 1)"
+    )
+    with Store(backend_url) as store:
+        sessions, trash = SessionRepository(store), TrashRepository(store)
+        for sid in ("adk", "again", "texts", "other"):
+            sessions.create_session(sid, "cli")
+        store.write(lambda conn: conn.exec_driver_sql(adk_row.format(sid="adk")))
+        MessageRepository(store).append_message("adk", "user", "one")
+        trash.trash_session("adk")
+        # the ADK app found no session under that id and created it again
+        store.write(lambda conn: conn.exec_driver_sql(adk_row.format(sid="again")))
+        with pytest.raises(RestoreConflict, match="adk-1") as conflict:
+            trash.restore_session("adk")
+        assert conflict.value.session_id == "adk"
+        assert sessions.get_session("adk") is None
+        assert [e.session_id for e in trash.list_trash()] == ["adk"]
+        assert _raw(backend_url, "SELECT session_id FROM hermes_store_adk_sessions") == [("again",)]
+
+        taken = MessageRepository(store).append_message("texts", "user", "mine")
+        trash.trash_session("texts")
+        _raw_write(
+            backend_url,
+            "INSERT INTO messages (id, session_id, role, content, timestamp) "
+            f"VALUES ({taken}, 'other', 'user', 'holds the id', 1.0)",
+        )
+        with pytest.raises(RestoreConflict):
+            trash.restore_session("texts")
+        assert sessions.get_session("texts") is None
+        assert {e.session_id for e in trash.list_trash()} == {"adk", "texts"}
+        assert _raw(backend_url, f"SELECT session_id FROM messages WHERE id = {taken}") == [  # noqa: S608
+            ("other",)
+        ]
