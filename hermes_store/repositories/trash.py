@@ -51,7 +51,7 @@ from sqlalchemy import table as sql_table
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.types import NullType
 
-from ..contract import TAGS_TABLE, TRASH_ROWS_TABLE, TRASH_TABLE
+from ..contract import ADK_SESSIONS_TABLE, TAGS_TABLE, TRASH_ROWS_TABLE, TRASH_TABLE
 from ..errors import InvalidInput, RestoreConflict, SessionNotFound
 from ..models import AdkSession, IdempotencyKey
 from ..store import Store
@@ -97,7 +97,9 @@ _BINDING: tuple[Table, str] = (TELEGRAM_BINDINGS, "session_id")
 _BY_NAME = {table.name: table for table, _ in (*_TABLES, _BINDING)}
 #: A bytes value inside a row's JSON: [BYTES_TAG, base64] (no column holds a list).
 BYTES_TAG = "base64"
-_OWN_TABLES = (TRASH_TABLE, TRASH_ROWS_TABLE, TAGS_TABLE)
+#: The tables the trash reads and writes besides the v23 ones (SchemaBehind names the
+#: missing ones): hs0007's and, for the ADK sessions it moves, hs0008's.
+_OWN_TABLES = (TRASH_TABLE, TRASH_ROWS_TABLE, TAGS_TABLE, ADK_SESSIONS_TABLE)
 
 
 @dataclass(frozen=True)

@@ -383,3 +383,33 @@ def test_other_restore_conflicts_are_refused_with_nothing_written(backend_url: s
         assert _raw(backend_url, f"SELECT session_id FROM messages WHERE id = {taken}") == [  # noqa: S608
             ("other",)
         ]
+
+
+def test_the_trash_before_hs0008_and_hs0008_s_downgrade(backend_url: str) -> None:
+    """At hs0007 (no ADK table) the trash says which upgrade it needs; a downgrade of
+    hs0008 refuses while the trash holds a Google ADK session, which it could not restore
+    without the table."""
+    from hermes_store import migrate
+    from hermes_store.errors import MigrationError, SchemaBehind
+
+    migrate.downgrade(backend_url, "hs0007")
+    with Store(backend_url, check_schema=False) as store:
+        SessionRepository(store).create_session("s", "cli")
+        with pytest.raises(SchemaBehind, match="hermes_store_adk_sessions"):
+            TrashRepository(store).trash_session("s")
+        assert SessionRepository(store).get_session("s") is not None
+    migrate.upgrade(backend_url)
+    with Store(backend_url) as store:
+        store.write(
+            lambda conn: conn.exec_driver_sql(
+                "INSERT INTO hermes_store_adk_sessions (app_name, user_id, id, session_id,"
+                " state, created_at, updated_at, revision) VALUES ('app', 'u1', 'a', 's',"
+                " '{}', 1.5, 2.5, 1)"
+            )
+        )
+        TrashRepository(store).trash_session("s")
+    with pytest.raises(MigrationError, match="downgrade would lose data.*trash"):
+        migrate.downgrade(backend_url, "hs0007")
+    assert migrate.current(backend_url).alembic_revision == migrate.HEAD
+    with Store(backend_url) as store:
+        assert TrashRepository(store).restore_session("s").sessions == ["s"]
