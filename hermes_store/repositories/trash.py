@@ -31,7 +31,7 @@ import base64
 import json
 import math
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -241,12 +241,17 @@ def trash_session(conn: Connection, session_id: str, keep_days: float) -> TrashE
         if table is MESSAGES:
             stmt = stmt.order_by(M.id)
         for chunk in chunks(ids):
-            rows = [data_columns(r) for r in conn.execute(stmt, {"ids": chunk}).mappings()]
-            if table is SESSIONS:
-                rows.sort(key=lambda r: position[r["id"]])
-            elif table is MESSAGES:
-                messages += len(rows)
+            # streamed ROWS_PER_INSERT rows at a time: one session's messages may be far
+            # more than fit in memory (the inserts below run while the cursor is open)
+            result = conn.execute(
+                stmt, {"ids": chunk}, execution_options={"yield_per": ROWS_PER_INSERT}
+            )
+            rows: Iterable[dict[str, Any]] = (data_columns(r) for r in result.mappings())
+            if table is SESSIONS:  # at most one chunk of ids
+                rows = sorted(rows, key=lambda r: position[r["id"]])
             for row in rows:
+                if table is MESSAGES:
+                    messages += 1
                 seq += 1
                 pending.append(
                     {"trash_id": entry_id, "seq": seq, "table_name": table.name,

@@ -413,3 +413,36 @@ def test_the_trash_before_hs0008_and_hs0008_s_downgrade(backend_url: str) -> Non
     assert migrate.current(backend_url).alembic_revision == migrate.HEAD
     with Store(backend_url) as store:
         assert TrashRepository(store).restore_session("s").sessions == ["s"]
+
+
+def test_trashing_reads_a_large_session_in_batches(backend_url: str) -> None:
+    """A session's rows are streamed into the trash a batch at a time: the Python memory
+    the move needs stays well under the session's size (6,000 messages of 10 KB)."""
+    import tracemalloc
+
+    from sqlalchemy import text
+
+    bulk = "x" * 10_000
+    with Store(backend_url) as store:
+        SessionRepository(store).create_session("big", "cli")
+        store.write(
+            lambda conn: conn.execute(
+                text(
+                    "INSERT INTO messages (session_id, role, content, timestamp, reasoning) "
+                    "VALUES ('big', 'assistant', 'r', :t, :r)"
+                ),
+                [{"t": float(i), "r": bulk} for i in range(6000)],
+            )
+        )
+        tracemalloc.start()
+        try:
+            entry = TrashRepository(store).trash_session("big")
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert entry.messages == 6000
+        assert peak < 35_000_000, peak  # the session's text alone is 60 MB
+        TrashRepository(store).restore_session("big")
+        assert _raw(backend_url, "SELECT count(*), min(length(reasoning)) FROM messages") == [
+            (6000, 10_000)
+        ]
