@@ -448,6 +448,37 @@ def test_two_stores_of_one_file_keep_the_key_until_both_close(
 
 
 @on_sqlcipher
+def test_each_store_takes_back_exactly_its_own_key(
+    tmp_path: Path, sqlite_driver: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Store that fails to open forgets the key it registered; a Store's close takes back
+    its own registration, not one made after it by someone else."""
+    from hermes_store import Store, encryption
+    from hermes_store.errors import InvalidURL, NotAtHead
+
+    monkeypatch.delenv(encryption.KEY_ENV, raising=False)
+    monkeypatch.delenv(encryption.KEY_FILE_ENV, raising=False)
+    missing = tmp_path / "missing.db"
+    with pytest.raises(NotAtHead, match="no hermes-store database"):
+        Store(url_for(missing), key=KEY)
+    assert encryption.key_for(missing) is None
+
+    path = _encrypted_store_file(tmp_path / "state.db")
+    with monkeypatch.context() as env:
+        env.setenv("HERMES_STORE_JOURNAL_MODE", "bogus")  # refused as the engine is made
+        with pytest.raises(InvalidURL, match="HERMES_STORE_JOURNAL_MODE"):
+            Store(url_for(path), key=KEY)
+    assert encryption.key_for(path) is None
+
+    store = Store(url_for(path), key=KEY)
+    other = encryption.register_key(path, WRONG)
+    store.close()
+    assert encryption.key_for(path) == WRONG  # the later registration is still there
+    encryption.forget_key(path, other)
+    assert encryption.key_for(path) is None
+
+
+@on_sqlcipher
 def test_the_facade_and_a_backup_of_an_encrypted_file(
     tmp_path: Path, sqlite_driver: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
