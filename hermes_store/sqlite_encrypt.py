@@ -49,6 +49,7 @@ class Converted:
     backup: Path | None
     journal_mode: str
     tables: int  # tables copied (their row counts checked)
+    mode: int = 0o600  # the file's permission bits, kept from the original
 
 
 def encrypt_file(path: str | os.PathLike[str], key: Key, *, backup: bool = True) -> Converted:
@@ -214,6 +215,7 @@ def _convert(path: Path, key: Key, *, encrypting: bool, backup: bool) -> Convert
                 )
             for suffix in left:
                 Path(f"{path}{suffix}").unlink(missing_ok=True)
+            mode = _take_mode_and_owner(path, target)
             os.replace(target, path)
             source.close()  # its lock now covers only the replaced inode
             source = None
@@ -225,7 +227,27 @@ def _convert(path: Path, key: Key, *, encrypting: bool, backup: bool) -> Convert
     finally:
         if source is not None:
             source.close()
-    return Converted(path, encrypting, made, journal_mode, tables)
+    return Converted(path, encrypting, made, journal_mode, tables, mode)
+
+
+def _take_mode_and_owner(original: Path, copy: Path) -> int:
+    """Give `copy` the permission bits of `original` and, when this process may (root),
+    its owner; else its group where this user belongs to it. The converted file is
+    then read by whoever read the original (a gateway sharing its group, Hermes when
+    root ran the conversion). The bits given."""
+    st = original.stat()
+    mine = copy.stat()
+    if (st.st_uid, st.st_gid) != (mine.st_uid, mine.st_gid):
+        try:
+            if os.geteuid() == 0:
+                os.chown(copy, st.st_uid, st.st_gid)
+            elif st.st_gid != mine.st_gid:
+                os.chown(copy, -1, st.st_gid)
+        except PermissionError:
+            pass  # a group this user is not in: the copy keeps the user's own
+    mode = st.st_mode & 0o7777
+    os.chmod(copy, mode)  # after chown, which may clear set-id bits
+    return mode
 
 
 def _backup(path: Path, key: Key | None, label: str) -> Path:

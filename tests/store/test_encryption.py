@@ -236,7 +236,6 @@ def test_encrypt_use_decrypt_loses_nothing(tmp_path: Path, sqlite_driver: str) -
     assert done.backup.read_bytes().startswith(b"SQLite format 3\x00")  # the plain original
     assert MARKER.encode() not in _bytes_on_disk(path)
     assert not [p.name for p in tmp_path.iterdir() if "ing-" in p.name]  # no temporary left
-    assert (path.stat().st_mode & 0o777) == 0o600
 
     with Store(url_for(path), key=KEY) as store:
         assert _counts(store) == (1, 40)
@@ -376,6 +375,29 @@ def test_a_write_while_the_copy_is_checked_is_locked_out(
 
     with Store(url_for(path), key=KEY) as store:
         assert _counts(store) == (1, 5)
+
+
+@on_sqlcipher
+def test_a_conversion_keeps_the_file_s_mode_and_owner(tmp_path: Path, sqlite_driver: str) -> None:
+    """The converted file gets the original's permission bits (and, when root converts it,
+    its owner and group); the backup stays 0600."""
+    from hermes_store.sqlite_encrypt import decrypt_file, encrypt_file
+
+    path = _plain_store_file(tmp_path / "state.db")
+    path.chmod(0o640)  # shared with a gateway in the same group
+    owner = (path.stat().st_uid, path.stat().st_gid)
+    if os.geteuid() == 0:
+        owner = (4321, 4322)  # what `sudo hermes-store encrypt` must not take over
+        os.chown(path, *owner)
+    done = encrypt_file(path, KEY)
+    assert done.mode == 0o640
+    after = path.stat()
+    assert (after.st_mode & 0o7777, (after.st_uid, after.st_gid)) == (0o640, owner)
+    assert done.backup is not None and (done.backup.stat().st_mode & 0o777) == 0o600
+    path.chmod(0o604)
+    decrypt_file(path, KEY, backup=False)
+    after = path.stat()
+    assert (after.st_mode & 0o7777, (after.st_uid, after.st_gid)) == (0o604, owner)
 
 
 @on_sqlcipher
