@@ -2,9 +2,10 @@
 sessions moved out of the live tables until they are restored or the trash is emptied.
 
 Trashing a session moves it with its descendants (children through `parent_session_id`
-and delegate runs, as `sessions delete` finds them), their messages, usage rows, tags
-and idempotency keys into the trash, in one write transaction: every row is kept as a
-JSON object of its columns (bytes tagged, floats written exactly), then deleted from the
+and delegate runs, as `sessions delete` finds them), their messages, usage rows, tags,
+idempotency keys, Google ADK sessions and Telegram topic bindings into the trash, in one
+write transaction, streamed a batch at a time: every row is kept as a JSON object of all
+the columns its table has (bytes tagged, floats written exactly), then deleted from the
 live tables. The original Hermes, which only reads the v23 tables, no longer sees the
 session; search does not find it (the FTS triggers deleted its index entries); the
 change feed reports the deletes (`session.deleted`, `message.deleted`) as for any delete.
@@ -14,8 +15,11 @@ in one write transaction: the FTS triggers index the messages again, and followe
 feed see `session.created`, `message.appended` and `usage.updated` as for new rows.
 Two things may have changed meanwhile, and a restore handles them so:
 
-- a live session took one of the trashed session ids: the restore is refused
-  (RestoreConflict), nothing changes;
+- a live session took one of the trashed session ids, or a live row another of the
+  entry's unique keys (a Google ADK session's (app, user, id), a message id): the restore
+  is refused (RestoreConflict), nothing changes;
+- another session was bound to a trashed session's Telegram topic: that binding stays
+  and the report names the topic;
 - a live session took a trashed session's title (titles are unique): the restored session
   is titled `<title> (restored)`, `<title> (restored 2)`, ... and the report says so;
 - the trashed root's parent is gone (deleted, or trashed on its own): it is restored as a
