@@ -47,9 +47,20 @@ NO_KEY = NoKey()
 _RAW_TEXT = re.compile(r"x'[0-9a-fA-F]{64}'")
 _SQLITE_NOTADB = 26
 
-#: per file, the key sources registered for it, the newest last (each `forget_key` takes
-#: one back, so two stores of one file each keep the key until they close)
-_sources: dict[Path, list[KeySource]] = {}
+
+class KeyRegistration:
+    """What `register_key` returns: give it to `forget_key` to take back exactly that
+    registration (another made before or after it stays)."""
+
+    __slots__ = ("source",)
+
+    def __init__(self, source: KeySource) -> None:
+        self.source = source
+
+
+#: per file, the key registrations made for it, the newest last (each `forget_key` takes
+#: its own back, so two stores of one file each keep the key until they close)
+_sources: dict[Path, list[KeyRegistration]] = {}
 _sources_lock = threading.Lock()
 
 
@@ -57,26 +68,35 @@ def _canonical(path: Path) -> Path:
     return path.expanduser().resolve()
 
 
-def register_key(path: str | os.PathLike[str], source: KeySource | Key) -> None:
+def register_key(path: str | os.PathLike[str], source: KeySource | Key) -> KeyRegistration:
     """Use `source` (a key, or a callable returning one, called for each new connection)
     for every connection this process opens to the SQLite file `path`, from now until
-    `forget_key`. Needs sqlcipher3 as this process's driver (EncryptionUnavailable)."""
+    `forget_key` is given the registration returned. Needs sqlcipher3 as this process's
+    driver (EncryptionUnavailable)."""
     sqlite_driver.require_encryption(f"the database {path}")
     if not callable(source):
         check_key(source)  # refuse a malformed key now, not at the first connection
         fixed = source
         source = lambda: fixed  # noqa: E731
+    registration = KeyRegistration(source)
     with _sources_lock:
-        _sources.setdefault(_canonical(Path(path)), []).append(source)
+        _sources.setdefault(_canonical(Path(path)), []).append(registration)
+    return registration
 
 
-def forget_key(path: str | os.PathLike[str]) -> None:
-    """Take back the newest `register_key` of `path` (the key stays while another holds)."""
+def forget_key(path: str | os.PathLike[str], registration: KeyRegistration | None = None) -> None:
+    """Take back `registration` (what `register_key` returned) of `path`; without one, the
+    newest registration of `path`. The key stays while another registration holds it."""
     with _sources_lock:
         canonical = _canonical(Path(path))
         held = _sources.get(canonical)
         if held:
-            held.pop()
+            if registration is None:
+                held.pop()
+            else:
+                # by identity: two registrations of one key are still two
+                kept = [r for r in held if r is not registration]
+                held[:] = kept
         if not held:
             _sources.pop(canonical, None)
 
@@ -106,7 +126,7 @@ def key_for(path: Path | None) -> Key | None:
     if path is not None:
         with _sources_lock:
             held = _sources.get(_canonical(path)) if _sources else None
-            source = held[-1] if held else None
+            source = held[-1].source if held else None
         if source is not None:
             return source()
     return _env_key()
@@ -220,4 +240,3 @@ def connect(
         conn.close()
         raise
     return conn
-

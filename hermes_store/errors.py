@@ -517,20 +517,25 @@ class DriverMissing(StoreError, ValueError):
 
 
 class RestoreConflict(StoreError, ValueError):
-    """A trashed session cannot be restored: a live session took one of its ids since it
-    was trashed (ids are kept on restore, so one of the two must go first)."""
+    """A trashed session cannot be restored: a live row took one of its keys since it was
+    trashed (ids are kept on restore, so one of the two must go first). `taken` names
+    them; `what` says what they are ("session id" when a live session has the id,
+    "Google ADK session (app, user, id)", or "row" for another unique key). Nothing was
+    restored."""
 
-    def __init__(self, session_id: str, taken: list[str]) -> None:
+    def __init__(self, session_id: str, taken: list[str], what: str = "session id") -> None:
         self.session_id = session_id
         self.taken = taken
+        self.what = what
         shown = ", ".join(repr(t) for t in taken[:5]) + (" ..." if len(taken) > 5 else "")
+        holder = "session" if what == "session id" else "row"
         super().__init__(
-            f"cannot restore session {session_id!r}: a live session now has the id {shown}; "
-            "delete or rename that session first"
+            f"cannot restore session {session_id!r}: a live {holder} now has the {what} "
+            f"{shown}; delete or rename it first. Nothing was restored"
         )
 
-    def __reduce__(self) -> tuple[type, tuple[str, list[str]]]:
-        return (type(self), (self.session_id, self.taken))
+    def __reduce__(self) -> tuple[type, tuple[str, list[str], str]]:
+        return (type(self), (self.session_id, self.taken, self.what))
 
 
 class EncryptionKeyError(NotADatabaseFile):

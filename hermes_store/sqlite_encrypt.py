@@ -7,7 +7,9 @@ indexes, triggers, views and their rows), checks that every table holds as many 
 the copy, and puts the copy in the file's place with one atomic rename. The original is
 backed up first (backup.py). It refuses to run while another process has the file open:
 one that kept its descriptor would go on writing to the file that was replaced. While it
-copies it holds the file's exclusive lock.
+copies, checks the copy and renames it, it holds the file's exclusive lock, so no other
+connection commits to the original in between. Open descriptors are found through /proc
+(Linux); elsewhere that lock is all there is.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class Converted:
     backup: Path | None
     journal_mode: str
     tables: int  # tables copied (their row counts checked)
+    mode: int = 0o600  # the file's permission bits, kept from the original
 
 
 def encrypt_file(path: str | os.PathLike[str], key: Key, *, backup: bool = True) -> Converted:
@@ -198,9 +201,10 @@ def _convert(path: Path, key: Key, *, encrypting: bool, backup: bool) -> Convert
             leftover.unlink(missing_ok=True)  # this process's name: a crashed run's copy
         create_private_file(target)
         try:
-            tables = _export(source, target, target_key, path)
-            source.close()
-            source = None
+            # the source keeps the file's exclusive lock from the copy until the rename
+            # (locking_mode=EXCLUSIVE): no other connection can commit to the file that is
+            # about to be replaced while the copy is checked
+            tables = _export(source, target, target_key, path, journal_mode)
             _finish(driver, target, target_key, journal_mode)
             left = [s for s in _COMPANIONS if Path(f"{path}{s}").exists()]
             if any(Path(f"{path}{s}").stat().st_size for s in left if s != "-shm"):
@@ -211,7 +215,10 @@ def _convert(path: Path, key: Key, *, encrypting: bool, backup: bool) -> Convert
                 )
             for suffix in left:
                 Path(f"{path}{suffix}").unlink(missing_ok=True)
+            mode = _take_mode_and_owner(path, target)
             os.replace(target, path)
+            source.close()  # its lock now covers only the replaced inode
+            source = None
             _fsync(path.parent)
         except BaseException:
             for leftover in (target, *(Path(f"{target}{s}") for s in _COMPANIONS)):
@@ -220,16 +227,39 @@ def _convert(path: Path, key: Key, *, encrypting: bool, backup: bool) -> Convert
     finally:
         if source is not None:
             source.close()
-    return Converted(path, encrypting, made, journal_mode, tables)
+    return Converted(path, encrypting, made, journal_mode, tables, mode)
+
+
+def _take_mode_and_owner(original: Path, copy: Path) -> int:
+    """Give `copy` the permission bits of `original` and, when this process may (root),
+    its owner; else its group where this user belongs to it. The converted file is
+    then read by whoever read the original (a gateway sharing its group, Hermes when
+    root ran the conversion). The bits given."""
+    st = original.stat()
+    mine = copy.stat()
+    if (st.st_uid, st.st_gid) != (mine.st_uid, mine.st_gid):
+        try:
+            if os.geteuid() == 0:
+                os.chown(copy, st.st_uid, st.st_gid)
+            elif st.st_gid != mine.st_gid:
+                os.chown(copy, -1, st.st_gid)
+        except PermissionError:
+            pass  # a group this user is not in: the copy keeps the user's own
+    mode = st.st_mode & 0o7777
+    os.chmod(copy, mode)  # after chown, which may clear set-id bits
+    return mode
 
 
 def _backup(path: Path, key: Key | None, label: str) -> Path:
     return backup_sqlite(path, label, key=encryption.NO_KEY if key is None else key)
 
 
-def _export(source: Any, target: Path, key: Key | None, path: Path) -> int:
+def _export(source: Any, target: Path, key: Key | None, path: Path, journal_mode: str) -> int:
     """Copy the database open on `source` into `target` (attached with `key`) under the
-    source's exclusive lock; the number of tables copied, each with its rows counted."""
+    source's exclusive lock, which it keeps after the copy (until `source` is closed); the
+    number of tables copied, each with its rows counted."""
+    # main only: the attached copy is opened again by _finish
+    source.execute("PRAGMA main.locking_mode=EXCLUSIVE")
     source.execute(f"ATTACH DATABASE ? AS {_ATTACHED} KEY ?", (str(target), _attach_key(key)))
     try:
         try:
@@ -254,6 +284,11 @@ def _export(source: Any, target: Path, key: Key | None, path: Path) -> int:
                     f"{', '.join(differ)}); nothing was changed"
                 )
             source.execute("COMMIT")
+            if journal_mode == "wal":
+                # the frames other writers committed before are in the copy; emptied
+                # here, a -wal with anything in it before the rename means a writer
+                # got past the lock
+                source.execute("PRAGMA main.wal_checkpoint(TRUNCATE)")
         except BaseException:
             if source.in_transaction:
                 source.execute("ROLLBACK")

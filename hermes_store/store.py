@@ -38,7 +38,7 @@ from sqlalchemy.pool import QueuePool
 from .backends import dialect_for
 from .config import SCHEMA_VERSION, JournalPolicy, resolve_url, sqlite_path
 from .contract import VERSION_TABLE
-from .encryption import Key, KeySource, forget_key, register_key
+from .encryption import Key, KeyRegistration, KeySource, forget_key, register_key
 from .engine import BEGIN_MODE, make_engine
 from .errors import (
     InvalidInput,
@@ -143,43 +143,47 @@ class Store:
         self.redaction = RedactionPolicy.from_env() if redaction is None else redaction
         self.read_only = read_only
         self._closed = False
-        self._keyed_path = self._register_key(key)
-        if check_schema and engine is None:
-            refuse_missing_database(self.url)
-        self.retry = retry
-        self.checkpoint_every = checkpoint_every
-        self.engine = engine or make_engine(
-            # pooled, so the connect-time pragmas run once per connection, not per unit
-            self.url,
-            read_only=read_only,
-            journal=journal,
-            poolclass=QueuePool,
-            pool_size=5,
-            # the most recently returned connection first: a single-threaded caller keeps
-            # reusing one connection, whose page and statement caches are warm
-            pool_use_lifo=True,
-        )
-        path = sqlite_path(self.url)
-        if read_only and engine is None and path is not None:
-            # reading leaves the file as it was, without -wal/-shm it did not have
-            leave_no_companions(self.engine, path)
-        self._writer = self.engine.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
-        self._write_lock = threading.Lock()
-        self._count_lock = threading.Lock()
-        self._backend: StoreBackend = dialect_for(self.engine).store(
-            self.engine, self.url, read_only=read_only, retry=retry, write_lock=self._write_lock
-        )
-        self._write_conn: Connection | None = None
-        self._writes = 0
-        if check_schema:
-            try:
-                self._require_head()
-            except BaseException:
-                self.engine.dispose()
-                self._forget_key()
-                raise
+        self._key = self._register_key(key)
+        try:
+            if check_schema and engine is None:
+                refuse_missing_database(self.url)
+            self.retry = retry
+            self.checkpoint_every = checkpoint_every
+            self.engine = engine or make_engine(
+                # pooled, so the connect-time pragmas run once per connection, not per unit
+                self.url,
+                read_only=read_only,
+                journal=journal,
+                poolclass=QueuePool,
+                pool_size=5,
+                # the most recently returned connection first: a single-threaded caller keeps
+                # reusing one connection, whose page and statement caches are warm
+                pool_use_lifo=True,
+            )
+            path = sqlite_path(self.url)
+            if read_only and engine is None and path is not None:
+                # reading leaves the file as it was, without -wal/-shm it did not have
+                leave_no_companions(self.engine, path)
+            self._writer = self.engine.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
+            self._write_lock = threading.Lock()
+            self._count_lock = threading.Lock()
+            self._backend: StoreBackend = dialect_for(self.engine).store(
+                self.engine, self.url, read_only=read_only, retry=retry, write_lock=self._write_lock
+            )
+            self._write_conn: Connection | None = None
+            self._writes = 0
+            if check_schema:
+                try:
+                    self._require_head()
+                except BaseException:
+                    self.engine.dispose()
+                    raise
+        except BaseException:
+            # a store that does not open leaves no key behind for this process's others
+            self._forget_key()
+            raise
 
-    def _register_key(self, key: KeySource | Key | None) -> Path | None:
+    def _register_key(self, key: KeySource | Key | None) -> tuple[Path, KeyRegistration] | None:
         if key is None:
             return None
         path = sqlite_path(self.url)
@@ -188,12 +192,13 @@ class Store:
                 "key= encrypts a SQLite file; on PostgreSQL the server encrypts its disk and "
                 "the connection takes TLS (sslmode=verify-full in the URL): docs/encryption.md"
             )
-        register_key(path, key)
-        return path
+        return path, register_key(path, key)
 
     def _forget_key(self) -> None:
-        if self._keyed_path is not None:
-            forget_key(self._keyed_path)
+        """Take back this store's own key registration (once)."""
+        if self._key is not None:
+            forget_key(*self._key)
+            self._key = None
 
     def _require_head(self) -> None:
         """Refuse a database the repositories cannot serve, with what to do: a newer one

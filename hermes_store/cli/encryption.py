@@ -36,7 +36,10 @@ def _convert(args: argparse.Namespace, *, encrypting: bool) -> int:
     done = convert(path, key, backup=not args.no_backup)
     shown = _printable(str(done.path), lines=False)
     state = "encrypted (SQLCipher)" if done.encrypted else "decrypted (plain SQLite)"
-    print(f"{state}: {shown} ({done.tables} tables, journal mode {done.journal_mode})")
+    print(
+        f"{state}: {shown} ({done.tables} tables, journal mode {done.journal_mode}, "
+        f"file mode {done.mode:04o} kept)"
+    )
     if done.backup is None:
         print("backup: none (--no-backup)")
     else:

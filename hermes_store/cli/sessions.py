@@ -511,6 +511,13 @@ def _cmd_sessions_restore(args: argparse.Namespace) -> int:
                 "restored as a root session"
             )
         )
+    for chat, thread in report.topic_bindings_skipped:
+        print(
+            _printable(
+                f"  Telegram topic {chat}/{thread}: another session is bound to it now; "
+                "its binding was not restored"
+            )
+        )
     return 0
 
 

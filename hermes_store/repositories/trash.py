@@ -2,9 +2,10 @@
 sessions moved out of the live tables until they are restored or the trash is emptied.
 
 Trashing a session moves it with its descendants (children through `parent_session_id`
-and delegate runs, as `sessions delete` finds them), their messages, usage rows, tags
-and idempotency keys into the trash, in one write transaction: every row is kept as a
-JSON object of its columns (bytes tagged, floats written exactly), then deleted from the
+and delegate runs, as `sessions delete` finds them), their messages, usage rows, tags,
+idempotency keys, Google ADK sessions and Telegram topic bindings into the trash, in one
+write transaction, streamed a batch at a time: every row is kept as a JSON object of all
+the columns its table has (bytes tagged, floats written exactly), then deleted from the
 live tables. The original Hermes, which only reads the v23 tables, no longer sees the
 session; search does not find it (the FTS triggers deleted its index entries); the
 change feed reports the deletes (`session.deleted`, `message.deleted`) as for any delete.
@@ -14,8 +15,11 @@ in one write transaction: the FTS triggers index the messages again, and followe
 feed see `session.created`, `message.appended` and `usage.updated` as for new rows.
 Two things may have changed meanwhile, and a restore handles them so:
 
-- a live session took one of the trashed session ids: the restore is refused
-  (RestoreConflict), nothing changes;
+- a live session took one of the trashed session ids, or a live row another of the
+  entry's unique keys (a Google ADK session's (app, user, id), a message id): the restore
+  is refused (RestoreConflict), nothing changes;
+- another session was bound to a trashed session's Telegram topic: that binding stays
+  and the report names the topic;
 - a live session took a trashed session's title (titles are unique): the restored session
   is titled `<title> (restored)`, `<title> (restored 2)`, ... and the report says so;
 - the trashed root's parent is gone (deleted, or trashed on its own): it is restored as a
@@ -31,32 +35,39 @@ import base64
 import json
 import math
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar, cast
 
 from sqlalchemy import (
     Connection,
     Table,
+    TableClause,
     bindparam,
+    column,
     delete,
     func,
     insert,
     select,
     update,
 )
+from sqlalchemy import table as sql_table
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.types import NullType
 
-from ..contract import TAGS_TABLE, TRASH_ROWS_TABLE, TRASH_TABLE
+from ..contract import ADK_SESSIONS_TABLE, TAGS_TABLE, TRASH_ROWS_TABLE, TRASH_TABLE
 from ..errors import InvalidInput, RestoreConflict, SessionNotFound
 from ..models import AdkSession, IdempotencyKey
 from ..redaction import RedactionPolicy
 from ..store import Store
+from ._dialect import data_columns
 from ._encoding import now
 from ._own_tables import needing
-from ._sql import chunks
+from ._sql import all_columns, chunks
 from ._tables import ACTIVITY, MESSAGES, SESSIONS, TAGS, TRASH, TRASH_ROWS, USAGE, M, S
 from .deletion import delete_ids
 from .lineage import with_delegates
+from .telegram import BINDINGS as TELEGRAM_BINDINGS
 
 T = TypeVar("T")
 
@@ -85,10 +96,15 @@ _TABLES: tuple[tuple[Table, str], ...] = (
     (IDEMPOTENCY, "session_id"),
     (ADK_SESSIONS, "session_id"),
 )
-_BY_NAME = {table.name: table for table, _ in _TABLES}
+#: A Telegram DM topic's binding to the session (repositories/telegram.py): it goes with
+#: it (ON DELETE CASCADE), so it is kept too, where the opt-in created the table.
+_BINDING: tuple[Table, str] = (TELEGRAM_BINDINGS, "session_id")
+_BY_NAME = {table.name: table for table, _ in (*_TABLES, _BINDING)}
 #: A bytes value inside a row's JSON: [BYTES_TAG, base64] (no column holds a list).
 BYTES_TAG = "base64"
-_OWN_TABLES = (TRASH_TABLE, TRASH_ROWS_TABLE, TAGS_TABLE)
+#: The tables the trash reads and writes besides the v23 ones (SchemaBehind names the
+#: missing ones): hs0007's and, for the ADK sessions it moves, hs0008's.
+_OWN_TABLES = (TRASH_TABLE, TRASH_ROWS_TABLE, TAGS_TABLE, ADK_SESSIONS_TABLE)
 
 
 @dataclass(frozen=True)
@@ -112,13 +128,17 @@ class TrashEntry:
 class RestoreReport:
     """What a restore brought back: the ids of the sessions, how many messages, the
     titles it had to change (id -> new title) and the parent the root lost (None when
-    its parent is live, or it had none)."""
+    its parent is live, or it had none), and the Telegram topic bindings it could not
+    restore."""
 
     session_id: str
     sessions: list[str]
     messages: int
     retitled: dict[str, str] = field(default_factory=dict)
     detached_from: str | None = None
+    #: (chat_id, thread_id) of Telegram topic bindings not restored: another session
+    #: was bound to that topic meanwhile
+    topic_bindings_skipped: list[tuple[str, str]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -218,18 +238,25 @@ def trash_session(conn: Connection, session_id: str, keep_days: float) -> TrashE
             pending.clear()
 
     position = {sid: i for i, sid in enumerate(ids)}
-    for table, key in _TABLES:
+    bindings = _has_bindings(conn)
+    for table, key in (*_TABLES, _BINDING) if bindings else _TABLES:
         column = table.c[key]
-        stmt = select(*table.c).where(column.in_(bindparam("ids", expanding=True)))
+        # every column the table has, those a newer Hermes or a fork added included
+        stmt = all_columns(table).where(column.in_(bindparam("ids", expanding=True)))
         if table is MESSAGES:
             stmt = stmt.order_by(M.id)
         for chunk in chunks(ids):
-            rows = [dict(r) for r in conn.execute(stmt, {"ids": chunk}).mappings()]
-            if table is SESSIONS:
-                rows.sort(key=lambda r: position[r["id"]])
-            elif table is MESSAGES:
-                messages += len(rows)
+            # streamed ROWS_PER_INSERT rows at a time: one session's messages may be far
+            # more than fit in memory (the inserts below run while the cursor is open)
+            result = conn.execute(
+                stmt, {"ids": chunk}, execution_options={"yield_per": ROWS_PER_INSERT}
+            )
+            rows: Iterable[dict[str, Any]] = (data_columns(r) for r in result.mappings())
+            if table is SESSIONS:  # at most one chunk of ids
+                rows = sorted(rows, key=lambda r: position[r["id"]])
             for row in rows:
+                if table is MESSAGES:
+                    messages += 1
                 seq += 1
                 pending.append(
                     {"trash_id": entry_id, "seq": seq, "table_name": table.name,
@@ -242,7 +269,7 @@ def trash_session(conn: Connection, session_id: str, keep_days: float) -> TrashE
     # tags, idempotency keys and ADK sessions go with their sessions (ON DELETE CASCADE),
     # but are deleted here as well, so the move does not depend on the connection's
     # foreign-key setting
-    for table in (TAGS, IDEMPOTENCY, ADK_SESSIONS):
+    for table in (TAGS, IDEMPOTENCY, ADK_SESSIONS, *([TELEGRAM_BINDINGS] if bindings else [])):
         stmt_del = delete(table).where(table.c.session_id.in_(bindparam("ids", expanding=True)))
         for chunk in chunks(ids):
             conn.execute(stmt_del, {"ids": chunk})
@@ -256,12 +283,14 @@ def trash_session(conn: Connection, session_id: str, keep_days: float) -> TrashE
 
 def _entry_for(conn: Connection, session_id: str) -> Any:
     """The newest trash entry of `session_id` (a session id may be trashed, used again
-    and trashed again)."""
+    and trashed again), locked on PostgreSQL: a second restore of it waits, then finds it
+    gone (SQLite's write lock is held already)."""
     stmt = (
         select(TRASH)
         .where(TRASH.c.session_id == session_id)
         .order_by(TRASH.c.trashed_at.desc(), TRASH.c.id)
         .limit(1)
+        .with_for_update()
     )
     return conn.execute(stmt).mappings().first()
 
@@ -289,7 +318,19 @@ def restore_session(
     conn: Connection, session_id: str, redaction: RedactionPolicy = _NO_REDACTION
 ) -> RestoreReport:
     """Bring the newest trash entry of `session_id` back (see the module docstring);
-    `redaction`: the store's policy, applied to the messages as they are written back."""
+    `redaction`: the store's policy, applied to the messages as they are written back.
+    RestoreConflict when a live row holds one of its keys; the caller's transaction is
+    then rolled back, so nothing is written."""
+    try:
+        return _restore(conn, session_id, redaction)
+    except IntegrityError as exc:
+        # a unique key the checks before the inserts do not cover (a message id an
+        # import or a copy wrote, a title taken by a concurrent writer)
+        detail = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else ""
+        raise RestoreConflict(session_id, [detail] if detail else [], "row") from None
+
+
+def _restore(conn: Connection, session_id: str, redaction: RedactionPolicy) -> RestoreReport:
     entry = _entry_for(conn, session_id)
     if entry is None:
         raise SessionNotFound(session_id)
@@ -311,10 +352,15 @@ def restore_session(
             after = int(batch[-1][0])
 
     sessions: list[dict[str, Any]] = []
+    adk_keys: list[tuple[str, str, str]] = []
     for batch in batches():
         for _seq, table_name, data in batch:
             if table_name == SESSIONS.name:
                 sessions.append(decode_row(str(data)))
+            elif table_name == ADK_SESSIONS.name:
+                row = decode_row(str(data))
+                adk_keys.append((str(row["app_name"]), str(row["user_id"]), str(row["id"])))
+    _refuse_taken_adk_keys(conn, session_id, adk_keys)
     ids = [str(s["id"]) for s in sessions]
     taken = sorted(
         str(i)
@@ -353,11 +399,14 @@ def restore_session(
     messages = 0
     pending: dict[str, list[dict[str, Any]]] = {}
 
+    skipped: list[tuple[str, str]] = []
+
     def flush() -> None:
         redaction.redact_stored_rows(pending.get(MESSAGES.name, ()))
         for name, rows in pending.items():
-            if rows:
-                conn.execute(insert(_BY_NAME[name]), rows)
+            if name == TELEGRAM_BINDINGS.name:
+                rows = _free_bindings(conn, rows, skipped)
+            _insert_rows(conn, _BY_NAME[name], rows)
         pending.clear()
 
     for batch in batches():
@@ -374,7 +423,70 @@ def restore_session(
     _forget_activity(conn, ids)
     _record_activity(conn, ids)
     _drop_entry(conn, [entry_id])
-    return RestoreReport(session_id, ids, messages, retitled, detached)
+    return RestoreReport(session_id, ids, messages, retitled, detached, skipped)
+
+
+def _refuse_taken_adk_keys(
+    conn: Connection, session_id: str, keys: list[tuple[str, str, str]]
+) -> None:
+    """RestoreConflict when a live Google ADK session has the (app, user, id) of one the
+    entry holds: the ADK app, finding none, may have created it again."""
+    A = ADK_SESSIONS.c
+    taken = [
+        "/".join(key)
+        for key in keys
+        if conn.execute(
+            select(A.session_id).where(A.app_name == key[0], A.user_id == key[1], A.id == key[2])
+        ).first()
+        is not None
+    ]
+    if taken:
+        raise RestoreConflict(session_id, taken, "Google ADK session (app, user, id)")
+
+
+def _has_bindings(conn: Connection) -> bool:
+    return bool(conn.dialect.has_table(conn, TELEGRAM_BINDINGS.name))
+
+
+def _free_bindings(
+    conn: Connection, rows: list[dict[str, Any]], skipped: list[tuple[str, str]]
+) -> list[dict[str, Any]]:
+    """The Telegram topic bindings whose topic no live session is bound to; the others'
+    (chat_id, thread_id) go to `skipped`. Without the table (gone since) none."""
+    if not _has_bindings(conn):
+        skipped.extend((str(r["chat_id"]), str(r["thread_id"])) for r in rows)
+        return []
+    B = TELEGRAM_BINDINGS.c
+    free: list[dict[str, Any]] = []
+    for row in rows:
+        topic = (str(row["chat_id"]), str(row["thread_id"]))
+        taken = conn.execute(
+            select(B.session_id).where(B.chat_id == topic[0], B.thread_id == topic[1])
+        ).first()
+        if taken is None:
+            free.append(row)
+        else:
+            skipped.append(topic)
+    return free
+
+
+def _writable(table: Table, keys: tuple[str, ...]) -> TableClause:
+    """`table` with exactly the columns `keys`: the model's types where it knows the
+    column, untyped for those it does not (added by a newer Hermes or a fork)."""
+    known = {c.name: c.type for c in table.c}
+    return sql_table(
+        table.name, *(column(k, known.get(k, NullType())) for k in keys), schema=table.schema
+    )
+
+
+def _insert_rows(conn: Connection, table: Table, rows: list[dict[str, Any]]) -> None:
+    """Insert trashed rows with every column they were trashed with (rows with the same
+    columns in one statement)."""
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row), []).append(row)
+    for keys, group in groups.items():
+        conn.execute(insert(_writable(table, keys)), group)
 
 
 def _forget_activity(conn: Connection, ids: Sequence[str]) -> None:
@@ -418,7 +530,7 @@ def _insert_sessions(conn: Connection, rows: list[dict[str, Any]]) -> None:
             first["parent_session_id"] = None
             remaining[0] = first
             continue
-        conn.execute(insert(SESSIONS), ready)
+        _insert_rows(conn, SESSIONS, ready)
         placed.update(str(r["id"]) for r in ready)
         ready_ids = {id(r) for r in ready}
         remaining = [r for r in remaining if id(r) not in ready_ids]

@@ -18,7 +18,9 @@ from hermes_store.contract import (
     ADK_APP_STATES_TABLE,
     ADK_SESSIONS_TABLE,
     ADK_USER_STATES_TABLE,
+    TRASH_ROWS_TABLE,
 )
+from hermes_store.errors import MigrationError
 
 revision = "hs0008"
 down_revision = "hs0007"
@@ -60,5 +62,17 @@ def downgrade() -> None:
     # The state lives only here (the events stay messages): refuse rather than lose it.
     for table in TABLES:
         _ops.refuse_if_rows(table)
+    # nor while the trash (hs0007) holds an ADK session: its restore needs this table
+    if _ops.has_table(TRASH_ROWS_TABLE):
+        held = _ops.scalar(
+            f"SELECT COUNT(*) FROM {TRASH_ROWS_TABLE} "  # noqa: S608 (frozen names)
+            f"WHERE table_name = '{ADK_SESSIONS_TABLE}'"
+        )
+        if held:
+            raise MigrationError(
+                f"downgrade would lose data: the trash ({TRASH_ROWS_TABLE}) holds {held} "
+                f"row(s) of {ADK_SESSIONS_TABLE}, which a restore could not write back; "
+                "restore or empty those trash entries first, or stay at this revision"
+            )
     for table in TABLES:
         _ops.drop_table(table)

@@ -326,3 +326,171 @@ def test_async_store_trash(backend_url: str) -> None:
             assert await store.trash.empty_trash() == 0
 
     asyncio.run(main())
+
+
+def test_columns_the_models_do_not_know_survive_trash_and_restore(backend_url: str) -> None:
+    """A newer Hermes or a fork added columns to messages and sessions: their values are
+    kept in the trash and written back by the restore."""
+    with Store(backend_url) as store:
+        SessionRepository(store).create_session("forked", "cli")
+        MessageRepository(store).append_message("forked", "user", "kept whole")
+    for sql in (
+        "ALTER TABLE sessions ADD COLUMN fork_flag INTEGER",
+        "ALTER TABLE messages ADD COLUMN fork_note TEXT",
+        "UPDATE sessions SET fork_flag = 7 WHERE id = 'forked'",
+        "UPDATE messages SET fork_note = 'from the fork' WHERE session_id = 'forked'",
+    ):
+        _raw_write(backend_url, sql)
+    with Store(backend_url) as store:
+        TrashRepository(store).trash_session("forked")
+        assert _raw(backend_url, "SELECT fork_flag FROM sessions") == []
+        TrashRepository(store).restore_session("forked")
+    assert _raw(backend_url, "SELECT fork_flag FROM sessions WHERE id = 'forked'") == [(7,)]
+    assert _raw(backend_url, "SELECT fork_note, content FROM messages") == [
+        ("from the fork", "kept whole")
+    ]
+
+
+def _raw_write(url: str, sql: str) -> None:
+    con = RawConnection(url)
+    try:
+        con.execute(sql)
+    finally:
+        con.close()
+
+
+def test_a_telegram_topic_binding_goes_into_the_trash_and_back(backend_url: str) -> None:
+    from hermes_store.repositories.telegram import TelegramTopicRepository
+
+    with Store(backend_url) as store:
+        sessions, trash = SessionRepository(store), TrashRepository(store)
+        topics = TelegramTopicRepository(store)
+        for sid in ("dm", "dm2", "other"):
+            sessions.create_session(sid, "telegram")
+        bound = topics.bind_telegram_topic(
+            chat_id=1, thread_id=2, user_id=3, session_key="agent:main:telegram:dm:1",
+            session_id="dm",
+        )  # fmt: skip
+        trash.trash_session("dm")
+        assert topics.get_telegram_topic_binding(1, 2) is None  # cascaded with its session
+        report = trash.restore_session("dm")
+        assert report.topic_bindings_skipped == []
+        assert topics.get_telegram_topic_binding(1, 2) == bound
+
+        # the topic was bound to another session meanwhile: that binding stays, the
+        # restored session comes back unbound and the report names the topic
+        topics.bind_telegram_topic(
+            chat_id=1, thread_id=5, user_id=3, session_key="k5", session_id="dm2"
+        )
+        trash.trash_session("dm2")
+        topics.bind_telegram_topic(
+            chat_id=1, thread_id=5, user_id=3, session_key="k5", session_id="other"
+        )
+        report = trash.restore_session("dm2")
+        assert report.topic_bindings_skipped == [("1", "5")]
+        assert (topics.get_telegram_topic_binding(1, 5) or {})["session_id"] == "other"
+        assert topics.get_telegram_topic_binding_by_session("dm2") is None
+        assert sessions.get_session("dm2") is not None
+
+
+def test_other_restore_conflicts_are_refused_with_nothing_written(backend_url: str) -> None:
+    """A Google ADK session re-created with the trashed one's (app, user, id), or a
+    message that holds a trashed message's id: RestoreConflict, nothing restored."""
+    adk_row = (
+        "INSERT INTO hermes_store_adk_sessions (app_name, user_id, id, session_id, state,"
+        " created_at, updated_at, revision) VALUES ('app', 'u1', 'adk-1', '{sid}', '{{}}',"
+        " 1.5, 2.5, 1)"
+    )
+    with Store(backend_url) as store:
+        sessions, trash = SessionRepository(store), TrashRepository(store)
+        for sid in ("adk", "again", "texts", "other"):
+            sessions.create_session(sid, "cli")
+        store.write(lambda conn: conn.exec_driver_sql(adk_row.format(sid="adk")))
+        MessageRepository(store).append_message("adk", "user", "one")
+        trash.trash_session("adk")
+        # the ADK app found no session under that id and created it again
+        store.write(lambda conn: conn.exec_driver_sql(adk_row.format(sid="again")))
+        with pytest.raises(RestoreConflict, match="adk-1") as conflict:
+            trash.restore_session("adk")
+        assert conflict.value.session_id == "adk"
+        assert sessions.get_session("adk") is None
+        assert [e.session_id for e in trash.list_trash()] == ["adk"]
+        assert _raw(backend_url, "SELECT session_id FROM hermes_store_adk_sessions") == [("again",)]
+
+        taken = MessageRepository(store).append_message("texts", "user", "mine")
+        trash.trash_session("texts")
+        _raw_write(
+            backend_url,
+            "INSERT INTO messages (id, session_id, role, content, timestamp) "
+            f"VALUES ({taken}, 'other', 'user', 'holds the id', 1.0)",
+        )
+        with pytest.raises(RestoreConflict):
+            trash.restore_session("texts")
+        assert sessions.get_session("texts") is None
+        assert {e.session_id for e in trash.list_trash()} == {"adk", "texts"}
+        assert _raw(backend_url, f"SELECT session_id FROM messages WHERE id = {taken}") == [  # noqa: S608
+            ("other",)
+        ]
+
+
+def test_the_trash_before_hs0008_and_hs0008_s_downgrade(backend_url: str) -> None:
+    """At hs0007 (no ADK table) the trash says which upgrade it needs; a downgrade of
+    hs0008 refuses while the trash holds a Google ADK session, which it could not restore
+    without the table."""
+    from hermes_store import migrate
+    from hermes_store.errors import MigrationError, SchemaBehind
+
+    migrate.downgrade(backend_url, "hs0007")
+    with Store(backend_url, check_schema=False) as store:
+        SessionRepository(store).create_session("s", "cli")
+        with pytest.raises(SchemaBehind, match="hermes_store_adk_sessions"):
+            TrashRepository(store).trash_session("s")
+        assert SessionRepository(store).get_session("s") is not None
+    migrate.upgrade(backend_url)
+    with Store(backend_url) as store:
+        store.write(
+            lambda conn: conn.exec_driver_sql(
+                "INSERT INTO hermes_store_adk_sessions (app_name, user_id, id, session_id,"
+                " state, created_at, updated_at, revision) VALUES ('app', 'u1', 'a', 's',"
+                " '{}', 1.5, 2.5, 1)"
+            )
+        )
+        TrashRepository(store).trash_session("s")
+    with pytest.raises(MigrationError, match="downgrade would lose data.*trash"):
+        migrate.downgrade(backend_url, "hs0007")
+    assert migrate.current(backend_url).alembic_revision == migrate.HEAD
+    with Store(backend_url) as store:
+        assert TrashRepository(store).restore_session("s").sessions == ["s"]
+
+
+def test_trashing_reads_a_large_session_in_batches(backend_url: str) -> None:
+    """A session's rows are streamed into the trash a batch at a time: the Python memory
+    the move needs stays well under the session's size (6,000 messages of 10 KB)."""
+    import tracemalloc
+
+    from sqlalchemy import text
+
+    bulk = "x" * 10_000
+    with Store(backend_url) as store:
+        SessionRepository(store).create_session("big", "cli")
+        store.write(
+            lambda conn: conn.execute(
+                text(
+                    "INSERT INTO messages (session_id, role, content, timestamp, reasoning) "
+                    "VALUES ('big', 'assistant', 'r', :t, :r)"
+                ),
+                [{"t": float(i), "r": bulk} for i in range(6000)],
+            )
+        )
+        tracemalloc.start()
+        try:
+            entry = TrashRepository(store).trash_session("big")
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert entry.messages == 6000
+        assert peak < 35_000_000, peak  # the session's text alone is 60 MB
+        TrashRepository(store).restore_session("big")
+        assert _raw(backend_url, "SELECT count(*), min(length(reasoning)) FROM messages") == [
+            (6000, 10_000)
+        ]

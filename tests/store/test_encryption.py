@@ -236,7 +236,6 @@ def test_encrypt_use_decrypt_loses_nothing(tmp_path: Path, sqlite_driver: str) -
     assert done.backup.read_bytes().startswith(b"SQLite format 3\x00")  # the plain original
     assert MARKER.encode() not in _bytes_on_disk(path)
     assert not [p.name for p in tmp_path.iterdir() if "ing-" in p.name]  # no temporary left
-    assert (path.stat().st_mode & 0o777) == 0o600
 
     with Store(url_for(path), key=KEY) as store:
         assert _counts(store) == (1, 40)
@@ -330,6 +329,77 @@ def test_conversion_refuses_a_file_another_process_has_open(
     assert encrypt_file(path, KEY, backup=False).encrypted  # once it has let go
 
 
+_WINDOW_WRITER = (
+    "import sqlite3, sys\n"
+    "c = sqlite3.connect(sys.argv[1], timeout=0.2)\n"
+    "try:\n"
+    "    c.execute('CREATE TABLE written_during_the_check (x)')\n"
+    "    c.commit()\n"
+    "except sqlite3.OperationalError as exc:\n"
+    "    print(exc)\n"
+    "else:\n"
+    "    print('written')\n"
+)
+
+
+@on_sqlcipher
+@pytest.mark.parametrize("journal", ["wal", "delete"])
+def test_a_write_while_the_copy_is_checked_is_locked_out(
+    tmp_path: Path, sqlite_driver: str, journal: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process that writes while the copy is checked (quick_check, the slow part)
+    is held off by the lock: its commit can never land in the file that is replaced."""
+    from hermes_store import sqlite_encrypt
+
+    path = _plain_store_file(tmp_path / "state.db")
+    with closing(sqlite3.connect(path)) as raw:
+        raw.execute(f"PRAGMA journal_mode={journal}")
+    outcome: list[str] = []
+    check = sqlite_encrypt._finish
+
+    def check_while_another_process_writes(*args: Any) -> None:
+        done = subprocess.run(
+            [sys.executable, "-c", _WINDOW_WRITER, str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        outcome.append(done.stdout.strip())
+        check(*args)
+
+    monkeypatch.setattr(sqlite_encrypt, "_finish", check_while_another_process_writes)
+    assert sqlite_encrypt.encrypt_file(path, KEY, backup=False).encrypted
+    assert outcome == ["database is locked"]
+    from hermes_store import Store
+
+    with Store(url_for(path), key=KEY) as store:
+        assert _counts(store) == (1, 5)
+
+
+@on_sqlcipher
+def test_a_conversion_keeps_the_file_s_mode_and_owner(tmp_path: Path, sqlite_driver: str) -> None:
+    """The converted file gets the original's permission bits (and, when root converts it,
+    its owner and group); the backup stays 0600."""
+    from hermes_store.sqlite_encrypt import decrypt_file, encrypt_file
+
+    path = _plain_store_file(tmp_path / "state.db")
+    path.chmod(0o640)  # shared with a gateway in the same group
+    owner = (path.stat().st_uid, path.stat().st_gid)
+    if os.geteuid() == 0:
+        owner = (4321, 4322)  # what `sudo hermes-store encrypt` must not take over
+        os.chown(path, *owner)
+    done = encrypt_file(path, KEY)
+    assert done.mode == 0o640
+    after = path.stat()
+    assert (after.st_mode & 0o7777, (after.st_uid, after.st_gid)) == (0o640, owner)
+    assert done.backup is not None and (done.backup.stat().st_mode & 0o777) == 0o600
+    path.chmod(0o604)
+    decrypt_file(path, KEY, backup=False)
+    after = path.stat()
+    assert (after.st_mode & 0o7777, (after.st_uid, after.st_gid)) == (0o604, owner)
+
+
 @on_sqlcipher
 def test_an_encrypted_legacy_file_upgrades(
     legacy_db: Any, sqlite_driver: str, monkeypatch: pytest.MonkeyPatch
@@ -397,6 +467,37 @@ def test_two_stores_of_one_file_keep_the_key_until_both_close(
     second.close()
     with pytest.raises(EncryptionKeyRequired):
         Store(url_for(path))
+
+
+@on_sqlcipher
+def test_each_store_takes_back_exactly_its_own_key(
+    tmp_path: Path, sqlite_driver: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Store that fails to open forgets the key it registered; a Store's close takes back
+    its own registration, not one made after it by someone else."""
+    from hermes_store import Store, encryption
+    from hermes_store.errors import InvalidURL, NotAtHead
+
+    monkeypatch.delenv(encryption.KEY_ENV, raising=False)
+    monkeypatch.delenv(encryption.KEY_FILE_ENV, raising=False)
+    missing = tmp_path / "missing.db"
+    with pytest.raises(NotAtHead, match="no hermes-store database"):
+        Store(url_for(missing), key=KEY)
+    assert encryption.key_for(missing) is None
+
+    path = _encrypted_store_file(tmp_path / "state.db")
+    with monkeypatch.context() as env:
+        env.setenv("HERMES_STORE_JOURNAL_MODE", "bogus")  # refused as the engine is made
+        with pytest.raises(InvalidURL, match="HERMES_STORE_JOURNAL_MODE"):
+            Store(url_for(path), key=KEY)
+    assert encryption.key_for(path) is None
+
+    store = Store(url_for(path), key=KEY)
+    other = encryption.register_key(path, WRONG)
+    store.close()
+    assert encryption.key_for(path) == WRONG  # the later registration is still there
+    encryption.forget_key(path, other)
+    assert encryption.key_for(path) is None
 
 
 @on_sqlcipher
