@@ -15,7 +15,13 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..errors import AmbiguousSessionPrefix, InvalidInput, SessionNotFound, StoreError
+from ..errors import (
+    AmbiguousSessionPrefix,
+    InvalidInput,
+    SchemaBehind,
+    SessionNotFound,
+    StoreError,
+)
 from ._args import _WAIT_HELP, _count_arg, _days_arg, _open_store, _wait_arg, with_formats, with_url
 from ._output import (
     _cell,
@@ -416,8 +422,14 @@ def _cmd_sessions_prune(args: argparse.Namespace) -> int:
 
 
 def _expired_trash(trash: Any) -> int:
+    """The trash entries past their time; 0 for a file read as it is that has no trash
+    yet (below revision hs0007: a dry run changes nothing and asks for no upgrade)."""
     moment = time.time()
-    return sum(1 for entry in trash.list_trash() if entry.expires_at <= moment)
+    try:
+        entries = trash.list_trash()
+    except SchemaBehind:
+        return 0
+    return sum(1 for entry in entries if entry.expires_at <= moment)
 
 
 def _print_prune_candidates(candidates: Sequence[dict[str, Any]], as_json: bool) -> None:
