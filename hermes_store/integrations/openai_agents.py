@@ -55,6 +55,9 @@ DEFAULT_SOURCE = "openai-agents"
 
 #: The `display_metadata` key the exact item is kept under.
 ITEM_KEY = "openai_agents_item"
+#: What `_item` reads of a row: the stored item, and for a row Hermes wrote itself the
+#: fields an item is made from (a load reads these, not the whole row).
+ITEM_COLUMNS = ("role", "content", "tool_call_id", "display_metadata")
 
 #: Item roles Hermes has no name for, and the role they are stored under.
 _ROLE_ALIASES = {"developer": "system"}
@@ -174,9 +177,8 @@ class HermesSession:
         session_id, messages = self.session_id, self._messages
 
         def read() -> list[MessageRow]:
-            if limit is None or limit < 0:
-                return messages.get_messages(session_id)
-            return messages.get_newest_messages(session_id, limit)
+            newest = -1 if limit is None or limit < 0 else limit
+            return messages.get_newest_messages(session_id, newest, columns=ITEM_COLUMNS)
 
         rows = await self._run(read)
         return [cast("TResponseInputItem", _item(row)) for row in rows]

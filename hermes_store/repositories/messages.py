@@ -53,6 +53,7 @@ from ..rows import (
 from ..store import Store
 from . import idempotency, turns
 from ._dialect import (
+    SEARCH_COLUMNS,
     append_refusal,
     data_columns,
     data_dicts,
@@ -133,6 +134,25 @@ def _conversation_page(
     if skipped:
         query = query.offset(bindparam("offset", type_=BigInteger))
     return Prepared(query)
+
+
+#: The columns a read may ask for by name: the model's, but the search machinery's.
+_READABLE_COLUMNS = frozenset(MESSAGES.c.keys()) - SEARCH_COLUMNS
+
+
+def _chosen_columns(columns: Sequence[str]) -> tuple[str, ...]:
+    """`columns` checked against the messages table's, repeats dropped, in order."""
+    if isinstance(columns, str | bytes):
+        raise InvalidInput("columns are a list of column names, not one string")
+    chosen = tuple(dict.fromkeys(columns))
+    unknown = [name for name in chosen if name not in _READABLE_COLUMNS]
+    if not chosen or unknown:
+        raise InvalidInput(
+            f"columns must name columns of messages; unknown: {unknown!r}"
+            if unknown
+            else "columns must name at least one column of messages"
+        )
+    return chosen
 
 
 @lru_cache(maxsize=16)
@@ -1036,7 +1056,11 @@ class MessageRepository:
         return cast("list[MessageRow]", [decode_fields(r) for r in rows])
 
     def get_newest_messages(
-        self, session_id: str, limit: int = 20, include_inactive: bool = False
+        self,
+        session_id: str,
+        limit: int = 20,
+        include_inactive: bool = False,
+        columns: Sequence[str] | None = None,
     ) -> list[MessageRow]:
         """The session's newest `limit` rows, in id (conversation) order, decoded as
         `get_messages` returns them: one read that walks the session's index from its
@@ -1046,11 +1070,17 @@ class MessageRepository:
             session_id: the session's id.
             limit: at most this many rows (a negative limit: all of them).
             include_inactive: also messages marked inactive (rewound or compacted away).
+            columns: only these columns of each row (InvalidInput for a name that is
+                not a column of messages); None: every column. A caller that needs a
+                few columns of many rows reads and decodes that much less.
         """
         params = {"session_id": session_id, "limit": bound_limit(limit)}
+        chosen = None if columns is None else _chosen_columns(columns)
 
         def read(conn: Connection) -> list[dict[str, Any]]:
-            page = _newest_page(message_columns(conn), include_inactive)
+            page = _newest_page(
+                message_columns(conn) if chosen is None else chosen, include_inactive
+            )
             return data_dicts(page.dicts(conn, params))
 
         rows = self.store.read(read)

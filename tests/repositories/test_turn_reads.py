@@ -21,6 +21,7 @@ from sqlalchemy.pool import NullPool
 
 from hermes_store.aio import AsyncStore
 from hermes_store.contract import ACTIVITY_TABLE, APPEND_FUNCTION, MESSAGES_SESSION_ID_INDEX
+from hermes_store.errors import InvalidInput
 from hermes_store.repositories._tables import SESSIONS
 from hermes_store.repositories.listing import (
     ListingFilters,
@@ -128,6 +129,29 @@ def test_newest_messages_in_conversation_order(store: Store) -> None:
     with recorded(store) as statements:
         repo.get_newest_messages("s1", 3)
     assert len([s for s in statements if "messages" in s]) == 1, statements  # no count first
+
+
+def test_newest_messages_of_chosen_columns(store: Store) -> None:
+    """`columns` reads only the columns named (the SELECT names them, nothing else),
+    decoded as whole rows are; a name that is not a column of messages is InvalidInput."""
+    SessionRepository(store).create_session("s1", "cli")
+    repo = MessageRepository(store)
+    repo.append_message("s1", "user", "hello", display_metadata={"k": [1, "x"]})
+    repo.append_message("s1", "tool", "out", tool_call_id="c1")
+    whole = repo.get_newest_messages("s1", -1)
+    wanted = ("role", "content", "tool_call_id", "display_metadata")
+    with recorded(store) as statements:
+        chosen = repo.get_newest_messages("s1", -1, columns=wanted)
+    reads = [s for s in statements if "FROM messages" in s]
+    assert len(reads) == 1 and "tool_calls" not in reads[0] and "*" not in reads[0], reads
+    assert chosen == [{name: row[name] for name in wanted} for row in whole]
+    assert chosen[0]["display_metadata"] == {"k": [1, "x"]}
+    assert repo.get_newest_messages("s1", 1, columns=["content", "content"]) == [
+        {"content": "out"}
+    ]
+    for bad in (["content", "no_such_column"], ["search_vector"], [], "content"):
+        with pytest.raises(InvalidInput):
+            repo.get_newest_messages("s1", 1, columns=bad)
 
 
 def test_async_store_has_the_newest_messages(backend_url: str) -> None:
