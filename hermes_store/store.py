@@ -37,7 +37,6 @@ from sqlalchemy.pool import QueuePool
 
 from .backends import dialect_for
 from .config import SCHEMA_VERSION, JournalPolicy, resolve_url, sqlite_path
-from .contract import VERSION_TABLE
 from .encryption import Key, KeyRegistration, KeySource, forget_key, register_key
 from .engine import BEGIN_MODE, make_engine
 from .errors import (
@@ -66,22 +65,6 @@ T = TypeVar("T")
 CHECKPOINT_EVERY = 50
 #: The revision a database must be at for the repositories to serve it.
 HEAD = HEAD_REVISION
-
-
-def refuse_missing_database(url: URL) -> None:
-    """NotAtHead, before anything is created, for a SQLite path that holds no database:
-    opening one would leave an empty file (and its directory) behind."""
-    refuse_missing_file(url)
-
-
-def stored_revision(conn: Connection) -> str | None:
-    """The hermes-store revision a database records, None when it records none."""
-    # The version table is hermes-store's own; its name is a constant, never input.
-    try:
-        found = conn.exec_driver_sql(f"SELECT version_num FROM {VERSION_TABLE}").first()  # noqa: S608
-    except DBAPIError:
-        return None
-    return None if found is None else str(found[0])
 
 
 def _surrogate_error(exc: UnicodeEncodeError) -> InvalidInput | None:
@@ -146,7 +129,9 @@ class Store:
         self._key = self._register_key(key)
         try:
             if check_schema and engine is None:
-                refuse_missing_database(self.url)
+                # NotAtHead before anything is created: opening a SQLite path that holds
+                # no database would leave an empty file (and its directory) behind
+                refuse_missing_file(self.url)
             self.retry = retry
             self.checkpoint_every = checkpoint_every
             self.engine = engine or make_engine(

@@ -52,15 +52,6 @@ class FTSState:
         return self.high_water is not None
 
     @property
-    def optimizable(self) -> bool:
-        """True when `optimize-storage` has work: a legacy layout to convert, a backfill
-        to finish or demoted tables to tear down (never on PostgreSQL, whose generated
-        column is kept current by construction)."""
-        if self.layout == "tsvector":
-            return False
-        return self.layout != "v23" or self.backfill_pending or bool(self.trash_tables)
-
-    @property
     def percent(self) -> int:
         if not self.high_water:
             return 100

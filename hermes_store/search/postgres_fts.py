@@ -570,23 +570,23 @@ class PostgresSearch(SearchBackend):
     literal_widest_window = 16_384
     literal_index_windows = (65_536, 524_288)
     # The index windows cost what the literal's posting lists hold, which grows with the
-    # table; a second window read row by row costs what it holds (16,384 rows: 15-20
-    # ms). In a large table, two hits in the first window are enough to size one
-    # (docs/search-at-scale.md: at 10M rows `don't` 58 -> 23 ms, at 1M 14 -> 24 ms).
+    # table; a second window read row by row costs what it holds. In a large table, two
+    # hits in the first window are enough to size one (the figures:
+    # docs/search-at-scale.md).
     literal_sparse_sizing_hits = 2
     literal_sparse_table_rows = 3_000_000
     #: the newest ids the substring route reads row by row before pg_trgm's bitmap
     substring_span = 16_384
     #: the ids at the table's end (newest, or oldest for sort="oldest") a frequent word's
     #: window may be read from row by row, and what reading one costs in matches of the
-    #: word index's ordered scan (about 0.7 against 0.3 us at 1M rows:
-    #: docs/search-at-scale.md); `walk_pays` weighs the two
+    #: word index's ordered scan (measured in docs/search-at-scale.md); `walk_pays`
+    #: weighs the two
     word_span = 65_536
     word_row_cost = 2.0
     #: The work_mem a search's statements get at least (for its transaction only). RUM's
     #: ordered scan sorts the matches it reads by id in work_mem, and spills them to
-    #: disk at PostgreSQL's default of 4MB (10M rows: `migrat*` 60 -> 33 ms, a
-    #: three-word AND 56 -> 31 ms, `zephyrine` 19 -> 10 ms: docs/search-at-scale.md).
+    #: disk at PostgreSQL's default of 4MB (what that costs at 10M rows:
+    #: docs/search-at-scale.md).
     work_mem = "16MB"
     #: the statement_timeout in force during a time-limited search, in milliseconds
     _statement_ms = 0
@@ -819,7 +819,7 @@ class PostgresSearch(SearchBackend):
         # planner's estimate of a LIKE pattern's matches comes from a sample of the rows
         # and can swing after an ANALYZE (a 2-character CJK term estimated at 15 rows,
         # 1,164 in the table, got a parallel scan of the whole table sorted by id instead
-        # of the primary key walked newest first: 8 -> 70 ms at 100k rows).
+        # of the primary key walked newest first, several times slower).
         spanned = {**params, "span": self.substring_span}
         found = self._run(_span(f"({where})", filters), filters, spanned)
         ids = [int(row["id"]) for row in found]
