@@ -498,7 +498,29 @@ def test_a_large_batch_binds_its_ids_a_chunk_at_a_time(fresh_db: str) -> None:
     assert AWS not in _stored_text(fresh_db)
 
 
-def test_redact_stored_beside_a_writer_loses_no_write(backend_url: str) -> None:
+@pytest.mark.parametrize("journal", ["wal", "delete"])
+def test_redact_stored_beside_a_writer_loses_no_write_on_sqlite(
+    fresh_db: str, journal: str, sqlite_driver: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In both journal modes (every store of the test keeps the file in it), on both
+    SQLite drivers."""
+    from helpers.databases import set_journal_mode
+
+    from hermes_store.config import JOURNAL_ENV
+
+    monkeypatch.setenv(JOURNAL_ENV, journal)
+    set_journal_mode(fresh_db.removeprefix("sqlite:///"), journal)
+    _redact_beside_a_writer(fresh_db)
+    with Store(fresh_db) as store:
+        mode = store.read(lambda conn: conn.execute(text("PRAGMA journal_mode")).scalar_one())
+    assert mode == journal
+
+
+def test_redact_stored_beside_a_writer_loses_no_write_on_postgresql(pg_fresh_db: str) -> None:
+    _redact_beside_a_writer(str(pg_fresh_db))
+
+
+def _redact_beside_a_writer(backend_url: str) -> None:
     """A writer appending (secrets included, with no policy, as the original Hermes would)
     while a run applies in small batches: every append lands, nothing stored before the
     run started keeps a secret, and the next run redacts what the writer added."""
