@@ -45,8 +45,10 @@ class RepositorySQL:
     #: use (both dialects spell the upsert the same way).
     insert: Callable[[Any], sqlite.Insert | postgresql.Insert] = staticmethod(sqlite.insert)
 
-    def lock_session(self, conn: Connection, session_id: str) -> None:
-        """Serialise read-then-write units of work on one session."""
+    def lock_session(self, conn: Connection, session_id: str) -> bool:
+        """Serialise read-then-write units of work on one session; False when the
+        session's row was not there to lock."""
+        return True
 
     def lock_key(self, conn: Connection, key: str) -> None:
         """Serialise units of work on a name that has no row yet."""
@@ -103,8 +105,8 @@ class PostgreSQLSQL(RepositorySQL):
     pushes_changes = True
     appends_in_one_call = True
 
-    def lock_session(self, conn: Connection, session_id: str) -> None:
-        conn.execute(text("SELECT 1 FROM sessions WHERE id = :id FOR UPDATE"), {"id": session_id})
+    def lock_session(self, conn: Connection, session_id: str) -> bool:
+        return _LOCK_SESSION.first(conn, {"id": session_id}) is not None
 
     def lock_key(self, conn: Connection, key: str) -> None:
         conn.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": key})
@@ -143,6 +145,10 @@ class PostgreSQLSQL(RepositorySQL):
         return None if size is None else int(size)
 
 
+#: The session's row lock; a row back when there was a row to lock.
+_LOCK_SESSION = Prepared(text("SELECT 1 FROM sessions WHERE id = :id FOR UPDATE"))
+
+
 @cache
 def _append_one_call(columns: tuple[str, ...]) -> Prepared:
     """The one-call append (revision hs0005) of a row with these columns, its arguments
@@ -152,7 +158,6 @@ def _append_one_call(columns: tuple[str, ...]) -> Prepared:
     sql = f"SELECT new_id, transaction_id, backend_pid, server_started FROM {APPEND_FUNCTION}"  # noqa: S608
     sql += "(p_holder => :holder, p_at => :at, p_tool_calls_added => :tool_calls_added, "
     return Prepared(text(f"{sql}{arguments})"))
-
 
 
 #: Which refusal an error of the one-call append is, by its SQLSTATE.
@@ -192,10 +197,17 @@ def upsert_insert(conn: Connection, entity: Any) -> sqlite.Insert | postgresql.I
     return repository_sql(conn).insert(entity)
 
 
-def lock_session(conn: Connection, session_id: str) -> None:
+def lock_session(conn: Connection, session_id: str) -> bool:
     """Serialise read-then-write units of work on one session: its row lock on
-    PostgreSQL; nothing on SQLite, whose write transaction holds the write lock."""
-    repository_sql(conn).lock_session(conn, session_id)
+    PostgreSQL; nothing on SQLite, whose write transaction holds the write lock.
+
+    False when PostgreSQL found no row to lock. The caller must then take the session
+    for missing, whatever its later statements read: under READ COMMITTED each statement
+    sees what has committed when it starts, so a session whose creator commits after the
+    lock's statement shows up in the next one, unlocked, and a unit of work that acted on
+    it would run beside another holding the row lock (two appends' ids interleaved).
+    Always True on SQLite, where the caller's own read decides."""
+    return repository_sql(conn).lock_session(conn, session_id)
 
 
 def lock_key(conn: Connection, key: str) -> None:

@@ -228,11 +228,14 @@ def _insert_many(count: int) -> Prepared:
 # --------------------------------------------------------------------------- checks
 
 
-def _check_append_allowed(conn: Connection, session_id: str, holder: str | None, at: float) -> None:
+def _check_append_allowed(
+    conn: Connection, session_id: str, holder: str | None, at: float, locked: bool = True
+) -> None:
     """Another holder's live lease, then a missing session, then a compression-closed one:
-    one statement for a session that exists."""
+    one statement for a session that exists. `locked`: what `lock_session` returned; a
+    session its lock did not find is missing, even if it has been committed since."""
     params = {"session_id": session_id, "at": at}
-    state = _APPEND_STATE.first(conn, params)
+    state = _APPEND_STATE.first(conn, params) if locked else None
     current = _LEASE_HOLDER.scalar(conn, params) if state is None else state[2]
     if current is not None and str(current) != holder:
         raise _busy(session_id)
@@ -341,7 +344,7 @@ def _append_one(
         appended = _append_in_one_call(conn, session_id, holder, explicit_ts, fields)
         if appended is not None:
             return appended
-    lock_session(conn, session_id)  # the checks below must hold until commit
+    locked = lock_session(conn, session_id)  # the checks below must hold until commit
     if key is not None:
         # before the checks: a retry of an append that happened returns its id even if
         # the session has been closed by compression (or its turn passed) since
@@ -351,7 +354,7 @@ def _append_one(
     if turn_token is not None:
         turns.require_turn(conn, session_id, turn_token)
     at = now()
-    _check_append_allowed(conn, session_id, holder, at)
+    _check_append_allowed(conn, session_id, holder, at, locked)
     values, n_calls = encode_row(
         session_id, timestamp=at if explicit_ts is None else explicit_ts, **fields
     )
@@ -373,7 +376,7 @@ def _append_many(
     key: str | None = None,
     turn_token: int | None = None,
 ) -> list[int]:
-    lock_session(conn, session_id)
+    locked = lock_session(conn, session_id)
     if key is not None:
         earlier = idempotency.earlier_ids(conn, session_id, key, len(encoded.rows))
         if earlier is not None:
@@ -381,7 +384,7 @@ def _append_many(
     if turn_token is not None:
         turns.require_turn(conn, session_id, turn_token)
     at = now()
-    _check_append_allowed(conn, session_id, holder, at)
+    _check_append_allowed(conn, session_id, holder, at, locked)
     ids = _insert_rows(conn, encoded.rows)
     if ids:
         _add_counts(conn, session_id, len(ids), encoded.tool_calls)
@@ -505,11 +508,11 @@ def _set_active(conn: Connection, session_id: str, since_message_id: int, active
 def _pop_newest(conn: Connection, session_id: str) -> dict[str, Any] | None:
     # Read-then-delete: the session's row lock first, so two pops on PostgreSQL never
     # both pick the same newest row (the second would delete nothing and report empty).
-    lock_session(conn, session_id)
+    locked = lock_session(conn, session_id)
     # a pop rewrites the transcript as an append extends it: refused while another
     # writer compresses the session or once compression has closed it
     try:
-        _check_append_allowed(conn, session_id, None, now())
+        _check_append_allowed(conn, session_id, None, now(), locked)
     except SessionNotFound:
         return None
     newest = (
@@ -560,14 +563,14 @@ def _publish_child(
     `child` holds the child's own columns; where it leaves an inherited one None, the
     parent's value is taken."""
     # Same row lock as appends: the lease and the parent read below hold until commit.
-    lock_session(conn, parent_session_id)
+    locked = lock_session(conn, parent_session_id)
     at = now()
     if require_lease:
         _check_lease(conn, parent_session_id, holder, at)
     parent = (
         conn.execute(select(SESSIONS).where(S.id == parent_session_id)).mappings().one_or_none()
     )
-    if parent is None:
+    if parent is None or not locked:
         raise RuntimeError(f"Compression parent not found: {parent_session_id}")
     if parent["ended_at"] is not None:
         raise RuntimeError(f"Compression parent already ended: {parent_session_id}")

@@ -336,3 +336,91 @@ def test_publication_waits_for_a_concurrent_change_of_the_parent(pg_store: Any) 
     assert parent is not None and child is not None
     assert parent["end_reason"] == "compression"
     assert (child["session_key"], child["chat_id"]) == ("new-key", "new-chat")
+
+
+def _blocked_by(watcher: Any, dbname: str, other: Any) -> bool:
+    """Whether a hermes-store backend of `dbname` waits on a lock `other` (a connection)
+    holds."""
+    row = watcher.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
+        " AND application_name = 'hermes-store' AND %s = ANY(pg_blocking_pids(pid))",
+        (dbname, other.info.backend_pid),
+    ).fetchone()
+    return bool(row[0])
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["append_message", "append_messages"])
+def test_append_to_a_session_created_after_its_lock_never_runs_beside_the_lock_holder(
+    pg_store: Any, batch: bool
+) -> None:
+    """An append's row lock finds no session (its creator has not committed), then the
+    creator commits and another writer takes the session's row lock and starts its own
+    append. The first append must not write beside it: it read the session as missing
+    when it locked, and under READ COMMITTED its next statement would see the session,
+    unlocked, and insert ids between the lock holder's. The append is paused between its
+    lock and its checks by its turn check, which waits on the turn row another
+    transaction holds."""
+    from sqlalchemy.engine import make_url
+
+    from hermes_store.errors import SessionNotFound
+    from hermes_store.repositories.messages import MessageRepository
+    from hermes_store.repositories.turns import TurnRepository
+
+    url = pg_store.url.render_as_string(hide_password=False)
+    dbname = str(make_url(url).database)
+    token = TurnRepository(pg_store).acquire_turn("x", "worker", 300)
+    messages = MessageRepository(pg_store)
+
+    creator = _psycopg(url)
+    turn_holder = _psycopg(url)
+    appender = _psycopg(url)  # another writer, holding the row lock as an append does
+    watcher = _psycopg(url)
+    watcher.autocommit = True
+    outcome: dict[str, Any] = {}
+
+    def append() -> None:
+        try:
+            if batch:
+                outcome["ids"] = messages.append_messages(
+                    "x", [{"role": "user", "content": "racing"}] * 2, turn_token=token
+                )
+            else:
+                outcome["ids"] = [messages.append_message("x", "user", "racing", turn_token=token)]
+        except BaseException as exc:  # noqa: BLE001 (inspected by the test)
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=append)
+    try:
+        turn_holder.execute("SELECT 1 FROM hermes_store_turns WHERE session_id = 'x' FOR UPDATE")
+        creator.execute(
+            "INSERT INTO sessions (id, source, started_at)"
+            " VALUES ('x', 'cli', extract(epoch from now()))"
+        )
+        thread.start()
+        # past its row lock (which found nothing to lock), waiting at its turn check
+        assert _wait_for(lambda: _blocked_by(watcher, dbname, turn_holder), thread), outcome
+        creator.commit()
+        appender.execute("SELECT 1 FROM sessions WHERE id = 'x' FOR UPDATE")
+        first = appender.execute(
+            "INSERT INTO messages (session_id, role, content, timestamp)"
+            " VALUES ('x', 'user', 'holder 1', 0) RETURNING id"
+        ).fetchone()[0]
+        turn_holder.commit()
+        # Unfixed, the append inserts and then waits on the lock holder's row lock to
+        # update the counters; fixed, it has refused by now.
+        _wait_for(lambda: _blocked_by(watcher, dbname, appender), thread)
+        last = appender.execute(
+            "INSERT INTO messages (session_id, role, content, timestamp)"
+            " VALUES ('x', 'user', 'holder 2', 0) RETURNING id"
+        ).fetchone()[0]
+        appender.commit()
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+    finally:
+        for conn in (creator, turn_holder, appender, watcher):
+            conn.close()
+
+    between = [i for i in outcome.get("ids", []) if first < i < last]
+    assert not between, f"appended {between} between the lock holder's {first} and {last}"
+    assert isinstance(outcome.get("error"), SessionNotFound), outcome
+    assert [m["content"] for m in messages.get_messages("x")] == ["holder 1", "holder 2"]
