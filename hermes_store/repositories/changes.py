@@ -31,9 +31,21 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar, cast
 
-from sqlalchemy import Connection, text
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    Select,
+    Table,
+    bindparam,
+    case,
+    delete,
+    func,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.engine import URL
 
 from ..contract import (
@@ -44,6 +56,7 @@ from ..contract import (
     FEED_TRIMMED_THROUGH,
 )
 from ..errors import ChangeCursorExpired, InvalidInput
+from ..models import ChangeRecord, FeedState
 from ..store import Store
 from ._dialect import sql_named
 from ._own_tables import needing
@@ -72,29 +85,60 @@ STOP_CHECK = 0.5
 RELISTEN_FIRST_PAUSE = 0.25
 RELISTEN_MAX_PAUSE = 10.0
 
-_PAGE = text(
+_CHANGES = cast(Table, ChangeRecord.__table__)
+_STATE_TABLE = cast(Table, FeedState.__table__)
+_C = _CHANGES.c
+_F = _STATE_TABLE.c
+
+
+def _page_statement() -> Select[Any]:
     # one statement, one snapshot: the trimmed mark, the newest position and the page
-    "SELECT s.trimmed, s.latest, c.position, c.kind, c.session_id, c.message_id, c.at "  # noqa: S608
-    "FROM (SELECT "
-    f"(SELECT COALESCE(MAX(value), 0) FROM {FEED_STATE_TABLE} "
-    f"WHERE name = '{FEED_TRIMMED_THROUGH}') AS trimmed, "
-    f"(SELECT MAX(position) FROM {CHANGES_TABLE}) AS latest) s "
-    "LEFT JOIN (SELECT position, kind, session_id, message_id, at "
-    f"FROM {CHANGES_TABLE} WHERE position > :since ORDER BY position LIMIT :n) c ON 1 = 1 "
-    "ORDER BY c.position"
+    marks = select(
+        select(func.coalesce(func.max(_F.value), 0))
+        .where(_F.name == FEED_TRIMMED_THROUGH)
+        .scalar_subquery()
+        .label("trimmed"),
+        select(func.max(_C.position)).scalar_subquery().label("latest"),
+    ).subquery("s")
+    page = (
+        select(_C.position, _C.kind, _C.session_id, _C.message_id, _C.at)
+        .where(_C.position > bindparam("since"))
+        .order_by(_C.position)
+        .limit(bindparam("n"))
+        .subquery("c")
+    )
+    return (
+        select(
+            marks.c.trimmed,
+            marks.c.latest,
+            page.c.position,
+            page.c.kind,
+            page.c.session_id,
+            page.c.message_id,
+            page.c.at,
+        )
+        .select_from(marks.outerjoin(page, true()))
+        .order_by(page.c.position)
+    )
+
+
+_PAGE = _page_statement()
+# The counter's name is bound as `state_name`: a statement that updates the table keeps
+# its columns' own names for the values it sets.
+_STATE = select(_F.value).where(_F.name == bindparam("state_name"))
+_NEW_VALUE = bindparam("v", type_=BigInteger())
+_RAISE_STATE = (
+    update(_STATE_TABLE)
+    .where(_F.name == bindparam("state_name"))
+    .values(value=case((_F.value < _NEW_VALUE, _NEW_VALUE), else_=_F.value))
 )
-_STATE = text(f"SELECT value FROM {FEED_STATE_TABLE} WHERE name = :name")  # noqa: S608
-_RAISE_STATE = text(
-    f"UPDATE {FEED_STATE_TABLE} SET value = CASE WHEN value < :v THEN :v ELSE value END "  # noqa: S608
-    "WHERE name = :name"
-)
-_SET_STATE = text(f"UPDATE {FEED_STATE_TABLE} SET value = :v WHERE name = :name")  # noqa: S608
-_DELETE_THROUGH = text(f"DELETE FROM {CHANGES_TABLE} WHERE position <= :p")  # noqa: S608
-_FIRST_AT_OR_AFTER = text(
-    f"SELECT position FROM {CHANGES_TABLE} WHERE at >= :t ORDER BY position LIMIT 1"  # noqa: S608
+_SET_STATE = update(_STATE_TABLE).where(_F.name == bindparam("state_name")).values(value=_NEW_VALUE)
+_DELETE_THROUGH = delete(_CHANGES).where(_C.position <= bindparam("p"))
+_FIRST_AT_OR_AFTER = (
+    select(_C.position).where(_C.at >= bindparam("t")).order_by(_C.position).limit(1)
 )
 _FEED_TABLES = (CHANGES_TABLE, FEED_STATE_TABLE)
-_NEWEST = text(f"SELECT MAX(position) FROM {CHANGES_TABLE}")  # noqa: S608
+_NEWEST = select(func.max(_C.position))
 
 
 @dataclass(frozen=True)
@@ -198,7 +242,7 @@ def _page(conn: Connection, since: int, limit: int) -> list[Change]:
 
 def _latest(conn: Connection) -> int:
     newest = conn.execute(_NEWEST).scalar()
-    trimmed = conn.execute(_STATE, {"name": FEED_TRIMMED_THROUGH}).scalar()
+    trimmed = conn.execute(_STATE, {"state_name": FEED_TRIMMED_THROUGH}).scalar()
     return max(int(newest or 0), int(trimmed or 0))
 
 
@@ -210,9 +254,9 @@ def _trim(conn: Connection, through: int | None, older_than: float | None) -> in
         if first_kept is not None:
             target = min(target, int(first_kept) - 1)
     if target > 0:
-        conn.execute(_RAISE_STATE, {"v": target, "name": FEED_TRIMMED_THROUGH})
+        conn.execute(_RAISE_STATE, {"v": target, "state_name": FEED_TRIMMED_THROUGH})
         conn.execute(_DELETE_THROUGH, {"p": target})
-    return int(conn.execute(_STATE, {"name": FEED_TRIMMED_THROUGH}).scalar() or 0)
+    return int(conn.execute(_STATE, {"state_name": FEED_TRIMMED_THROUGH}).scalar() or 0)
 
 
 # --------------------------------------------------------------------------- waiting
@@ -449,7 +493,7 @@ class ChangeFeed:
     def oldest_cursor(self) -> int:
         """The oldest cursor that still resumes (the last trimmed position, 0 if none)."""
         value = self._read(
-            lambda conn: conn.execute(_STATE, {"name": FEED_TRIMMED_THROUGH}).scalar()
+            lambda conn: conn.execute(_STATE, {"state_name": FEED_TRIMMED_THROUGH}).scalar()
         )
         return int(value or 0)
 
@@ -484,7 +528,9 @@ class ChangeFeed:
             raise InvalidInput(
                 f"retention is a number of changes (1 to 2**63 - 1), not {_shown(rows)}"
             )
-        self._write(lambda conn: conn.execute(_SET_STATE, {"v": rows, "name": FEED_RETENTION_ROWS}))
+        self._write(
+            lambda conn: conn.execute(_SET_STATE, {"v": rows, "state_name": FEED_RETENTION_ROWS})
+        )
 
     def follow(
         self,
