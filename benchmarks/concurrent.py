@@ -150,9 +150,12 @@ def _fresh_sqlite(directory: Path, name: str) -> str:
     return str(path)
 
 
-def run(chats_list: list[int], turns: int) -> dict[str, Any]:
-    """Every mode for each number of chats; PostgreSQL rows are skipped (with the reason)
-    without a server or without the native path's dependencies."""
+def run(
+    chats_list: list[int], turns: int, modes: tuple[tuple[str, str], ...] = MODES
+) -> dict[str, Any]:
+    """Each of `modes` (every one by default) for each number of chats; PostgreSQL rows
+    are skipped (with the reason) without a server or without the native path's
+    dependencies."""
     rows: list[dict[str, Any]] = []
     skipped: dict[str, str] = {}
     admin = postgres.admin_url()
@@ -165,7 +168,7 @@ def run(chats_list: list[int], turns: int) -> dict[str, Any]:
         native_missing = None
     with tempfile.TemporaryDirectory(prefix="hermes-chats-") as tmp:
         for chats in chats_list:
-            for backend, mode in MODES:
+            for backend, mode in modes:
                 label = f"{backend}, {mode}"
                 if backend == "postgresql" and pg_missing:
                     skipped[label] = pg_missing
@@ -225,9 +228,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.concurrent", description=__doc__)
     parser.add_argument("--chats", default="200,1000", help="comma-separated chat counts")
     parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument(
+        "--modes",
+        help="the rows to run, as 'backend:path' separated by commas (default: all of "
+        + ", ".join(f"{b}:{m}" for b, m in MODES)
+        + ")",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    result = run([int(c) for c in args.chats.split(",")], args.turns)
+    modes: tuple[tuple[str, str], ...] = MODES
+    if args.modes:
+        asked = [tuple(part.strip().split(":", 1)) for part in args.modes.split(",")]
+        unknown = [":".join(m) for m in asked if m not in MODES]
+        if unknown:
+            parser.error(f"unknown modes: {', '.join(unknown)}")
+        modes = tuple((m[0], m[1]) for m in asked)
+    result = run([int(c) for c in args.chats.split(",")], args.turns, modes)
     print()
     print_table(result)
     if args.json:

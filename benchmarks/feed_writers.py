@@ -180,7 +180,7 @@ def run(writers: int, seconds: float, slice_s: float) -> dict[str, Any]:
             by_variant = _samples(urls, writers, slice_s, slices)
         load_after = load_average()
     each = slice_s * slices / len(VARIANTS)  # seconds each variant ran
-    rows = []
+    rows: list[dict[str, Any]] = []
     for variant, name, samples in zip(VARIANTS, names, by_variant, strict=True):
         ordered = sorted(samples)
         seen = sampler.counts[name]
