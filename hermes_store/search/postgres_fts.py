@@ -864,6 +864,31 @@ class PostgresSearch(SearchBackend):
         # and checked once, and the page cut from it (no id set joined back to messages)
         return None, _holds_literal(literal, params, trigram=trigram, words=words, window=False)
 
+    def literal_estimate_sql(self, literals: list[tuple[str, bool, bool]], params: Params) -> str:
+        # the ids above :floor read row by row (OFFSET 0, as _messages), each literal's
+        # index arms tested as the indexes would hand the row over: pg_trgm for every
+        # inner trigram (_needles), the word index for the AND of its words
+        counts = []
+        for literal, trigram, words in literals:
+            arms = []
+            if trigram:
+                needles = []
+                for needle in _needles(literal):
+                    name = f"n{len(params)}"
+                    params[name] = needle
+                    needles.append(f"strpos(m.t, :{name}) > 0")
+                arms.append(" AND ".join(["m.role <> 'tool'", *needles]))
+            if words:
+                term = Term(literal, prefix=False, phrase=True)
+                arms.append(f"m.{VECTOR} @@ {_positive(_words_sql(term, params))}")
+            if not arms:  # no index: every row of the scan is checked
+                arms.append("m.role <> 'tool'" if len(literal) >= TRIGRAM_CHARS else "true")
+            counts.append(f"count(*) FILTER (WHERE {' OR '.join(f'({a})' for a in arms)})")
+        return (
+            f"SELECT {' + '.join(counts)} FROM (SELECT m.role, m.{VECTOR},"  # noqa: S608
+            f" lower({TRIGRAM_TEXT}) AS t FROM messages AS m WHERE m.id > :floor OFFSET 0) AS m"
+        )
+
     def literal_page(self, rows: str, where: str, order: str) -> str:
         # Every matching row first (a bitmap scan of the indexes), then the page: without
         # the fence the planner may walk the primary key newest first testing each row,
