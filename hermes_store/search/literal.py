@@ -45,6 +45,21 @@ page's rows in the window), whose reading and checking grow with the window wher
 whole table's grow with the table. A window is the ids
 above :floor (the newest `window` ids) or up to :ceiling (the oldest, for
 sort="oldest"): `common.id_window`.
+
+Those windows and the whole table cost what the literals' index candidates cost, and a
+literal found nowhere reads them all: pg_trgm ignores punctuation and both trigram
+indexes hand over every row holding the literal's trigrams, so `~/.config/zephyr.yaml`
+beside thousands of rows holding `config`, `zephyr` and `yaml` checks every one of them.
+So before the first window read through the indexes (PostgreSQL) or the whole table,
+the candidates are estimated as the zero-hit retry's are (limits.RETRY_CHECKS,
+limits.RETRY_SAMPLE): each literal's among the newest RETRY_SAMPLE ids
+(`SearchBackend.literal_estimate_sql`), summed, scaled to the table. Within the budget
+the windows and the whole table follow as above; past it only the ids at the walk's
+end that hold about RETRY_CHECKS candidates are read (through FTS5's rowid bounds on
+SQLite; on PostgreSQL row by row up to the widest row-by-row window, through the
+indexes above it), and a page they do not fill carries a warning
+(`limits.literal_warning`). A page they do fill is the whole table's, as for any
+window.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ table holds more candidates than limits.RETRY_CHECKS (a misspelling that extends
 frequent word: `postgress` shares all its trigrams but one with `postgres`), only the
 newest rows that budget allows are read, whatever the table holds, and the hits'
 `warnings` say so (the facade logs them, the command prints them). Where the budget
-holds, the retry is what it was: a real substring hit anywhere is found."""
+holds, the retry is what it was: a real substring hit anywhere is found. The literal
+tier (a quoted or punctuated term) keeps to the same budget where its windows fall short
+(literal.py)."""
 
 from __future__ import annotations
 
@@ -247,7 +249,9 @@ NEAR_MISS = "~/.xconfig/zephyr.yamlx"
 
 
 def _literal_candidates(store: Store, first: int, count: int) -> None:
-    rows = [{"role": "user", "content": f"open {NEAR_MISS} {n}"} for n in range(first, first + count)]
+    rows = [
+        {"role": "user", "content": f"open {NEAR_MISS} {n}"} for n in range(first, first + count)
+    ]
     MessageRepository(store).append_messages("s", rows)
 
 
