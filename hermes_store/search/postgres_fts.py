@@ -866,17 +866,18 @@ class PostgresSearch(SearchBackend):
 
     def literal_estimate_sql(self, literals: list[tuple[str, bool, bool]], params: Params) -> str:
         # the ids above :floor read row by row (OFFSET 0, as _messages), each literal's
-        # index arms tested as the indexes would hand the row over: pg_trgm for every
-        # inner trigram (_needles), the word index for the AND of its words
+        # index arms tested as the indexes would hand the row over: pg_trgm for the
+        # trigrams it takes from _index_pattern (_pattern_needles), the word index for
+        # the AND of its words
         counts = []
         for literal, trigram, words in literals:
             arms = []
             if trigram:
                 needles = []
-                for needle in _needles(literal):
+                for needle, anchored in _pattern_needles(literal):
                     name = f"n{len(params)}"
                     params[name] = needle
-                    needles.append(f"strpos(m.t, :{name}) > 0")
+                    needles.append(f"m.t ~ :{name}" if anchored else f"strpos(m.t, :{name}) > 0")
                 arms.append(" AND ".join(["m.role <> 'tool'", *needles]))
             if words:
                 term = Term(literal, prefix=False, phrase=True)
@@ -949,6 +950,34 @@ def _exact_check(literal: str, pattern: str) -> str:
 
 #: a run of characters pg_trgm takes trigrams from (letters and digits)
 _TRIGRAM_WORD = re.compile(r"([^\W_]+)")
+
+
+def _pattern_needles(literal: str) -> list[tuple[str, bool]]:
+    """What a row's lower-cased text holds wherever pg_trgm's index hands the row over
+    for `_index_pattern(literal)`, as (needle, anchored): a needle to find (strpos), or
+    with `anchored` a regular expression. Each word of the pattern gives its inner
+    trigrams; where a kept separator bounds it, pg_trgm pads it with spaces and asks
+    for its edge trigrams too: a word of the row starting (ending) with its first (last)
+    two characters, or a one-character word standing alone. A superset of the index's
+    candidates (the trigrams may come from different words), as an estimate wants."""
+    parts = _TRIGRAM_WORD.split(literal)
+    separators, words = parts[0::2], parts[1::2]
+
+    def kept(n: int) -> bool:  # separator n stays in the pattern (_index_pattern)
+        neighbours = words[max(n - 1, 0) : n + 1]
+        return bool(separators[n]) and not all(len(w) >= TRIGRAM_CHARS for w in neighbours)
+
+    edge = "([^[:alnum:]]|^)", "([^[:alnum:]]|$)"
+    needles: list[tuple[str, bool]] = []
+    for n, word in enumerate(w.lower() for w in words):
+        left, right = kept(n), kept(n + 1)
+        needles += [(word[i : i + TRIGRAM_CHARS], False) for i in range(len(word) - 2)]
+        if len(word) == 1 and left:
+            needles.append((edge[0] + word + (edge[1] if right else ""), True))
+        elif len(word) > 1:
+            needles += [(edge[0] + word[:2], True)] if left else []
+            needles += [(word[-2:] + edge[1], True)] if right else []
+    return list(dict.fromkeys(needles))
 
 
 def _index_pattern(literal: str) -> str:
