@@ -399,3 +399,22 @@ def test_a_literal_past_the_budget_on_postgresql_checks_the_newest_ids_only(
         assert all(p.get("floor") == old + 300 - CHECKS for _, p in checks)
     finally:
         store.close()
+
+
+def test_the_literal_estimate_asks_for_what_pg_trgm_reads() -> None:
+    from hermes_store.search.postgres_fts import _index_pattern, _pattern_needles
+
+    # words of 3+ characters between dropped separators: their inner trigrams only
+    assert _index_pattern(LITERAL) == "%config%zephyr%yaml%"
+    assert [n for n, _ in _pattern_needles(LITERAL)][:4] == ["con", "onf", "nfi", "fig"]
+    assert not any(anchored for _, anchored in _pattern_needles(LITERAL))
+    # a kept separator pads the word beside it: its edge trigrams are asked for too
+    start, end = "([^[:alnum:]]|^)", "([^[:alnum:]]|$)"
+    assert _pattern_needles("HEAD~4") == [
+        ("hea", False),
+        ("ead", False),
+        ("ad" + end, True),
+        (start + "4", True),
+    ]
+    assert _pattern_needles("99.6%") == [("99" + end, True), (start + "6" + end, True)]
+    assert _pattern_needles("-->") == []  # no trigram: every non-tool row is a candidate
