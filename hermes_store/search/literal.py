@@ -40,9 +40,9 @@ read row by row, is sized by the first's density where the first showed the lite
 often enough (pg_trgm ignores punctuation and so can hand over far more candidates
 than a literal has rows); a rarer literal is then looked for in windows of 65,536 and
 524,288 ids read through the indexes, their candidates kept in the window
-(`SearchBackend.literal_window_by_index`: the id sets from the whole indexes, the
-page's rows in the window), whose reading and checking grow with the window where the
-whole table's grow with the table. A window is the ids
+(`SearchBackend.literal_window_by_index`: the indexes asked for the ids in the
+window, each literal's id set and the page's rows kept there), whose reading and
+checking grow with the window where the whole table's grow with the table. A window is the ids
 above :floor (the newest `window` ids) or up to :ceiling (the oldest, for
 sort="oldest"): `common.id_window`.
 
@@ -50,16 +50,17 @@ Those windows and the whole table cost what the literals' index candidates cost,
 literal found nowhere reads them all: pg_trgm ignores punctuation and both trigram
 indexes hand over every row holding the literal's trigrams, so `~/.config/zephyr.yaml`
 beside thousands of rows holding `config`, `zephyr` and `yaml` checks every one of them.
-So before the first window read through the indexes (PostgreSQL) or the whole table,
-the candidates are estimated as the zero-hit retry's are (limits.RETRY_CHECKS,
-limits.RETRY_SAMPLE): each literal's among the newest RETRY_SAMPLE ids
-(`SearchBackend.literal_estimate_sql`), summed, scaled to the table. Within the budget
-the windows and the whole table follow as above; past it only the ids at the walk's
-end that hold about RETRY_CHECKS candidates are read (through FTS5's rowid bounds on
-SQLite; on PostgreSQL row by row up to the widest row-by-row window, through the
-indexes above it), and a page they do not fill carries a warning
+So before the whole table the candidates are estimated as the zero-hit retry's are
+(limits.RETRY_CHECKS, limits.RETRY_SAMPLE): each literal's among the newest
+RETRY_SAMPLE ids (`SearchBackend.literal_estimate_sql`), summed, scaled to the table.
+Within the budget the whole table follows as above; past it only the ids at the walk's
+end that hold about RETRY_CHECKS candidates are read (nothing more where the windows
+already read that many ids; through FTS5's rowid bounds on SQLite; on PostgreSQL row by
+row up to the widest row-by-row window, through the indexes above it, each literal's id
+set kept in the window), and a page they do not fill carries a warning
 (`limits.literal_warning`). A page they do fill is the whole table's, as for any
-window.
+window. The windows before the estimate cost what they hold, so a literal the windows
+answer pays nothing for it.
 """
 
 from __future__ import annotations
@@ -225,10 +226,11 @@ def _windowed_page(
     backend: SearchBackend, parsed: Parsed, filters: Filters, limit: int, *, oldest: bool
 ) -> list[Hit]:
     """The first `limit` hits in id order (newest first, or oldest first), from the
-    windows of ids at that end of the table, then from the whole table. Before the first
-    window read through the indexes (or the whole table), the literals' candidates are
-    estimated (`_budget_span`): past limits.RETRY_CHECKS only the ids at that end that
-    hold about that many are read, and a page they do not fill says so in `warnings`."""
+    windows of ids at that end of the table, then from the whole table. Before the whole
+    table, the literals' candidates are estimated (`_budget_span`): past
+    limits.RETRY_CHECKS only the ids at that end that hold about that many are read (no
+    more where the windows already read those), and a page they do not fill says so in
+    `warnings`."""
     ids = backend.id_range()
     if ids is None:
         return []
@@ -242,19 +244,12 @@ def _windowed_page(
     window: int | None = backend.literal_window
     read, rows = 0, []
     while window is not None and window <= highest - lowest:
-        if backend.literal_window_by_index(window):
-            break
         rows = _page(backend, parsed, filters, order, limit, bound(window), window)
         if len(rows) >= limit:
             return rows
         read, window = window, backend.wider_window(window, len(rows), limit)
     over = _budget_span(backend, parsed, filters, lowest, highest)
     if over is None:
-        while window is not None and window <= highest - lowest:
-            rows = _page(backend, parsed, filters, order, limit, bound(window), window)
-            if len(rows) >= limit:
-                return rows
-            window = backend.wider_window(window, len(rows), limit)
         return _page(backend, parsed, filters, order, limit, None)
     span, estimate = over
     if span > read:

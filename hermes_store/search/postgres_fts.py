@@ -868,7 +868,9 @@ class PostgresSearch(SearchBackend):
         # the ids above :floor read row by row (OFFSET 0, as _messages), each literal's
         # index arms tested as the indexes would hand the row over: pg_trgm for the
         # trigrams it takes from _index_pattern (_pattern_needles), the word index for
-        # the AND of its words
+        # the AND of its words. With pg_trgm's arm the word index's adds tool rows only
+        # (a non-tool row holding the words holds their trigrams): a row's search vector
+        # is read for tool rows only, and its text lower-cased for the others only.
         counts = []
         for literal, trigram, words in literals:
             arms = []
@@ -878,16 +880,18 @@ class PostgresSearch(SearchBackend):
                     name = f"n{len(params)}"
                     params[name] = needle
                     needles.append(f"m.t ~ :{name}" if anchored else f"strpos(m.t, :{name}) > 0")
-                arms.append(" AND ".join(["m.role <> 'tool'", *needles]))
+                arms.append(" AND ".join(["m.t IS NOT NULL", *needles]))
             if words:
                 term = Term(literal, prefix=False, phrase=True)
-                arms.append(f"m.{VECTOR} @@ {_positive(_words_sql(term, params))}")
+                tool = "m.t IS NULL AND " if trigram else ""
+                arms.append(f"{tool}m.v @@ {_positive(_words_sql(term, params))}")
             if not arms:  # no index: every row of the scan is checked
-                arms.append("m.role <> 'tool'" if len(literal) >= TRIGRAM_CHARS else "true")
+                arms.append("m.t IS NOT NULL" if len(literal) >= TRIGRAM_CHARS else "true")
             counts.append(f"count(*) FILTER (WHERE {' OR '.join(f'({a})' for a in arms)})")
         return (
-            f"SELECT {' + '.join(counts)} FROM (SELECT m.role, m.{VECTOR},"  # noqa: S608
-            f" lower({TRIGRAM_TEXT}) AS t FROM messages AS m WHERE m.id > :floor OFFSET 0) AS m"
+            f"SELECT {' + '.join(counts)} FROM (SELECT m.{VECTOR} AS v,"  # noqa: S608
+            f" CASE WHEN m.role <> 'tool' THEN lower({TRIGRAM_TEXT}) END AS t"
+            " FROM messages AS m WHERE m.id > :floor OFFSET 0) AS m"
         )
 
     def literal_page(self, rows: str, where: str, order: str) -> str:
