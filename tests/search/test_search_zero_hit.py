@@ -418,3 +418,17 @@ def test_the_literal_estimate_asks_for_what_pg_trgm_reads() -> None:
     ]
     assert _pattern_needles("99.6%") == [("99" + end, True), (start + "6" + end, True)]
     assert _pattern_needles("-->") == []  # no trigram: every non-tool row is a candidate
+
+
+def test_the_facade_logs_the_literal_warning(
+    backend_url: str, small_budget: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    db: Any = SessionDB(url=backend_url)
+    try:
+        db.create_session("s", "cli")
+        _literal_candidates(db.store, 0, 200)
+        with caplog.at_level(logging.WARNING, logger="hermes_store.compat"):
+            assert db.search_messages(LITERAL) == []
+        assert any("the literal search for" in r.getMessage() for r in caplog.records)
+    finally:
+        db.close()
