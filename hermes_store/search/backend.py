@@ -206,6 +206,12 @@ class SearchBackend:
         ids = self.literal_ids(literal, params, trigram=trigram, words=words, edge=edge)
         return ids, None
 
+    def literal_estimate_sql(self, literals: list[tuple[str, bool, bool]], params: Params) -> str:
+        """A statement of one value: the candidates the indexes hand over for each of
+        `literals` (literal, trigram, words: as `literal_ids` takes them) among the ids
+        above :floor, summed (literal.py's budget)."""
+        raise NotImplementedError
+
     def literal_page(self, rows: str, where: str, order: str) -> str:
         """The literal tier's page: the ids of the `rows` (`messages AS m`, maybe joined
         to `sessions AS s`) matching `where`, in `order` (m.id, maybe after m.timestamp),

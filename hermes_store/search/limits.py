@@ -64,6 +64,11 @@ TIME_WINDOW = 64
 RETRY_CHECKS = 4_096
 #: The newest ids the retry samples to estimate its candidates in the whole table.
 RETRY_SAMPLE = 2_048
+# The literal tier (literal.py) keeps to the same budget where its windows fall short: a
+# literal found nowhere whose indexes hand over many candidates (`~/.config/zephyr.yaml`
+# beside thousands of rows holding `config` and `zephyr`) is estimated from the same
+# sample, and past RETRY_CHECKS only the newest ids that hold about that many candidates
+# are read, with a warning when they do not hold a whole page.
 
 _OPERATORS = q.OPERATORS  # FTS5 reads these in capitals only
 
@@ -85,6 +90,17 @@ def retry_warning(query: str, newest: int, candidates: float) -> str:
         f"messages, more than one search checks ({RETRY_CHECKS:,}), so older messages "
         "holding it as a substring are not shown; search for whole words or a longer "
         "substring"
+    )
+
+
+def literal_warning(literals: Sequence[str], newest: int, candidates: float) -> str:
+    """The warning of a literal search that read only the `newest` ids of the table."""
+    shown = ", ".join(repr(literal) for literal in literals)
+    return (
+        f"the literal search for {shown} read only the newest {newest:,} messages: its "
+        f"indexes hand over about {candidates:,.0f} candidate messages in the whole table, "
+        f"more than one search checks ({RETRY_CHECKS:,}), so older messages holding it "
+        "are not shown; add a rarer word or literal, or filter by source or role"
     )
 
 

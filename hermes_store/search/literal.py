@@ -40,11 +40,27 @@ read row by row, is sized by the first's density where the first showed the lite
 often enough (pg_trgm ignores punctuation and so can hand over far more candidates
 than a literal has rows); a rarer literal is then looked for in windows of 65,536 and
 524,288 ids read through the indexes, their candidates kept in the window
-(`SearchBackend.literal_window_by_index`: the id sets from the whole indexes, the
-page's rows in the window), whose reading and checking grow with the window where the
-whole table's grow with the table. A window is the ids
+(`SearchBackend.literal_window_by_index`: the indexes asked for the ids in the
+window, each literal's id set and the page's rows kept there), whose reading and
+checking grow with the window where the whole table's grow with the table. A window is the ids
 above :floor (the newest `window` ids) or up to :ceiling (the oldest, for
 sort="oldest"): `common.id_window`.
+
+Those windows and the whole table cost what the literals' index candidates cost, and a
+literal found nowhere reads them all: pg_trgm ignores punctuation and both trigram
+indexes hand over every row holding the literal's trigrams, so `~/.config/zephyr.yaml`
+beside thousands of rows holding `config`, `zephyr` and `yaml` checks every one of them.
+So before the whole table the candidates are estimated as the zero-hit retry's are
+(limits.RETRY_CHECKS, limits.RETRY_SAMPLE): each literal's among the newest
+RETRY_SAMPLE ids (`SearchBackend.literal_estimate_sql`), summed, scaled to the table.
+Within the budget the whole table follows as above; past it only the ids at the walk's
+end that hold about RETRY_CHECKS candidates are read (nothing more where the windows
+already read that many ids; through FTS5's rowid bounds on SQLite; on PostgreSQL row by
+row up to the widest row-by-row window, through the indexes above it, each literal's id
+set kept in the window), and a page they do not fill carries a warning
+(`limits.literal_warning`). A page they do fill is the whole table's, as for any
+window. The windows before the estimate cost what they hold, so a literal the windows
+answer pays nothing for it.
 """
 
 from __future__ import annotations
@@ -70,6 +86,14 @@ _SELECT = (
 )
 
 
+def _literal_args(backend: SearchBackend, filters: Filters, literal: str) -> tuple[bool, bool]:
+    """(trigram, words): which indexes vouch for `literal` (the module docstring)."""
+    trigram = len(literal) >= TRIGRAM_CHARS and backend.has_trigram_index()
+    # tool rows are in the word index only; the trigram set holds every other row
+    words = bool(words_of(literal)) and not (trigram and filters.excludes_tool_rows)
+    return trigram, words
+
+
 class _Statement:
     def __init__(
         self,
@@ -93,20 +117,19 @@ class _Statement:
         return name
 
     def _literal_args(self, literal: str) -> tuple[bool, bool]:
-        """(trigram, words): which indexes vouch for `literal` (the module docstring)."""
-        trigram = len(literal) >= TRIGRAM_CHARS and self.backend.has_trigram_index()
-        # tool rows are in the word index only; the trigram set holds every other row
-        words = bool(words_of(literal)) and not (trigram and self.filters.excludes_tool_rows)
-        return trigram, words
+        return _literal_args(self.backend, self.filters, literal)
 
     def literal(self, literal: str) -> str:
         """The id set of the rows holding `literal`."""
         trigram, words = self._literal_args(literal)
-        return self.ids(
-            self.backend.literal_ids(
-                literal, self.params, trigram=trigram, words=words, edge=self.edge
-            )
+        select = self.backend.literal_ids(
+            literal, self.params, trigram=trigram, words=words, edge=self.edge
         )
+        if self.page_edge:
+            # the page keeps the window's ids only: so does the set, so that only the
+            # window's candidates are checked (the condition reaches the indexes' scan)
+            select = f"SELECT id FROM ({select}) AS w WHERE {id_window('id', self.page_edge)}"  # noqa: S608
+        return self.ids(select)
 
     def _word_ids(self, terms: list[Term]) -> str:
         return self.backend.word_ids(terms, self.params, edge=self.edge)
@@ -203,21 +226,65 @@ def _windowed_page(
     backend: SearchBackend, parsed: Parsed, filters: Filters, limit: int, *, oldest: bool
 ) -> list[Hit]:
     """The first `limit` hits in id order (newest first, or oldest first), from the
-    windows of ids at that end of the table, then from the whole table."""
+    windows of ids at that end of the table, then from the whole table. Before the whole
+    table, the literals' candidates are estimated (`_budget_span`): past
+    limits.RETRY_CHECKS only the ids at that end that hold about that many are read (no
+    more where the windows already read those), and a page they do not fill says so in
+    `warnings`."""
     ids = backend.id_range()
     if ids is None:
         return []
     lowest, highest = ids
     order = _OLDEST_BY_ID if oldest else _BY_ID
     edge: Edge = "oldest" if oldest else "newest"
+
+    def bound(span: int) -> tuple[Edge, int]:
+        return (edge, lowest - 1 + span if oldest else highest - span)
+
     window: int | None = backend.literal_window
+    read, rows = 0, []
     while window is not None and window <= highest - lowest:
-        bound = lowest - 1 + window if oldest else highest - window
-        rows = _page(backend, parsed, filters, order, limit, (edge, bound), window)
+        rows = _page(backend, parsed, filters, order, limit, bound(window), window)
         if len(rows) >= limit:
             return rows
-        window = backend.wider_window(window, len(rows), limit)
-    return _page(backend, parsed, filters, order, limit, None)
+        read, window = window, backend.wider_window(window, len(rows), limit)
+    over = _budget_span(backend, parsed, filters, lowest, highest)
+    if over is None:
+        return _page(backend, parsed, filters, order, limit, None)
+    span, estimate = over
+    if span > read:
+        rows = _page(backend, parsed, filters, order, limit, bound(span), span)
+    if len(rows) < limit:  # older hits may exist: the span is all that was read
+        literals = _literals(parsed)
+        backend.warnings.append(limits.literal_warning(literals, max(span, read), estimate))
+    return rows
+
+
+def _literals(parsed: Parsed) -> list[str]:
+    """Every literal of the reading, positive or negated, once (each is checked)."""
+    return list(dict.fromkeys(term.text for group in parsed for _, term in group if term.literal))
+
+
+def _budget_span(
+    backend: SearchBackend, parsed: Parsed, filters: Filters, lowest: int, highest: int
+) -> tuple[int, float] | None:
+    """None when the newest limits.RETRY_SAMPLE ids put the candidates the literals'
+    indexes hand over in the whole table (each literal's summed: each is checked) at
+    limits.RETRY_CHECKS or fewer. Otherwise (the ids at the walk's end that hold about
+    that many candidates, the estimate): reading them costs what they hold whatever
+    the table holds, as the zero-hit retry's span (limits.py)."""
+    literals = _literals(parsed)
+    if not literals:
+        return None
+    table = highest - lowest + 1
+    sample = min(limits.RETRY_SAMPLE, table)
+    args = [(literal, *_literal_args(backend, filters, literal)) for literal in literals]
+    params: dict[str, Any] = {"floor": highest - sample}
+    counted = backend.fetch(backend.literal_estimate_sql(args, params), params)
+    estimate = backend.retry_estimate(int(counted[0][0] or 0), sample, table)
+    if estimate <= limits.RETRY_CHECKS:
+        return None
+    return max(1, int(limits.RETRY_CHECKS * table / estimate)), estimate
 
 
 def _page(

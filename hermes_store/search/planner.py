@@ -8,7 +8,9 @@ every backend (backend.py picks the one for the connection's dialect).
    the literal tier first (literal.py), then the original's reading of the query (3)
    for the rest of the page, without the rows already shown. So a message holding the
    literal ranks above one holding only its words, and whatever the original finds is
-   still found (more hits, never fewer).
+   still found (more hits, never fewer). A literal whose windows fall short keeps to
+   the zero-hit retry's budget of candidates checked (3; literal.py), saying so in
+   `warnings` when that leaves its page short.
 3. Any other query: the word index; a zero-hit query whose terms all have 3 or more
    characters is retried on the trigram index (Latin text glued to CJK, #54242),
    checking about limits.RETRY_CHECKS rows at most (past that the newest rows only,

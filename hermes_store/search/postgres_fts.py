@@ -864,6 +864,36 @@ class PostgresSearch(SearchBackend):
         # and checked once, and the page cut from it (no id set joined back to messages)
         return None, _holds_literal(literal, params, trigram=trigram, words=words, window=False)
 
+    def literal_estimate_sql(self, literals: list[tuple[str, bool, bool]], params: Params) -> str:
+        # the ids above :floor read row by row (OFFSET 0, as _messages), each literal's
+        # index arms tested as the indexes would hand the row over: pg_trgm for the
+        # trigrams it takes from _index_pattern (_pattern_needles), the word index for
+        # the AND of its words. With pg_trgm's arm the word index's adds tool rows only
+        # (a non-tool row holding the words holds their trigrams): a row's search vector
+        # is read for tool rows only, and its text lower-cased for the others only.
+        counts = []
+        for literal, trigram, words in literals:
+            arms = []
+            if trigram:
+                needles = []
+                for needle, anchored in _pattern_needles(literal):
+                    name = f"n{len(params)}"
+                    params[name] = needle
+                    needles.append(f"m.t ~ :{name}" if anchored else f"strpos(m.t, :{name}) > 0")
+                arms.append(" AND ".join(["m.t IS NOT NULL", *needles]))
+            if words:
+                term = Term(literal, prefix=False, phrase=True)
+                tool = "m.t IS NULL AND " if trigram else ""
+                arms.append(f"{tool}m.v @@ {_positive(_words_sql(term, params))}")
+            if not arms:  # no index: every row of the scan is checked
+                arms.append("m.t IS NOT NULL" if len(literal) >= TRIGRAM_CHARS else "true")
+            counts.append(f"count(*) FILTER (WHERE {' OR '.join(f'({a})' for a in arms)})")
+        return (
+            f"SELECT {' + '.join(counts)} FROM (SELECT m.{VECTOR} AS v,"  # noqa: S608
+            f" CASE WHEN m.role <> 'tool' THEN lower({TRIGRAM_TEXT}) END AS t"
+            " FROM messages AS m WHERE m.id > :floor OFFSET 0) AS m"
+        )
+
     def literal_page(self, rows: str, where: str, order: str) -> str:
         # Every matching row first (a bitmap scan of the indexes), then the page: without
         # the fence the planner may walk the primary key newest first testing each row,
@@ -924,6 +954,34 @@ def _exact_check(literal: str, pattern: str) -> str:
 
 #: a run of characters pg_trgm takes trigrams from (letters and digits)
 _TRIGRAM_WORD = re.compile(r"([^\W_]+)")
+
+
+def _pattern_needles(literal: str) -> list[tuple[str, bool]]:
+    """What a row's lower-cased text holds wherever pg_trgm's index hands the row over
+    for `_index_pattern(literal)`, as (needle, anchored): a needle to find (strpos), or
+    with `anchored` a regular expression. Each word of the pattern gives its inner
+    trigrams; where a kept separator bounds it, pg_trgm pads it with spaces and asks
+    for its edge trigrams too: a word of the row starting (ending) with its first (last)
+    two characters, or a one-character word standing alone. A superset of the index's
+    candidates (the trigrams may come from different words), as an estimate wants."""
+    parts = _TRIGRAM_WORD.split(literal)
+    separators, words = parts[0::2], parts[1::2]
+
+    def kept(n: int) -> bool:  # separator n stays in the pattern (_index_pattern)
+        neighbours = words[max(n - 1, 0) : n + 1]
+        return bool(separators[n]) and not all(len(w) >= TRIGRAM_CHARS for w in neighbours)
+
+    edge = "([^[:alnum:]]|^)", "([^[:alnum:]]|$)"
+    needles: list[tuple[str, bool]] = []
+    for n, word in enumerate(w.lower() for w in words):
+        left, right = kept(n), kept(n + 1)
+        needles += [(word[i : i + TRIGRAM_CHARS], False) for i in range(len(word) - 2)]
+        if len(word) == 1 and left:
+            needles.append((edge[0] + word + (edge[1] if right else ""), True))
+        elif len(word) > 1:
+            needles += [(edge[0] + word[:2], True)] if left else []
+            needles += [(word[-2:] + edge[1], True)] if right else []
+    return list(dict.fromkeys(needles))
 
 
 def _index_pattern(literal: str) -> str:

@@ -448,6 +448,23 @@ class SqliteSearch(SearchBackend):
         scope += f"{id_window('m.id', edge)} AND " if edge else ""
         return None, f"{scope}({exact})"
 
+    def literal_window_by_index(self, window: int) -> bool:
+        # FTS5 seeks to the window's rowid bounds: every window is read through the
+        # indexes and costs what it holds
+        return False
+
+    def literal_estimate_sql(self, literals: list[tuple[str, bool, bool]], params: Params) -> str:
+        counts = []
+        for literal, trigram, words in literals:
+            candidates, _ = self.literal_candidates(
+                literal, params, trigram=trigram, words=words, edge="newest"
+            )
+            if candidates is None:  # no index: every row of the scan is checked
+                scope = " AND m.role <> 'tool'" if len(literal) >= TRIGRAM_CHARS else ""
+                candidates = f"SELECT m.id FROM messages AS m WHERE m.id > :floor{scope}"  # noqa: S608
+            counts.append(f"(SELECT count(*) FROM ({candidates}))")  # noqa: S608
+        return "SELECT " + " + ".join(counts)
+
     def literal_rows(self, sql: str, filters: Filters, params: dict[str, Any]) -> list[Hit]:
         try:
             return super().literal_rows(sql, filters, params)

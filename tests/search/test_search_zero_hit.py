@@ -4,7 +4,9 @@ table holds more candidates than limits.RETRY_CHECKS (a misspelling that extends
 frequent word: `postgress` shares all its trigrams but one with `postgres`), only the
 newest rows that budget allows are read, whatever the table holds, and the hits'
 `warnings` say so (the facade logs them, the command prints them). Where the budget
-holds, the retry is what it was: a real substring hit anywhere is found."""
+holds, the retry is what it was: a real substring hit anywhere is found. The literal
+tier (a quoted or punctuated term) keeps to the same budget where its windows fall short
+(literal.py)."""
 
 from __future__ import annotations
 
@@ -235,3 +237,198 @@ def test_the_probes_ask_for_what_the_indexes_read() -> None:
     assert trigram_probe(["dockerr"]) == '("doc" AND "ock" AND "cke" AND "ker" AND "err")'
     assert trigram_probe(["ab", "NOT", "xyz"]) is None
     assert trigram_probe(["abc", "OR", "Def"]) == '("abc") OR ("def")'
+
+
+# --- the literal tier (a quoted or punctuated term) keeps to the same budget ---------------
+
+#: the oldest row holds the literal; every later candidate holds each of its trigrams (and
+#: pg_trgm's) but neither the literal nor its words
+LITERAL = "~/.config/zephyr.yaml"
+OLD_LITERAL = f"see {LITERAL} in the old notes."
+NEAR_MISS = "~/.xconfig/zephyr.yamlx"
+
+
+def _literal_candidates(store: Store, first: int, count: int) -> None:
+    rows = [
+        {"role": "user", "content": f"open {NEAR_MISS} {n}"} for n in range(first, first + count)
+    ]
+    MessageRepository(store).append_messages("s", rows)
+
+
+def _literal_crowd(store: Store) -> int:
+    SessionRepository(store).create_session("s", "cli")
+    old = MessageRepository(store).append_message("s", "user", OLD_LITERAL)
+    _literal_candidates(store, 0, 300)
+    return old
+
+
+def _literal_span(warning: str) -> int:
+    found = re.search(r"the literal search for .* read only the newest ([\d,]+) messages", warning)
+    assert found, warning
+    return int(found.group(1).replace(",", ""))
+
+
+def _record_pages(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int] | None]:
+    """The bound of every statement the literal tier runs (None: the whole table)."""
+    from hermes_store.search import literal
+
+    pages: list[tuple[str, int] | None] = []
+    original = literal._page
+
+    def recorded(*args: Any) -> Any:
+        pages.append(args[5])
+        return original(*args)
+
+    monkeypatch.setattr(literal, "_page", recorded)
+    return pages
+
+
+@pytest.fixture
+def literal_crowded(store: Store, small_budget: None) -> int:
+    return _literal_crowd(store)
+
+
+def test_a_literal_found_nowhere_past_the_budget_reads_the_newest_candidates_only(
+    store: Store, literal_crowded: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pages = _record_pages(monkeypatch)
+    hits = search(store, LITERAL)
+    # the old hit is older than the ids that hold the budget's candidates: not read
+    assert hits == []
+    assert len(hits.warnings) == 1 and repr(LITERAL) in hits.warnings[0]
+    # every candidate in the sample: the budget's candidates are the newest CHECKS ids
+    assert _literal_span(hits.warnings[0]) == CHECKS
+    highest = literal_crowded + 300
+    assert pages and all(page == ("newest", highest - CHECKS) for page in pages)
+    # twice the candidates: the same ids read, never the whole table
+    _literal_candidates(store, 300, 300)
+    pages.clear()
+    again = search(store, LITERAL)
+    assert again == [] and _literal_span(again.warnings[0]) == CHECKS
+    assert None not in pages and all(page == ("newest", highest + 300 - CHECKS) for page in pages)
+
+
+def test_a_literal_within_the_budget_reads_the_whole_table(
+    store: Store, literal_crowded: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(limits, "RETRY_CHECKS", 10_000)
+    pages = _record_pages(monkeypatch)
+    hits = search(store, LITERAL)
+    assert [h["id"] for h in hits] == [literal_crowded]
+    assert hits.warnings == ()
+    assert pages[-1] is None  # the whole table, as before
+    # ten literals OR-ed, one of them the old row's: found too
+    assert [h["id"] for h in search(store, _ten_literals())] == [literal_crowded]
+
+
+def test_a_rare_literal_is_estimated_from_its_own_candidates(
+    store: Store, literal_crowded: int
+) -> None:
+    # `notes.` has no candidate among the newest ids: the whole table is asked
+    hits = search(store, "notes.")
+    assert [h["id"] for h in hits] == [literal_crowded] and hits.warnings == ()
+
+
+def _ten_literals() -> str:
+    others = ("ops@zephyr.com", "99.6%", "--force-with-leash", "HEAD~4", "v1.2.3-rc9")
+    more = ("src/module_9999.py", "/etc/zephyr.conf", "user@example.org", "doesn't")
+    return " OR ".join((LITERAL, *others, *more))
+
+
+def test_ten_literals_found_nowhere_read_the_newest_candidates_only(
+    store: Store, literal_crowded: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pages = _record_pages(monkeypatch)
+    hits = search(store, _ten_literals())
+    assert hits == [] and len(hits.warnings) == 1
+    # the candidates of every literal count: at most the one literal's span
+    span = _literal_span(hits.warnings[0])
+    assert 1 <= span <= CHECKS
+    assert None not in pages
+
+
+@pytest.mark.parametrize("sort", [None, "newest", "oldest"])
+def test_a_literal_in_many_rows_past_the_budget_fills_its_page_exactly(
+    store: Store, literal_crowded: int, monkeypatch: pytest.MonkeyPatch, sort: str | None
+) -> None:
+    # every candidate holds `zephyr.yamlx`: the newest (oldest) ids the budget reads
+    # hold a whole window of hits, which is what the whole table gives, and no warning
+    monkeypatch.setattr(limits, "TIME_WINDOW", 10)
+    bounded = search(store, "zephyr.yamlx", limit=5, sort=sort)
+    assert len(bounded) == 5 and bounded.warnings == ()
+    monkeypatch.setattr(limits, "RETRY_CHECKS", 10_000)
+    whole = search(store, "zephyr.yamlx", limit=5, sort=sort)
+    assert [h["id"] for h in whole] == [h["id"] for h in bounded]
+
+
+@pytest.mark.usefixtures("sqlite_driver")
+def test_a_literal_past_the_budget_reads_the_same_on_sqlite_in_either_journal_mode(
+    journal_db: str, small_budget: None
+) -> None:
+    store = Store(journal_db)
+    try:
+        _literal_crowd(store)
+        for query in (LITERAL, _ten_literals()):
+            hits = search(store, query)
+            assert hits == [] and _literal_span(hits.warnings[0]) <= CHECKS
+    finally:
+        store.close()
+
+
+def test_a_literal_past_the_budget_on_postgresql_checks_the_newest_ids_only(
+    pg_fresh_db: str, small_budget: None
+) -> None:
+    store = Store(pg_fresh_db)
+    try:
+        old = _literal_crowd(store)
+        statements: list[tuple[str, Any]] = []
+
+        def record(conn: Any, cursor: Any, statement: str, params: Any, *rest: Any) -> None:
+            statements.append((statement, params))
+
+        event.listen(store.engine, "before_cursor_execute", record)
+        try:
+            assert search(store, LITERAL) == []
+        finally:
+            event.remove(store.engine, "before_cursor_execute", record)
+        probes = [p for s, p in statements if "count(*) FILTER" in s]
+        assert len(probes) == 1 and probes[0]["floor"] == old + 300 - SAMPLE
+        # every statement that checks the literal is bounded to the newest CHECKS ids
+        checks = [(s, p) for s, p in statements if "ILIKE" in s and "zephyr.yaml%" in str(p)]
+        assert checks
+        assert all(p.get("floor") == old + 300 - CHECKS for _, p in checks)
+    finally:
+        store.close()
+
+
+def test_the_literal_estimate_asks_for_what_pg_trgm_reads() -> None:
+    from hermes_store.search.postgres_fts import _index_pattern, _pattern_needles
+
+    # words of 3+ characters between dropped separators: their inner trigrams only
+    assert _index_pattern(LITERAL) == "%config%zephyr%yaml%"
+    assert [n for n, _ in _pattern_needles(LITERAL)][:4] == ["con", "onf", "nfi", "fig"]
+    assert not any(anchored for _, anchored in _pattern_needles(LITERAL))
+    # a kept separator pads the word beside it: its edge trigrams are asked for too
+    start, end = "([^[:alnum:]]|^)", "([^[:alnum:]]|$)"
+    assert _pattern_needles("HEAD~4") == [
+        ("hea", False),
+        ("ead", False),
+        ("ad" + end, True),
+        (start + "4", True),
+    ]
+    assert _pattern_needles("99.6%") == [("99" + end, True), (start + "6" + end, True)]
+    assert _pattern_needles("-->") == []  # no trigram: every non-tool row is a candidate
+
+
+def test_the_facade_logs_the_literal_warning(
+    backend_url: str, small_budget: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    db: Any = SessionDB(url=backend_url)
+    try:
+        db.create_session("s", "cli")
+        _literal_candidates(db.store, 0, 200)
+        with caplog.at_level(logging.WARNING, logger="hermes_store.compat"):
+            assert db.search_messages(LITERAL) == []
+        assert any("the literal search for" in r.getMessage() for r in caplog.records)
+    finally:
+        db.close()
