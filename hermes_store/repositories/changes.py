@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from sqlalchemy import Connection, text
 from sqlalchemy.engine import URL
@@ -44,9 +44,11 @@ from ..contract import (
     FEED_TRIMMED_THROUGH,
 )
 from ..errors import ChangeCursorExpired, InvalidInput
-from ..store import Store
 from ._dialect import sql_named
 from ._own_tables import needing
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 log = logging.getLogger(__name__)
 
