@@ -190,8 +190,7 @@ class AsyncStore(AsyncRepositories):
     `async with` either form; `AsyncStore(url)` opens on the calling thread.
 
     Args:
-        url: a database URL or a SQLite path (default: $HERMES_STORE_URL, else
-            $HERMES_HOME/state.db).
+        url: the database, as `Store`'s `url`.
         workers: worker threads for the blocking calls.
         store: an open `Store` to serve instead of opening one from `url` (the other
             keyword arguments are then unused); `aclose` closes it.
@@ -228,8 +227,7 @@ class AsyncStore(AsyncRepositories):
         closes the store once it exists.
 
         Args:
-            url: a database URL or a SQLite path (default: $HERMES_STORE_URL, else
-                $HERMES_HOME/state.db).
+            url: the database, as `Store`'s `url`.
             workers: worker threads for the blocking calls.
             options: `Store`'s keyword arguments (`StoreOptions`), documented there.
         """
