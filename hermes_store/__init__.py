@@ -4,17 +4,18 @@ Public API, importable from here::
 
     from hermes_store import Store, AsyncStore, SessionRepository, MessageRepository
 
-- `Store` (a database opened for the repositories) and `AsyncStore` (the same for
-  asyncio, on its own thread pool);
-- the repositories: `SessionRepository`, `MessageRepository`, `SearchRepository`,
-  `UsageRepository`, `TitleRepository`, `MetaRepository`, `MaintenanceRepository`,
-  `HousekeepingRepository`, `TelegramTopicRepository`, `CompressionLockRepository`,
-  `GatewayRoutingRepository`, `AsyncDelegationRepository`, `ChangeFeed` (the change
-  feed), `TurnRepository` (turn leases with fencing tokens), `TrashRepository` (trash
-  and restore) and `TagRepository` (session tags);
-  feed), `TurnRepository` (turn leases with fencing tokens), `RedactionRepository`
-  (secrets in what is stored; `RedactionPolicy` for new writes) and `SpaceRepository`
-  (where the space goes);
+- `Store` (a database opened for the repositories, each an attribute of it:
+  `store.sessions`, `store.messages`, ...) and `AsyncStore` (the same for asyncio, on
+  its own thread pool);
+- the repositories (declared once, with their attribute names, in
+  `hermes_store.repository_set`): `SessionRepository`, `MessageRepository`,
+  `SearchRepository`, `UsageRepository`, `TitleRepository`, `MetaRepository`,
+  `MaintenanceRepository`, `HousekeepingRepository`, `TelegramTopicRepository`,
+  `CompressionLockRepository`, `GatewayRoutingRepository`, `AsyncDelegationRepository`,
+  `ChangeFeed` (the change feed), `TurnRepository` (turn leases with fencing tokens),
+  `TrashRepository` (trash and restore), `TagRepository` (session tags),
+  `RedactionRepository` (secrets in what is stored; `RedactionPolicy` for new writes) and
+  `SpaceRepository` (where the space goes);
 - `make_engine`, `read_only_engine` (a database read as it is, for notebooks),
   `resolve_url`, `SCHEMA_VERSION`, and the error types;
 - `hermes_store.migrate` (upgrade / current / check), the models in

@@ -15,8 +15,10 @@ every call runs in a worker thread of the store's own pool (never the event loop
 default executor, which the application may need for other work), and `open` builds
 the engine and checks the schema in a thread too. A call keeps every promise of the
 synchronous one: a write is one retried transaction, concurrent writers are serialised
-by the Store, and many tasks may call at once. Each method is declared on its class
-(below), so editors and type checkers see its signature and result.
+by the Store, and many tasks may call at once. The async repositories are written out in
+hermes_store/aio_repositories.py (generated from the declaration of the repositories,
+hermes_store/repository_set.py), so editors and type checkers see each method's
+signature and result.
 
 Cancellation: a call cancelled (or timed out) while it waits for a worker never runs. A
 call a worker has started runs to its end (a transaction is never cut in the middle)
@@ -29,45 +31,20 @@ StoreClosed; calls made before it finish first.
 from __future__ import annotations
 
 import asyncio
-import functools
 import queue
 import threading
-from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar, Unpack
 
-from sqlalchemy import Engine
 from sqlalchemy.engine import URL
 
-from .config import JournalPolicy
-from .encryption import Key, KeySource
+from .aio_repositories import AsyncRepositories
 from .errors import StoreClosed
-from .redaction import RedactionPolicy
-from .repositories.changes import DEFAULT_BATCH, DEFAULT_POLL_INTERVAL, Change, ChangeFeed
-from .repositories.coordination import (
-    AsyncDelegationRepository,
-    CompressionLockRepository,
-    GatewayRoutingRepository,
-)
-from .repositories.maintenance import MaintenanceRepository
-from .repositories.messages import MessageRepository
-from .repositories.meta import MetaRepository
-from .repositories.redaction import RedactionRepository
-from .repositories.search import SearchRepository
-from .repositories.sessions import SessionRepository
-from .repositories.space import SpaceRepository
-from .repositories.tags import TagRepository
-from .repositories.telegram import TelegramTopicRepository
-from .repositories.titles import TitleRepository
-from .repositories.trash import TrashRepository
-from .repositories.turns import TurnRepository
-from .repositories.usage import UsageRepository
-from .retry import DEFAULT_RETRY, RetryPolicy
+from .repositories.changes import DEFAULT_BATCH, DEFAULT_POLL_INTERVAL, Change
 from .sqlite_damage import where
-from .store import CHECKPOINT_EVERY, Store
+from .store import Store, StoreOptions
 
-P = ParamSpec("P")
 T = TypeVar("T")
-R = TypeVar("R")
 
 #: Worker threads per AsyncStore: the Store's pooled connections (5) plus its overflow
 #: allowance, so a burst of calls queues here rather than on the connection pool.
@@ -205,91 +182,23 @@ async def _off_loop(work: Callable[[], T], abandon: Callable[[T], object] | None
     return await done
 
 
-class _AsyncRepository(Generic[R]):
-    _repository: Callable[[Store], R]
-
-    def __init__(self, store: AsyncStore) -> None:
-        self._store = store
-        self._sync: R = self._repository(store.sync)
-
-
-class awaitable(Generic[P, T]):  # noqa: N801 (used like a decorator, as `property` is)
-    """A synchronous repository method, offered as a coroutine method of an async
-    repository; it runs in the store's worker threads."""
-
-    def __init__(self, method: Callable[Concatenate[Any, P], T]) -> None:
-        self.method = method
-        functools.update_wrapper(self, method)  # type: ignore[arg-type]
-
-    @overload
-    def __get__(self, instance: None, owner: type[Any]) -> awaitable[P, T]: ...
-
-    @overload
-    def __get__(
-        self, instance: _AsyncRepository[Any], owner: type[Any]
-    ) -> Callable[P, Coroutine[Any, Any, T]]: ...
-
-    def __get__(self, instance: _AsyncRepository[Any] | None, owner: type[Any]) -> Any:
-        if instance is None:
-            return self
-        method = self.method
-        bound = instance._sync
-        store = instance._store
-
-        @functools.wraps(method)
-        async def call(*args: P.args, **kwargs: P.kwargs) -> T:
-            return await store.run(functools.partial(method, bound, *args, **kwargs))
-
-        return call
-
-
-class AsyncStore:
-    """A `Store` for asyncio code, with its repositories as attributes. Open it with
-    `await AsyncStore.open(url)` (the engine is built and the schema checked off the
-    event loop) and close it with `await store.aclose()`, or `async with` either form;
-    `AsyncStore(url)` opens on the calling thread. The keyword arguments are `Store`'s,
-    plus `workers` (threads serving calls).
+class AsyncStore(AsyncRepositories):
+    """A `Store` for asyncio code, with its repositories as attributes, named as the
+    Store's (`AsyncRepositories`: `store.sessions`, `store.messages`, ...), whose methods
+    are coroutines. Open it with `await AsyncStore.open(url)` (the engine is built and the
+    schema checked off the event loop) and close it with `await store.aclose()`, or
+    `async with` either form; `AsyncStore(url)` opens on the calling thread.
 
     Args:
-        url: a database URL or a SQLite path (default: $HERMES_STORE_URL, else
-            $HERMES_HOME/state.db).
+        url: the database, as `Store`'s `url`.
         workers: worker threads for the blocking calls.
         store: an open `Store` to serve instead of opening one from `url` (the other
             keyword arguments are then unused); `aclose` closes it.
-        retry: how lock contention and transient server faults are retried.
-        checkpoint_every: on SQLite, a PASSIVE WAL checkpoint after this many writes (0:
-            never).
-        journal: how the SQLite file's journal mode is chosen (None: the default policy).
-        read_only: open for reading only: every write is refused and the file is left as it
-            is.
-        engine: an engine to use instead of building one from `url` (its owner disposes of
-            it).
-        check_schema: refuse a database that is missing or not at head when opening (False
-            skips the check).
-        redaction: the secrets replaced in every message written (None: from the
-            environment, off unless `HERMES_STORE_REDACT` is set; docs/redaction.md).
-        key: the SQLite file's encryption key, or a callable returning it (as `Store`'s;
-            docs/encryption.md).
+        options: `Store`'s keyword arguments (`StoreOptions`: retry, checkpoint_every,
+            journal, read_only, engine, check_schema, redaction, key), documented there.
 
     Attributes:
         sync: the synchronous `Store` underneath.
-        sessions: `SessionRepository`'s methods as coroutines (`AsyncSessions`).
-        titles: `TitleRepository`'s (`AsyncTitles`).
-        messages: `MessageRepository`'s (`AsyncMessages`).
-        usage: `UsageRepository`'s (`AsyncUsage`).
-        meta: `MetaRepository`'s (`AsyncMeta`).
-        search: `SearchRepository`'s (`AsyncSearch`).
-        maintenance: `MaintenanceRepository`'s (`AsyncMaintenance`).
-        compression_locks: `CompressionLockRepository`'s (`AsyncCompressionLocks`).
-        gateway_routing: `GatewayRoutingRepository`'s (`AsyncGatewayRouting`).
-        delegations: `AsyncDelegationRepository`'s (`AsyncDelegations`).
-        telegram_topics: `TelegramTopicRepository`'s (`AsyncTelegramTopics`).
-        feed: `ChangeFeed`'s (`AsyncChangeFeed`); `changes()` follows the feed.
-        turns: `TurnRepository`'s (`AsyncTurns`).
-        trash: `TrashRepository`'s (`AsyncTrash`).
-        tags: `TagRepository`'s (`AsyncTags`).
-        redaction: `RedactionRepository`'s with the store's policy (`AsyncRedaction`).
-        space: `SpaceRepository`'s (`AsyncSpace`).
     """
 
     def __init__(
@@ -298,47 +207,11 @@ class AsyncStore:
         *,
         workers: int = DEFAULT_WORKERS,
         store: Store | None = None,
-        retry: RetryPolicy = DEFAULT_RETRY,
-        checkpoint_every: int = CHECKPOINT_EVERY,
-        journal: JournalPolicy | None = None,
-        read_only: bool = False,
-        engine: Engine | None = None,
-        check_schema: bool = True,
-        redaction: RedactionPolicy | None = None,
-        key: KeySource | Key | None = None,
+        **options: Unpack[StoreOptions],
     ) -> None:
-        if store is None:
-            store = Store(
-                url,
-                retry=retry,
-                checkpoint_every=checkpoint_every,
-                journal=journal,
-                read_only=read_only,
-                engine=engine,
-                check_schema=check_schema,
-                redaction=redaction,
-                key=key,
-            )
-        self.sync = store
+        self.sync = Store(url, **options) if store is None else store
         self._pool = WorkerPool(workers, "hermes-store")
         self._closing: asyncio.Future[None] | None = None
-        self.sessions = AsyncSessions(self)
-        self.titles = AsyncTitles(self)
-        self.messages = AsyncMessages(self)
-        self.usage = AsyncUsage(self)
-        self.meta = AsyncMeta(self)
-        self.search = AsyncSearch(self)
-        self.maintenance = AsyncMaintenance(self)
-        self.compression_locks = AsyncCompressionLocks(self)
-        self.gateway_routing = AsyncGatewayRouting(self)
-        self.delegations = AsyncDelegations(self)
-        self.telegram_topics = AsyncTelegramTopics(self)
-        self.feed = AsyncChangeFeed(self)
-        self.turns = AsyncTurns(self)
-        self.trash = AsyncTrash(self)
-        self.tags = AsyncTags(self)
-        self.redaction = AsyncRedaction(self)
-        self.space = AsyncSpace(self)
 
     @classmethod
     async def open(
@@ -346,14 +219,7 @@ class AsyncStore:
         url: str | URL | None = None,
         *,
         workers: int = DEFAULT_WORKERS,
-        retry: RetryPolicy = DEFAULT_RETRY,
-        checkpoint_every: int = CHECKPOINT_EVERY,
-        journal: JournalPolicy | None = None,
-        read_only: bool = False,
-        engine: Engine | None = None,
-        check_schema: bool = True,
-        redaction: RedactionPolicy | None = None,
-        key: KeySource | Key | None = None,
+        **options: Unpack[StoreOptions],
     ) -> AsyncStore:
         """Open the store without blocking the event loop: the engine, the first
         connection and the schema check (which may wait for a server, up to its
@@ -361,39 +227,11 @@ class AsyncStore:
         closes the store once it exists.
 
         Args:
-            url: a database URL or a SQLite path (default: $HERMES_STORE_URL, else
-                $HERMES_HOME/state.db).
+            url: the database, as `Store`'s `url`.
             workers: worker threads for the blocking calls.
-            retry: how lock contention and transient server faults are retried.
-            checkpoint_every: on SQLite, a PASSIVE WAL checkpoint after this many writes (0:
-                never).
-            journal: how the SQLite file's journal mode is chosen (None: the default
-                policy).
-            read_only: open for reading only: every write is refused and the file is left as
-                it is.
-            engine: an engine to use instead of building one from `url` (its owner disposes
-                of it).
-            check_schema: refuse a database that is missing or not at head when opening
-                (False skips the check).
-            redaction: the secrets replaced in every message written (None: from the
-                environment; docs/redaction.md).
-            key: the SQLite file's encryption key, or a callable returning it (as
-                `Store`'s; docs/encryption.md).
+            options: `Store`'s keyword arguments (`StoreOptions`), documented there.
         """
-        store = await _off_loop(
-            lambda: Store(
-                url,
-                retry=retry,
-                checkpoint_every=checkpoint_every,
-                journal=journal,
-                read_only=read_only,
-                engine=engine,
-                check_schema=check_schema,
-                redaction=redaction,
-                key=key,
-            ),
-            abandon=Store.close,
-        )
+        store = await _off_loop(lambda: Store(url, **options), abandon=Store.close)
         return cls(store=store, workers=workers)
 
     def _closed_error(self) -> StoreClosed:
@@ -447,7 +285,7 @@ class AsyncStore:
             batch: at most this many changes are read at a time.
             idle_timeout: stop after this many seconds without news (None: never).
         """
-        return self.feed._sync.follow_async(
+        return self.sync.feed.follow_async(
             since,
             poll_interval=poll_interval,
             batch=batch,
@@ -460,283 +298,3 @@ class AsyncStore:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-
-class AsyncSessions(_AsyncRepository[SessionRepository]):
-    """`SessionRepository`'s methods as coroutines."""
-
-    _repository = SessionRepository
-    create_session = awaitable(SessionRepository.create_session)
-    ensure_session = awaitable(SessionRepository.ensure_session)
-    end_session = awaitable(SessionRepository.end_session)
-    reopen_session = awaitable(SessionRepository.reopen_session)
-    promote_to_session_reset = awaitable(SessionRepository.promote_to_session_reset)
-    prune_empty_ghost_sessions = awaitable(SessionRepository.prune_empty_ghost_sessions)
-    finalize_orphaned_compression_sessions = awaitable(
-        SessionRepository.finalize_orphaned_compression_sessions
-    )
-    get_session = awaitable(SessionRepository.get_session)
-    resolve_session_id = awaitable(SessionRepository.resolve_session_id)
-    session_ids_with_prefix = awaitable(SessionRepository.session_ids_with_prefix)
-    update_system_prompt = awaitable(SessionRepository.update_system_prompt)
-    update_session_meta = awaitable(SessionRepository.update_session_meta)
-    update_session_model = awaitable(SessionRepository.update_session_model)
-    update_session_runtime_lock = awaitable(SessionRepository.update_session_runtime_lock)
-    update_session_billing_route = awaitable(SessionRepository.update_session_billing_route)
-    update_session_cwd = awaitable(SessionRepository.update_session_cwd)
-    backfill_repo_roots = awaitable(SessionRepository.backfill_repo_roots)
-    set_session_archived = awaitable(SessionRepository.set_session_archived)
-    set_session_pinned = awaitable(SessionRepository.set_session_pinned)
-    set_expiry_finalized = awaitable(SessionRepository.set_expiry_finalized)
-    record_compression_failure_cooldown = awaitable(
-        SessionRepository.record_compression_failure_cooldown
-    )
-    get_compression_failure_cooldown = awaitable(SessionRepository.get_compression_failure_cooldown)
-    clear_compression_failure_cooldown = awaitable(
-        SessionRepository.clear_compression_failure_cooldown
-    )
-    get_compression_fallback_streak = awaitable(SessionRepository.get_compression_fallback_streak)
-    set_compression_fallback_streak = awaitable(SessionRepository.set_compression_fallback_streak)
-    get_compression_ineffective_count = awaitable(
-        SessionRepository.get_compression_ineffective_count
-    )
-    set_compression_ineffective_count = awaitable(
-        SessionRepository.set_compression_ineffective_count
-    )
-    get_compression_tip = awaitable(SessionRepository.get_compression_tip)
-    get_compression_lineage = awaitable(SessionRepository.get_compression_lineage)
-    find_live_compression_child = awaitable(SessionRepository.find_live_compression_child)
-    get_session_delete_targets = awaitable(SessionRepository.get_session_delete_targets)
-    ancestors = awaitable(SessionRepository.ancestors)
-    descendants = awaitable(SessionRepository.descendants)
-    get_conversation_root = awaitable(SessionRepository.get_conversation_root)
-    resolve_resume_session_id = awaitable(SessionRepository.resolve_resume_session_id)
-    list_sessions_rich = awaitable(SessionRepository.list_sessions_rich)
-    get_session_rich_row = awaitable(SessionRepository.get_session_rich_row)
-    search_sessions_by_id = awaitable(SessionRepository.search_sessions_by_id)
-    search_sessions = awaitable(SessionRepository.search_sessions)
-    session_count = awaitable(SessionRepository.session_count)
-    session_count_by_source = awaitable(SessionRepository.session_count_by_source)
-    list_cron_job_runs = awaitable(SessionRepository.list_cron_job_runs)
-    distinct_session_cwds = awaitable(SessionRepository.distinct_session_cwds)
-    list_skill_scaffolded_sessions = awaitable(SessionRepository.list_skill_scaffolded_sessions)
-    get_first_assistant_text = awaitable(SessionRepository.get_first_assistant_text)
-
-
-class AsyncTitles(_AsyncRepository[TitleRepository]):
-    """`TitleRepository`'s methods as coroutines."""
-
-    _repository = TitleRepository
-    set_session_title = awaitable(TitleRepository.set_session_title)
-    set_auto_title_if_empty = awaitable(TitleRepository.set_auto_title_if_empty)
-    get_session_title = awaitable(TitleRepository.get_session_title)
-    get_session_by_title = awaitable(TitleRepository.get_session_by_title)
-    resolve_session_by_title = awaitable(TitleRepository.resolve_session_by_title)
-    get_next_title_in_lineage = awaitable(TitleRepository.get_next_title_in_lineage)
-
-
-class AsyncMessages(_AsyncRepository[MessageRepository]):
-    """`MessageRepository`'s methods as coroutines."""
-
-    _repository = MessageRepository
-    append_message = awaitable(MessageRepository.append_message)
-    append_messages = awaitable(MessageRepository.append_messages)
-    replace_messages = awaitable(MessageRepository.replace_messages)
-    archive_and_compact = awaitable(MessageRepository.archive_and_compact)
-    set_latest_matching_message_display_kind = awaitable(
-        MessageRepository.set_latest_matching_message_display_kind
-    )
-    set_latest_user_api_content = awaitable(MessageRepository.set_latest_user_api_content)
-    rewind_to_message = awaitable(MessageRepository.rewind_to_message)
-    restore_rewound = awaitable(MessageRepository.restore_rewound)
-    pop_newest_message = awaitable(MessageRepository.pop_newest_message)
-    clear_messages = awaitable(MessageRepository.clear_messages)
-    publish_compression_child = awaitable(MessageRepository.publish_compression_child)
-    get_messages = awaitable(MessageRepository.get_messages)
-    get_newest_messages = awaitable(MessageRepository.get_newest_messages)
-    get_messages_around = awaitable(MessageRepository.get_messages_around)
-    get_anchored_view = awaitable(MessageRepository.get_anchored_view)
-    list_recent_user_messages = awaitable(MessageRepository.list_recent_user_messages)
-    has_archived_messages = awaitable(MessageRepository.has_archived_messages)
-    has_platform_message_id = awaitable(MessageRepository.has_platform_message_id)
-    message_count = awaitable(MessageRepository.message_count)
-    get_messages_as_conversation = awaitable(MessageRepository.get_messages_as_conversation)
-    get_resume_conversations = awaitable(MessageRepository.get_resume_conversations)
-    get_ancestor_display_prefix = awaitable(MessageRepository.get_ancestor_display_prefix)
-
-
-class AsyncUsage(_AsyncRepository[UsageRepository]):
-    """`UsageRepository`'s methods as coroutines."""
-
-    _repository = UsageRepository
-    update_token_counts = awaitable(UsageRepository.update_token_counts)
-    record_auxiliary_usage = awaitable(UsageRepository.record_auxiliary_usage)
-    usage_by_model = awaitable(UsageRepository.usage_by_model)
-    usage_by_day = awaitable(UsageRepository.usage_by_day)
-    usage_by_model_and_day = awaitable(UsageRepository.usage_by_model_and_day)
-    message_activity_by_day = awaitable(UsageRepository.message_activity_by_day)
-
-
-class AsyncMeta(_AsyncRepository[MetaRepository]):
-    """`MetaRepository`'s methods as coroutines."""
-
-    _repository = MetaRepository
-    get_meta = awaitable(MetaRepository.get_meta)
-    set_meta = awaitable(MetaRepository.set_meta)
-    delete_meta = awaitable(MetaRepository.delete_meta)
-    list_meta_prefix = awaitable(MetaRepository.list_meta_prefix)
-
-
-class AsyncSearch(_AsyncRepository[SearchRepository]):
-    """`SearchRepository`'s methods as coroutines."""
-
-    _repository = SearchRepository
-    search_messages = awaitable(SearchRepository.search_messages)
-
-
-class AsyncMaintenance(_AsyncRepository[MaintenanceRepository]):
-    """`MaintenanceRepository`'s methods as coroutines."""
-
-    _repository = MaintenanceRepository
-    export_session = awaitable(MaintenanceRepository.export_session)
-    export_session_lineage = awaitable(MaintenanceRepository.export_session_lineage)
-    import_sessions = awaitable(MaintenanceRepository.import_sessions)
-    import_each = awaitable(MaintenanceRepository.import_each)
-    delete_session = awaitable(MaintenanceRepository.delete_session)
-    delete_session_if_empty = awaitable(MaintenanceRepository.delete_session_if_empty)
-    delete_sessions = awaitable(MaintenanceRepository.delete_sessions)
-    prune_sessions = awaitable(MaintenanceRepository.prune_sessions)
-    list_prune_candidates = awaitable(MaintenanceRepository.list_prune_candidates)
-    archive_sessions = awaitable(MaintenanceRepository.archive_sessions)
-    count_empty_sessions = awaitable(MaintenanceRepository.count_empty_sessions)
-    delete_empty_sessions = awaitable(MaintenanceRepository.delete_empty_sessions)
-    archive_stale_sessions = awaitable(MaintenanceRepository.archive_stale_sessions)
-
-
-class AsyncCompressionLocks(_AsyncRepository[CompressionLockRepository]):
-    """`CompressionLockRepository`'s methods as coroutines."""
-
-    _repository = CompressionLockRepository
-    try_acquire = awaitable(CompressionLockRepository.try_acquire)
-    refresh = awaitable(CompressionLockRepository.refresh)
-    release = awaitable(CompressionLockRepository.release)
-    get_holder = awaitable(CompressionLockRepository.get_holder)
-
-
-class AsyncGatewayRouting(_AsyncRepository[GatewayRoutingRepository]):
-    """`GatewayRoutingRepository`'s methods as coroutines."""
-
-    _repository = GatewayRoutingRepository
-    save_entry = awaitable(GatewayRoutingRepository.save_entry)
-    replace_entries = awaitable(GatewayRoutingRepository.replace_entries)
-    load_entries = awaitable(GatewayRoutingRepository.load_entries)
-    delete_entries = awaitable(GatewayRoutingRepository.delete_entries)
-    record_gateway_session_peer = awaitable(GatewayRoutingRepository.record_gateway_session_peer)
-    list_gateway_sessions = awaitable(GatewayRoutingRepository.list_gateway_sessions)
-    find_session_by_origin = awaitable(GatewayRoutingRepository.find_session_by_origin)
-    find_latest_gateway_session_for_peer = awaitable(
-        GatewayRoutingRepository.find_latest_gateway_session_for_peer
-    )
-    request_handoff = awaitable(GatewayRoutingRepository.request_handoff)
-    claim_handoff = awaitable(GatewayRoutingRepository.claim_handoff)
-    complete_handoff = awaitable(GatewayRoutingRepository.complete_handoff)
-    fail_handoff = awaitable(GatewayRoutingRepository.fail_handoff)
-    get_handoff_state = awaitable(GatewayRoutingRepository.get_handoff_state)
-    list_pending_handoffs = awaitable(GatewayRoutingRepository.list_pending_handoffs)
-
-
-class AsyncDelegations(_AsyncRepository[AsyncDelegationRepository]):
-    """`AsyncDelegationRepository`'s methods as coroutines."""
-
-    _repository = AsyncDelegationRepository
-    get = awaitable(AsyncDelegationRepository.get)
-    list_by_state = awaitable(AsyncDelegationRepository.list_by_state)
-    count_by_state = awaitable(AsyncDelegationRepository.count_by_state)
-
-
-class AsyncTelegramTopics(_AsyncRepository[TelegramTopicRepository]):
-    """`TelegramTopicRepository`'s methods as coroutines."""
-
-    _repository = TelegramTopicRepository
-    apply_telegram_topic_migration = awaitable(
-        TelegramTopicRepository.apply_telegram_topic_migration
-    )
-    enable_telegram_topic_mode = awaitable(TelegramTopicRepository.enable_telegram_topic_mode)
-    disable_telegram_topic_mode = awaitable(TelegramTopicRepository.disable_telegram_topic_mode)
-    is_telegram_topic_mode_enabled = awaitable(
-        TelegramTopicRepository.is_telegram_topic_mode_enabled
-    )
-    get_telegram_topic_binding = awaitable(TelegramTopicRepository.get_telegram_topic_binding)
-    get_telegram_topic_binding_by_session = awaitable(
-        TelegramTopicRepository.get_telegram_topic_binding_by_session
-    )
-    list_telegram_topic_bindings_for_chat = awaitable(
-        TelegramTopicRepository.list_telegram_topic_bindings_for_chat
-    )
-    is_telegram_session_linked_to_topic = awaitable(
-        TelegramTopicRepository.is_telegram_session_linked_to_topic
-    )
-    delete_telegram_topic_binding = awaitable(TelegramTopicRepository.delete_telegram_topic_binding)
-    bind_telegram_topic = awaitable(TelegramTopicRepository.bind_telegram_topic)
-    list_unlinked_telegram_sessions_for_user = awaitable(
-        TelegramTopicRepository.list_unlinked_telegram_sessions_for_user
-    )
-
-
-class AsyncChangeFeed(_AsyncRepository[ChangeFeed]):
-    """`ChangeFeed`'s methods as coroutines (following is `AsyncStore.changes`)."""
-
-    _repository = ChangeFeed
-    changes = awaitable(ChangeFeed.changes)
-    latest = awaitable(ChangeFeed.latest)
-    oldest_cursor = awaitable(ChangeFeed.oldest_cursor)
-    trim = awaitable(ChangeFeed.trim)
-    set_retention = awaitable(ChangeFeed.set_retention)
-
-
-class AsyncTurns(_AsyncRepository[TurnRepository]):
-    """`TurnRepository`'s methods as coroutines."""
-
-    _repository = TurnRepository
-    acquire_turn = awaitable(TurnRepository.acquire_turn)
-    renew_turn = awaitable(TurnRepository.renew_turn)
-    release_turn = awaitable(TurnRepository.release_turn)
-    current_turn = awaitable(TurnRepository.current_turn)
-
-
-class AsyncTrash(_AsyncRepository[TrashRepository]):
-    """`TrashRepository`'s methods as coroutines."""
-
-    _repository = TrashRepository
-    trash_session = awaitable(TrashRepository.trash_session)
-    restore_session = awaitable(TrashRepository.restore_session)
-    list_trash = awaitable(TrashRepository.list_trash)
-    empty_trash = awaitable(TrashRepository.empty_trash)
-    trash_size = awaitable(TrashRepository.trash_size)
-
-
-class AsyncTags(_AsyncRepository[TagRepository]):
-    """`TagRepository`'s methods as coroutines."""
-
-    _repository = TagRepository
-    add_tags = awaitable(TagRepository.add_tags)
-    remove_tags = awaitable(TagRepository.remove_tags)
-    set_tags = awaitable(TagRepository.set_tags)
-    get_tags = awaitable(TagRepository.get_tags)
-    list_tags = awaitable(TagRepository.list_tags)
-    sessions_with_tag = awaitable(TagRepository.sessions_with_tag)
-
-
-class AsyncRedaction(_AsyncRepository[RedactionRepository]):
-    """`RedactionRepository`'s methods as coroutines, with the store's own policy."""
-
-    _repository = RedactionRepository
-    redact_stored = awaitable(RedactionRepository.redact_stored)
-    redaction_cursor = awaitable(RedactionRepository.redaction_cursor)
-
-
-class AsyncSpace(_AsyncRepository[SpaceRepository]):
-    """`SpaceRepository`'s methods as coroutines."""
-
-    _repository = SpaceRepository
-    space_report = awaitable(SpaceRepository.space_report)

@@ -2,10 +2,10 @@
 
 Translation only: every public method forwards to one repository method with the same
 parameters, so there is one implementation of each behaviour. The forwarded methods are
-declared in the class body (`create_session = _forward("_sessions",
-SessionRepository.create_session)`): type checkers and IDEs see each one with its
-repository's signature, and `inspect.signature` and `help()` show it too. Switching
-Hermes over is one import:
+declared in the class body (`create_session = _forward(SessionRepository.create_session)`,
+called on the store's repository that defines it, `store.sessions`): type checkers and
+IDEs see each one with its repository's signature, and `inspect.signature` and `help()`
+show it too. Switching Hermes over is one import:
 
     from hermes_store.compat import SessionDB
 
@@ -58,7 +58,6 @@ from .errors import (
     StoreClosed,
 )
 from .repositories.coordination import (
-    AsyncDelegationRepository,
     CompressionLockRepository,
     GatewayRoutingRepository,
 )
@@ -71,6 +70,7 @@ from .repositories.sessions import SessionRepository
 from .repositories.telegram import TelegramTopicRepository
 from .repositories.titles import TitleRepository, sanitize_title
 from .repositories.usage import UsageRepository
+from .repository_set import name_of
 from .search import sanitize_fts5_query
 from .search.limits import SearchHits
 from .sqlite_recovery import (
@@ -192,22 +192,23 @@ log = logging.getLogger(__name__)
 
 
 def _forward(
-    repository: str,
     method: Callable[Concatenate[Any, P], R],
     *,
     translate: Callable[[Exception], BaseException | None] | None = None,
     refused: tuple[type[Exception], Callable[[], R]] | None = None,
     on_result: Callable[[R], None] | None = None,
 ) -> Callable[Concatenate[SessionDB, P], R]:
-    """A facade method calling `method` on the repository held in `self.<repository>`,
-    with its signature and docstring; `translate` turns a repository error into the one
-    the original raises (None keeps the error as it is); `refused` is an error type the
-    original never raises there and the answer it gives instead (logged as a warning);
-    `on_result` sees each answer before it is returned."""
+    """A facade method calling `method` on the store's repository that defines it
+    (`store.<name>`, from the declaration in repository_set.py), with its signature and
+    docstring; `translate` turns a repository error into the one the original raises
+    (None keeps the error as it is); `refused` is an error type the original never raises
+    there and the answer it gives instead (logged as a warning); `on_result` sees each
+    answer before it is returned."""
+    repository = name_of(method)
 
     def call(self: SessionDB, /, *args: P.args, **kwargs: P.kwargs) -> R:
         try:
-            result = method(getattr(self, repository), *args, **kwargs)
+            result = method(getattr(self._store, repository), *args, **kwargs)
         except Exception as exc:
             if refused is not None and isinstance(exc, refused[0]):
                 log.warning("%s: %s", method.__name__, exc)
@@ -294,19 +295,6 @@ class SessionDB:
             raise
         if path is not None:
             sqlite_recovery.hold(path)
-        store = self._store
-        self._usage = UsageRepository(store)
-        self._sessions = SessionRepository(store)
-        self._titles = TitleRepository(store)
-        self._messages = MessageRepository(store)
-        self._meta = MetaRepository(store)
-        self._locks = CompressionLockRepository(store)
-        self._gateway = GatewayRoutingRepository(store)
-        self._delegations = AsyncDelegationRepository(store)
-        self._maintenance = MaintenanceRepository(store)
-        self._telegram = TelegramTopicRepository(store)
-        self._housekeeping = HousekeepingRepository(store)
-        self._search = SearchRepository(store)
 
     @staticmethod
     def _quarantine_if_zeroed(path: Path) -> None:
@@ -435,7 +423,6 @@ class SessionDB:
     # and a search that could not check every candidate says so in the log (the hits'
     # `warnings`), as the facade logs what it refuses
     search_messages = _forward(
-        "_search",
         SearchRepository.search_messages,
         refused=(QueryTooComplex, SearchHits),
         on_result=_log_search_warnings,
@@ -445,7 +432,7 @@ class SessionDB:
 
     # Applied synchronously: the original's background writer thread only exists to keep
     # accounting off the agent loop; here one short write does the same job.
-    queue_token_counts = _forward("_usage", UsageRepository.update_token_counts)
+    queue_token_counts = _forward(UsageRepository.update_token_counts)
 
     def flush_token_counts(self, timeout: float = 5.0) -> bool:
         return True  # nothing is ever queued (see queue_token_counts)
@@ -453,225 +440,185 @@ class SessionDB:
     def export_all(self, source: str | None = None) -> list[dict[str, Any]]:
         """Every session (most recent first) with its active messages, as a list like the
         original; `MaintenanceRepository.export_all` streams instead."""
-        return list(self._maintenance.export_all(source=source))
+        return list(self._store.maintenance.export_all(source=source))
 
     def __repr__(self) -> str:
         return f"SessionDB({str(self.db_path or self._store.url)!r})"
 
     # -- forwarded: sessions ----------------------------------------------------------------
 
-    create_session = _forward("_sessions", SessionRepository.create_session)
-    ensure_session = _forward("_sessions", SessionRepository.ensure_session)
-    end_session = _forward("_sessions", SessionRepository.end_session)
-    reopen_session = _forward("_sessions", SessionRepository.reopen_session)
-    promote_to_session_reset = _forward("_sessions", SessionRepository.promote_to_session_reset)
-    get_session = _forward("_sessions", SessionRepository.get_session)
-    resolve_session_id = _forward("_sessions", SessionRepository.resolve_session_id)
-    update_system_prompt = _forward("_sessions", SessionRepository.update_system_prompt)
-    update_session_meta = _forward("_sessions", SessionRepository.update_session_meta)
-    update_session_model = _forward("_sessions", SessionRepository.update_session_model)
-    update_session_runtime_lock = _forward(
-        "_sessions", SessionRepository.update_session_runtime_lock
-    )
-    update_session_billing_route = _forward(
-        "_sessions", SessionRepository.update_session_billing_route
-    )
-    update_session_cwd = _forward("_sessions", SessionRepository.update_session_cwd)
-    backfill_repo_roots = _forward("_sessions", SessionRepository.backfill_repo_roots)
-    set_session_archived = _forward("_sessions", SessionRepository.set_session_archived)
-    set_session_pinned = _forward("_sessions", SessionRepository.set_session_pinned)
-    set_expiry_finalized = _forward("_sessions", SessionRepository.set_expiry_finalized)
+    create_session = _forward(SessionRepository.create_session)
+    ensure_session = _forward(SessionRepository.ensure_session)
+    end_session = _forward(SessionRepository.end_session)
+    reopen_session = _forward(SessionRepository.reopen_session)
+    promote_to_session_reset = _forward(SessionRepository.promote_to_session_reset)
+    get_session = _forward(SessionRepository.get_session)
+    resolve_session_id = _forward(SessionRepository.resolve_session_id)
+    update_system_prompt = _forward(SessionRepository.update_system_prompt)
+    update_session_meta = _forward(SessionRepository.update_session_meta)
+    update_session_model = _forward(SessionRepository.update_session_model)
+    update_session_runtime_lock = _forward(SessionRepository.update_session_runtime_lock)
+    update_session_billing_route = _forward(SessionRepository.update_session_billing_route)
+    update_session_cwd = _forward(SessionRepository.update_session_cwd)
+    backfill_repo_roots = _forward(SessionRepository.backfill_repo_roots)
+    set_session_archived = _forward(SessionRepository.set_session_archived)
+    set_session_pinned = _forward(SessionRepository.set_session_pinned)
+    set_expiry_finalized = _forward(SessionRepository.set_expiry_finalized)
     record_compression_failure_cooldown = _forward(
-        "_sessions", SessionRepository.record_compression_failure_cooldown
+        SessionRepository.record_compression_failure_cooldown
     )
-    get_compression_failure_cooldown = _forward(
-        "_sessions", SessionRepository.get_compression_failure_cooldown
-    )
+    get_compression_failure_cooldown = _forward(SessionRepository.get_compression_failure_cooldown)
     clear_compression_failure_cooldown = _forward(
-        "_sessions", SessionRepository.clear_compression_failure_cooldown
+        SessionRepository.clear_compression_failure_cooldown
     )
-    get_compression_fallback_streak = _forward(
-        "_sessions", SessionRepository.get_compression_fallback_streak
-    )
-    set_compression_fallback_streak = _forward(
-        "_sessions", SessionRepository.set_compression_fallback_streak
-    )
+    get_compression_fallback_streak = _forward(SessionRepository.get_compression_fallback_streak)
+    set_compression_fallback_streak = _forward(SessionRepository.set_compression_fallback_streak)
     get_compression_ineffective_count = _forward(
-        "_sessions", SessionRepository.get_compression_ineffective_count
+        SessionRepository.get_compression_ineffective_count
     )
     set_compression_ineffective_count = _forward(
-        "_sessions", SessionRepository.set_compression_ineffective_count
+        SessionRepository.set_compression_ineffective_count
     )
-    get_compression_tip = _forward("_sessions", SessionRepository.get_compression_tip)
-    get_compression_lineage = _forward("_sessions", SessionRepository.get_compression_lineage)
-    find_live_compression_child = _forward(
-        "_sessions", SessionRepository.find_live_compression_child
-    )
-    get_session_delete_targets = _forward("_sessions", SessionRepository.get_session_delete_targets)
-    get_conversation_root = _forward("_sessions", SessionRepository.get_conversation_root)
-    resolve_resume_session_id = _forward("_sessions", SessionRepository.resolve_resume_session_id)
-    list_sessions_rich = _forward("_sessions", SessionRepository.list_sessions_rich)
-    search_sessions = _forward("_sessions", SessionRepository.search_sessions)
-    search_sessions_by_id = _forward("_sessions", SessionRepository.search_sessions_by_id)
-    session_count = _forward("_sessions", SessionRepository.session_count)
-    session_count_by_source = _forward("_sessions", SessionRepository.session_count_by_source)
-    get_session_rich_row = _forward("_sessions", SessionRepository.get_session_rich_row)
-    list_cron_job_runs = _forward("_sessions", SessionRepository.list_cron_job_runs)
-    distinct_session_cwds = _forward("_sessions", SessionRepository.distinct_session_cwds)
-    prune_empty_ghost_sessions = _forward("_sessions", SessionRepository.prune_empty_ghost_sessions)
+    get_compression_tip = _forward(SessionRepository.get_compression_tip)
+    get_compression_lineage = _forward(SessionRepository.get_compression_lineage)
+    find_live_compression_child = _forward(SessionRepository.find_live_compression_child)
+    get_session_delete_targets = _forward(SessionRepository.get_session_delete_targets)
+    get_conversation_root = _forward(SessionRepository.get_conversation_root)
+    resolve_resume_session_id = _forward(SessionRepository.resolve_resume_session_id)
+    list_sessions_rich = _forward(SessionRepository.list_sessions_rich)
+    search_sessions = _forward(SessionRepository.search_sessions)
+    search_sessions_by_id = _forward(SessionRepository.search_sessions_by_id)
+    session_count = _forward(SessionRepository.session_count)
+    session_count_by_source = _forward(SessionRepository.session_count_by_source)
+    get_session_rich_row = _forward(SessionRepository.get_session_rich_row)
+    list_cron_job_runs = _forward(SessionRepository.list_cron_job_runs)
+    distinct_session_cwds = _forward(SessionRepository.distinct_session_cwds)
+    prune_empty_ghost_sessions = _forward(SessionRepository.prune_empty_ghost_sessions)
     finalize_orphaned_compression_sessions = _forward(
-        "_sessions", SessionRepository.finalize_orphaned_compression_sessions
+        SessionRepository.finalize_orphaned_compression_sessions
     )
-    list_skill_scaffolded_sessions = _forward(
-        "_sessions", SessionRepository.list_skill_scaffolded_sessions
-    )
-    get_first_assistant_text = _forward("_sessions", SessionRepository.get_first_assistant_text)
+    list_skill_scaffolded_sessions = _forward(SessionRepository.list_skill_scaffolded_sessions)
+    get_first_assistant_text = _forward(SessionRepository.get_first_assistant_text)
 
     # -- forwarded: titles -------------------------------------------------------------------
 
-    set_session_title = _forward("_titles", TitleRepository.set_session_title)
-    set_auto_title_if_empty = _forward("_titles", TitleRepository.set_auto_title_if_empty)
-    get_session_title = _forward("_titles", TitleRepository.get_session_title)
-    get_session_by_title = _forward("_titles", TitleRepository.get_session_by_title)
-    resolve_session_by_title = _forward("_titles", TitleRepository.resolve_session_by_title)
-    get_next_title_in_lineage = _forward("_titles", TitleRepository.get_next_title_in_lineage)
+    set_session_title = _forward(TitleRepository.set_session_title)
+    set_auto_title_if_empty = _forward(TitleRepository.set_auto_title_if_empty)
+    get_session_title = _forward(TitleRepository.get_session_title)
+    get_session_by_title = _forward(TitleRepository.get_session_by_title)
+    resolve_session_by_title = _forward(TitleRepository.resolve_session_by_title)
+    get_next_title_in_lineage = _forward(TitleRepository.get_next_title_in_lineage)
 
     # -- forwarded: messages -----------------------------------------------------------------
 
-    append_message = _forward(
-        "_messages", MessageRepository.append_message, translate=_foreign_key_error
-    )
-    replace_messages = _forward("_messages", MessageRepository.replace_messages)
-    archive_and_compact = _forward("_messages", MessageRepository.archive_and_compact)
+    append_message = _forward(MessageRepository.append_message, translate=_foreign_key_error)
+    replace_messages = _forward(MessageRepository.replace_messages)
+    archive_and_compact = _forward(MessageRepository.archive_and_compact)
     set_latest_matching_message_display_kind = _forward(
-        "_messages", MessageRepository.set_latest_matching_message_display_kind
+        MessageRepository.set_latest_matching_message_display_kind
     )
-    set_latest_user_api_content = _forward(
-        "_messages", MessageRepository.set_latest_user_api_content
-    )
-    rewind_to_message = _forward("_messages", MessageRepository.rewind_to_message)
-    restore_rewound = _forward("_messages", MessageRepository.restore_rewound)
-    clear_messages = _forward("_messages", MessageRepository.clear_messages)
-    get_messages = _forward("_messages", MessageRepository.get_messages)
-    get_messages_around = _forward("_messages", MessageRepository.get_messages_around)
-    get_anchored_view = _forward("_messages", MessageRepository.get_anchored_view)
-    list_recent_user_messages = _forward("_messages", MessageRepository.list_recent_user_messages)
-    has_archived_messages = _forward("_messages", MessageRepository.has_archived_messages)
-    has_platform_message_id = _forward("_messages", MessageRepository.has_platform_message_id)
-    message_count = _forward("_messages", MessageRepository.message_count)
-    get_messages_as_conversation = _forward(
-        "_messages", MessageRepository.get_messages_as_conversation
-    )
-    publish_compression_child = _forward("_messages", MessageRepository.publish_compression_child)
-    get_resume_conversations = _forward("_messages", MessageRepository.get_resume_conversations)
-    get_ancestor_display_prefix = _forward(
-        "_messages", MessageRepository.get_ancestor_display_prefix
-    )
+    set_latest_user_api_content = _forward(MessageRepository.set_latest_user_api_content)
+    rewind_to_message = _forward(MessageRepository.rewind_to_message)
+    restore_rewound = _forward(MessageRepository.restore_rewound)
+    clear_messages = _forward(MessageRepository.clear_messages)
+    get_messages = _forward(MessageRepository.get_messages)
+    get_messages_around = _forward(MessageRepository.get_messages_around)
+    get_anchored_view = _forward(MessageRepository.get_anchored_view)
+    list_recent_user_messages = _forward(MessageRepository.list_recent_user_messages)
+    has_archived_messages = _forward(MessageRepository.has_archived_messages)
+    has_platform_message_id = _forward(MessageRepository.has_platform_message_id)
+    message_count = _forward(MessageRepository.message_count)
+    get_messages_as_conversation = _forward(MessageRepository.get_messages_as_conversation)
+    publish_compression_child = _forward(MessageRepository.publish_compression_child)
+    get_resume_conversations = _forward(MessageRepository.get_resume_conversations)
+    get_ancestor_display_prefix = _forward(MessageRepository.get_ancestor_display_prefix)
 
     # -- forwarded: usage and meta -----------------------------------------------------------
 
-    update_token_counts = _forward("_usage", UsageRepository.update_token_counts)
-    record_auxiliary_usage = _forward("_usage", UsageRepository.record_auxiliary_usage)
-    get_meta = _forward("_meta", MetaRepository.get_meta)
-    set_meta = _forward("_meta", MetaRepository.set_meta)
+    update_token_counts = _forward(UsageRepository.update_token_counts)
+    record_auxiliary_usage = _forward(UsageRepository.record_auxiliary_usage)
+    get_meta = _forward(MetaRepository.get_meta)
+    set_meta = _forward(MetaRepository.set_meta)
 
     # -- forwarded: compression locks, gateway routing and handoffs ---------------------------
 
-    try_acquire_compression_lock = _forward("_locks", CompressionLockRepository.try_acquire)
-    refresh_compression_lock = _forward("_locks", CompressionLockRepository.refresh)
-    release_compression_lock = _forward("_locks", CompressionLockRepository.release)
-    get_compression_lock_holder = _forward("_locks", CompressionLockRepository.get_holder)
-    save_gateway_routing_entry = _forward("_gateway", GatewayRoutingRepository.save_entry)
-    replace_gateway_routing_entries = _forward("_gateway", GatewayRoutingRepository.replace_entries)
-    load_gateway_routing_entries = _forward("_gateway", GatewayRoutingRepository.load_entries)
-    delete_gateway_routing_entries = _forward("_gateway", GatewayRoutingRepository.delete_entries)
-    record_gateway_session_peer = _forward(
-        "_gateway", GatewayRoutingRepository.record_gateway_session_peer
-    )
-    list_gateway_sessions = _forward("_gateway", GatewayRoutingRepository.list_gateway_sessions)
-    find_session_by_origin = _forward("_gateway", GatewayRoutingRepository.find_session_by_origin)
+    try_acquire_compression_lock = _forward(CompressionLockRepository.try_acquire)
+    refresh_compression_lock = _forward(CompressionLockRepository.refresh)
+    release_compression_lock = _forward(CompressionLockRepository.release)
+    get_compression_lock_holder = _forward(CompressionLockRepository.get_holder)
+    save_gateway_routing_entry = _forward(GatewayRoutingRepository.save_entry)
+    replace_gateway_routing_entries = _forward(GatewayRoutingRepository.replace_entries)
+    load_gateway_routing_entries = _forward(GatewayRoutingRepository.load_entries)
+    delete_gateway_routing_entries = _forward(GatewayRoutingRepository.delete_entries)
+    record_gateway_session_peer = _forward(GatewayRoutingRepository.record_gateway_session_peer)
+    list_gateway_sessions = _forward(GatewayRoutingRepository.list_gateway_sessions)
+    find_session_by_origin = _forward(GatewayRoutingRepository.find_session_by_origin)
     find_latest_gateway_session_for_peer = _forward(
-        "_gateway", GatewayRoutingRepository.find_latest_gateway_session_for_peer
+        GatewayRoutingRepository.find_latest_gateway_session_for_peer
     )
-    request_handoff = _forward("_gateway", GatewayRoutingRepository.request_handoff)
-    claim_handoff = _forward("_gateway", GatewayRoutingRepository.claim_handoff)
-    complete_handoff = _forward("_gateway", GatewayRoutingRepository.complete_handoff)
-    fail_handoff = _forward("_gateway", GatewayRoutingRepository.fail_handoff)
-    get_handoff_state = _forward("_gateway", GatewayRoutingRepository.get_handoff_state)
-    list_pending_handoffs = _forward("_gateway", GatewayRoutingRepository.list_pending_handoffs)
+    request_handoff = _forward(GatewayRoutingRepository.request_handoff)
+    claim_handoff = _forward(GatewayRoutingRepository.claim_handoff)
+    complete_handoff = _forward(GatewayRoutingRepository.complete_handoff)
+    fail_handoff = _forward(GatewayRoutingRepository.fail_handoff)
+    get_handoff_state = _forward(GatewayRoutingRepository.get_handoff_state)
+    list_pending_handoffs = _forward(GatewayRoutingRepository.list_pending_handoffs)
 
     # -- forwarded: export, import, delete, prune, archive -----------------------------------
 
-    export_session = _forward("_maintenance", MaintenanceRepository.export_session)
-    export_session_lineage = _forward("_maintenance", MaintenanceRepository.export_session_lineage)
-    import_sessions = _forward("_maintenance", MaintenanceRepository.import_sessions)
-    delete_session = _forward("_maintenance", MaintenanceRepository.delete_session)
-    delete_sessions = _forward("_maintenance", MaintenanceRepository.delete_sessions)
-    delete_session_if_empty = _forward(
-        "_maintenance", MaintenanceRepository.delete_session_if_empty
-    )
-    count_empty_sessions = _forward("_maintenance", MaintenanceRepository.count_empty_sessions)
-    delete_empty_sessions = _forward("_maintenance", MaintenanceRepository.delete_empty_sessions)
+    export_session = _forward(MaintenanceRepository.export_session)
+    export_session_lineage = _forward(MaintenanceRepository.export_session_lineage)
+    import_sessions = _forward(MaintenanceRepository.import_sessions)
+    delete_session = _forward(MaintenanceRepository.delete_session)
+    delete_sessions = _forward(MaintenanceRepository.delete_sessions)
+    delete_session_if_empty = _forward(MaintenanceRepository.delete_session_if_empty)
+    count_empty_sessions = _forward(MaintenanceRepository.count_empty_sessions)
+    delete_empty_sessions = _forward(MaintenanceRepository.delete_empty_sessions)
 
-    prune_sessions = _forward("_maintenance", MaintenanceRepository.prune_sessions)
-    list_prune_candidates = _forward("_maintenance", MaintenanceRepository.list_prune_candidates)
-    archive_sessions = _forward("_maintenance", MaintenanceRepository.archive_sessions)
+    prune_sessions = _forward(MaintenanceRepository.prune_sessions)
+    list_prune_candidates = _forward(MaintenanceRepository.list_prune_candidates)
+    archive_sessions = _forward(MaintenanceRepository.archive_sessions)
 
-    archive_stale_sessions = _forward("_maintenance", MaintenanceRepository.archive_stale_sessions)
+    archive_stale_sessions = _forward(MaintenanceRepository.archive_stale_sessions)
 
     # -- forwarded: housekeeping (search index upkeep, size, VACUUM, auto-prune) ---------------
 
-    fts_rebuild_status = _forward("_housekeeping", HousekeepingRepository.fts_rebuild_status)
-    fts_rebuild_step = _forward("_housekeeping", HousekeepingRepository.fts_rebuild_step)
-    fts_cjk_rebuild_status = _forward(
-        "_housekeeping", HousekeepingRepository.fts_cjk_rebuild_status
-    )
-    fts_cjk_rebuild_step = _forward("_housekeeping", HousekeepingRepository.fts_cjk_rebuild_step)
-    fts_optimize_available = _forward(
-        "_housekeeping", HousekeepingRepository.fts_optimize_available
-    )
-    rebuild_fts = _forward("_housekeeping", HousekeepingRepository.rebuild_fts)
-    optimize_fts = _forward("_housekeeping", HousekeepingRepository.optimize_fts)
-    optimize_fts_storage = _forward("_housekeeping", HousekeepingRepository.optimize_fts_storage)
-    logical_size_bytes = _forward("_housekeeping", HousekeepingRepository.logical_size_bytes)
-    vacuum = _forward("_housekeeping", HousekeepingRepository.vacuum)
-    maybe_auto_prune_and_vacuum = _forward(
-        "_housekeeping", HousekeepingRepository.maybe_auto_prune_and_vacuum
-    )
-    maybe_auto_archive = _forward("_housekeeping", HousekeepingRepository.maybe_auto_archive)
+    fts_rebuild_status = _forward(HousekeepingRepository.fts_rebuild_status)
+    fts_rebuild_step = _forward(HousekeepingRepository.fts_rebuild_step)
+    fts_cjk_rebuild_status = _forward(HousekeepingRepository.fts_cjk_rebuild_status)
+    fts_cjk_rebuild_step = _forward(HousekeepingRepository.fts_cjk_rebuild_step)
+    fts_optimize_available = _forward(HousekeepingRepository.fts_optimize_available)
+    rebuild_fts = _forward(HousekeepingRepository.rebuild_fts)
+    optimize_fts = _forward(HousekeepingRepository.optimize_fts)
+    optimize_fts_storage = _forward(HousekeepingRepository.optimize_fts_storage)
+    logical_size_bytes = _forward(HousekeepingRepository.logical_size_bytes)
+    vacuum = _forward(HousekeepingRepository.vacuum)
+    maybe_auto_prune_and_vacuum = _forward(HousekeepingRepository.maybe_auto_prune_and_vacuum)
+    maybe_auto_archive = _forward(HousekeepingRepository.maybe_auto_archive)
 
     # -- forwarded: Telegram topic mode ------------------------------------------------------
 
     apply_telegram_topic_migration = _forward(
-        "_telegram", TelegramTopicRepository.apply_telegram_topic_migration
+        TelegramTopicRepository.apply_telegram_topic_migration
     )
-    enable_telegram_topic_mode = _forward(
-        "_telegram", TelegramTopicRepository.enable_telegram_topic_mode
-    )
-    disable_telegram_topic_mode = _forward(
-        "_telegram", TelegramTopicRepository.disable_telegram_topic_mode
-    )
+    enable_telegram_topic_mode = _forward(TelegramTopicRepository.enable_telegram_topic_mode)
+    disable_telegram_topic_mode = _forward(TelegramTopicRepository.disable_telegram_topic_mode)
     is_telegram_topic_mode_enabled = _forward(
-        "_telegram", TelegramTopicRepository.is_telegram_topic_mode_enabled
+        TelegramTopicRepository.is_telegram_topic_mode_enabled
     )
-    get_telegram_topic_binding = _forward(
-        "_telegram", TelegramTopicRepository.get_telegram_topic_binding
-    )
+    get_telegram_topic_binding = _forward(TelegramTopicRepository.get_telegram_topic_binding)
     list_telegram_topic_bindings_for_chat = _forward(
-        "_telegram", TelegramTopicRepository.list_telegram_topic_bindings_for_chat
+        TelegramTopicRepository.list_telegram_topic_bindings_for_chat
     )
     get_telegram_topic_binding_by_session = _forward(
-        "_telegram", TelegramTopicRepository.get_telegram_topic_binding_by_session
+        TelegramTopicRepository.get_telegram_topic_binding_by_session
     )
-    delete_telegram_topic_binding = _forward(
-        "_telegram", TelegramTopicRepository.delete_telegram_topic_binding
-    )
-    bind_telegram_topic = _forward("_telegram", TelegramTopicRepository.bind_telegram_topic)
+    delete_telegram_topic_binding = _forward(TelegramTopicRepository.delete_telegram_topic_binding)
+    bind_telegram_topic = _forward(TelegramTopicRepository.bind_telegram_topic)
     is_telegram_session_linked_to_topic = _forward(
-        "_telegram", TelegramTopicRepository.is_telegram_session_linked_to_topic
+        TelegramTopicRepository.is_telegram_session_linked_to_topic
     )
     list_unlinked_telegram_sessions_for_user = _forward(
-        "_telegram", TelegramTopicRepository.list_unlinked_telegram_sessions_for_user
+        TelegramTopicRepository.list_unlinked_telegram_sessions_for_user
     )
 
 

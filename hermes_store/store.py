@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, TypeVar, overload
+from typing import Any, TypedDict, TypeVar, overload
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL
@@ -54,6 +54,7 @@ from .read_only import (
     require_readable,
 )
 from .redaction import RedactionPolicy
+from .repository_set import Repositories
 from .retry import DEFAULT_RETRY, RetryPolicy
 from .sqlite_damage import where
 from .store_backends import StoreBackend
@@ -81,10 +82,25 @@ def _surrogate_error(exc: UnicodeEncodeError) -> InvalidInput | None:
     )
 
 
-class Store:
+class StoreOptions(TypedDict, total=False):
+    """`Store`'s keyword arguments, for what opens a Store for its caller (`AsyncStore`,
+    `AsyncStore.open`); each is documented on `Store`."""
+
+    retry: RetryPolicy
+    checkpoint_every: int
+    journal: JournalPolicy | None
+    read_only: bool
+    engine: Engine | None
+    check_schema: bool
+    redaction: RedactionPolicy | None
+    key: KeySource | Key | None
+
+
+class Store(Repositories):
     """A database opened for the repositories: one engine, its pooled connections, and
     units of work (`read`, `write`) run under the retry policy; what differs per dialect is
-    the dialect bundle's store part (store_backends.py).
+    the dialect bundle's store part (store_backends.py). Its repositories are attributes,
+    built on first use (`store.sessions`, `store.messages`, ...: `Repositories`).
 
     Args:
         url: a database URL or a SQLite path (default: $HERMES_STORE_URL, else

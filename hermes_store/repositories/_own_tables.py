@@ -6,14 +6,16 @@ the driver's "no such table"."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from sqlalchemy import Connection, inspect
 from sqlalchemy.exc import DBAPIError
 
 from ..errors import SchemaBehind
 from ..read_only import place_of, upgrade_command
-from ..store import Store
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 T = TypeVar("T")
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from sqlalchemy import Connection
 
-from ..store import Store
+if TYPE_CHECKING:
+    from ..store import Store
+
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast
 
 from sqlalchemy import (
     BigInteger,
@@ -57,9 +57,11 @@ from ..contract import (
 )
 from ..errors import ChangeCursorExpired, InvalidInput
 from ..models import ChangeRecord, FeedState
-from ..store import Store
 from ._dialect import sql_named
 from ._own_tables import needing
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import logging
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     BindParameter,
@@ -30,13 +30,15 @@ from sqlalchemy import (
 )
 
 from ..models import AsyncDelegation, CompressionLock, GatewayRouting
-from ..store import Store
 from ._dialect import data_columns, data_rows, lock_session, upsert_insert
 from ._encoding import now, scrub
 from ._paging import limit_clause
 from ._sql import ADVISORY_FAILURES, all_columns, chunks, rowcount
 from ._tables import DELEGATIONS, SESSIONS, M, S
 from .lineage import is_recoverable, last_active
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 log = logging.getLogger(__name__)
 

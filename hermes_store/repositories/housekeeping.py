@@ -15,16 +15,18 @@ import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import migrate, sqlite_driver
 from ..engine import write_connection
 from ..search.layout import FTSState, fts_state
 from ..search.maintenance import Progress, backfill_step, optimize_indexes
-from ..store import Store
 from ._dialect import database_size
 from .maintenance import MaintenanceRepository
 from .meta import MetaRepository
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 log = logging.getLogger(__name__)
 

@@ -25,14 +25,13 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import IO, Any, cast
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 
 from ..errors import InvalidInput
 from ..redaction import RedactionPolicy
-from ..store import Store
 from .deletion import existing_ids
 from .export_import import (
     DUPLICATE_ID,
@@ -47,6 +46,9 @@ from .export_import import (
     titles_in_use,
     too_deep,
 )
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 #: Called with the number of entries handled since its last call, as the import goes
 #: (`len(source)` is the total).

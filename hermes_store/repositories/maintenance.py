@@ -14,11 +14,10 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 from sqlalchemy import ColumnElement, func, select
 
-from ..store import Store
 from ._encoding import now
 from ._sql import IN_CHUNK
 from ._tables import SESSIONS
@@ -55,6 +54,9 @@ from .pruning import (
     empty_conditions,
     prune_conditions,
 )
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 log = logging.getLogger(__name__)
 

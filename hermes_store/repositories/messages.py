@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from functools import cache, lru_cache
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import (
     BigInteger,
@@ -50,7 +50,6 @@ from ..rows import (
     RecentUserMessage,
     RewindResult,
 )
-from ..store import Store
 from . import idempotency, turns
 from ._dialect import (
     SEARCH_COLUMNS,
@@ -100,6 +99,9 @@ from .message_codec import (
     field_json,
     field_text,
 )
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 log = logging.getLogger(__name__)
 

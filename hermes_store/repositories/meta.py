@@ -4,14 +4,16 @@ other Hermes modules own). Unknown keys are preserved; the table is never cleare
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from sqlalchemy import Connection, bindparam, delete, select
 
 from ..prepared import Prepared
-from ..store import Store
 from ._state_meta import MetaValue, set_value
 from ._tables import META, K
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 T = TypeVar("T")
 

@@ -23,16 +23,18 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, bindparam, func, select, update
 
 from ..errors import InvalidInput
 from ..redaction import REDACTED_FIELDS, RedactionPolicy
-from ..store import Store
 from ._sql import chunks
 from ._state_meta import set_value
 from ._tables import MESSAGES, META, K, M
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 #: state_meta key of a run's progress: "<policy fingerprint>:<last message id done>".
 CURSOR_KEY = "hermes_store_redact_cursor"

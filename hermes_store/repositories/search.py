@@ -4,10 +4,14 @@ history (docs/reference/behaviour.md section 6). The query language and the rout
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..search import planner
 from ..search.backend import TRANSACTION_ENDS_WITH_SEARCH
-from ..store import Store
 from ._units import read_method
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 
 class SearchRepository:

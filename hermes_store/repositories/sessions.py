@@ -17,7 +17,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import (
     ColumnElement,
@@ -35,7 +35,6 @@ from sqlalchemy import (
 
 from ..prepared import Prepared
 from ..rows import CompressionCooldown, ListingRow, SessionRow
-from ..store import Store
 from . import turns
 from ._encoding import decode_content, flag, now, scrub
 from ._paging import limit_clause, offset_clause
@@ -79,6 +78,9 @@ from .listing import (
     source_counts_statement,
 )
 from .message_codec import time_in_range
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 log = logging.getLogger(__name__)
 

@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import heapq
 import time
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from sqlalchemy import Connection, text
 
 from ..contract import FTS5_SHADOW_SUFFIXES, PG_SEARCH_INDEXES
 from ..errors import InvalidInput
-from ..store import Store
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 #: Rows of `messages` a scan window spans (by id).
 SCAN_WINDOW = 20_000

@@ -10,17 +10,20 @@ A tag is trimmed of surrounding whitespace and compared exactly (case matters); 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, bindparam, delete, func, select, text
 
 from ..contract import TAGS_TABLE
 from ..errors import SessionNotFound
-from ..store import Store
 from ._dialect import lock_session
 from ._own_tables import needing
 from ._sql import chunks
 from ._tables import TAGS, TG, S
 from ._tag_names import check_tag, check_tags
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 _ADD = text(
     f"INSERT INTO {TAGS_TABLE} (session_id, tag) VALUES (:s, :t) "  # noqa: S608

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from functools import cache
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import (
     BigInteger,
@@ -47,13 +47,15 @@ from sqlalchemy.schema import CreateTable
 from ..errors import MigrationError, SessionNotFound
 from ..models.base import Integer_, Real_, Text_
 from ..prepared import Prepared
-from ..store import Store
 from ._encoding import now, scrub
 from ._paging import bound_limit
 from ._sql import alias
 from ._state_meta import SQLITE_SET_SQL, set_value
 from ._tables import SESSIONS
 from .listing import rich_rows, rich_select
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 log = logging.getLogger(__name__)
 

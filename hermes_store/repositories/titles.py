@@ -8,19 +8,21 @@ ancestor, because both segments are one conversation to the user.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, bindparam, or_, select, update
 
 from ..errors import InvalidTitle, TitleInUse
 from ..prepared import Prepared
-from ..store import Store
 from . import turns
 from ._dialect import lock_key
 from ._encoding import scrub
 from ._sql import all_columns, escape_like
 from ._tables import SESSIONS, S
 from .lineage import compression_ancestors
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 MAX_TITLE_LENGTH = 100
 

@@ -37,7 +37,7 @@ import math
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from sqlalchemy import (
     Connection,
@@ -59,7 +59,6 @@ from ..contract import ADK_SESSIONS_TABLE, TAGS_TABLE, TRASH_ROWS_TABLE, TRASH_T
 from ..errors import InvalidInput, RestoreConflict, SessionNotFound
 from ..models import AdkSession, IdempotencyKey
 from ..redaction import RedactionPolicy
-from ..store import Store
 from ._dialect import data_columns
 from ._encoding import now
 from ._own_tables import needing
@@ -68,6 +67,9 @@ from ._tables import ACTIVITY, MESSAGES, SESSIONS, TAGS, TRASH, TRASH_ROWS, USAG
 from .deletion import delete_ids
 from .lineage import with_delegates
 from .telegram import BINDINGS as TELEGRAM_BINDINGS
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 T = TypeVar("T")
 

@@ -29,15 +29,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from sqlalchemy import Connection, text
 
 from ..contract import TURNS_TABLE, TURNS_TTL_COLUMN
 from ..errors import InvalidInput, StaleTurn, TurnHeld
-from ..store import Store
 from ._dialect import repository_sql
 from ._own_tables import needing
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 T = TypeVar("T")
 

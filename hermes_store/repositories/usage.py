@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     BindParameter,
@@ -28,10 +28,12 @@ from ..errors import InvalidInput
 from ..models import Message, SessionModelUsage
 from ..models import Session as SessionRow
 from ..prepared import Prepared
-from ..store import Store
 from ._dialect import PreparedUpsert, utc_day
 from ._encoding import now, scrub
 from ._tables import SESSIONS, USAGE, S, U
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 log = logging.getLogger(__name__)
 

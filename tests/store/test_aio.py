@@ -4,7 +4,6 @@ both backends."""
 from __future__ import annotations
 
 import asyncio
-import inspect
 import subprocess
 import sys
 import textwrap
@@ -80,35 +79,6 @@ def test_closed_async_store_refuses_calls(backend_url: str) -> None:
     asyncio.run(main())
 
 
-ASYNC_REPOSITORIES = [
-    (cls, cls._repository)
-    for cls in vars(aio).values()
-    if inspect.isclass(cls)
-    and issubclass(cls, aio._AsyncRepository)
-    and cls is not aio._AsyncRepository
-]
-#: Methods that are not units of work on the database: file helpers, a generator (its
-#: rows are read lazily, which a worker thread cannot hand over; `export_session` and
-#: `import_sessions` are offered); the change feed's followers (`AsyncStore.changes` is
-#: the asyncio one).
-NOT_OFFERED = {"write_jsonl", "read_jsonl", "export_all", "follow", "follow_async"}
-
-
-@pytest.mark.parametrize(
-    ("async_cls", "sync_cls"), ASYNC_REPOSITORIES, ids=[c.__name__ for c, _ in ASYNC_REPOSITORIES]
-)
-def test_every_repository_method_has_its_coroutine(async_cls: type, sync_cls: type) -> None:
-    public = {
-        name
-        for name, value in vars(sync_cls).items()
-        if not name.startswith("_") and inspect.isfunction(value) and name not in NOT_OFFERED
-    }
-    offered = {name for name, value in vars(async_cls).items() if isinstance(value, aio.awaitable)}
-    assert offered == public, f"add to hermes_store/aio.py: {sorted(public - offered)}"
-    for name in offered:
-        assert vars(async_cls)[name].method is vars(sync_cls)[name]
-
-
 def test_type_checkers_see_the_signatures(tmp_path: Path) -> None:
     snippet = tmp_path / "use_aio.py"
     snippet.write_text(
@@ -120,6 +90,10 @@ def test_type_checkers_see_the_signatures(tmp_path: Path) -> None:
                 count: int = await store.messages.message_count("s")
                 title: int = await store.titles.get_session_title("s")
                 await store.messages.append_message(42, "user")
+
+            async def opened() -> None:
+                await AsyncStore.open("state.db", read_only="yes")
+                AsyncStore("state.db", workers=2, check_schema=False, journl=None)
             """
         )
     )
@@ -134,3 +108,6 @@ def test_type_checkers_see_the_signatures(tmp_path: Path) -> None:
     assert 'Incompatible types in assignment (expression has type "str | None"' in out, out
     assert 'Argument 1 has incompatible type "int"; expected "str"' in out, out
     assert "use_aio.py:5" not in out, out  # the correct call is accepted
+    # Store's keyword arguments, checked on AsyncStore and AsyncStore.open too
+    assert 'use_aio.py:10: error: Argument "read_only" to "open" of "AsyncStore"' in out, out
+    assert 'use_aio.py:11: error: Unexpected keyword argument "journl"' in out, out
