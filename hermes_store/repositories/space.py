@@ -30,6 +30,7 @@ import time
 from typing import TypedDict
 
 from sqlalchemy import (
+    ColumnElement,
     Connection,
     TableClause,
     bindparam,
@@ -267,7 +268,9 @@ def _scan(
     started = time.monotonic()
     low, high = conn.execute(select(func.min(M.id), func.max(M.id))).one()
     # the size expressions are this dialect's functions over the fixed SIZED_COLUMNS
-    row_bytes, content_bytes = (literal_column(sql) for sql in _row_bytes(conn))
+    row_sql, content_sql = _row_bytes(conn)
+    row_bytes: ColumnElement[int] = literal_column(row_sql)
+    content_bytes: ColumnElement[int] = literal_column(content_sql)
     window = (M.id > bindparam("lo"), M.id <= bindparam("hi"))
     per_session = (
         select(M.session_id, func.count(), func.sum(row_bytes))
