@@ -51,11 +51,6 @@ class RepositorySQL:
     def lock_key(self, conn: Connection, key: str) -> None:
         """Serialise units of work on a name that has no row yet."""
 
-    #: What a SELECT appends to lock the rows it reads, shared and exclusive. Nothing on
-    #: SQLite: the write transaction already holds the database's write lock.
-    share_lock = ""
-    update_lock = ""
-
     #: Whether a commit can wake a follower (LISTEN/NOTIFY) rather than being polled for.
     pushes_changes = False
     #: Whether `append_one` appends a message in one call (a function on the server).
@@ -98,8 +93,6 @@ class PostgreSQLSQL(RepositorySQL):
     pg_database_size."""
 
     insert = staticmethod(postgresql.insert)
-    share_lock = " FOR SHARE"
-    update_lock = " FOR UPDATE"
     pushes_changes = True
     appends_in_one_call = True
 
