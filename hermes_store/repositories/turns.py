@@ -66,15 +66,13 @@ _ENSURE = PreparedUpsert(
 #: What the turn calls need (the ttl column from hs0006), for the refusal on an older
 #: database (a read-only open accepts any database of v23 shape).
 _TURN_TABLES = (TURNS_TABLE, f"{TURNS_TABLE}.{TURNS_TTL_COLUMN}")
-_READ_ROW = select(_LEASE.holder, _LEASE.token, _LEASE.expires_at, _LEASE.ttl).where(
-    _LEASE.session_id == bindparam("s")
-)
+_THIS_TURN = _LEASE.session_id == bindparam("s")
+_READ_ROW = select(_LEASE.holder, _LEASE.token, _LEASE.expires_at, _LEASE.ttl).where(_THIS_TURN)
 _READ = Prepared(_READ_ROW)
 # FOR SHARE / FOR UPDATE on PostgreSQL; SQLite's compiler renders no row lock (the write
 # transaction holds the database's write lock).
 _READ_SHARED = Prepared(_READ_ROW.with_for_update(read=True))
 _READ_LOCKED = Prepared(_READ_ROW.with_for_update())
-_THIS_TURN = _LEASE.session_id == bindparam("s")
 _GRANT = Prepared(
     update(_TURNS)
     .where(_THIS_TURN)
