@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Select, column, select, table, text
 
 from .backends import dialect_for
 from .config import SCHEMA_VERSION
@@ -87,10 +87,16 @@ class _Probe:
         raise ValueError(kind)
 
 
+#: The Alembic revision a database is at (its version table has no model).
+_STORED_REVISION: Select[tuple[str]] = select(column("version_num")).select_from(
+    table(VERSION_TABLE)
+)
+
+
 def _read_alembic_revision(conn: Connection, probe: _Probe) -> str | None:
     if VERSION_TABLE not in probe.tables:
         return None
-    value = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()  # noqa: S608
+    value = conn.execute(_STORED_REVISION).scalar()
     return None if value is None else str(value)
 
 

@@ -23,7 +23,7 @@ from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.operations import ops
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, create_engine, inspect, text
+from sqlalchemy import Connection, Engine, create_engine, func, inspect, select, table, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
@@ -244,7 +244,7 @@ def _leave_nothing_at_base(connection: Connection, run: MigrationContext) -> Non
         return
     if not inspect(connection).has_table(VERSION_TABLE):
         return
-    rows = connection.execute(text(f"SELECT COUNT(*) FROM {VERSION_TABLE}")).scalar()  # noqa: S608
+    rows = connection.execute(select(func.count()).select_from(table(VERSION_TABLE))).scalar()
     if not rows:
         connection.execute(text(f"DROP TABLE {VERSION_TABLE}"))
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, event, inspect, text
+from sqlalchemy import Connection, Engine, Select, event, inspect, select, sql, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import QueuePool
@@ -52,6 +52,10 @@ log = logging.getLogger(__name__)
 HEAD = HEAD_REVISION
 
 _COMPANIONS = ("-wal", "-shm")
+#: The Alembic revision a database is at (its version table has no model).
+_STORED_REVISION: Select[tuple[str]] = select(sql.column("version_num")).select_from(
+    sql.table(VERSION_TABLE)
+)
 
 
 def _read_needs() -> tuple[tuple[str, str], ...]:
@@ -159,7 +163,7 @@ def judge_for_reading(conn: Connection, head: str) -> ReadVerdict:
         stored = int(value) if value is not None else None
     revision: str | None = None
     if VERSION_TABLE in tables:
-        value = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()  # noqa: S608
+        value = conn.execute(_STORED_REVISION).scalar()
         revision = None if value is None else str(value)
     if revision is not None:
         kind = "managed"

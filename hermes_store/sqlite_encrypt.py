@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import ClauseElement, Select, column, func, quoted_name, select, table
+from sqlalchemy.dialects import sqlite
+
 from . import encryption, sqlite_driver
 from .backup import backup_sqlite
 from .encryption import Key
@@ -38,6 +41,7 @@ from .waiting import _command_line
 BUSY_TIMEOUT_S = 2.0
 _ATTACHED = "hermes_store_converted"
 _COMPANIONS = ("-wal", "-shm", "-journal")
+_SQLITE = sqlite.dialect()
 
 
 @dataclass(frozen=True)
@@ -150,21 +154,27 @@ def refuse_plain(path: Path) -> None:
 
 def _counts(conn: Any, schema: str) -> dict[str, int]:
     """The row count of every ordinary table in `schema` (names from sqlite_master, quoted)."""
-    names = [
-        str(row[0])
-        for row in conn.execute(
-            f"SELECT name FROM {schema}.sqlite_master WHERE type = 'table' "  # noqa: S608
-            "AND name NOT LIKE 'sqlite_%' AND sql NOT LIKE 'CREATE VIRTUAL TABLE%'"
-        )
-    ]
+    master = table("sqlite_master", column("type"), column("name"), column("sql"), schema=schema)
+    listed = select(master.c.name).where(
+        master.c.type == "table",
+        master.c.name.not_like("sqlite_%"),
+        master.c.sql.not_like("CREATE VIRTUAL TABLE%"),
+    )
+    names = [str(row[0]) for row in conn.execute(_sqlite_text(listed))]
     return {
-        name: int(
-            conn.execute(
-                f'SELECT count(*) FROM {schema}."{name.replace(chr(34), chr(34) * 2)}"'  # noqa: S608
-            ).fetchone()[0]
-        )
+        name: int(conn.execute(_sqlite_text(_count_of(name, schema))).fetchone()[0])
         for name in names
     }
+
+
+def _count_of(name: str, schema: str) -> Select[Any]:
+    """count(*) of `schema`'s table `name`, the name always quoted."""
+    return select(func.count()).select_from(table(quoted_name(name, True), schema=schema))
+
+
+def _sqlite_text(statement: ClauseElement) -> str:
+    """A Core statement as SQLite text with its constants inline, for a driver connection."""
+    return str(statement.compile(dialect=_SQLITE, compile_kwargs={"literal_binds": True}))
 
 
 def _fsync(path: Path) -> None:

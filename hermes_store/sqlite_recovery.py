@@ -26,6 +26,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import TEXT, Executable, column, insert, literal_column, select, table
+from sqlalchemy.dialects import sqlite
+
 from . import encryption, sqlite_driver
 from .errors import DatabaseCorrupt
 
@@ -35,6 +38,31 @@ SIDECARS = ("-wal", "-shm", "-journal")
 MALFORMED_MARKERS = ("malformed database schema", "database disk image is malformed")
 FTS_TABLES = ("messages_fts", "messages_fts_trigram", "messages_fts_cjk")
 QUARANTINE_LOCK_TIMEOUT_S = 5.0
+
+
+def _sqlite_text(statement: Executable) -> str:
+    """A Core statement as SQLite text with its constants inline, for a driver connection."""
+    compiled = statement.compile(  # type: ignore[attr-defined]
+        dialect=sqlite.dialect(), compile_kwargs={"literal_binds": True}
+    )
+    return str(compiled)
+
+
+#: Per FTS table, a MATCH of the empty phrase: it reads the index and matches nothing.
+_FTS_PROBES = {
+    name: _sqlite_text(
+        select(literal_column("1"))
+        .select_from(table(name))
+        .where(column(name).match('""'))
+        .limit(1)
+    )
+    for name in FTS_TABLES
+}
+#: Per FTS5 index the repair rebuilds, FTS5's `rebuild` command.
+_FTS_REBUILDS = {
+    name: _sqlite_text(insert(table(name, column(name, TEXT))).values({name: "rebuild"}))
+    for name in ("messages_fts", "messages_fts_trigram")
+}
 
 _live: dict[str, int] = {}
 _live_lock = threading.Lock()
@@ -231,16 +259,14 @@ def opens_cleanly(db_path: str | os.PathLike[str]) -> str | None:
             if _not_built(exc):
                 return None
             raise
-        for table in _fts_tables(conn):
+        for name in _fts_tables(conn):
             try:
-                # table names from FTS_TABLES only
-                probe = f"SELECT 1 FROM {table} WHERE {table} MATCH '\"\"' LIMIT 1"  # noqa: S608
-                conn.execute(probe).fetchall()
+                conn.execute(_FTS_PROBES[name]).fetchall()
             except sqlite_driver.OperationalError as exc:
                 # an index whose tokenizer is not loaded here (the optional CJK one) is
                 # not damage; every other error is
                 if "no such tokenizer" not in str(exc):
-                    return f"{table}: {exc}"
+                    return f"{name}: {exc}"
         return _write_probe(conn)
     except sqlite_driver.DatabaseError as exc:
         return str(exc)
@@ -264,9 +290,9 @@ def _backup(path: Path) -> Path:
 
 
 def _rebuild_fts(conn: sqlite3.Connection) -> None:
-    for table in ("messages_fts", "messages_fts_trigram"):
+    for rebuild in _FTS_REBUILDS.values():
         with contextlib.suppress(*sqlite_driver.OperationalError):  # absent: nothing to rebuild
-            conn.execute(f"INSERT INTO {table}({table}) VALUES ('rebuild')")  # noqa: S608
+            conn.execute(rebuild)
 
 
 def _reindex(conn: sqlite3.Connection) -> None:

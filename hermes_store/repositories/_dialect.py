@@ -17,13 +17,13 @@ from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Boolean, Connection, Integer, Text, text
+from sqlalchemy import Boolean, Connection, Integer, Text, bindparam, literal_column, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.sql.functions import FunctionElement
+from sqlalchemy.sql.functions import Function, FunctionElement
 
 from .. import pg_faults
 from ..backends import bundle, dialect_for
@@ -52,11 +52,6 @@ class RepositorySQL:
 
     def lock_key(self, conn: Connection, key: str) -> None:
         """Serialise units of work on a name that has no row yet."""
-
-    #: What a SELECT appends to lock the rows it reads, shared and exclusive. Nothing on
-    #: SQLite: the write transaction already holds the database's write lock.
-    share_lock = ""
-    update_lock = ""
 
     #: Whether a commit can wake a follower (LISTEN/NOTIFY) rather than being polled for.
     pushes_changes = False
@@ -100,8 +95,6 @@ class PostgreSQLSQL(RepositorySQL):
     pg_database_size."""
 
     insert = staticmethod(postgresql.insert)
-    share_lock = " FOR SHARE"
-    update_lock = " FOR UPDATE"
     pushes_changes = True
     appends_in_one_call = True
 
@@ -153,11 +146,16 @@ _LOCK_SESSION = Prepared(text("SELECT 1 FROM sessions WHERE id = :id FOR UPDATE"
 def _append_one_call(columns: tuple[str, ...]) -> Prepared:
     """The one-call append (revision hs0005) of a row with these columns, its arguments
     named (the server checks every name against the function's parameters)."""
-    arguments = ", ".join(f"p_{name} => :{name}" for name in columns)
-    # the function's and the columns' names, never input
-    sql = f"SELECT new_id, transaction_id, backend_pid, server_started FROM {APPEND_FUNCTION}"  # noqa: S608
-    sql += "(p_holder => :holder, p_at => :at, p_tool_calls_added => :tool_calls_added, "
-    return Prepared(text(f"{sql}{arguments})"))
+    names = ("holder", "at", "tool_calls_added", *columns)
+    call = Function(
+        APPEND_FUNCTION, *(_named_argument(f"p_{name}", bindparam(name)) for name in names)
+    ).table_valued("new_id", "transaction_id", "backend_pid", "server_started")
+    return Prepared(select(*call.c))
+
+
+def _named_argument(name: str, value: Any) -> Any:
+    """`name => value`, PostgreSQL's named notation for a function's argument."""
+    return literal_column(name).op("=>")(value)
 
 
 #: Which refusal an error of the one-call append is, by its SQLSTATE.

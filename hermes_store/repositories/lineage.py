@@ -27,7 +27,7 @@ from sqlalchemy import (
     literal,
     or_,
     select,
-    text,
+    update,
 )
 from sqlalchemy.sql.selectable import NamedFromClause
 
@@ -370,36 +370,35 @@ def resume_target(conn: Connection, session_id: str) -> str:
     return best or session_id
 
 
-# The CTE sits inside the IN (...) so the statement starts with UPDATE: Python's sqlite3
+def _walk(name: str, *, up: bool) -> Any:
+    """The ids reached from :sid through parents ended by compression: `up` from a child
+    (c) to its parent (p), else from a parent (p) to its children (c). UNION (not UNION
+    ALL) makes the walk stop at a cycle."""
+    found = select(bindparam("sid", type_=TEXT).label("id")).cte(name, recursive=True, nesting=True)
+    child, parent = SESSIONS.alias("c"), SESSIONS.alias("p")
+    if up:
+        step = select(parent.c.id).select_from(
+            found.join(child, child.c.id == found.c.id).join(
+                parent, parent.c.id == child.c.parent_session_id
+            )
+        )
+    else:
+        step = select(child.c.id).select_from(
+            found.join(parent, parent.c.id == found.c.id).join(
+                child, child.c.parent_session_id == parent.c.id
+            )
+        )
+    return found.union(step.where(parent.c.end_reason == COMPRESSION))
+
+
+# The CTEs nest inside the IN (...) so the UPDATE starts with UPDATE: Python's sqlite3
 # only reports a rowcount for statements it recognises as DML by their first keyword.
-# UNION (not UNION ALL) makes both walks stop at a cycle.
-_WALK = """
-    {name}(id) AS (
-      SELECT :sid
-      UNION
-      SELECT {to}.id FROM {name}
-        JOIN sessions {at} ON {at}.id = {name}.id
-        JOIN sessions {to} ON {to}.{link} = {at}.{back}
-      WHERE p.end_reason = 'compression'
-    )"""
-# up: from a child (c) to its parent (p); down: from a parent (p) to its children (c)
-_UP = _WALK.format(name="up", at="c", to="p", link="id", back="parent_session_id")
-_DOWN = _WALK.format(name="down", at="p", to="c", link="parent_session_id", back="id")
-_LINEAGE_MEMBERS = f"WITH RECURSIVE {_UP}, {_DOWN} SELECT id FROM up UNION SELECT id FROM down"  # noqa: S608
-# Both statements are assembled from this module's constants only (no input).
-_LINEAGE = (
-    "UPDATE sessions SET {column} = :value WHERE id IN ("  # noqa: S608
-    + _LINEAGE_MEMBERS
-    + ")"
-)
-_LINEAGE_SELECT = text(
-    "SELECT id FROM sessions WHERE id IN ("  # noqa: S608
-    + _LINEAGE_MEMBERS
-    + ") ORDER BY id"
-)
-# One statement per flag: the column name is a constant of this module, never input.
+_UP, _DOWN = _walk("up", up=True), _walk("down", up=False)
+_LINEAGE_MEMBERS = select(_UP.c.id).union(select(_DOWN.c.id))
+_LINEAGE_SELECT = select(S.id).where(S.id.in_(_LINEAGE_MEMBERS)).order_by(S.id)
 _LINEAGE_UPDATES = {
-    column: text(_LINEAGE.format(column=column)) for column in ("archived", "pinned")
+    column: update(SESSIONS).where(S.id.in_(_LINEAGE_MEMBERS)).values({column: bindparam("value")})
+    for column in ("archived", "pinned")
 }
 
 

@@ -29,10 +29,22 @@ import heapq
 import time
 from typing import TYPE_CHECKING, TypedDict
 
-from sqlalchemy import Connection, text
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    TableClause,
+    bindparam,
+    func,
+    literal_column,
+    quoted_name,
+    select,
+    text,
+)
 
 from ..contract import FTS5_SHADOW_SUFFIXES, PG_SEARCH_INDEXES
 from ..errors import InvalidInput
+from ._sql import all_columns
+from ._tables import M
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -132,6 +144,11 @@ def _sqlite_owners(conn: Connection) -> dict[str, tuple[str, str, str]]:
     return owners
 
 
+def _tree(name: str) -> TableClause:
+    """A table named in sqlite_master, its name always quoted (as `_quoted` does)."""
+    return TableClause(quoted_name(name, True))
+
+
 def _has_dbstat(conn: Connection) -> bool:
     options = {str(r[0]) for r in conn.exec_driver_sql("PRAGMA compile_options").all()}
     return "ENABLE_DBSTAT_VTAB" in options
@@ -161,7 +178,7 @@ def _estimated_sizes(conn: Connection, used: int) -> dict[str, int]:
         name, tbl = str(name), str(tbl)
         if tbl not in rows_of:
             rows_of[tbl] = int(
-                conn.exec_driver_sql(f"SELECT count(*) FROM {_quoted(tbl)}").scalar() or 0  # noqa: S608
+                conn.execute(select(func.count()).select_from(_tree(tbl))).scalar() or 0
             )
         if kind == "table":
             columns = [
@@ -179,9 +196,8 @@ def _estimated_sizes(conn: Connection, used: int) -> dict[str, int]:
             raw[name] = rows_of[tbl] * per_row_extra
             continue
         sizes = " + ".join(f"coalesce({_octets(conn, _quoted(c))}, 0)" for c in columns)
-        sample = conn.exec_driver_sql(
-            f"SELECT avg({sizes}) FROM (SELECT * FROM {_quoted(tbl)} LIMIT {SAMPLE_ROWS})"  # noqa: S608
-        ).scalar()
+        rows = all_columns(_tree(tbl)).limit(SAMPLE_ROWS).subquery()
+        sample = conn.execute(select(func.avg(literal_column(sizes))).select_from(rows)).scalar()
         raw[name] = rows_of[tbl] * (float(sample or 0) + per_row_extra)
     total = sum(raw.values())
     scale = used / total if total > 0 else 0.0
@@ -252,15 +268,23 @@ def _scan(
     conn: Connection, top: int, scan_seconds: float | None
 ) -> tuple[list[SessionSpace], list[ToolOutputSpace], ScanCoverage]:
     started = time.monotonic()
-    low, high = conn.execute(text("SELECT min(id), max(id) FROM messages")).one()
-    row_bytes, content_bytes = _row_bytes(conn)
-    per_session = text(
-        f"SELECT session_id, count(*), sum({row_bytes}) FROM messages "  # noqa: S608
-        "WHERE id > :lo AND id <= :hi GROUP BY session_id"
+    low, high = conn.execute(select(func.min(M.id), func.max(M.id))).one()
+    # the size expressions are this dialect's functions over the fixed SIZED_COLUMNS
+    row_sql, content_sql = _row_bytes(conn)
+    row_bytes: ColumnElement[int] = literal_column(row_sql)
+    content_bytes: ColumnElement[int] = literal_column(content_sql)
+    window = (M.id > bindparam("lo"), M.id <= bindparam("hi"))
+    per_session = (
+        select(M.session_id, func.count(), func.sum(row_bytes))
+        .where(*window)
+        .group_by(M.session_id)
     )
-    tool_outputs = text(
-        f"SELECT id, session_id, tool_name, {content_bytes} AS size FROM messages "  # noqa: S608
-        "WHERE id > :lo AND id <= :hi AND role = 'tool' ORDER BY size DESC LIMIT :top"
+    size = content_bytes.label("size")
+    tool_outputs = (
+        select(M.id, M.session_id, M.tool_name, size)
+        .where(*window, M.role == "tool")
+        .order_by(size.desc())
+        .limit(bindparam("top"))
     )
     sessions: dict[str, list[int]] = {}
     outputs: list[tuple[int, int, str, str | None]] = []  # a min-heap of the largest

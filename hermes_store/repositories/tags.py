@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Connection, bindparam, delete, func, select, text
+from sqlalchemy import Connection, Insert, bindparam, delete, func, select
 
 from ..contract import TAGS_TABLE
 from ..errors import SessionNotFound
-from ._dialect import lock_session
+from ._dialect import lock_session, upsert_insert
 from ._own_tables import needing
 from ._sql import chunks
 from ._tables import TAGS, TG, S
@@ -25,10 +25,16 @@ from ._tag_names import check_tag, check_tags
 if TYPE_CHECKING:
     from ..store import Store
 
-_ADD = text(
-    f"INSERT INTO {TAGS_TABLE} (session_id, tag) VALUES (:s, :t) "  # noqa: S608
-    "ON CONFLICT (session_id, tag) DO NOTHING"
-)
+
+def _add(conn: Connection) -> Insert:
+    """Add a tag unless the session has it already (rows of `s` and `t`)."""
+    return (
+        upsert_insert(conn, TAGS)
+        .values(session_id=bindparam("s"), tag=bindparam("t"))
+        .on_conflict_do_nothing(index_elements=[TG.session_id, TG.tag])
+    )
+
+
 _TAGS_OF = select(TG.tag).where(TG.session_id == bindparam("s")).order_by(TG.tag)
 
 
@@ -40,8 +46,10 @@ def _require_session(conn: Connection, session_id: str) -> None:
 def _lock_session(conn: Connection, session_id: str) -> None:
     """SessionNotFound unless the session exists, and its row lock (PostgreSQL) held, so
     that a delete or a move to the trash cannot remove it between this check and the tag
-    write (which would end in a foreign-key error instead)."""
-    lock_session(conn, session_id)
+    write (which would end in a foreign-key error instead). A row the lock did not find
+    is missing even where a later statement would see it (`lock_session`)."""
+    if not lock_session(conn, session_id):
+        raise SessionNotFound(session_id)
     _require_session(conn, session_id)
 
 
@@ -71,7 +79,7 @@ def tags_by_session(conn: Connection, ids: Sequence[str]) -> dict[str, list[str]
 def add_tags(conn: Connection, session_id: str, tags: Iterable[str]) -> None:
     rows = [{"s": session_id, "t": t} for t in tags]
     if rows:
-        conn.execute(_ADD, rows)
+        conn.execute(_add(conn), rows)
 
 
 def _session_id(session_id: object) -> str:

@@ -32,21 +32,25 @@ from sqlalchemy import (
     MetaData,
     Table,
     bindparam,
+    case,
     column,
     exists,
     func,
+    insert,
     inspect,
     or_,
+    select,
     table,
     text,
 )
-from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.schema import CreateTable
 
 from ..errors import MigrationError, SessionNotFound
 from ..models.base import Integer_, Real_, Text_
 from ..prepared import Prepared
+from ._dialect import PreparedUpsert
 from ._encoding import now, scrub
 from ._paging import bound_limit
 from ._sql import alias
@@ -156,7 +160,52 @@ def create_tables(conn: Connection) -> None:
 _PG_MIGRATION_LOCK = "SELECT pg_advisory_xact_lock(hashtext('hermes_store.telegram_topics'))"
 
 _BINDING_FIELDS = (
-    "chat_id, thread_id, user_id, session_key, session_id, managed_mode, linked_at, updated_at"
+    "chat_id",
+    "thread_id",
+    "user_id",
+    "session_key",
+    "session_id",
+    "managed_mode",
+    "linked_at",
+    "updated_at",
+)
+
+
+def _bind_statement(dialect_insert: Any) -> Any:
+    """Bind a topic to a session: a new binding, or the topic's binding moved to this
+    session (linked_at kept when the session is the one it already had)."""
+    b = BINDINGS.c
+    given = ("chat_id", "thread_id", "user_id", "session_key", "session_id", "managed_mode")
+    stmt = dialect_insert(BINDINGS).values(
+        **{name: bindparam(name) for name in given},
+        linked_at=bindparam("ts"),
+        updated_at=bindparam("ts"),
+    )
+    new = stmt.excluded
+    return stmt.on_conflict_do_update(
+        index_elements=[b.chat_id, b.thread_id],
+        set_={
+            "user_id": new.user_id,
+            "session_key": new.session_key,
+            "linked_at": case((b.session_id == new.session_id, b.linked_at), else_=new.linked_at),
+            "session_id": new.session_id,
+            "managed_mode": new.managed_mode,
+            "updated_at": new.updated_at,
+        },
+    )
+
+
+_BIND = PreparedUpsert(_bind_statement)
+#: The SQLite migration's copy of the v1 table's rows into the v2 table.
+_COPY_V1_BINDINGS = str(
+    insert(BINDINGS)
+    .from_select(
+        _BINDING_FIELDS,
+        select(*(column(name) for name in _BINDING_FIELDS)).select_from(
+            table("telegram_dm_topic_bindings_v1")
+        ),
+    )
+    .compile(dialect=sqlite.dialect())
 )
 
 
@@ -286,24 +335,7 @@ def _bind_topic(conn: Connection, params: dict[str, Any], session_id: str) -> di
         params["thread_id"],
     ):
         raise ValueError(ALREADY_LINKED)
-    conn.execute(
-        text(
-            f"""
-            INSERT INTO telegram_dm_topic_bindings AS b ({_BINDING_FIELDS})
-            VALUES (:chat_id, :thread_id, :user_id, :session_key, :session_id,
-                    :managed_mode, :ts, :ts)
-            ON CONFLICT(chat_id, thread_id) DO UPDATE SET
-                user_id = excluded.user_id,
-                session_key = excluded.session_key,
-                linked_at = CASE WHEN b.session_id = excluded.session_id
-                                 THEN b.linked_at ELSE excluded.linked_at END,
-                session_id = excluded.session_id,
-                managed_mode = excluded.managed_mode,
-                updated_at = excluded.updated_at
-            """  # noqa: S608
-        ),
-        {**params, "ts": now()},
-    )
+    _BIND.run(conn, {**params, "ts": now()})
     row = (
         conn.execute(
             text("SELECT * FROM telegram_dm_topic_bindings WHERE chat_id = :c AND thread_id = :t"),
@@ -431,10 +463,7 @@ class TelegramTopicRepository:
             con.execute("DROP TABLE IF EXISTS telegram_dm_topic_bindings_v1")
             con.execute(f"ALTER TABLE {BINDINGS_TABLE} RENAME TO telegram_dm_topic_bindings_v1")
             con.execute(BINDINGS_DDL)
-            con.execute(
-                f"INSERT INTO {BINDINGS_TABLE} ({_BINDING_FIELDS}) "  # noqa: S608
-                f"SELECT {_BINDING_FIELDS} FROM telegram_dm_topic_bindings_v1"
-            )
+            con.execute(_COPY_V1_BINDINGS)
             con.execute("DROP TABLE telegram_dm_topic_bindings_v1")
         else:
             con.execute(BINDINGS_DDL)

@@ -29,13 +29,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TypeVar, cast
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Table, bindparam, null, select, update
 
 from ..contract import TURNS_TABLE, TURNS_TTL_COLUMN
 from ..errors import InvalidInput, StaleTurn, TurnHeld
-from ._dialect import repository_sql
+from ..models import TurnLease
+from ..prepared import Prepared
+from ._dialect import PreparedUpsert, repository_sql
 from ._own_tables import needing
 
 if TYPE_CHECKING:
@@ -51,29 +53,43 @@ MAX_TTL = 86_400.0
 MAX_HOLDER_LENGTH = 500
 MAX_SESSION_ID_LENGTH = 500
 
-_ENSURE = text(
-    f"INSERT INTO {TURNS_TABLE} (session_id, holder, token, expires_at) "  # noqa: S608
-    "VALUES (:s, NULL, 0, 0) ON CONFLICT (session_id) DO NOTHING"
+_TURNS = cast(Table, TurnLease.__table__)
+_LEASE = _TURNS.c
+
+# Every statement of a turn call, prepared once per dialect: `require_turn` runs inside
+# each append made with a turn token.
+_ENSURE = PreparedUpsert(
+    lambda insert: (
+        insert(_TURNS)
+        .values(session_id=bindparam("s"), holder=null(), token=0, expires_at=0)
+        .on_conflict_do_nothing(index_elements=[_LEASE.session_id])
+    )
 )
 #: What the turn calls need (the ttl column from hs0006), for the refusal on an older
 #: database (a read-only open accepts any database of v23 shape).
 _TURN_TABLES = (TURNS_TABLE, f"{TURNS_TABLE}.{TURNS_TTL_COLUMN}")
-_READ = (
-    f"SELECT holder, token, expires_at, {TURNS_TTL_COLUMN} FROM {TURNS_TABLE} "  # noqa: S608
-    "WHERE session_id = :s"
+_THIS_TURN = _LEASE.session_id == bindparam("s")
+_READ_ROW = select(_LEASE.holder, _LEASE.token, _LEASE.expires_at, _LEASE.ttl).where(_THIS_TURN)
+_READ = Prepared(_READ_ROW)
+# FOR SHARE / FOR UPDATE on PostgreSQL; SQLite's compiler renders no row lock (the write
+# transaction holds the database's write lock).
+_READ_SHARED = Prepared(_READ_ROW.with_for_update(read=True))
+_READ_LOCKED = Prepared(_READ_ROW.with_for_update())
+_GRANT = Prepared(
+    update(_TURNS)
+    .where(_THIS_TURN)
+    .values(
+        holder=bindparam("h"),
+        token=bindparam("t"),
+        expires_at=bindparam("e"),
+        ttl=bindparam("seconds"),
+    )
 )
-_GRANT = text(
-    f"UPDATE {TURNS_TABLE} SET holder = :h, token = :t, expires_at = :e, "  # noqa: S608
-    f"{TURNS_TTL_COLUMN} = :ttl WHERE session_id = :s"
+_EXTEND = Prepared(
+    update(_TURNS).where(_THIS_TURN).values(expires_at=bindparam("e"), ttl=bindparam("seconds"))
 )
-_EXTEND = text(
-    f"UPDATE {TURNS_TABLE} SET expires_at = :e, {TURNS_TTL_COLUMN} = :ttl "  # noqa: S608
-    "WHERE session_id = :s"
-)
-_BOUND = text(f"UPDATE {TURNS_TABLE} SET expires_at = :e WHERE session_id = :s")  # noqa: S608
-_RELEASE = text(
-    f"UPDATE {TURNS_TABLE} SET holder = NULL, expires_at = 0 WHERE session_id = :s"  # noqa: S608
-)
+_BOUND = Prepared(update(_TURNS).where(_THIS_TURN).values(expires_at=bindparam("e")))
+_RELEASE = Prepared(update(_TURNS).where(_THIS_TURN).values(holder=null(), expires_at=0))
 
 
 @dataclass(frozen=True)
@@ -155,8 +171,7 @@ def require_turn(conn: Connection, session_id: str, token: int) -> None:
     """Refuse the write this transaction is making unless `token` is the session's
     current turn token and the turn is not released (StaleTurn). Call it inside the
     write transaction, before anything is written; the row stays locked until commit."""
-    stmt = text(_READ + repository_sql(conn).share_lock)
-    row = conn.execute(stmt, {"s": session_id}).first()
+    row = _READ_SHARED.first(conn, {"s": session_id})
     if row is None:
         raise StaleTurn(session_id, token, 0, "no turn was ever granted for the session")
     holder, current = row[0], int(row[1])
@@ -167,9 +182,9 @@ def require_turn(conn: Connection, session_id: str, token: int) -> None:
 
 
 def _locked(conn: Connection, session_id: str) -> tuple[str | None, int, float, float | None]:
-    conn.execute(_ENSURE, {"s": session_id})
-    stmt = text(_READ + repository_sql(conn).update_lock)
-    row = conn.execute(stmt, {"s": session_id}).one()
+    _ENSURE.run(conn, {"s": session_id})
+    row = _READ_LOCKED.first(conn, {"s": session_id})
+    assert row is not None  # inserted above if it was missing
     return row[0], int(row[1]), float(row[2]), None if row[3] is None else float(row[3])
 
 
@@ -181,10 +196,10 @@ def _acquire(conn: Connection, session_id: str, holder: str, ttl: float) -> int 
     expires_at = _bounded(stored_expiry, granted_ttl, now)
     if current_holder is not None and current_holder != holder and expires_at > now:
         if expires_at < stored_expiry:
-            conn.execute(_BOUND, {"s": session_id, "e": expires_at})
+            _BOUND.run(conn, {"s": session_id, "e": expires_at})
         return TurnHeld(session_id, current_holder, expires_at, expires_at - now)
     granted = token + 1
-    conn.execute(_GRANT, {"s": session_id, "h": holder, "t": granted, "e": now + ttl, "ttl": ttl})
+    _GRANT.run(conn, {"s": session_id, "h": holder, "t": granted, "e": now + ttl, "seconds": ttl})
     return granted
 
 
@@ -195,7 +210,7 @@ def _renew(conn: Connection, session_id: str, token: int, ttl: float) -> float:
     if current_holder is None:
         raise StaleTurn(session_id, token, current, "the turn was released")
     expires_at = _now(conn) + ttl
-    conn.execute(_EXTEND, {"s": session_id, "e": expires_at, "ttl": ttl})
+    _EXTEND.run(conn, {"s": session_id, "e": expires_at, "seconds": ttl})
     return expires_at
 
 
@@ -203,12 +218,12 @@ def _release(conn: Connection, session_id: str, token: int) -> bool:
     current_holder, current, _, _ = _locked(conn, session_id)
     if current != token or current_holder is None:
         return False
-    conn.execute(_RELEASE, {"s": session_id})
+    _RELEASE.run(conn, {"s": session_id})
     return True
 
 
 def _current(conn: Connection, session_id: str) -> Turn | None:
-    row = conn.execute(text(_READ), {"s": session_id}).first()
+    row = _READ.first(conn, {"s": session_id})
     if row is None or int(row[1]) == 0:
         return None
     holder = None if row[0] is None else str(row[0])
