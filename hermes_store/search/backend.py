@@ -23,8 +23,7 @@ from ..backends import bundle, dialect_for
 from ..errors import SearchTimedOut
 from . import limits
 from .common import Edge, Filters, attach_context, fetch_rows, like_clauses, like_snippet, row_dicts
-from .reading import Term
-from .search_query import SearchQuery
+from .query import SearchQuery, Term
 
 Hit = dict[str, Any]
 #: the access method of the word index (index_method.py)
@@ -188,7 +187,7 @@ class SearchBackend:
         self, literal: str, params: Params, *, trigram: bool, words: bool, edge: Edge | None
     ) -> str:
         """SELECT of the ids of the rows whose content, tool name or tool calls contain
-        `literal` by `reading.fold`, among: with `trigram`, the non-tool rows (the trigram
+        `literal` by `query.fold`, among: with `trigram`, the non-tool rows (the trigram
         index); with `words`, the rows holding its words as a phrase (the word index;
         only its tool rows are needed when `trigram` is set too); with neither, every
         row, or every non-tool row for a literal of 3 or more characters (a scan). With

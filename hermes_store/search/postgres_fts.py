@@ -3,7 +3,7 @@ substrings and CJK, and an ILIKE scan, in the roles FTS5, the trigram index and 
 play on SQLite (planner.py orders them).
 
 The user's query goes through the same sanitiser as on SQLite, and the FTS5 query it
-yields is then read by FTS5's own rules (`reading.parse_fts5`) and rebuilt as a tsquery
+yields is then read by FTS5's own rules (`query.parse_fts5`) and rebuilt as a tsquery
 from bound parameters; what FTS5 would reject as a syntax error answers nothing here
 too. The text normalisation (ASCII punctuation separates words) and the trigram
 expression are those of migrations/_pg_search.py, so the indexes serve these queries.
@@ -45,8 +45,7 @@ from .common import (
     ranked_order,
 )
 from .index_method import cached_pg_index_method, pg_index_method
-from .reading import TRIGRAM_CHARS, Parsed, QuerySyntaxError, Term
-from .search_query import Reading, SearchQuery
+from .query import TRIGRAM_CHARS, Parsed, QuerySyntaxError, Reading, SearchQuery, Term
 from .snippets import substring_snippet, terms_snippet
 
 #: The punctuation the generated search vector splits words at (the shared contract).
@@ -886,13 +885,13 @@ def _messages(edge: Edge | None) -> str:
 def _holds_literal(
     literal: str, params: Params, *, trigram: bool, words: bool, window: bool
 ) -> str:
-    """A condition on the row `m`: its text contains `literal` by `reading.fold`, among
+    """A condition on the row `m`: its text contains `literal` by `query.fold`, among
     the rows the indexes vouch for (the module docstring of literal.py). Outside the
     window each vouching index is asked in its own OR arm, which PostgreSQL reads as one
     bitmap scan of both, and every row it gives is checked; in the window, read row by
     row, the rows are told apart by role and words and checked, without pg_trgm's
     pattern (it folds case by the database's locale, and adds nothing to the check
-    where that folds ASCII letters as reading.fold does; a Turkish locale does not)."""
+    where that folds ASCII letters as query.fold does; a Turkish locale does not)."""
     name = f"pat{len(params)}"
     params[name] = q.like_pattern(literal)
     check = _exact_check(literal, name)
@@ -912,8 +911,8 @@ def _holds_literal(
 
 def _exact_check(literal: str, pattern: str) -> str:
     """SQL for "the row's content, tool name or tool calls contain :pattern (a LIKE
-    pattern of `literal`) by `reading.fold`". ILIKE under the "C" collation folds ASCII
-    letters and nothing else, which is `reading.fold` exactly (under the database's
+    pattern of `literal`) by `query.fold`". ILIKE under the "C" collation folds ASCII
+    letters and nothing else, which is `query.fold` exactly (under the database's
     collation it may fold more, a superset fit for the index and never the answer).
     Column by column: a literal is not found across two columns, and the columns are
     not joined again for every row."""

@@ -25,8 +25,7 @@ from . import query as q
 from .backend import Hit, IndexDamaged, Params, SearchBackend, Snippet
 from .common import Edge, Filters, id_window, oldest_first, ranked_order, time_direction
 from .layout import HIGH_WATER, PROGRESS
-from .reading import TRIGRAM_CHARS, QuerySyntaxError, Term, fold
-from .search_query import SearchQuery
+from .query import TRIGRAM_CHARS, QuerySyntaxError, SearchQuery, Term, fold
 
 log = logging.getLogger(__name__)
 
@@ -438,7 +437,7 @@ class SqliteSearch(SearchBackend):
             params[f"fts{n}"] = _fts5_string(literal)  # a phrase of the tokenizer's own words
             table = "messages_fts"
             sources.append(f"SELECT rowid FROM {table} WHERE {table} MATCH :fts{n}{window}")  # noqa: S608
-        # SQLite's lower() folds ASCII letters only: exactly reading.fold
+        # SQLite's lower() folds ASCII letters only: exactly query.fold
         exact = " OR ".join(
             f"instr(lower(COALESCE(m.{column}, '')), :lit{n}) > 0" for column in _COLUMNS
         )

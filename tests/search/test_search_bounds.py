@@ -35,7 +35,7 @@ from hermes_store.search.common import Filters
 from hermes_store.search.index_method import read_index_method
 from hermes_store.search.postgres_fts import scan_sql as pg_scan_sql
 from hermes_store.search.postgres_fts import substring_sql, word_sql
-from hermes_store.search.search_query import SearchQuery
+from hermes_store.search.query import SearchQuery
 from hermes_store.search.sqlite_fts import ranked_sql, ranked_top_sql
 from hermes_store.search.sqlite_fts import scan_sql as sqlite_scan_sql
 from hermes_store.store import Store
@@ -76,11 +76,11 @@ def test_what_fts5_rejects_is_read_as_an_error_and_a_literal() -> None:
     assert SearchQuery.read("数据库").trigram_answers_cjk
 
 
-def test_only_search_query_reads_the_query_text() -> None:
-    # the readers of the raw text are called in one place; every other module of the
+def test_only_the_query_module_reads_the_query_text() -> None:
+    # the readers of the raw text are called in one module; every other module of the
     # search takes the SearchQuery value
     readers = re.compile(r"\b(sanitize_fts5_query|read_query|parse_fts5|route_tokens)\(")
-    allowed = {"search_query.py", "query.py", "reading.py"}
+    allowed = {"query.py"}
     offenders = [
         path.name
         for path in (REPO / "hermes_store" / "search").glob("*.py")

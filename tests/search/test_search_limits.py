@@ -25,7 +25,8 @@ from hermes_store.repositories.search import SearchRepository
 from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.search import search_messages
 from hermes_store.search.backend import backend_for
-from hermes_store.search.limits import MAX_TERMS, TIMEOUT_ENV, collapse_tokens
+from hermes_store.search.limits import MAX_TERMS, TIMEOUT_ENV
+from hermes_store.search.query import collapse_tokens
 from hermes_store.store import Store
 
 TEXTS = [
