@@ -272,6 +272,11 @@ class SearchBackend:
         self.check_time()
         return statement.dicts(self.conn, {**filters.params, **params})
 
+    def run_tuples(self, statement: RouteStatement, filters: Filters, params: Params) -> list[Any]:
+        """`run`'s rows as tuples."""
+        self.check_time()
+        return statement.tuples(self.conn, {**filters.params, **params})
+
     def rows(self, sql: str, filters: Filters, params: Params) -> list[Hit]:
         """The rows of the literal tier's statement (text) carrying `filters`, as dicts."""
         self.check_time()

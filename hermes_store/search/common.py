@@ -8,9 +8,11 @@ from functools import lru_cache
 from typing import Any, Literal, NamedTuple
 
 from sqlalchemy import (
+    BindParameter,
     ColumnElement,
     Connection,
     Executable,
+    FromClause,
     TextClause,
     and_,
     bindparam,
@@ -137,17 +139,17 @@ SESSION_TAGS = table(TAGS_TABLE, column("session_id"), column("tag"))
 m = MESSAGES.alias("m")
 s = SESSIONS.alias("s")
 #: constants written into the SQL (a bound value would be a parameter the plan cannot see)
-ZERO = literal_column("0")
-ONE = literal_column("1")
+ZERO: ColumnElement[Any] = literal_column("0")
+ONE: ColumnElement[Any] = literal_column("1")
 
 #: The filters a statement carries: (source_filter "none" / "empty" / "list", whether
 #: sources are excluded, whether roles are given, include_inactive, the number of tags).
 FilterShape = tuple[str, bool, bool, bool, int]
 
 
-def filter_conditions(shape: FilterShape) -> list[ColumnElement[bool]]:
-    """The conditions of `Filters` of this shape on the row `m` and its session `s`,
-    with Filters.params' names."""
+def filter_conditions(shape: FilterShape, row: FromClause = m) -> list[ColumnElement[bool]]:
+    """The conditions of `Filters` of this shape on the message `row` (`m`) and its
+    session `s`, with Filters.params' names."""
     sources, excluded, roles, include_inactive, tags = shape
     conditions: list[ColumnElement[bool]] = []
     if sources == "empty":
@@ -157,16 +159,16 @@ def filter_conditions(shape: FilterShape) -> list[ColumnElement[bool]]:
     if excluded:
         conditions.append(s.c.source.not_in(bindparam("excluded", expanding=True)))
     if roles:
-        conditions.append(m.c.role.in_(bindparam("roles", expanding=True)))
+        conditions.append(row.c.role.in_(bindparam("roles", expanding=True)))
     if not include_inactive:
-        conditions.append(or_(m.c.active == ONE, m.c.compacted == ONE))
+        conditions.append(or_(row.c.active == ONE, row.c.compacted == ONE))
     for i in range(tags):
         # one EXISTS per tag: a hit's session carries every tag asked for
         tagged = SESSION_TAGS.alias(f"st{i}")
         conditions.append(
             exists(
                 select(ONE).where(
-                    tagged.c.session_id == m.c.session_id, tagged.c.tag == bindparam(f"tag_{i}")
+                    tagged.c.session_id == row.c.session_id, tagged.c.tag == bindparam(f"tag_{i}")
                 )
             )
         )
@@ -254,21 +256,21 @@ class LikeShape(NamedTuple):
     ranged: bool
 
 
-def like_condition(like: LikeShape) -> ColumnElement[bool]:
+def like_condition(like: LikeShape, row: FromClause = m) -> ColumnElement[bool]:
     """One clause per term (:t0, :t1.., `%term%` with its wildcards escaped) over the
     row's content, tool name and tool calls, joined with OR (AND with `all_terms`); with
     `ranged`, only ids in (:lo, :hi]."""
     clauses: list[ColumnElement[bool]] = []
     for n, operator in enumerate(like.operators):
-        pattern = bindparam(f"t{n}")
-        columns = (m.c.content, m.c.tool_name, m.c.tool_calls)
+        pattern: BindParameter[Any] = bindparam(f"t{n}")
+        columns = (row.c.content, row.c.tool_name, row.c.tool_calls)
         if operator == "ILIKE":
             clauses.append(or_(*(c.ilike(pattern, escape="\\") for c in columns)))
         else:
             clauses.append(or_(*(c.like(pattern, escape="\\") for c in columns)))
     condition = (and_ if like.all_terms else or_)(*clauses) if clauses else false()
     if like.ranged:
-        return and_(condition, m.c.id > bindparam("lo"), m.c.id <= bindparam("hi"))
+        return and_(condition, row.c.id > bindparam("lo"), row.c.id <= bindparam("hi"))
     return condition
 
 
@@ -306,7 +308,7 @@ CONTEXT_CHUNK = 300
 
 
 #: a context line's place: the previous message, the hit, the next one
-_POSITIONS = (ZERO, ONE, literal_column("2"))
+_POSITIONS: tuple[ColumnElement[Any], ...] = (ZERO, ONE, literal_column("2"))
 
 
 @lru_cache(maxsize=64)
@@ -316,7 +318,9 @@ def context_statement(hits: int) -> RouteStatement:
     timestamp, then id, as the original orders context), found with a row-value seek on
     idx_messages_session; then the three rows. `near` is referenced three times, so
     SQLite materialises it once."""
-    given = [(bindparam(f"id{i}"), bindparam(f"sid{i}"), bindparam(f"ts{i}")) for i in range(hits)]
+    given: list[tuple[BindParameter[Any], ...]] = [
+        (bindparam(f"id{i}"), bindparam(f"sid{i}"), bindparam(f"ts{i}")) for i in range(hits)
+    ]
     found = values(column("hit_id"), column("sid"), column("ts"), name="hits").data(given)
     found_hits = found.cte("hits")
     other = MESSAGES.alias("other")

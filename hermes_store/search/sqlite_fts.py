@@ -194,7 +194,11 @@ def _hit_columns(snippet: ColumnElement[Any]) -> list[ColumnElement[Any]]:
 def _snippet(name: str, hit_id: ColumnElement[Any]) -> ColumnElement[Any]:
     """The snippet of the hit `hit_id`, computed for the page's rows only."""
     fts = _fts(name)
-    marks = (literal_column("'>>>'"), literal_column("'<<<'"), literal_column("'...'"))
+    marks: tuple[ColumnElement[Any], ...] = (
+        literal_column("'>>>'"),
+        literal_column("'<<<'"),
+        literal_column("'...'"),
+    )
     snippet = func.snippet(column(name), literal_column("-1"), *marks, literal_column("40"))
     return select(snippet).where(_matches(name), fts.c.rowid == hit_id).scalar_subquery()
 
