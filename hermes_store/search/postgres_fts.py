@@ -324,11 +324,11 @@ class CommonWords:
 
 
 def common_words(row: Any) -> CommonWords | None:
-    """The statistics of COMMON_WORDS_SQL's row; None when ANALYZE has kept none."""
-    if row is None or not row.words or not row.freqs:
+    """The statistics of COMMON_WORDS's row (a mapping); None when ANALYZE has kept none."""
+    if row is None or not row["words"] or not row["freqs"]:
         return None
-    words: list[str] = list(row.words)
-    freqs = [float(f) for f in row.freqs[: len(words)]]
+    words: list[str] = list(row["words"])
+    freqs = [float(f) for f in row["freqs"][: len(words)]]
     return CommonWords(dict(zip(words, freqs, strict=True)), min(freqs))
 
 
