@@ -1,4 +1,6 @@
-"""Search pieces both backends share: filters, LIKE snippets, the context of a hit."""
+"""Search pieces both backends share: filters, the Core names every route's statement is
+built from and how such a statement runs (RouteStatement), the LIKE scan's condition and
+snippet, the context of a hit."""
 
 from __future__ import annotations
 
@@ -237,13 +239,6 @@ def time_direction(sort: str | None) -> str | None:
 
 def oldest_first(sort: str | None) -> bool:
     return time_direction(sort) == "ASC"
-
-
-def ranked_order(sort: str | None, rank: str) -> str:
-    """ORDER BY of a ranked route: by message timestamp and then `rank` for a time sort,
-    else by `rank`."""
-    direction = time_direction(sort)
-    return rank if direction is None else f"m.timestamp {direction}, {rank}"
 
 
 class LikeShape(NamedTuple):
