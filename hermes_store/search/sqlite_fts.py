@@ -482,8 +482,8 @@ class SqliteSearch(SearchBackend):
         return driver_run(self.conn, sql, params, _tuples)
 
     def count(self, statement: RouteStatement, params: Params) -> int:
-        self.check_time()
-        return int(statement.tuples(self.conn, params)[0][0])
+        """The count a statement of one row and one column gives."""
+        return int(self.tuples(statement, params)[0][0])
 
     def _trigram_usable(self) -> bool:
         return bool(self.fetch(_TRIGRAM_TABLE, {}))
