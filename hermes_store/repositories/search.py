@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..search import planner
+from ..search import limits, planner
 from ..search.backend import TRANSACTION_ENDS_WITH_SEARCH
-from ._units import read_method
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -25,11 +24,19 @@ class SearchRepository:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    # the read unit is the search's whole transaction
-    search_messages = read_method(
-        planner.search_messages,
-        options={TRANSACTION_ENDS_WITH_SEARCH: True},
-        doc="""Messages matching `query` (docs/reference/behaviour.md 6.1), best first, in one
+    def search_messages(
+        self,
+        query: str,
+        source_filter: list[str] | None = None,
+        exclude_sources: list[str] | None = None,
+        role_filter: list[str] | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        sort: str | None = None,
+        include_inactive: bool = False,
+        tags: list[str] | None = None,
+    ) -> limits.SearchHits:
+        """Messages matching `query` (docs/reference/behaviour.md 6.1), best first, in one
         read unit of work. Each hit has `id, session_id, role, snippet` (the match marked
         `>>>`/`<<<`), `timestamp, tool_name, source, model, session_started` and `context`
         (the neighbouring messages); a query that cannot be read finds nothing. Raises
@@ -47,5 +54,20 @@ class SearchRepository:
             include_inactive: also messages marked inactive (rewound or compacted away).
             tags: only messages of sessions carrying every one of these tags (hermes-store's
                 own, `TagRepository`).
-        """,
-    )
+        """
+        # one read unit, retried as a whole through server faults; the search's
+        # transaction ends with it, so what the search sets needs no putting back
+        return self.store.read(
+            lambda conn: planner.search_messages(
+                conn.execution_options(**{TRANSACTION_ENDS_WITH_SEARCH: True}),
+                query,
+                source_filter,
+                exclude_sources,
+                role_filter,
+                limit,
+                offset,
+                sort,
+                include_inactive,
+                tags,
+            )
+        )

@@ -22,9 +22,17 @@ from sqlalchemy.exc import DBAPIError
 from ..backends import bundle, dialect_for
 from ..errors import SearchTimedOut
 from . import limits
-from .common import Edge, Filters, attach_context, fetch_rows, like_clauses, like_snippet, row_dicts
-from .reading import Term
-from .search_query import SearchQuery
+from .common import (
+    Edge,
+    Filters,
+    LikeShape,
+    RouteStatement,
+    attach_context,
+    fetch_rows,
+    like_snippet,
+    row_dicts,
+)
+from .query import SearchQuery, Term, like_pattern
 
 Hit = dict[str, Any]
 #: the access method of the word index (index_method.py)
@@ -151,22 +159,26 @@ class SearchBackend:
         """A scan: each term a case-insensitive substring of content, tool name or tool
         calls (OR, or AND with `all_terms`), newest first; the snippet starts 40
         characters before the first term in content (docs/reference/behaviour.md 6.1)."""
-        params: dict[str, Any] = {}
-        where = like_clauses(terms, params, self.like_operator, all_terms=all_terms)
+        params: dict[str, Any] = {f"t{n}": like_pattern(term) for n, term in enumerate(terms)}
+        like = LikeShape(
+            tuple(self.like_operator(t) for t in terms), all_terms, id_range is not None
+        )
         if id_range is not None:
-            where = f"({where}) AND m.id > :lo AND m.id <= :hi"
             params["lo"], params["hi"] = id_range
         first = terms[0] if terms else ""
         params.update(limit=limit, offset=offset, window=limits.time_window(limit, offset))
-        return self.scan(where, filters, params, lambda content: like_snippet(content, first))
+        return self.scan(like, filters, params, lambda content: like_snippet(content, first))
 
     def like_operator(self, term: str) -> str:
         """LIKE or a case-insensitive equivalent for `term` (ASCII letters at least)."""
         return "LIKE"
 
-    def scan(self, where: str, filters: Filters, params: Params, snippet: Snippet) -> list[Hit]:
-        """The page (:limit, :offset) of rows matching `where`, newest first, each with
-        `snippet(content)`: among the newest :window matches in id order (limits.py)."""
+    def scan(
+        self, like: LikeShape, filters: Filters, params: Params, snippet: Snippet
+    ) -> list[Hit]:
+        """The page (:limit, :offset) of rows matching `like` (common.like_condition),
+        newest first, each with `snippet(content)`: among the newest :window matches in id
+        order (limits.py)."""
         raise NotImplementedError
 
     def pending_range(self) -> tuple[int, int] | None:
@@ -188,7 +200,7 @@ class SearchBackend:
         self, literal: str, params: Params, *, trigram: bool, words: bool, edge: Edge | None
     ) -> str:
         """SELECT of the ids of the rows whose content, tool name or tool calls contain
-        `literal` by `reading.fold`, among: with `trigram`, the non-tool rows (the trigram
+        `literal` by `query.fold`, among: with `trigram`, the non-tool rows (the trigram
         index); with `words`, the rows holding its words as a phrase (the word index;
         only its tool rows are needed when `trigram` is set too); with neither, every
         row, or every non-tool row for a literal of 3 or more characters (a scan). With
@@ -253,7 +265,7 @@ class SearchBackend:
 
     def attach_context(self, hits: list[Hit]) -> None:
         """Set `context` on hits that have none (common.attach_context)."""
-        attach_context(self.fetch, hits, self.recoverable)
+        attach_context(self.tuples, hits, self.recoverable)
 
     def literal_rows(self, sql: str, filters: Filters, params: dict[str, Any]) -> list[Hit]:
         """Run the literal tier's statement; IndexDamaged when an index is damaged."""
@@ -261,11 +273,26 @@ class SearchBackend:
 
     # --- running SQL -------------------------------------------------------------------------
 
+    def run(self, statement: RouteStatement, filters: Filters, params: Params) -> list[Hit]:
+        """The rows of a route's statement carrying `filters`, as dicts."""
+        self.check_time()
+        return statement.dicts(self.conn, {**filters.params, **params})
+
+    def run_tuples(self, statement: RouteStatement, filters: Filters, params: Params) -> list[Any]:
+        """`run`'s rows as tuples."""
+        self.check_time()
+        return statement.tuples(self.conn, {**filters.params, **params})
+
     def rows(self, sql: str, filters: Filters, params: Params) -> list[Hit]:
-        """The rows of a statement carrying `filters`, as dicts."""
+        """The rows of the literal tier's statement (text) carrying `filters`, as dicts."""
         self.check_time()
         statement = filters.statement(sql)
         return row_dicts(self.conn.execute(statement, {**filters.params, **params}))
+
+    def tuples(self, statement: RouteStatement, params: Params) -> list[Any]:
+        """The rows of a route's statement without filters, as tuples."""
+        self.check_time()
+        return statement.tuples(self.conn, params)
 
     def fetch(self, sql: str, params: Params) -> list[Any]:
         """The rows of a statement without filters, as tuples."""

@@ -1,17 +1,40 @@
-"""Search pieces both backends share: filters, LIKE snippets, the context of a hit."""
+"""Search pieces both backends share: filters, the Core names every route's statement is
+built from and how such a statement runs (RouteStatement), the LIKE scan's condition and
+snippet, the context of a hit."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
-from sqlalchemy import Connection, TextClause, bindparam, text
+from sqlalchemy import (
+    BindParameter,
+    ColumnElement,
+    Connection,
+    Executable,
+    FromClause,
+    TextClause,
+    and_,
+    bindparam,
+    column,
+    exists,
+    false,
+    literal_column,
+    or_,
+    select,
+    table,
+    text,
+    tuple_,
+    union_all,
+    values,
+)
+from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 
-from ..contract import TAGS_TABLE
-from .query import like_pattern
+from ..contract import PG_SEARCH_VECTOR_COLUMN, TAGS_TABLE
+from ..prepared import Prepared
 
 JSON_PREFIX = "\x00json:"
 #: The end of the table a window of ids is taken from (the literal tier's windows).
@@ -55,6 +78,14 @@ class Filters:
                 f"m.session_id AND st{i}.tag = :tag_{i})"
             )
             params[f"tag_{i}"] = tag
+        self.shape: FilterShape = (
+            "none" if source_filter is None else "list" if source_filter else "empty",
+            bool(exclude_sources),
+            bool(role_filter),
+            bool(include_inactive),
+            len(tags or ()),
+        )
+        # the literal tier's form of the conditions (its statement is text)
         self.sql = "".join(f" AND {c}" for c in clauses)
         self.params = params
         self.expanding = expanding
@@ -75,6 +106,113 @@ def _statement(sql: str, expanding: tuple[str, ...]) -> TextClause:
     if expanding:
         stmt = stmt.bindparams(*(bindparam(n, expanding=True) for n in expanding))
     return stmt
+
+
+# --- the routes' statements: Core names and how a statement runs -----------------------------
+#
+# Every route builds its whole statement in one function of its backend (sqlite_fts.py,
+# postgres_fts.py) from these names, once per shape (the filters given, the sort, the
+# number of terms): what varies between two searches of one shape is bound parameters
+# only. tests/search/test_route_sql.py pins the SQL each route renders on each backend.
+
+#: The tables a search reads. No column has a type: every value is bound as the driver
+#: sends it, without the casts SQLAlchemy would add for a typed one.
+MESSAGES = table(
+    "messages",
+    *(
+        column(name)
+        for name in (
+            "id",
+            "session_id",
+            "role",
+            "content",
+            "timestamp",
+            "tool_name",
+            "tool_calls",
+            "active",
+            "compacted",
+            PG_SEARCH_VECTOR_COLUMN,
+        )
+    ),
+)
+SESSIONS = table("sessions", column("id"), column("source"), column("model"), column("started_at"))
+SESSION_TAGS = table(TAGS_TABLE, column("session_id"), column("tag"))
+#: the message row and its session, as every route names them
+m = MESSAGES.alias("m")
+s = SESSIONS.alias("s")
+#: constants written into the SQL (a bound value would be a parameter the plan cannot see)
+ZERO: ColumnElement[Any] = literal_column("0")
+ONE: ColumnElement[Any] = literal_column("1")
+
+#: The filters a statement carries: (source_filter "none" / "empty" / "list", whether
+#: sources are excluded, whether roles are given, include_inactive, the number of tags).
+FilterShape = tuple[str, bool, bool, bool, int]
+
+
+def filter_conditions(shape: FilterShape, row: FromClause = m) -> list[ColumnElement[bool]]:
+    """The conditions of `Filters` of this shape on the message `row` (`m`) and its
+    session `s`, with Filters.params' names."""
+    sources, excluded, roles, include_inactive, tags = shape
+    conditions: list[ColumnElement[bool]] = []
+    if sources == "empty":
+        conditions.append(false())
+    elif sources == "list":
+        conditions.append(s.c.source.in_(bindparam("sources", expanding=True)))
+    if excluded:
+        conditions.append(s.c.source.not_in(bindparam("excluded", expanding=True)))
+    if roles:
+        conditions.append(row.c.role.in_(bindparam("roles", expanding=True)))
+    if not include_inactive:
+        conditions.append(or_(row.c.active == ONE, row.c.compacted == ONE))
+    for i in range(tags):
+        # one EXISTS per tag: a hit's session carries every tag asked for
+        tagged = SESSION_TAGS.alias(f"st{i}")
+        conditions.append(
+            exists(
+                select(ONE).where(
+                    tagged.c.session_id == row.c.session_id, tagged.c.tag == bindparam(f"tag_{i}")
+                )
+            )
+        )
+    return conditions
+
+
+def reads_sessions(shape: FilterShape) -> bool:
+    """Whether filters of this shape read the session's columns (a page cannot then be
+    cut from messages alone)."""
+    return shape[0] != "none" or shape[1]
+
+
+class RouteStatement:
+    """One route's statement of one shape: compiled once per dialect and run at the
+    driver (prepared.Prepared), or through SQLAlchemy where a filter holds a list (an
+    expanding IN, rendered per call)."""
+
+    __slots__ = ("statement", "expanding", "_prepared")
+
+    def __init__(self, statement: Executable, *, expanding: bool = False) -> None:
+        self.statement = statement
+        self.expanding = expanding
+        self._prepared = Prepared(statement)
+
+    def sql(self, dialect: Dialect) -> str:
+        """The statement as `dialect` renders it."""
+        return str(self.statement.compile(dialect=dialect))  # type: ignore[attr-defined]
+
+    def dicts(self, conn: Connection, params: dict[str, Any]) -> list[dict[str, Any]]:
+        if self.expanding:
+            return row_dicts(conn.execute(self.statement, params))
+        return self._prepared.dicts(conn, params)
+
+    def tuples(self, conn: Connection, params: dict[str, Any]) -> list[Any]:
+        if self.expanding:
+            return list(conn.execute(self.statement, params).all())
+        return self._prepared.rows(conn, params)
+
+
+def has_lists(shape: FilterShape) -> bool:
+    """Whether filters of this shape bind a list (an expanding IN)."""
+    return shape[0] == "list" or shape[1] or shape[2]
 
 
 def row_dicts(result: Any) -> list[dict[str, Any]]:
@@ -103,28 +241,32 @@ def oldest_first(sort: str | None) -> bool:
     return time_direction(sort) == "ASC"
 
 
-def ranked_order(sort: str | None, rank: str) -> str:
-    """ORDER BY of a ranked route: by message timestamp and then `rank` for a time sort,
-    else by `rank`."""
-    direction = time_direction(sort)
-    return rank if direction is None else f"m.timestamp {direction}, {rank}"
+class LikeShape(NamedTuple):
+    """The shape of a LIKE scan's condition: the operator of each term (LIKE, or ILIKE
+    where the backend folds case so), whether every term must match (else any), and
+    whether the ids are kept in a range (:lo, :hi]."""
+
+    operators: tuple[str, ...]
+    all_terms: bool
+    ranged: bool
 
 
-def like_clauses(
-    terms: list[str], params: dict[str, Any], operator: Callable[[str], str], *, all_terms: bool
-) -> str:
-    """One clause per term (`%term%`, wildcards escaped) over content, tool name and tool
-    calls, joined with OR (AND with `all_terms`); the patterns go into `params`."""
-    clauses = []
-    for n, term in enumerate(terms):
-        params[f"t{n}"] = like_pattern(term)
-        op = operator(term)
-        clauses.append(
-            f"(m.content {op} :t{n} ESCAPE '\\' OR m.tool_name {op} :t{n} ESCAPE '\\' "
-            f"OR m.tool_calls {op} :t{n} ESCAPE '\\')"
-        )
-    joined = (" AND " if all_terms else " OR ").join(clauses)
-    return joined or "1 = 0"
+def like_condition(like: LikeShape, row: FromClause = m) -> ColumnElement[bool]:
+    """One clause per term (:t0, :t1.., `%term%` with its wildcards escaped) over the
+    row's content, tool name and tool calls, joined with OR (AND with `all_terms`); with
+    `ranged`, only ids in (:lo, :hi]."""
+    clauses: list[ColumnElement[bool]] = []
+    for n, operator in enumerate(like.operators):
+        pattern: BindParameter[Any] = bindparam(f"t{n}")
+        columns = (row.c.content, row.c.tool_name, row.c.tool_calls)
+        if operator == "ILIKE":
+            clauses.append(or_(*(c.ilike(pattern, escape="\\") for c in columns)))
+        else:
+            clauses.append(or_(*(c.like(pattern, escape="\\") for c in columns)))
+    condition = (and_ if like.all_terms else or_)(*clauses) if clauses else false()
+    if like.ranged:
+        return and_(condition, row.c.id > bindparam("lo"), row.c.id <= bindparam("hi"))
+    return condition
 
 
 def like_snippet(content: Any, term: str) -> str:
@@ -156,38 +298,64 @@ def decode_preview(content: Any) -> str:
     return " ".join(texts) if texts else "[multimodal content]"
 
 
-# The context of every hit in one round trip: for each hit, the ids of the previous and the
-# next message of its session (ordered by timestamp, then id, as the original orders
-# context), found with a row-value seek on idx_messages_session; then the three rows.
-# `near` is referenced three times, so both SQLite and PostgreSQL materialise it once.
-_NEIGHBOUR_ID = (
-    "(SELECT id FROM messages WHERE session_id = hits.sid "
-    "AND (timestamp, id) {cmp} (hits.ts, hits.hit_id) "
-    "ORDER BY timestamp {direction}, id {direction} LIMIT 1)"
-)
-# fixed fragments only; every value is a bound parameter
-_CONTEXT = (
-    "WITH hits(hit_id, sid, ts) AS (VALUES {values}), "  # noqa: S608
-    "near AS (SELECT hit_id, "
-    + _NEIGHBOUR_ID.format(cmp="<", direction="DESC")
-    + " AS before_id, "
-    + _NEIGHBOUR_ID.format(cmp=">", direction="ASC")
-    + " AS after_id FROM hits) "
-    "SELECT near.hit_id, 0 AS pos, m.role, m.content FROM near "
-    "JOIN messages AS m ON m.id = near.before_id "
-    "UNION ALL SELECT near.hit_id, 1, m.role, m.content FROM near "
-    "JOIN messages AS m ON m.id = near.hit_id "
-    "UNION ALL SELECT near.hit_id, 2, m.role, m.content FROM near "
-    "JOIN messages AS m ON m.id = near.after_id"
-)
 # three parameters per hit: stay under SQLite's historic limit of 999 host parameters
 CONTEXT_CHUNK = 300
 
 
+#: a context line's place: the previous message, the hit, the next one
+_POSITIONS: tuple[ColumnElement[Any], ...] = (ZERO, ONE, literal_column("2"))
+
+
 @lru_cache(maxsize=64)
-def context_sql(hits: int) -> str:
-    values = ", ".join(f"(:id{i}, :sid{i}, :ts{i})" for i in range(hits))
-    return _CONTEXT.format(values=values)
+def context_statement(hits: int) -> RouteStatement:
+    """The context of `hits` hits in one round trip: for each hit (:id<i>, :sid<i>,
+    :ts<i>), the ids of the previous and the next message of its session (ordered by
+    timestamp, then id, as the original orders context), found with a row-value seek on
+    idx_messages_session; then the three rows. `near` is referenced three times, so
+    SQLite materialises it once."""
+    given: list[tuple[BindParameter[Any], ...]] = [
+        (bindparam(f"id{i}"), bindparam(f"sid{i}"), bindparam(f"ts{i}")) for i in range(hits)
+    ]
+    found = values(column("hit_id"), column("sid"), column("ts"), name="hits").data(given)
+    found_hits = found.cte("hits")
+    other = MESSAGES.alias("other")
+
+    def neighbour(before: bool) -> ColumnElement[Any]:
+        here = tuple_(other.c.timestamp, other.c.id)
+        hit = tuple_(found_hits.c.ts, found_hits.c.hit_id)
+        order = (
+            (other.c.timestamp.desc(), other.c.id.desc())
+            if before
+            else (
+                other.c.timestamp.asc(),
+                other.c.id.asc(),
+            )
+        )
+        return (
+            select(other.c.id)
+            .where(other.c.session_id == found_hits.c.sid, here < hit if before else here > hit)
+            .order_by(*order)
+            .limit(ONE)
+            .offset(ZERO)
+            .scalar_subquery()
+        )
+
+    near = select(
+        found_hits.c.hit_id,
+        neighbour(True).label("before_id"),
+        neighbour(False).label("after_id"),
+    ).cte("near")
+    statement = union_all(
+        *(
+            select(near.c.hit_id, pos.label("pos"), m.c.role, m.c.content).select_from(
+                near.join(m, m.c.id == at)
+            )
+            for pos, at in zip(
+                _POSITIONS, (near.c.before_id, near.c.hit_id, near.c.after_id), strict=True
+            )
+        )
+    )
+    return RouteStatement(statement)
 
 
 def fetch_rows(conn: Connection, sql: str, params: dict[str, Any]) -> list[Any]:
@@ -195,11 +363,8 @@ def fetch_rows(conn: Connection, sql: str, params: dict[str, Any]) -> list[Any]:
     return list(conn.execute(_statement(sql, ()), params).all())
 
 
-Fetch = Callable[[str, dict[str, Any]], list[Any]]
-
-
 def attach_context(
-    fetch: Fetch,
+    fetch: Callable[[RouteStatement, dict[str, Any]], list[Any]],
     hits: list[dict[str, Any]],
     recoverable: Callable[[DBAPIError], bool] | None = None,
 ) -> None:
@@ -207,8 +372,8 @@ def attach_context(
     message of the session, the hit, the next one), content decoded and cut to 200
     characters; `[]` for a hit whose context cannot be read, where `recoverable(error)`
     says the search may go on after the error (else, and without `recoverable`, the error
-    is raised). `fetch(sql, params)` runs the one statement (the backend's way of running
-    SQL)."""
+    is raised). `fetch(statement, params)` runs the one statement (the backend's way of
+    running SQL)."""
     for start in range(0, len(hits), CONTEXT_CHUNK):
         chunk = hits[start : start + CONTEXT_CHUNK]
         params: dict[str, Any] = {}
@@ -218,7 +383,7 @@ def attach_context(
             params[f"ts{i}"] = hit["timestamp"]
         found: dict[Any, list[tuple[int, dict[str, str]]]] = {}
         try:
-            rows = fetch(context_sql(len(chunk)), params)
+            rows = fetch(context_statement(len(chunk)), params)
         except DBAPIError as exc:
             if recoverable is None or not recoverable(exc):
                 raise

@@ -2,8 +2,8 @@
 query"): a term repeated in a query is read once, a query may hold at most MAX_TERMS
 terms, and a search runs for at most HERMES_SEARCH_TIMEOUT_MS milliseconds.
 
-Repeats are merged only where that leaves the matching rows as they are, reading by
-reading:
+Repeats are merged (query.py's `collapse_*`) only where that leaves the matching rows as
+they are, reading by reading:
 
 - FTS5's reading (the sanitised query, and the tokens the trigram route and PostgreSQL's
   substring route read): within an OR-alternative without NOT every term is AND-ed (the
@@ -13,7 +13,7 @@ reading:
   is `a NOT (b c)`), so its terms are not interchangeable. A phrase is one term: inside
   it a repeated word is part of what it matches. Misplaced operators leave the query as
   typed, for FTS5 to reject.
-- The literal reading (`reading.read_query`): each group is set algebra (its positive
+- The literal reading (`query.read_query`): each group is set algebra (its positive
   terms intersected, its negated ones taken away), so repeats in a group and repeated
   groups go.
 
@@ -29,8 +29,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..errors import QueryTooComplex, SearchTimedOut
-from . import query as q
-from .reading import Parsed, Term, fts5_tokens, words_of
+from .query import Parsed, Term, terms, words_of
 
 #: The most terms one query may hold once repeats are merged (each word of a phrase and
 #: each literal counting as one). Past it a search refuses the query (QueryTooComplex):
@@ -69,8 +68,6 @@ RETRY_SAMPLE = 2_048
 # beside thousands of rows holding `config` and `zephyr`) is estimated from the same
 # sample, and past RETRY_CHECKS only the newest ids that hold about that many candidates
 # are read, with a warning when they do not hold a whole page.
-
-_OPERATORS = q.OPERATORS  # FTS5 reads these in capitals only
 
 
 class SearchHits(list[dict[str, Any]]):
@@ -126,84 +123,6 @@ def timeout_ms() -> float | None:
     return value if value > 0 and math.isfinite(value) else None
 
 
-def _well_placed(tokens: list[str]) -> bool:
-    """Every operator between two terms (FTS5 rejects the query otherwise)."""
-    previous_is_operator = True  # nothing to the left of the first token
-    for token in tokens:
-        is_operator = token in _OPERATORS
-        if is_operator and previous_is_operator:
-            return False
-        previous_is_operator = is_operator
-    return not previous_is_operator
-
-
-def collapse_tokens(tokens: list[str]) -> list[str]:
-    """`tokens` (FTS5's reading: terms, and AND / OR / NOT in capitals) without the
-    repeats that do not change what they match (the module docstring); `tokens`
-    itself when nothing repeats."""
-    if not _well_placed(tokens):
-        return tokens
-    alternatives: list[list[str]] = [[]]
-    for token in tokens:
-        if token == "OR":
-            alternatives.append([])
-        else:
-            alternatives[-1].append(token)
-    kept: list[list[str]] = []
-    seen: set[frozenset[str] | tuple[str, ...]] = set()
-    for alternative in alternatives:
-        key: frozenset[str] | tuple[str, ...]
-        if "NOT" in alternative:
-            key = tuple(alternative)
-        else:
-            alternative = _without_repeats(alternative)
-            key = frozenset(alternative) - {"AND"}
-        if key not in seen:
-            seen.add(key)
-            kept.append(alternative)
-    collapsed = [token for n, alt in enumerate(kept) for token in (["OR"] if n else []) + alt]
-    return tokens if collapsed == tokens else collapsed
-
-
-def _without_repeats(alternative: list[str]) -> list[str]:
-    """An alternative of AND-ed terms (implicit, or with an explicit AND before them)
-    without a term seen before in it, nor the AND that stood before the repeat."""
-    out: list[str] = []
-    seen: set[str] = set()
-    pending_and = False
-    for token in alternative:
-        if token == "AND":
-            pending_and = True
-            continue
-        if token not in seen:
-            seen.add(token)
-            out += ["AND", token] if pending_and else [token]
-        pending_and = False
-    return out
-
-
-def collapse_fts5(sanitized: str) -> str:
-    """The sanitised query without repeated terms, as FTS5 reads it; unchanged when
-    nothing repeats. A query FTS5 rejects stays rejected: the first of each token is
-    kept, the one FTS5 cannot read included."""
-    tokens = fts5_tokens(sanitized)
-    collapsed = collapse_tokens(tokens)
-    return sanitized if collapsed is tokens else " ".join(collapsed)
-
-
-def collapse_parsed(parsed: Parsed) -> Parsed:
-    """The literal reading without repeated terms in a group, nor repeated groups."""
-    kept: list[list[tuple[bool, Term]]] = []
-    seen: set[frozenset[object]] = set()
-    for group in parsed:
-        unique = list(dict.fromkeys(group))
-        key = frozenset(unique)
-        if key not in seen:
-            seen.add(key)
-            kept.append(unique)
-    return kept
-
-
 def _weight(term: Term) -> int:
     # a phrase is matched word by word, a repeat inside it included
     return max(1, len(words_of(term.text))) if term.phrase else 1
@@ -219,7 +138,7 @@ def check_terms(tokens: Sequence[str], fts5: Parsed, parsed: Parsed) -> None:
     phrase one token), FTS5's reading of the sanitised query (empty where FTS5 rejects
     it: that costs nothing) and the literal reading (each word of a phrase one term; a
     literal one term)."""
-    count = max(len(q.terms(tokens)), _weighed(fts5), _weighed(parsed))
+    count = max(len(terms(tokens)), _weighed(fts5), _weighed(parsed))
     if count > MAX_TERMS:
         raise QueryTooComplex(
             f"the search query holds {count} terms (words, each word of a phrase, and "

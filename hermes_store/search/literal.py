@@ -1,8 +1,8 @@
-"""The literal tier: one statement answering `reading.read_query`'s reading of a query
+"""The literal tier: one statement answering `query.read_query`'s reading of a query
 on either backend, from the id sets the backend's indexes give.
 
 A literal L matches a row when the row's content, tool name or tool calls contain L,
-ASCII letters folded (`reading.fold`), and an index can vouch for the place:
+ASCII letters folded (`query.fold`), and an index can vouch for the place:
 
 - L of 3 or more characters: anywhere in a non-tool row (the trigram index, which
   covers non-tool rows only, as the v23 layout does on both backends);
@@ -71,7 +71,7 @@ from typing import Any
 from . import limits
 from .backend import Hit, SearchBackend
 from .common import Edge, Filters, id_window, time_direction
-from .reading import TRIGRAM_CHARS, Parsed, Term, fold, words_of
+from .query import TRIGRAM_CHARS, Parsed, Term, fold, words_of
 from .snippets import terms_snippet
 
 #: The literal tier's own order (sort is neither "newest" nor "oldest"), and the order

@@ -26,7 +26,21 @@ from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import (
+    Connection,
+    Delete,
+    Engine,
+    Insert,
+    bindparam,
+    column,
+    delete,
+    insert,
+    literal_column,
+    select,
+    text,
+    tuple_,
+)
+from sqlalchemy import table as core_table
 from sqlalchemy.exc import DBAPIError
 
 from .. import sqlite_driver
@@ -156,24 +170,36 @@ def detach_cjk_triggers(conn: Connection) -> bool:
         return True
 
 
-def _index_statement(table: str, only_missing: bool) -> str:
-    """Index the messages of an id window (`:lo` < id <= `:hi`) into `table`; the trigram
-    index takes non-tool rows only, as its triggers do. `only_missing` skips rows the
-    index already holds (indexing one twice corrupts an external-content index)."""
-    sql = (
-        f"INSERT INTO {table}(rowid, content, tool_name, tool_calls) "  # noqa: S608
-        "SELECT id, content, tool_name, tool_calls FROM messages WHERE id > :lo AND id <= :hi"
+#: Each FTS5 index and the shadow table listing the rows it holds.
+_DOCSIZE = {
+    "messages_fts": "messages_fts_docsize",
+    "messages_fts_trigram": "messages_fts_trigram_docsize",
+}
+_TEXT_COLUMNS = ("content", "tool_name", "tool_calls")
+
+
+def _index_statement(name: str, only_missing: bool) -> Insert:
+    """Index the messages of an id window (`:lo` < id <= `:hi`) into the index `name`;
+    the trigram index takes non-tool rows only, as its triggers do. `only_missing` skips
+    rows the index already holds (indexing one twice corrupts an external-content
+    index)."""
+    index = core_table(name, column("rowid"), *(column(c) for c in _TEXT_COLUMNS))
+    messages = core_table(
+        "messages", column("id"), column("role"), *(column(c) for c in _TEXT_COLUMNS)
     )
-    if table == "messages_fts_trigram":
-        sql += " AND role <> 'tool'"
+    window = [messages.c.id > bindparam("lo"), messages.c.id <= bindparam("hi")]
+    if name == "messages_fts_trigram":
+        window.append(messages.c.role != literal_column("'tool'"))
     if only_missing:
-        sql += f" AND id NOT IN (SELECT id FROM {table}_docsize)"  # noqa: S608
-    return sql
+        held = core_table(_DOCSIZE[name], column("id"))
+        window.append(messages.c.id.not_in(select(held.c.id)))
+    rows = select(messages.c.id, *(messages.c[c] for c in _TEXT_COLUMNS)).where(*window)
+    return insert(index).from_select(["rowid", *_TEXT_COLUMNS], rows)
 
 
 _INDEX_WINDOW = {
-    (table, only_missing): text(_index_statement(table, only_missing))
-    for table in ("messages_fts", "messages_fts_trigram")
+    (name, only_missing): _index_statement(name, only_missing)
+    for name in _DOCSIZE
     for only_missing in (False, True)
 }
 
@@ -213,16 +239,20 @@ def teardown_step(conn: Connection, chunk: int = CHUNK_IDS) -> str:
         # Trash holds renamed FTS shadow tables; `_idx` and `_config` are WITHOUT ROWID,
         # so rows are addressed by their primary key where there is one.
         info = conn.exec_driver_sql(f'PRAGMA table_info("{table}")').mappings().all()
-        pk = [f'"{r["name"]}"' for r in sorted(info, key=lambda r: r["pk"]) if r["pk"]]
-        key = ", ".join(pk) if pk else "rowid"
-        deleted = conn.exec_driver_sql(
-            f'DELETE FROM "{table}" WHERE ({key}) IN '  # noqa: S608 (names from sqlite_master)
-            f'(SELECT {key} FROM "{table}" LIMIT {int(chunk)})'
-        ).rowcount
+        pk = [str(r["name"]) for r in sorted(info, key=lambda r: r["pk"]) if r["pk"]]
+        deleted = conn.execute(_delete_some(table, pk or ["rowid"]), {"chunk": int(chunk)}).rowcount
         if deleted:
             return "deleted"
         conn.exec_driver_sql(f'DROP TABLE "{table}"')
         return "dropped"
+
+
+def _delete_some(name: str, key: list[str]) -> Delete:
+    """Delete :chunk rows of the trash table `name` (a name from sqlite_master), each
+    addressed by `key`: its primary key's columns, or rowid."""
+    trash = core_table(name, *(column(c) for c in key))
+    chosen = select(*trash.c).limit(bindparam("chunk")).correlate(None)
+    return delete(trash).where(tuple_(*trash.c).in_(chosen))
 
 
 def settle(conn: Connection) -> bool:

@@ -4,7 +4,7 @@ every backend (backend.py picks the one for the connection's dialect).
 
 1. A query holding CJK: the trigram index when every CJK term has 3 or more CJK
    characters, else (or when it cannot answer) a LIKE scan, as the original routes it.
-2. A query holding a literal (`reading.read_query`: `don't`, `src/main.py`, `rm -rf`):
+2. A query holding a literal (`query.read_query`: `don't`, `src/main.py`, `rm -rf`):
    the literal tier first (literal.py), then the original's reading of the query (3)
    for the rest of the page, without the rows already shown. So a message holding the
    literal ranks above one holding only its words, and whatever the original finds is
@@ -25,7 +25,7 @@ terms, HERMES_SEARCH_TIMEOUT_MS (default 10 s) of time, and the matches a route 
 a ranked route ranks the newest `limits.RANK_WINDOW` matches in id order, a scan keeps
 the newest `limits.TIME_WINDOW` (docs/search-at-scale.md).
 
-The query is read once (search_query.SearchQuery) and that value is what the planner
+The query is read once (query.SearchQuery) and that value is what the planner
 and the backends take.
 """
 
@@ -44,8 +44,7 @@ from . import limits
 from .backend import Hit, IndexDamaged, SearchBackend, backend_for
 from .common import Filters
 from .literal import literal_hits
-from .reading import QuerySyntaxError
-from .search_query import SearchQuery
+from .query import QuerySyntaxError, SearchQuery
 
 log = logging.getLogger(__name__)
 slow_log = logging.getLogger("hermes_state")

@@ -3,10 +3,17 @@ substrings and CJK, and an ILIKE scan, in the roles FTS5, the trigram index and 
 play on SQLite (planner.py orders them).
 
 The user's query goes through the same sanitiser as on SQLite, and the FTS5 query it
-yields is then read by FTS5's own rules (`reading.parse_fts5`) and rebuilt as a tsquery
-from bound parameters; what FTS5 would reject as a syntax error answers nothing here
+yields is then read by FTS5's own rules (`query.parse_fts5`) and rebuilt as a tsquery
+from bound parameters (`_tsquery`, built from the reading's shape: `tsquery_params`
+binds its text); what FTS5 would reject as a syntax error answers nothing here
 too. The text normalisation (ASCII punctuation separates words) and the trigram
 expression are those of migrations/_pg_search.py, so the indexes serve these queries.
+
+Each route's statement is built whole by one function (`word_statement`,
+`word_window_statement`, `word_page_statement`, `word_estimate_statement`,
+`substring_statement`, `substring_window_statement`, `page_statement`,
+`probe_statement`, `scan_statement`, `scan_span_statement`), in Core, once per shape;
+tests/search/route_sql/postgresql/ holds the SQL each renders.
 """
 
 from __future__ import annotations
@@ -17,11 +24,41 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, reduce
 from typing import Any, TypeVar
 
-from sqlalchemy import TextClause, text
+from sqlalchemy import (
+    ARRAY,
+    BindParameter,
+    ClauseElement,
+    ColumnElement,
+    Executable,
+    FromClause,
+    Select,
+    Text,
+    UnaryExpression,
+    and_,
+    bindparam,
+    case,
+    cast,
+    column,
+    func,
+    literal_column,
+    not_,
+    or_,
+    select,
+    table,
+    text,
+    true,
+    tuple_,
+    union_all,
+)
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.operators import custom_op
+from sqlalchemy.types import NullType
 
 from ..contract import PG_SEARCH_VECTOR_COLUMN as VECTOR
 from ..contract import PG_WORD_PUNCTUATION
@@ -37,28 +74,31 @@ from .backend import (
 )
 from .common import (
     CONTEXT_CHARS,
+    MESSAGES,
+    ONE,
+    ZERO,
     Edge,
     Filters,
+    FilterShape,
+    LikeShape,
+    RouteStatement,
     decode_preview,
+    filter_conditions,
+    has_lists,
     id_window,
+    like_condition,
+    m,
     oldest_first,
-    ranked_order,
+    reads_sessions,
+    s,
+    time_direction,
 )
 from .index_method import cached_pg_index_method, pg_index_method
-from .reading import TRIGRAM_CHARS, Parsed, QuerySyntaxError, Term
-from .search_query import Reading, SearchQuery
+from .query import TRIGRAM_CHARS, Parsed, QuerySyntaxError, SearchQuery, Term
 from .snippets import substring_snippet, terms_snippet
 
 #: The punctuation the generated search vector splits words at (the shared contract).
 PUNCTUATION = PG_WORD_PUNCTUATION
-#: The expression the pg_trgm index of revision 0023 covers (migrations/_pg_search.py):
-#: a query must spell it the same way for the planner to use the index.
-TRIGRAM_TEXT = (
-    "(COALESCE(m.content, '') || ' ' || COALESCE(m.tool_name, '') || ' ' "
-    "|| COALESCE(m.tool_calls, ''))"
-)
-#: Above every message id: RUM orders by the distance to it, a float8, exact below 2**53.
-_NEWEST_ID = 2**53
 _PUNCT_RE = re.compile(r"[!-/:-@\[-`{-~]+")
 _T = TypeVar("_T")
 _COLUMN_TEXTS = tuple(f"COALESCE(m.{c}, '')" for c in ("content", "tool_name", "tool_calls"))
@@ -85,131 +125,138 @@ def _quoted(words: list[str]) -> list[str]:
     return ["'" + w.replace("\\", "\\\\").replace("'", "''") + "'" for w in words]
 
 
-def _term_sql(term: Term, params: dict[str, Any]) -> str:
-    name = f"w{len(params)}"
-    if term.prefix:
-        words = _words(term.text)
-        if not words:
-            params[name] = ""
-            return "to_tsquery('simple', :" + name + ")"
-        params[name] = " <-> ".join(_quoted(words)) + ":*"
-        return f"to_tsquery('simple', :{name})"
-    params[name] = term.text
-    return f"phraseto_tsquery('simple', regexp_replace(:{name}, '{PUNCTUATION}', ' ', 'g'))"
+#: One term of FTS5's reading as the tsquery takes it: (negated, prefix, phrase: more
+#: than one word). The SQL of a reading depends on these only; its text is bound.
+TermShape = tuple[bool, bool, bool]
+ReadingShape = tuple[tuple[TermShape, ...], ...]
 
-
-def _words_sql(term: Term, params: dict[str, Any]) -> str:
-    """The AND of `term`'s words (a prefix on the last one for a prefix term): every row
-    holding the term as a phrase holds them, in any order."""
-    name = f"w{len(params)}"
-    if term.prefix and _words(term.text):
-        params[name] = " & ".join(_quoted(_words(term.text))) + ":*"
-        return f"to_tsquery('simple', :{name})"
-    params[name] = term.text
-    return f"plainto_tsquery('simple', regexp_replace(:{name}, '{PUNCTUATION}', ' ', 'g'))"
+_SIMPLE: ColumnElement[Any] = literal_column("'simple'")
+_PUNCTUATION: ColumnElement[Any] = literal_column("'" + PUNCTUATION.replace("'", "''") + "'")
+_SPACE: ColumnElement[Any] = literal_column("' '")
+_GLOBALLY: ColumnElement[Any] = literal_column("'g'")
+#: A tsquery that matches no row: a lexeme holding a space, which the parser that
+#: builds the search vector never makes.
+_NO_ROW: ColumnElement[Any] = literal_column("$$' '$$::tsquery")
+#: Above every message id: RUM orders by the distance to it, a float8, exact below 2**53.
+_NEWEST_ID: ColumnElement[Any] = literal_column(str(2**53))
 
 
 def _is_phrase(term: Term) -> bool:
     return len(_words(term.text)) > 1
 
 
-#: A tsquery that matches no row: a lexeme holding a space, which the parser that
-#: builds the search vector never makes.
-_NO_ROW = "$$' '$$::tsquery"
+def reading_shape(reading: Parsed) -> ReadingShape:
+    return tuple(
+        tuple((negated, term.prefix, _is_phrase(term)) for negated, term in group)
+        for group in reading
+    )
 
 
-def _positive(sql: str) -> str:
+def tsquery_params(reading: Parsed, prefix: str = "w") -> Params:
+    """The bound values of `_tsquery` for `reading`: `<prefix><k>` for the k-th term
+    (its words as a phrase, a prefix on the last one for a prefix term), and
+    `<prefix>l<k>` for a positive phrase's words in any order (`_matches`)."""
+    params: Params = {}
+    terms = [(negated, term) for group in reading for negated, term in group]
+    for k, (negated, term) in enumerate(terms):
+        words = _quoted(_words(term.text))
+        if term.prefix:
+            params[f"{prefix}{k}"] = " <-> ".join(words) + ":*" if words else ""
+        else:
+            params[f"{prefix}{k}"] = term.text
+        if not negated and _is_phrase(term):
+            loose = " & ".join(words) + ":*" if term.prefix else term.text
+            params[f"{prefix}l{k}"] = loose
+    return params
+
+
+def _term_query(name: str, prefix: bool, *, loose: bool = False) -> ColumnElement[Any]:
+    """One term's tsquery from the bound :name: a prefix term's lexemes as they are
+    (tsquery_params quotes them), any other term's text cut into words at the
+    punctuation the search vector splits at, as a phrase (as the AND of its words with
+    `loose`)."""
+    if prefix:
+        return func.to_tsquery(_SIMPLE, bindparam(name))
+    words = func.regexp_replace(bindparam(name), _PUNCTUATION, _SPACE, _GLOBALLY)
+    return (func.plainto_tsquery if loose else func.phraseto_tsquery)(_SIMPLE, words)
+
+
+def _positive(query: ColumnElement[Any]) -> ColumnElement[Any]:
     """A positive term's tsquery, or one matching no row when the term's text holds no
     word: FTS5 matches nothing for an empty phrase, where PostgreSQL drops an empty
     operand of && (`"..." NOT b` would find every row without b)."""
-    return f"(CASE WHEN numnode({sql}) = 0 THEN {_NO_ROW} ELSE {sql} END)"
+    return case((func.numnode(query) == ZERO, _NO_ROW), else_=query)
 
 
-def _tsquery_sql(parsed: Parsed, params: dict[str, Any], *, loose: bool = False) -> str:
-    """SQL building the tsquery from bound parameters (never from query text). `loose`:
-    each positive phrase as the AND of its words, a query every row of the exact one
-    matches (see _matches_sql)."""
-    alternatives = []
-    for group in parsed:
-        parts = []
-        for negated, term in group:
+def _tsquery(shape: ReadingShape, prefix: str = "w", *, loose: bool = False) -> ColumnElement[Any]:
+    """The tsquery of a reading of this shape, from bound parameters only (never from
+    query text; tsquery_params gives them). `loose`: each positive phrase as the AND of
+    its words, a query every row of the exact one matches (see _matches)."""
+    alternatives: list[ColumnElement[Any]] = []
+    k = 0
+    for group in shape:
+        parts: list[ColumnElement[Any]] = []
+        for negated, is_prefix, phrase in group:
             if negated:
-                parts.append(f"!!({_term_sql(term, params)})")
-            elif loose and _is_phrase(term):
-                parts.append(_positive(_words_sql(term, params)))
+                parts.append(UnaryExpression(_term_query(f"{prefix}{k}", is_prefix), operator=_NOT))
+            elif loose and phrase:
+                parts.append(_positive(_term_query(f"{prefix}l{k}", is_prefix, loose=True)))
             else:
-                parts.append(_positive(_term_sql(term, params)))
-        alternatives.append("(" + " && ".join(parts) + ")")
-    return "(" + " || ".join(alternatives) + ")"
+                parts.append(_positive(_term_query(f"{prefix}{k}", is_prefix)))
+            k += 1
+        alternatives.append(reduce(lambda a, b: a.op("&&")(b), parts).self_group())
+    return reduce(lambda a, b: a.op("||")(b), alternatives).self_group()
 
 
-def _matches_sql(parsed: Parsed, params: dict[str, Any]) -> str:
-    """The condition "the row `m` matches the tsquery", in the form the word index answers
+_NOT: custom_op[Any] = custom_op("!!")
+
+
+def _matches(shape: ReadingShape, row: FromClause = m, prefix: str = "w") -> ColumnElement[bool]:
+    """The condition "the row matches the tsquery", in the form the word index answers
     quickly. The index holds no positions (RUM's attached id takes their place), so a
     positive phrase is asked of it as the AND of its words, and the row's own vector is
     checked for the query by ts_match_vq (which no index serves): RUM's scan of a phrase
-    reads far more than the AND's (31 against 2.7 ms for a window of a three-word
-    phrase at 1M rows). Negated terms stay as they are, so the index's query matches
-    every row the exact one matches."""
-    full = _tsquery_sql(parsed, params)
-    if not any(_is_phrase(term) for group in parsed for negated, term in group if not negated):
-        return f"m.{VECTOR} @@ {full}"
-    loose = _tsquery_sql(parsed, params, loose=True)
-    return f"(m.{VECTOR} @@ {loose} AND ts_match_vq(m.{VECTOR}, {full}))"
+    reads far more than the AND's (docs/search-at-scale.md). Negated terms stay as they
+    are, so the index's query matches every row the exact one matches."""
+    vector = row.c[VECTOR]
+    full = _tsquery(shape, prefix)
+    if not any(phrase for group in shape for negated, _, phrase in group if not negated):
+        return vector.op("@@")(full)
+    loose = _tsquery(shape, prefix, loose=True)
+    return and_(vector.op("@@")(loose), func.ts_match_vq(vector, full))
 
 
-_SELECT = (
-    "SELECT m.id, m.session_id, m.role, m.content, m.timestamp, m.tool_name, "
-    "s.source, s.model, s.started_at AS session_started"
-)
-_MESSAGE_COLUMNS = "m.id, m.session_id, m.role, m.content, m.timestamp, m.tool_name"
+#: The literal tier's statements are text: they take a condition as SQL (with `:name`
+#: parameters), which this dialect renders.
+_TEXT_DIALECT = postgresql.psycopg.dialect(paramstyle="named")  # type: ignore[no-untyped-call]
 
 
-def _select(
-    filters: Filters, where: str, order: str, *, rank: str | None = None, source: str = ""
-) -> str:
-    """The page of hits: messages matching `where` (and the filters), in `order`, with
-    their session's columns and their context. Every message has its session (foreign
-    key), so unless a filter reads the session, the page is cut from messages alone and
-    only its rows are joined to sessions (a common word matches thousands of rows)."""
-    rank_col = f", {rank} AS rank" if rank else ""
-    if filters.reads_sessions:
-        page = (
-            f"{_SELECT}{rank_col} FROM {source}messages AS m"
-            f" JOIN sessions AS s ON s.id = m.session_id WHERE {where}{filters.sql}"
-            f" ORDER BY {order} LIMIT :limit OFFSET :offset"
-        )
-    else:
-        inner = (
-            f"SELECT {_MESSAGE_COLUMNS}{rank_col} FROM {source}messages AS m"  # noqa: S608
-            f" WHERE {where}{filters.sql} ORDER BY {order} LIMIT :limit OFFSET :offset"
-        )
-        page = (
-            f"{_SELECT}{', m.rank' if rank else ''} FROM ({inner}) AS m"
-            f" JOIN sessions AS s ON s.id = m.session_id"
-        )
-    return f"SELECT m.*, ctx.* FROM ({page}) AS m{_CONTEXT} ORDER BY {order}"  # noqa: S608
+@lru_cache(maxsize=256)
+def _matches_text(shape: ReadingShape, prefix: str) -> str:
+    return str(_matches(shape, m, prefix).compile(dialect=_TEXT_DIALECT))
 
 
-# The context of each hit of the page, in the search statement itself (the SQLite backend
-# asks once more for all hits, which costs nothing in-process but a round trip here): the
-# previous message of the session, the hit, the next one, ordered by (timestamp, id) as
-# common.attach_context orders them.
-_CONTEXT = (
-    " CROSS JOIN LATERAL (SELECT array_agg(c.role ORDER BY c.pos) AS context_roles,"
-    " array_agg(c.content ORDER BY c.pos) AS context_contents FROM ("
-    "(SELECT 0 AS pos, n.role, n.content FROM messages AS n"
-    " WHERE n.session_id = m.session_id AND (n.timestamp, n.id) < (m.timestamp, m.id)"
-    " ORDER BY n.timestamp DESC, n.id DESC LIMIT 1)"
-    " UNION ALL SELECT 1, m.role, m.content"
-    " UNION ALL (SELECT 2, n.role, n.content FROM messages AS n"
-    " WHERE n.session_id = m.session_id AND (n.timestamp, n.id) > (m.timestamp, m.id)"
-    " ORDER BY n.timestamp ASC, n.id ASC LIMIT 1)) AS c) AS ctx"
-)
+def _matches_sql(parsed: Parsed, params: dict[str, Any]) -> str:
+    """`_matches` for `parsed` as SQL text, its values added to `params` (the literal
+    tier's statements)."""
+    prefix = f"w{len(params)}_"
+    params.update(tsquery_params(parsed, prefix))
+    return _matches_text(reading_shape(parsed), prefix)
 
 
-def _order(sort: str | None) -> str:
-    return ranked_order(sort, "rank DESC, m.id")
+def trigram_text(row: FromClause) -> ColumnElement[Any]:
+    """The expression the pg_trgm index of revision 0023 covers (migrations/_pg_search.py):
+    a query must spell it the same way for the planner to use the index."""
+    blank: ColumnElement[Any] = literal_column("''")
+    space: ColumnElement[Any] = literal_column("' '")
+    parts = [func.coalesce(row.c[name], blank) for name in ("content", "tool_name", "tool_calls")]
+    return (
+        parts[0].op("||")(space).op("||")(parts[1]).op("||")(space).op("||")(parts[2]).self_group()
+    )
+
+
+#: trigram_text as SQL text, for the literal tier's statements
+TRIGRAM_TEXT = str(trigram_text(m).compile(dialect=_TEXT_DIALECT))
 
 
 _NOT_HIT_KEYS = ("content", "rank", "context_roles", "context_contents")
@@ -227,11 +274,6 @@ def _hit(row: Any, snippet: str) -> Hit:
     hit["snippet"] = snippet
     hit["context"] = _context(row["context_roles"], row["context_contents"])
     return hit
-
-
-@lru_cache(maxsize=1)
-def _context_by_id(sql: str) -> TextClause:
-    return text(sql)
 
 
 #: query_canceled: statement_timeout (or a cancel request) stopped the statement
@@ -264,77 +306,6 @@ _SET_LIMIT = text("SELECT set_config('statement_timeout', :ms, true)")
 _LONGEST_TIMEOUT_MS = 2**31 - 1
 
 
-def _candidates(where: str, filters: Filters, order: str) -> str:
-    """The ids of the first :window rows matching `where` and the filters, in `order`."""
-    sessions = " JOIN sessions AS s ON s.id = m.session_id" if filters.reads_sessions else ""
-    return (
-        f"SELECT m.id FROM messages AS m{sessions} WHERE {where}{filters.sql}"  # noqa: S608
-        f" ORDER BY {order} LIMIT :window"
-    )
-
-
-def word_sql(
-    fts5: Reading, filters: Filters, sort: str | None, method: IndexMethod
-) -> tuple[str, Params]:
-    """The word route, bounded (limits.RANK_WINDOW): the newest :window matches of the
-    tsquery in id order (oldest first for sort="oldest"), then the page of them by
-    ts_rank_cd (by timestamp first for a time sort). With RUM the index hands the
-    matches over in id order (`<=|` / `|=>` on the attached id), so the window costs
-    what it holds; with GIN every match is found (cheaply: ids only, nothing ranked)
-    before the window is kept. Parameters: the tsquery's, :window, :limit, :offset."""
-    params: Params = {}
-    query_sql = _tsquery_sql(fts5, params)
-    oldest = oldest_first(sort)
-    if method == "rum":
-        walk = "m.id |=> 0" if oldest else f"m.id <=| {_NEWEST_ID}"
-    else:
-        walk = "m.id ASC" if oldest else "m.id DESC"
-    candidates = _candidates(_matches_sql(fts5, params), filters, walk)
-    return _ranked_page(query_sql, filters, sort, f"m.id IN ({candidates})"), params
-
-
-def word_window_sql(fts5: Reading, filters: Filters, *, oldest: bool = False) -> tuple[str, Params]:
-    """The ids of the newest :window matches of the tsquery among the newest :span ids
-    (the oldest among the oldest with `oldest`), read row by row walking the primary key
-    from that end (stopping once :window are found): for a word in a few percent of the
-    rows that is a few ten thousand rows whatever the table holds, where the word index
-    reads every match (RUM's ordered scan reads the term's whole posting list before it
-    hands over the first id). Parameters: the tsquery's, :span, :window."""
-    params: Params = {}
-    return _span(_matches_sql(fts5, params), filters, oldest=oldest), params
-
-
-def word_page_sql(fts5: Reading, filters: Filters, sort: str | None) -> tuple[str, Params]:
-    """The page, by ts_rank_cd (by timestamp first for a time sort), of the ids :ids a
-    window gave. Parameters: the tsquery's, :ids, :limit, :offset."""
-    params: Params = {}
-    return _ranked_page(_tsquery_sql(fts5, params), filters, sort, "m.id = ANY(:ids)"), params
-
-
-def word_estimate_sql(fts5: Reading, filters: Filters) -> tuple[str, Params]:
-    """The plan of the tsquery's matches (the filters applied), whose estimate of the
-    rows is the planner's, from the statistics ANALYZE keeps of each lexeme's frequency
-    (EXPLAIN: nothing is read). Parameters: the tsquery's."""
-    params: Params = {}
-    sessions = " JOIN sessions AS s ON s.id = m.session_id" if filters.reads_sessions else ""
-    return (
-        f"EXPLAIN (FORMAT JSON) SELECT m.id FROM messages AS m{sessions}"  # noqa: S608
-        f" WHERE m.{VECTOR} @@ {_tsquery_sql(fts5, params)}{filters.sql}"
-    ), params
-
-
-#: The plan of the whole table, whose estimate of the rows is the planner's.
-TABLE_ESTIMATE_SQL = "EXPLAIN (FORMAT JSON) SELECT id FROM messages"
-#: ANALYZE's most common lexemes of the search vector (`most_common_elems`) and the
-#: fraction of the rows holding each (`most_common_elem_freqs`, the smallest and largest
-#: of those after them): the statistics the planner estimates a tsquery's matches from.
-COMMON_WORDS_SQL = (
-    "SELECT s.most_common_elems::text::text[] AS words, s.most_common_elem_freqs AS freqs"  # noqa: S608
-    " FROM pg_stats AS s JOIN pg_class AS c ON c.oid = to_regclass('messages')"
-    " JOIN pg_namespace AS n ON n.oid = c.relnamespace"
-    f" WHERE s.schemaname = n.nspname AND s.tablename = c.relname AND s.attname = '{VECTOR}'"
-    " AND NOT s.inherited"
-)
 #: How long the planner's statistics read above are kept on a pooled connection: they
 #: only weigh a search's routes against each other (ANALYZE changes them no faster).
 STATISTICS_TTL = 60.0
@@ -353,11 +324,11 @@ class CommonWords:
 
 
 def common_words(row: Any) -> CommonWords | None:
-    """The statistics of COMMON_WORDS_SQL's row; None when ANALYZE has kept none."""
-    if row is None or not row.words or not row.freqs:
+    """The statistics of COMMON_WORDS's row (a mapping); None when ANALYZE has kept none."""
+    if row is None or not row["words"] or not row["freqs"]:
         return None
-    words: list[str] = list(row.words)
-    freqs = [float(f) for f in row.freqs[: len(words)]]
+    words: list[str] = list(row["words"])
+    freqs = [float(f) for f in row["freqs"][: len(words)]]
     return CommonWords(dict(zip(words, freqs, strict=True)), min(freqs))
 
 
@@ -404,77 +375,6 @@ def walk_pays(matches: float, rows: float, window: int, span: int, row_cost: flo
     return to_read * 1.5 <= span and to_read * row_cost < matches
 
 
-def _ranked_page(query_sql: str, filters: Filters, sort: str | None, where: str) -> str:
-    return _select(
-        filters,
-        where,
-        _order(sort),
-        rank=f"ts_rank_cd(m.{VECTOR}, hq.query)",
-        source=f"(SELECT {query_sql} AS query) AS hq, ",
-    )
-
-
-def _span(where: str, filters: Filters, *, oldest: bool = False) -> str:
-    """The ids of the newest :window rows matching `where` among the newest :span ids
-    (with `oldest`, the oldest among the oldest), the primary key walked from that end.
-    The OFFSET 0 fence keeps the planner from the indexes (which find every match in the
-    table before the window's are kept)."""
-    sessions = " JOIN sessions AS s ON s.id = m.session_id" if filters.reads_sessions else ""
-    span = (
-        "id < (SELECT min(id) FROM messages) + :span ORDER BY id ASC"
-        if oldest
-        else "id > (SELECT max(id) FROM messages) - :span ORDER BY id DESC"
-    )
-    order = "ASC" if oldest else "DESC"
-    return (
-        f"SELECT m.id FROM (SELECT * FROM messages WHERE {span} OFFSET 0) AS m"  # noqa: S608
-        f"{sessions} WHERE {where}{filters.sql} ORDER BY m.id {order} LIMIT :window"
-    )
-
-
-def _substring_where(tokens: Sequence[str], params: Params) -> str | None:
-    """The substring route's condition on the row `m` (operators as FTS5 reads them),
-    None when no token is left to look for."""
-    alternatives: list[list[str]] = []
-    for group in q.or_groups(tokens):
-        clauses: list[str] = []
-        for token, negated in group:
-            name = f"p{len(params)}"
-            params[name] = q.like_pattern(token.strip('"'))
-            clause = f"{TRIGRAM_TEXT} {_like_op(token)} :{name} ESCAPE '\\'"
-            clauses.append(f"NOT ({clause})" if negated else clause)
-        alternatives.append(clauses)
-    groups = [" AND ".join(g) for g in alternatives if g]
-    if not groups:
-        return None
-    return "m.role <> 'tool' AND (" + " OR ".join(f"({g})" for g in groups) + ")"
-
-
-def substring_sql(
-    tokens: Sequence[str], filters: Filters, sort: str | None, *, fenced: bool = False
-) -> tuple[str, Params] | None:
-    """The substring route (pg_trgm) over the whole table, bounded (limits.time_window):
-    the newest :window matches in id order, then the page of them by timestamp; None
-    when no token is left to look for. Parameters: :p0.., :window, :limit, :offset.
-    `fenced` (a zero-hit retry whose candidates are known to be few): every match found
-    first, behind an OFFSET 0 fence, then the window: the planner guesses a pattern's
-    matches from a sample, and for a guess of many (ten patterns OR-ed) walks the
-    primary key testing every row instead of asking pg_trgm's index."""
-    params: Params = {}
-    where = _substring_where(tokens, params)
-    if where is None:
-        return None
-    walk = "m.id ASC" if oldest_first(sort) else "m.id DESC"
-    if fenced:
-        sessions = " JOIN sessions AS s ON s.id = m.session_id" if filters.reads_sessions else ""
-        found = f"SELECT m.id FROM messages AS m{sessions} WHERE {where}{filters.sql} OFFSET 0"  # noqa: S608
-        candidates = f"SELECT m.id FROM ({found}) AS m ORDER BY {walk} LIMIT :window"  # noqa: S608
-    else:
-        candidates = _candidates(where, filters, walk)
-    order = "m.timestamp ASC" if oldest_first(sort) else "m.timestamp DESC"
-    return _select(filters, f"m.id IN ({candidates})", f"{order}, m.id DESC"), params
-
-
 #: a run of characters pg_trgm takes trigrams from (letters and digits)
 _TRIGRAM_RUN = re.compile(r"[^\W_]+")
 
@@ -494,64 +394,457 @@ def _needles(token: str) -> list[str]:
     return list(dict.fromkeys(needles))
 
 
-def substring_probe_sql(tokens: Sequence[str]) -> tuple[str, Params] | None:
-    """Among the newest :sample ids, read row by row: the rows read (`sampled`), and the
-    candidates pg_trgm's index would hand over to the substring route (`candidates`):
-    non-tool rows holding every needle (`_needles`) of the positive tokens of some
-    OR-alternative (a negated token narrows nothing the index reads; an alternative
-    with no needle is every row). The lower-cased text is made once per row, each
-    needle a strpos in it. None when no token is left to look for."""
-    params: Params = {}
-    alternatives: list[list[str]] = []
-    for group in q.or_groups(tokens):
-        checks: list[str] = []
-        for token, negated in group:
-            for needle in [] if negated else _needles(token):
-                name = f"n{len(params)}"
-                params[name] = needle
-                checks.append(f"strpos(m.t, :{name}) > 0")
-        alternatives.append(checks)
-    if not any(t not in q.OPERATORS for t in tokens):
-        return None
-    groups = [" AND ".join(g) if g else "true" for g in alternatives]
-    candidate = "m.t IS NOT NULL AND (" + " OR ".join(f"({g})" for g in groups) + ")"
+# --- the routes' statements, one builder each (tests/search/route_sql/postgresql/) --------
+
+
+def _hit_columns(row: FromClause) -> list[ColumnElement[Any]]:
+    return [
+        row.c[name] for name in ("id", "session_id", "role", "content", "timestamp", "tool_name")
+    ]
+
+
+def _context_lines(hit: FromClause) -> FromClause:
+    """The context of the hit `hit`, in the search statement itself (the SQLite backend
+    asks once more for all hits, which costs nothing in-process but a round trip here):
+    the previous message of the session, the hit, the next one, ordered by (timestamp,
+    id) as common.attach_context orders them."""
+    n = MESSAGES.alias("n")
+    here, there = tuple_(n.c.timestamp, n.c.id), tuple_(hit.c.timestamp, hit.c.id)
+    before = (
+        select(ZERO.label("pos"), n.c.role, n.c.content)
+        .where(n.c.session_id == hit.c.session_id, here < there)
+        .order_by(n.c.timestamp.desc(), n.c.id.desc())
+        .limit(ONE)
+        .correlate(hit)
+    )
+    itself = select(ONE, hit.c.role, hit.c.content).correlate(hit)
+    after = (
+        select(literal_column("2"), n.c.role, n.c.content)
+        .where(n.c.session_id == hit.c.session_id, here > there)
+        .order_by(n.c.timestamp.asc(), n.c.id.asc())
+        .limit(ONE)
+        .correlate(hit)
+    )
+    lines = union_all(before, itself, after).subquery("c")
     return (
-        f"SELECT count(*) AS sampled, count(*) FILTER (WHERE {candidate}) AS candidates"  # noqa: S608
-        f" FROM (SELECT CASE WHEN m.role <> 'tool' THEN lower({TRIGRAM_TEXT}) END AS t"
-        " FROM messages AS m WHERE m.id > (SELECT max(id) FROM messages) - :sample"
-        " OFFSET 0) AS m"
-    ), params
+        select(
+            func.array_agg(aggregate_order_by(lines.c.role, lines.c.pos)).label("context_roles"),
+            func.array_agg(aggregate_order_by(lines.c.content, lines.c.pos)).label(
+                "context_contents"
+            ),
+        )
+        .select_from(lines)
+        .lateral("ctx")
+    )
 
 
-def substring_window_sql(
-    tokens: Sequence[str], filters: Filters, *, oldest: bool = False
-) -> tuple[str, Params] | None:
+Order = Callable[[FromClause], list[Any]]
+
+
+def _page(
+    filters: FilterShape,
+    where: ColumnElement[bool],
+    order: Order,
+    *,
+    query: FromClause | None = None,
+) -> Select[Any]:
+    """The page of hits: messages matching `where` (and the filters), in `order`, with
+    their session's columns and their context (and with `query`, the tsquery `hq`, each
+    ranked by ts_rank_cd). Every message has its session (foreign key), so unless a
+    filter reads the session, the page is cut from messages alone and only its rows are
+    joined to sessions (a common word matches thousands of rows)."""
+    ranked = [] if query is None else [func.ts_rank_cd(m.c[VECTOR], query.c.query).label("rank")]
+    rows: FromClause = m if query is None else query.join(m, true())
+    session = [s.c.source, s.c.model, s.c.started_at.label("session_started")]
+    if reads_sessions(filters):
+        page = (
+            select(*_hit_columns(m), *session, *ranked)
+            .select_from(rows.join(s, s.c.id == m.c.session_id))
+            .where(where, *filter_conditions(filters))
+            .order_by(*order(m))
+            .limit(bindparam("limit"))
+            .offset(bindparam("offset"))
+            .subquery("page")
+        )
+    else:
+        cut = (
+            select(*_hit_columns(m), *ranked)
+            .select_from(rows)
+            .where(where, *filter_conditions(filters))
+            .order_by(*order(m))
+            .limit(bindparam("limit"))
+            .offset(bindparam("offset"))
+            .subquery("cut")
+        )
+        page = (
+            select(*_hit_columns(cut), *session, *([cut.c.rank] if ranked else []))
+            .select_from(cut.join(s, s.c.id == cut.c.session_id))
+            .subquery("page")
+        )
+    context = _context_lines(page)
+    return (
+        select(*page.c, *context.c).select_from(page.join(context, true())).order_by(*order(page))
+    )
+
+
+def _ranked(sort: str | None) -> Order:
+    """A ranked route's order: by ts_rank_cd (after the timestamp for a time sort)."""
+    direction = time_direction(sort)
+
+    def order(row: FromClause) -> list[Any]:
+        rank = row.c.rank if "rank" in row.c else literal_column("rank")
+        by_rank = [rank.desc(), row.c.id]
+        if direction is None:
+            return by_rank
+        return [row.c.timestamp.asc() if direction == "ASC" else row.c.timestamp.desc(), *by_rank]
+
+    return order
+
+
+def _by_time(oldest: bool) -> Order:
+    """A time-ordered route's order: by timestamp, newest first (oldest with `oldest`)."""
+
+    def order(row: FromClause) -> list[Any]:
+        return [row.c.timestamp.asc() if oldest else row.c.timestamp.desc(), row.c.id.desc()]
+
+    return order
+
+
+Walk = Callable[[FromClause], Any]
+
+
+def _first(
+    filters: FilterShape, where: ColumnElement[bool], walk: Walk, *, fenced: bool = False
+) -> Select[Any]:
+    """The ids of the first :window rows matching `where` and the filters, in `walk`.
+    `fenced`: every match found first, behind an OFFSET 0 fence, then the window."""
+    rows = m.join(s, s.c.id == m.c.session_id) if reads_sessions(filters) else m
+    found = select(m.c.id).select_from(rows).where(where, *filter_conditions(filters))
+    if fenced:
+        fence = found.offset(ZERO).subquery("m")
+        found = select(fence.c.id).order_by(walk(fence))
+    else:
+        found = found.order_by(walk(m))
+    return found.limit(bindparam("window")).correlate(None)
+
+
+def _walk(oldest: bool) -> Walk:
+    """Walking the primary key: newest first (oldest first with `oldest`)."""
+    return lambda row: row.c.id.asc() if oldest else row.c.id.desc()
+
+
+def _query(shape: ReadingShape) -> FromClause:
+    """The tsquery, computed once per statement: `hq.query`."""
+    return select(_tsquery(shape).label("query")).subquery("hq")
+
+
+@lru_cache(maxsize=256)
+def word_statement(
+    shape: ReadingShape, filters: FilterShape, sort: str | None, method: IndexMethod
+) -> RouteStatement:
+    """The word route, bounded (limits.RANK_WINDOW): the newest :window matches of the
+    tsquery in id order (oldest first for sort="oldest"), then the page of them by
+    ts_rank_cd (by timestamp first for a time sort). With RUM the index hands the
+    matches over in id order (`<=|` / `|=>` on the attached id), so the window costs
+    what it holds; with GIN every match is found (cheaply: ids only, nothing ranked)
+    before the window is kept. Parameters: the tsquery's (tsquery_params), :window,
+    :limit, :offset."""
+    oldest = oldest_first(sort)
+
+    def by_distance(row: FromClause) -> Any:
+        # RUM hands the matches over in id order: by the distance to 0 or to _NEWEST_ID
+        return row.c.id.op("|=>")(ZERO) if oldest else row.c.id.op("<=|")(_NEWEST_ID)
+
+    walk = by_distance if method == "rum" else _walk(oldest)
+    candidates = _first(filters, _matches(shape), walk)
+    where = m.c.id.in_(candidates)
+    statement = _page(filters, where, _ranked(sort), query=_query(shape))
+    return RouteStatement(statement, expanding=has_lists(filters))
+
+
+def _span(
+    filters: FilterShape,
+    where: Callable[[FromClause], ColumnElement[bool]],
+    *,
+    oldest: bool = False,
+) -> RouteStatement:
+    """The ids of the newest :window rows matching `where` among the newest :span ids
+    (with `oldest`, the oldest among the oldest), the primary key walked from that end.
+    The OFFSET 0 fence keeps the planner from the indexes (which find every match in the
+    table before the window's are kept)."""
+    end_id = func.min(MESSAGES.c.id) if oldest else func.max(MESSAGES.c.id)
+    end = select(end_id).correlate(None).scalar_subquery()
+    in_span = (
+        MESSAGES.c.id < end + bindparam("span")
+        if oldest
+        else MESSAGES.c.id > end - bindparam("span")
+    )
+    recent = (
+        select(*MESSAGES.c)
+        .where(in_span)
+        .order_by(MESSAGES.c.id.asc() if oldest else MESSAGES.c.id.desc())
+        .offset(ZERO)
+        .subquery("m")
+    )
+    rows = recent.join(s, s.c.id == recent.c.session_id) if reads_sessions(filters) else recent
+    statement = (
+        select(recent.c.id)
+        .select_from(rows)
+        .where(where(recent), *filter_conditions(filters, recent))
+        .order_by(recent.c.id.asc() if oldest else recent.c.id.desc())
+        .limit(bindparam("window"))
+    )
+    return RouteStatement(statement, expanding=has_lists(filters))
+
+
+@lru_cache(maxsize=256)
+def word_window_statement(
+    shape: ReadingShape, filters: FilterShape, oldest: bool
+) -> RouteStatement:
+    """The ids of the newest :window matches of the tsquery among the newest :span ids
+    (the oldest among the oldest with `oldest`), read row by row walking the primary key
+    from that end (stopping once :window are found): for a word in a few percent of the
+    rows that is a few ten thousand rows whatever the table holds, where the word index
+    reads every match (RUM's ordered scan reads the term's whole posting list before it
+    hands over the first id). Parameters: the tsquery's, :span, :window."""
+    return _span(filters, lambda row: _matches(shape, row), oldest=oldest)
+
+
+@lru_cache(maxsize=256)
+def word_page_statement(
+    shape: ReadingShape, filters: FilterShape, sort: str | None
+) -> RouteStatement:
+    """The page, by ts_rank_cd (by timestamp first for a time sort), of the ids :ids a
+    window gave. Parameters: the tsquery's, :ids, :limit, :offset."""
+    where = m.c.id == func.any(bindparam("ids"))
+    statement = _page(filters, where, _ranked(sort), query=_query(shape))
+    return RouteStatement(statement, expanding=has_lists(filters))
+
+
+class _Explain(Executable, ClauseElement):
+    """EXPLAIN (FORMAT JSON) of a statement: its plan, nothing read."""
+
+    inherit_cache = False
+
+    def __init__(self, statement: Select[Any]) -> None:
+        self.statement = statement
+
+
+@compiles(_Explain)
+def _explain(element: _Explain, compiler: Any, **kw: Any) -> str:
+    return "EXPLAIN (FORMAT JSON) " + str(compiler.process(element.statement, **kw))
+
+
+@lru_cache(maxsize=256)
+def word_estimate_statement(shape: ReadingShape, filters: FilterShape) -> RouteStatement:
+    """The plan of the tsquery's matches (the filters applied), whose estimate of the
+    rows is the planner's, from the statistics ANALYZE keeps of each lexeme's frequency
+    (EXPLAIN: nothing is read). Parameters: the tsquery's."""
+    rows = m.join(s, s.c.id == m.c.session_id) if reads_sessions(filters) else m
+    matches = m.c[VECTOR].op("@@")(_tsquery(shape))
+    found = select(m.c.id).select_from(rows).where(matches, *filter_conditions(filters))
+    return RouteStatement(_Explain(found), expanding=has_lists(filters))
+
+
+#: The plan of the whole table, whose estimate of the rows is the planner's.
+TABLE_ESTIMATE = RouteStatement(_Explain(select(MESSAGES.c.id)))
+
+
+def _common_words() -> Select[Any]:
+    """ANALYZE's most common lexemes of the search vector (`most_common_elems`) and the
+    fraction of the rows holding each (`most_common_elem_freqs`, the smallest and largest
+    of those after them): the statistics the planner estimates a tsquery's matches from."""
+    stats = table(
+        "pg_stats",
+        *(
+            column(c)
+            for c in (
+                "most_common_elems",
+                "most_common_elem_freqs",
+                "schemaname",
+                "tablename",
+                "attname",
+                "inherited",
+            )
+        ),
+    ).alias("s")
+    relation = table("pg_class", column("oid"), column("relname"), column("relnamespace")).alias(
+        "c"
+    )
+    namespace = table("pg_namespace", column("oid"), column("nspname")).alias("n")
+    return (
+        select(
+            cast(cast(stats.c.most_common_elems, Text), ARRAY(Text)).label("words"),
+            stats.c.most_common_elem_freqs.label("freqs"),
+        )
+        .select_from(
+            stats.join(
+                relation, relation.c.oid == func.to_regclass(literal_column("'messages'"))
+            ).join(namespace, namespace.c.oid == relation.c.relnamespace)
+        )
+        .where(
+            stats.c.schemaname == namespace.c.nspname,
+            stats.c.tablename == relation.c.relname,
+            stats.c.attname == bindparam("vector", VECTOR, type_=NullType()),
+            not_(stats.c.inherited),
+        )
+    )
+
+
+COMMON_WORDS = RouteStatement(_common_words())
+
+
+SubstringShape = tuple[tuple[tuple[bool, str], ...], ...]
+
+
+def substring_shape(tokens: Sequence[str]) -> tuple[SubstringShape, Params] | None:
+    """The substring route's shape (each OR-alternative's tokens as FTS5 reads the
+    operators: negated, and LIKE or ILIKE) and its patterns :p0..; None when no token is
+    left to look for."""
+    params: Params = {}
+    groups: list[tuple[tuple[bool, str], ...]] = []
+    for group in q.or_groups(tokens):
+        shaped = []
+        for token, negated in group:
+            params[f"p{len(params)}"] = q.like_pattern(token.strip('"'))
+            shaped.append((negated, _like_op(token)))
+        if shaped:
+            groups.append(tuple(shaped))
+    return (tuple(groups), params) if groups else None
+
+
+def _substring_where(shape: SubstringShape, row: FromClause = m) -> ColumnElement[bool]:
+    """The substring route's condition on the row (operators as FTS5 reads them): non-tool
+    rows whose trigram_text holds the tokens, each pattern :p<k>."""
+    text_of_row = trigram_text(row)
+    alternatives = []
+    k = 0
+    for group in shape:
+        clauses = []
+        for negated, operator in group:
+            pattern: BindParameter[Any] = bindparam(f"p{k}")
+            k += 1
+            if operator == "ILIKE":
+                clause = text_of_row.ilike(pattern, escape="\\")
+            else:
+                clause = text_of_row.like(pattern, escape="\\")
+            clauses.append(not_(clause) if negated else clause)
+        alternatives.append(and_(*clauses))
+    return and_(row.c.role != literal_column("'tool'"), or_(*alternatives))
+
+
+@lru_cache(maxsize=256)
+def substring_statement(
+    shape: SubstringShape, filters: FilterShape, sort: str | None, fenced: bool
+) -> RouteStatement:
+    """The substring route (pg_trgm) over the whole table, bounded (limits.time_window):
+    the newest :window matches in id order, then the page of them by timestamp.
+    Parameters: :p0.., :window, :limit, :offset. `fenced` (a zero-hit retry whose
+    candidates are known to be few): every match found first, behind an OFFSET 0
+    fence, then the window: the planner guesses a pattern's matches from a sample, and
+    for a guess of many (ten patterns OR-ed) walks the primary key testing every row
+    instead of asking pg_trgm's index."""
+    oldest = oldest_first(sort)
+    candidates = _first(filters, _substring_where(shape), _walk(oldest), fenced=fenced)
+    statement = _page(filters, m.c.id.in_(candidates), _by_time(oldest))
+    return RouteStatement(statement, expanding=has_lists(filters))
+
+
+@lru_cache(maxsize=256)
+def substring_window_statement(
+    shape: SubstringShape, filters: FilterShape, oldest: bool
+) -> RouteStatement:
     """The ids of the newest :window matches of the substring route among the newest
     :span ids, read row by row walking the primary key newest first (stopping once
     :window are found), where pg_trgm's bitmap finds every match in the table before the
     newest are kept; a term in 1 % of the rows fills a window of 64 after about 6,400
-    rows (with `oldest`, the oldest among the oldest :span ids). None when no token is
-    left."""
-    params: Params = {}
-    where = _substring_where(tokens, params)
-    if where is None:
-        return None
-    return _span(where, filters, oldest=oldest), params
+    rows (with `oldest`, the oldest among the oldest :span ids)."""
+    return _span(filters, lambda row: _substring_where(shape, row), oldest=oldest)
 
 
-def substring_page_sql(filters: Filters, *, oldest: bool = False) -> str:
+@lru_cache(maxsize=64)
+def page_statement(filters: FilterShape, oldest: bool) -> RouteStatement:
     """The page (by timestamp, newest first; oldest first with `oldest`) of the ids
-    :ids a window gave."""
-    order = "m.timestamp ASC" if oldest else "m.timestamp DESC"
-    return _select(filters, "m.id = ANY(:ids)", f"{order}, m.id DESC")
+    :ids a window gave (the substring route's, a scan's)."""
+    where = m.c.id == func.any(bindparam("ids"))
+    return RouteStatement(_page(filters, where, _by_time(oldest)), expanding=has_lists(filters))
 
 
-def scan_sql(where: str, filters: Filters) -> str:
-    """A LIKE scan, bounded (limits.time_window): the newest :window rows matching
-    `where` in id order (the primary key walked from the end), then the page of them by
-    timestamp, newest first."""
-    candidates = _candidates(f"({where})", filters, "m.id DESC")
-    return _select(filters, f"m.id IN ({candidates})", "m.timestamp DESC, m.id DESC")
+def probe_shape(tokens: Sequence[str]) -> tuple[tuple[int, ...], Params] | None:
+    """The zero-hit retry's probe: the needles (`_needles`) of each OR-alternative's
+    positive tokens, counted per alternative, and bound as :n0..; None when no token is
+    left to look for."""
+    if not any(t not in q.OPERATORS for t in tokens):
+        return None
+    params: Params = {}
+    counts = []
+    for group in q.or_groups(tokens):
+        before = len(params)
+        for token, negated in group:
+            for needle in [] if negated else _needles(token):
+                params[f"n{len(params)}"] = needle
+        counts.append(len(params) - before)
+    return tuple(counts), params
+
+
+@lru_cache(maxsize=64)
+def probe_statement(shape: tuple[int, ...]) -> RouteStatement:
+    """Among the newest :sample ids, read row by row: the rows read (`sampled`), and the
+    candidates pg_trgm's index would hand over to the substring route (`candidates`):
+    non-tool rows holding every needle of some OR-alternative (a negated token narrows
+    nothing the index reads; an alternative with no needle is every row). The
+    lower-cased text is made once per row, each needle a strpos in it."""
+    newest = select(func.max(MESSAGES.c.id)).correlate(None).scalar_subquery()
+    is_text = case((m.c.role != literal_column("'tool'"), func.lower(trigram_text(m))))
+    sample = (
+        select(is_text.label("t"))
+        .select_from(m)
+        .where(m.c.id > newest - bindparam("sample"))
+        .offset(ZERO)
+        .subquery("m")
+    )
+    alternatives = []
+    k = 0
+    for count in shape:
+        needles = [func.strpos(sample.c.t, bindparam(f"n{k + i}")) > ZERO for i in range(count)]
+        k += count
+        alternatives.append(and_(*needles) if needles else true())
+    candidate = and_(sample.c.t.is_not(None), or_(*alternatives))
+    statement = select(
+        func.count().label("sampled"),
+        func.count().filter(candidate).label("candidates"),
+    ).select_from(sample)
+    return RouteStatement(statement)
+
+
+@lru_cache(maxsize=64)
+def scan_statement(filters: FilterShape, like: LikeShape) -> RouteStatement:
+    """A LIKE scan, bounded (limits.time_window): the newest :window rows matching the
+    terms (common.like_condition) in id order (the primary key walked from the end),
+    then the page of them by timestamp, newest first."""
+    candidates = _first(filters, like_condition(like), _walk(False))
+    statement = _page(filters, m.c.id.in_(candidates), _by_time(False))
+    return RouteStatement(statement, expanding=has_lists(filters))
+
+
+@lru_cache(maxsize=64)
+def scan_span_statement(filters: FilterShape, like: LikeShape) -> RouteStatement:
+    """A LIKE scan's newest :window matches among the newest :span ids (`_span`)."""
+    return _span(filters, lambda row: like_condition(like, row))
+
+
+def _context_by_id() -> Select[Any]:
+    """The context of hits found elsewhere (the literal tier): the lateral join the
+    routes' own statements use, for the ids :ids."""
+    context = _context_lines(m)
+    return (
+        select(m.c.id, *context.c)
+        .select_from(m.join(context, true()))
+        .where(m.c.id == func.any(bindparam("ids")))
+    )
+
+
+CONTEXT_BY_ID = RouteStatement(_context_by_id())
 
 
 class PostgresSearch(SearchBackend):
@@ -635,14 +928,10 @@ class PostgresSearch(SearchBackend):
             self._statement_ms = max(1, math.ceil(left_ms))
             self.conn.execute(_SET_LIMIT, {"ms": str(self._statement_ms)})
 
-    def _run(self, sql: str, filters: Filters, params: dict[str, Any]) -> list[Any]:
-        # No savepoint: the SQLite routes need one because they catch FTS5 errors and fall
-        # back to another route in the same transaction; nothing here catches (the query
-        # is validated first and every value is bound), and a SAVEPOINT/RELEASE pair is
-        # two more round trips per search on a server.
-        self.check_time()
-        statement = filters.statement(sql)
-        return list(self.conn.execute(statement, {**filters.params, **params}).mappings())
+    # The routes' statements run without a savepoint: the SQLite routes need one because
+    # they catch FTS5 errors and fall back to another route in the same transaction;
+    # nothing here catches (the query is validated first and every value is bound), and
+    # a SAVEPOINT/RELEASE pair is two more round trips per search on a server.
 
     def word_hits(
         self, query: SearchQuery, filters: Filters, sort: str | None, limit: int, offset: int
@@ -652,12 +941,13 @@ class PostgresSearch(SearchBackend):
         window = limits.rank_window(limit, offset)
         page = {"limit": limit, "offset": offset}
         ids = self._word_window(query, filters, window, oldest=oldest_first(sort))
+        shape, params = reading_shape(query.fts5), tsquery_params(query.fts5)
         if ids is not None:
-            sql, params = word_page_sql(query.fts5, filters, sort)
-            rows = self._run(sql, filters, {**params, **page, "ids": ids})
+            statement = word_page_statement(shape, filters.shape, sort)
+            rows = self.run(statement, filters, {**params, **page, "ids": ids})
         else:
-            sql, params = word_sql(query.fts5, filters, sort, self.index_method())
-            rows = self._run(sql, filters, {**params, **page, "window": window})
+            statement = word_statement(shape, filters.shape, sort, self.index_method())
+            rows = self.run(statement, filters, {**params, **page, "window": window})
         terms = query.fts5_positive_terms
         return [_hit(r, terms_snippet(decode_preview(r["content"]), terms)) for r in rows]
 
@@ -678,13 +968,13 @@ class PostgresSearch(SearchBackend):
         # or an ANALYZE, and its estimate is rounded to whole rows
         if bound is not None and not self._walk_pays(bound * rows * 1.5 + 1, rows, window):
             return None
-        sql, params = word_estimate_sql(query.fts5, filters)
-        self.check_time()
-        plan = self.conn.execute(filters.statement(sql), {**filters.params, **params}).scalar()
+        shape, params = reading_shape(query.fts5), tsquery_params(query.fts5)
+        estimate = word_estimate_statement(shape, filters.shape)
+        plan = self.run_tuples(estimate, filters, params)[0][0]
         if not self._walk_pays(estimated_rows(plan), rows, window):
             return None
-        sql, params = word_window_sql(query.fts5, filters, oldest=oldest)
-        found = self._run(sql, filters, {**params, "span": self.word_span, "window": window})
+        statement = word_window_statement(shape, filters.shape, oldest)
+        found = self.run(statement, filters, {**params, "span": self.word_span, "window": window})
         ids = [int(row["id"]) for row in found]
         return ids if len(ids) >= window else None
 
@@ -706,13 +996,13 @@ class PostgresSearch(SearchBackend):
         """The planner's estimate of the rows of messages (a density needs no more)."""
         return self._planner_statistic(
             _TABLE_ROWS_KEY,
-            lambda: estimated_rows(self.conn.execute(text(TABLE_ESTIMATE_SQL)).scalar()),
+            lambda: estimated_rows(TABLE_ESTIMATE.tuples(self.conn, {})[0][0]),
         )
 
     def _common_words(self) -> CommonWords | None:
         return self._planner_statistic(
             _COMMON_WORDS_KEY,
-            lambda: common_words(self.conn.execute(text(COMMON_WORDS_SQL)).one_or_none()),
+            lambda: common_words(next(iter(COMMON_WORDS.dicts(self.conn, {})), None)),
         )
 
     def _planner_statistic(self, key: str, read: Callable[[], _T]) -> _T:
@@ -740,36 +1030,32 @@ class PostgresSearch(SearchBackend):
         """Every token a case-insensitive substring of the row's three columns
         (operators as FTS5 reads them), non-tool rows only, as the v23 trigram index.
         `bounded`: SearchBackend.substring_hits (`_retry_span`)."""
-        if filters.wants_tool_rows:
+        built = substring_shape(query.tokens)
+        if filters.wants_tool_rows or built is None:
             return None
+        shape, params = built
         window = limits.time_window(limit, offset)
         page = {"limit": limit, "offset": offset}
         oldest = oldest_first(sort)
         over_budget = self._retry_span(query) if bounded else None
         if over_budget is not None:
             span, estimate = over_budget
-            built = substring_window_sql(query.tokens, filters, oldest=oldest)
-            if built is None:
-                return None
-            sql, params = built
-            found = self._run(sql, filters, {**params, "span": span, "window": window})
+            statement = substring_window_statement(shape, filters.shape, oldest)
+            found = self.run(statement, filters, {**params, "span": span, "window": window})
             in_span = [int(row["id"]) for row in found]
             if len(in_span) < window:  # older matches may exist: the span is all that was read
                 self.warnings.append(limits.retry_warning(query.text, span, estimate))
-            page_sql = substring_page_sql(filters, oldest=oldest)
-            rows = self._run(page_sql, filters, {**page, "ids": in_span}) if in_span else []
+            page_of = page_statement(filters.shape, oldest)
+            rows = self.run(page_of, filters, {**page, "ids": in_span}) if in_span else []
             return self._substring_page(query, rows)
         # a retry within its budget asks pg_trgm for the whole table at once: few
         # candidates, and a span read row by row would find next to nothing
-        ids = None if oldest or bounded else self._substring_window(query, filters, window)
+        ids = None if oldest or bounded else self._substring_window(shape, params, filters, window)
         if ids is not None:
-            rows = self._run(substring_page_sql(filters), filters, {**page, "ids": ids})
+            rows = self.run(page_statement(filters.shape, False), filters, {**page, "ids": ids})
         else:
-            built = substring_sql(query.tokens, filters, sort, fenced=bounded)
-            if built is None:
-                return None
-            sql, params = built
-            rows = self._run(sql, filters, {**params, **page, "window": window})
+            statement = substring_statement(shape, filters.shape, sort, bounded)
+            rows = self.run(statement, filters, {**params, **page, "window": window})
         return self._substring_page(query, rows)
 
     def _substring_page(self, query: SearchQuery, rows: list[Any]) -> list[Hit]:
@@ -782,14 +1068,14 @@ class PostgresSearch(SearchBackend):
         limits.RETRY_CHECKS or fewer. Otherwise (the newest ids to read row by row, the
         estimate): limits.RETRY_CHECKS rows shared among the query's tokens (each a
         pattern tested on every row read), whatever the table holds."""
-        built = substring_probe_sql(query.tokens)
+        built = probe_shape(query.tokens)
         if built is None:
             return None
-        sql, params = built
+        shape, params = built
         self.check_time()
-        sampled, candidates = self.conn.execute(
-            text(sql), {**params, "sample": limits.RETRY_SAMPLE}
-        ).one()
+        sampled, candidates = probe_statement(shape).tuples(
+            self.conn, {**params, "sample": limits.RETRY_SAMPLE}
+        )[0]
         estimate = self.retry_estimate(int(candidates), int(sampled), self._table_rows())
         if estimate <= limits.RETRY_CHECKS:
             return None
@@ -797,36 +1083,36 @@ class PostgresSearch(SearchBackend):
         return max(1, limits.RETRY_CHECKS // patterns), estimate
 
     def _substring_window(
-        self, query: SearchQuery, filters: Filters, window: int
+        self, shape: SubstringShape, params: Params, filters: Filters, window: int
     ) -> list[int] | None:
         """The ids of the newest `window` matches when the newest SUBSTRING_SPAN ids hold
         that many (then they are the newest of the whole table too, and the page is the
         one the whole table gives); None when the span holds fewer (the whole table is
-        asked, pg_trgm's bitmap) or there is nothing to look for."""
-        built = substring_window_sql(query.tokens, filters)
-        if built is None:
-            return None
-        sql, params = built
-        found = self._run(sql, filters, {**params, "span": self.substring_span, "window": window})
+        asked, pg_trgm's bitmap)."""
+        statement = substring_window_statement(shape, filters.shape, False)
+        spanned = {**params, "span": self.substring_span, "window": window}
+        found = self.run(statement, filters, spanned)
         ids = [int(row["id"]) for row in found]
         return ids if len(ids) >= window else None
 
     def like_operator(self, term: str) -> str:
         return _like_op(term)
 
-    def scan(self, where: str, filters: Filters, params: Params, snippet: Snippet) -> list[Hit]:
+    def scan(
+        self, like: LikeShape, filters: Filters, params: Params, snippet: Snippet
+    ) -> list[Hit]:
         # The newest SUBSTRING_SPAN ids first, read row by row, then the whole table: the
         # planner's estimate of a LIKE pattern's matches comes from a sample of the rows
         # and can swing after an ANALYZE (a 2-character CJK term estimated at 15 rows,
         # 1,164 in the table, got a parallel scan of the whole table sorted by id instead
         # of the primary key walked newest first, several times slower).
         spanned = {**params, "span": self.substring_span}
-        found = self._run(_span(f"({where})", filters), filters, spanned)
+        found = self.run(scan_span_statement(filters.shape, like), filters, spanned)
         ids = [int(row["id"]) for row in found]
         if len(ids) >= params["window"]:
-            rows = self._run(substring_page_sql(filters), filters, {**params, "ids": ids})
+            rows = self.run(page_statement(filters.shape, False), filters, {**params, "ids": ids})
         else:
-            rows = self._run(scan_sql(where, filters), filters, params)
+            rows = self.run(scan_statement(filters.shape, like), filters, params)
         return [_hit(r, snippet(r["content"])) for r in rows]
 
     # --- id sets for the literal tier -------------------------------------------------------
@@ -839,9 +1125,7 @@ class PostgresSearch(SearchBackend):
         # the lateral join the routes' own statements use, for hits found elsewhere
         if not hits:
             return
-        self.check_time()
-        sql = f"SELECT m.id, ctx.* FROM messages AS m{_CONTEXT} WHERE m.id = ANY(:ids)"  # noqa: S608
-        rows = self.conn.execute(_context_by_id(sql), {"ids": [h["id"] for h in hits]}).all()
+        rows = self.tuples(CONTEXT_BY_ID, {"ids": [h["id"] for h in hits]})
         found = {hit_id: _context(roles, contents) for hit_id, roles, contents in rows}
         for hit in hits:
             hit["context"] = found.get(hit["id"], [])
@@ -916,13 +1200,13 @@ def _messages(edge: Edge | None) -> str:
 def _holds_literal(
     literal: str, params: Params, *, trigram: bool, words: bool, window: bool
 ) -> str:
-    """A condition on the row `m`: its text contains `literal` by `reading.fold`, among
+    """A condition on the row `m`: its text contains `literal` by `query.fold`, among
     the rows the indexes vouch for (the module docstring of literal.py). Outside the
     window each vouching index is asked in its own OR arm, which PostgreSQL reads as one
     bitmap scan of both, and every row it gives is checked; in the window, read row by
     row, the rows are told apart by role and words and checked, without pg_trgm's
     pattern (it folds case by the database's locale, and adds nothing to the check
-    where that folds ASCII letters as reading.fold does; a Turkish locale does not)."""
+    where that folds ASCII letters as query.fold does; a Turkish locale does not)."""
     name = f"pat{len(params)}"
     params[name] = q.like_pattern(literal)
     check = _exact_check(literal, name)
@@ -942,8 +1226,8 @@ def _holds_literal(
 
 def _exact_check(literal: str, pattern: str) -> str:
     """SQL for "the row's content, tool name or tool calls contain :pattern (a LIKE
-    pattern of `literal`) by `reading.fold`". ILIKE under the "C" collation folds ASCII
-    letters and nothing else, which is `reading.fold` exactly (under the database's
+    pattern of `literal`) by `query.fold`". ILIKE under the "C" collation folds ASCII
+    letters and nothing else, which is `query.fold` exactly (under the database's
     collation it may fold more, a superset fit for the index and never the answer).
     Column by column: a literal is not found across two columns, and the columns are
     not joined again for every row."""

@@ -5,7 +5,7 @@ first match, every match in it between `>>>` and `<<<`, `...` where the text was
 As FTS5 marks them: a bareword is one run per word, a phrase (and a hyphenated or dotted
 term, which the sanitiser quotes) one run from its first word to its last with the
 text's own punctuation between, a prefix term the whole word it starts; a literal is
-marked exactly where it stands, case folded by `reading.fold`.
+marked exactly where it stands, case folded by `query.fold`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable
 from functools import lru_cache
 
-from .reading import Term, fold, words_of
+from .query import Term, fold, words_of
 
 _BEFORE = 100
 _AFTER = 140

@@ -2,8 +2,10 @@
 of docs/reference/behaviour.md 6.4, ordered by planner.py), plus the id range a pending backfill
 has not indexed yet (6.5).
 
-All SQL here is assembled from fixed fragments; user text only ever travels as bound
-parameters.
+Each route's statement is built whole by one function (`ranked_top_statement`,
+`ranked_statement`, `retry_sample_statement`, `retry_window_statement`,
+`scan_statement`), in Core, once per shape; user text only ever travels as bound
+parameters. tests/search/route_sql/sqlite/ holds the SQL each renders.
 """
 
 from __future__ import annotations
@@ -13,9 +15,22 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Any
 
+from sqlalchemy import (
+    ColumnElement,
+    TableClause,
+    UnaryExpression,
+    bindparam,
+    column,
+    func,
+    literal_column,
+    select,
+    table,
+)
 from sqlalchemy.exc import DatabaseError, DBAPIError, OperationalError
+from sqlalchemy.sql.operators import custom_op
 
 from .. import sqlite_driver
 from ..engine import driver_run
@@ -23,17 +38,28 @@ from ..retry import is_retryable
 from . import limits
 from . import query as q
 from .backend import Hit, IndexDamaged, Params, SearchBackend, Snippet
-from .common import Edge, Filters, id_window, oldest_first, ranked_order, time_direction
+from .common import (
+    ZERO,
+    Edge,
+    Filters,
+    FilterShape,
+    LikeShape,
+    RouteStatement,
+    filter_conditions,
+    has_lists,
+    id_window,
+    like_condition,
+    m,
+    oldest_first,
+    reads_sessions,
+    s,
+    time_direction,
+)
 from .layout import HIGH_WATER, PROGRESS
-from .reading import TRIGRAM_CHARS, QuerySyntaxError, Term, fold
-from .search_query import SearchQuery
+from .query import TRIGRAM_CHARS, QuerySyntaxError, SearchQuery, Term, fold
 
 log = logging.getLogger(__name__)
 
-_SELECT = (
-    "SELECT m.id, m.session_id, m.role, {snippet} AS snippet, m.timestamp, m.tool_name, "
-    "s.source, s.model, s.started_at AS session_started"
-)
 _COLUMNS = ("content", "tool_name", "tool_calls")
 _SQLITE_CORRUPT = 11  # the primary code; SQLITE_CORRUPT_VTAB (267) is one of its extensions
 #: How many virtual machine steps SQLite takes between two looks at a search's deadline
@@ -98,33 +124,6 @@ def _trigram_cover(literal: str) -> str:
     return " AND ".join(_fts5_string(part) for part in dict.fromkeys(parts))
 
 
-def _snippet(table: str, row: str) -> str:
-    """The snippet of the hit `row`.id, computed for the page's rows only."""
-    return (
-        f"(SELECT snippet({table}, -1, '>>>', '<<<', '...', 40) FROM {table}"  # noqa: S608
-        f" WHERE {table} MATCH :match AND {table}.rowid = {row}.id)"
-    )
-
-
-def _window(
-    table: str, join: str = "", where: str = "", walk: str = "DESC", edge: Edge | None = None
-) -> str:
-    """The first :window matches of `table` in rowid order (`walk`), with their bm25.
-    With `edge`, among the ids in the window at that end of the table (:floor or
-    :ceiling), read forward and sorted here: FTS5 reads a term's whole list to walk it
-    backwards, so a bound below a backward walk saves nothing."""
-    order = f"+{table}.rowid" if edge else f"{table}.rowid"
-    return (
-        f"SELECT {table}.rowid AS id, {table}.rank AS score FROM {table}{join}"  # noqa: S608
-        f" WHERE {table} MATCH :match{_rowids_in(table, edge)}{where}"
-        f" ORDER BY {order} {walk} LIMIT :window"
-    )
-
-
-def _rowids_in(table: str, edge: Edge | None) -> str:
-    return f" AND {id_window(f'{table}.rowid', edge)}" if edge else ""
-
-
 def trigram_probe(tokens: list[str]) -> str | None:
     """An FTS5 query of the trigram index for the rows the substring route's query
     reads there: for each OR-alternative, the AND of every trigram of its positive
@@ -145,70 +144,206 @@ def trigram_probe(tokens: list[str]) -> str | None:
     return " OR ".join("(" + " AND ".join(group) + ")" for group in kept)
 
 
-def ranked_top_sql(table: str, filters: Filters, edge: Edge | None = None) -> str:
-    """A ranked route of FTS5 table `table` (the word or the trigram index), bounded
+# --- the routes' statements, one builder each (tests/search/route_sql/sqlite/) ------------
+
+#: The FTS5 tables a route may read: the word index and the trigram index.
+FTS_TABLES = ("messages_fts", "messages_fts_trigram")
+
+
+def _fts(name: str) -> TableClause:
+    if name not in FTS_TABLES:
+        raise ValueError(f"not a search index: {name!r}")
+    return table(name, column("rowid"), column("rank"))
+
+
+def _matches(name: str, parameter: str = "match") -> ColumnElement[bool]:
+    """`name MATCH :parameter`: FTS5 reads its table's own name as every column."""
+    return column(name).op("MATCH")(bindparam(parameter))
+
+
+def _rowid_window(rowid: ColumnElement[Any], edge: Edge | None) -> list[ColumnElement[bool]]:
+    """With `edge`, the window of ids at that end of the table: above :floor (newest) or
+    up to :ceiling (oldest), common.id_window."""
+    if edge is None:
+        return []
+    return [rowid > bindparam("floor") if edge == "newest" else rowid <= bindparam("ceiling")]
+
+
+def _walk(rowid: ColumnElement[Any], oldest: bool, edge: Edge | None) -> UnaryExpression[Any]:
+    """The index's rowid order (newest first, or oldest first). In a window (`edge`) the
+    rowid is read forward and sorted here (`+rowid`): FTS5 reads a term's whole list to
+    walk it backwards, so a bound below a backward walk saves nothing."""
+    key: ColumnElement[Any] = UnaryExpression(rowid, operator=custom_op("+")) if edge else rowid
+    return key.asc() if oldest else key.desc()
+
+
+def _hit_columns(snippet: ColumnElement[Any]) -> list[ColumnElement[Any]]:
+    return [
+        m.c.id,
+        m.c.session_id,
+        m.c.role,
+        snippet.label("snippet"),
+        m.c.timestamp,
+        m.c.tool_name,
+        s.c.source,
+        s.c.model,
+        s.c.started_at.label("session_started"),
+    ]
+
+
+def _snippet(name: str, hit_id: ColumnElement[Any]) -> ColumnElement[Any]:
+    """The snippet of the hit `hit_id`, computed for the page's rows only."""
+    fts = _fts(name)
+    marks: tuple[ColumnElement[Any], ...] = (
+        literal_column("'>>>'"),
+        literal_column("'<<<'"),
+        literal_column("'...'"),
+    )
+    snippet = func.snippet(column(name), literal_column("-1"), *marks, literal_column("40"))
+    return select(snippet).where(_matches(name), fts.c.rowid == hit_id).scalar_subquery()
+
+
+def _by_time(timestamp: ColumnElement[Any], direction: str | None) -> list[Any]:
+    """A time sort's first key (common.time_direction), none for relevance."""
+    if direction is None:
+        return []
+    return [timestamp.asc() if direction == "ASC" else timestamp.desc()]
+
+
+@lru_cache(maxsize=128)
+def ranked_top_statement(name: str, filters: FilterShape, edge: Edge | None) -> RouteStatement:
+    """A ranked route of FTS5 table `name` (the word or the trigram index), bounded
     (limits.RANK_WINDOW), for a relevance sort: the newest :window matches in rowid
     order, straight from the index (FTS5 walks it from the end: the cost is what the
     window holds), their first :top by `rank` (bm25), and of those the rows that pass
     the filters, with snippets. When all :top pass, they are the page (after :offset)
-    that filtering the window first gives; else `ranked_sql` answers. The messages'
-    rows are read for the page only: reading a row costs more than ranking it.
-    Parameters: :match, :window, :top (and with `edge`, the window of ids at that end
-    of the table: :floor or :ceiling, common.id_window)."""
-    sessions = " JOIN sessions AS s ON s.id = m.session_id"
-    return (
-        f"WITH cand AS MATERIALIZED ({_window(table, edge=edge)}),"  # noqa: S608
-        " top AS MATERIALIZED (SELECT id, score FROM cand ORDER BY score, id LIMIT :top) "
-        + _SELECT.format(snippet=_snippet(table, "top"))
-        + f" FROM top JOIN messages AS m ON m.id = top.id{sessions}"
-        f" WHERE 1 = 1{filters.sql} ORDER BY top.score, top.id"
+    that filtering the window first gives; else `ranked_statement` answers. The
+    messages' rows are read for the page only: reading a row costs more than ranking
+    it. Parameters: :match, :window, :top (and with `edge`, the window of ids at that
+    end of the table: :floor or :ceiling, common.id_window)."""
+    fts = _fts(name)
+    cand = (
+        select(fts.c.rowid.label("id"), fts.c.rank.label("score"))
+        .where(_matches(name), *_rowid_window(fts.c.rowid, edge))
+        .order_by(_walk(fts.c.rowid, False, edge))
+        .limit(bindparam("window"))
+        .offset(ZERO)
+        .cte("cand")
+        .prefix_with("MATERIALIZED")
     )
+    top = (
+        select(cand.c.id, cand.c.score)
+        .order_by(cand.c.score, cand.c.id)
+        .limit(bindparam("top"))
+        .offset(ZERO)
+        .cte("top")
+        .prefix_with("MATERIALIZED")
+    )
+    statement = (
+        select(*_hit_columns(_snippet(name, top.c.id)))
+        .select_from(top.join(m, m.c.id == top.c.id).join(s, s.c.id == m.c.session_id))
+        .where(*filter_conditions(filters))
+        .order_by(top.c.score, top.c.id)
+    )
+    return RouteStatement(statement, expanding=has_lists(filters))
 
 
-def ranked_sql(table: str, filters: Filters, sort: str | None, edge: Edge | None = None) -> str:
-    """A ranked route of FTS5 table `table`, bounded (limits.RANK_WINDOW): the newest
+@lru_cache(maxsize=128)
+def ranked_statement(
+    name: str, filters: FilterShape, direction: str | None, edge: Edge | None
+) -> RouteStatement:
+    """A ranked route of FTS5 table `name`, bounded (limits.RANK_WINDOW): the newest
     :window matches that pass the filters, in rowid order (oldest first for
-    sort="oldest"), then the page of them by `rank` (bm25; by timestamp first for a time
-    sort), then the snippets of the page's rows. Parameters: :match, :window, :limit,
-    :offset (and with `edge`, as ranked_top_sql)."""
-    walk = "ASC" if oldest_first(sort) else "DESC"
-    sessions = " JOIN sessions AS s ON s.id = m.session_id" if filters.reads_sessions else ""
-    join = f" JOIN messages AS m ON m.id = {table}.rowid{sessions}"
-    candidates = _window(table, join, filters.sql, walk, edge)
+    `direction` "ASC", sort="oldest"), then the page of them by `rank` (bm25; by
+    timestamp first for a time sort, `direction` "ASC" or "DESC"), then the snippets of
+    the page's rows. Parameters: :match, :window, :limit, :offset (and with `edge`, as
+    ranked_top_statement)."""
+    fts = _fts(name)
+    rows = fts.join(m, m.c.id == fts.c.rowid)
+    if reads_sessions(filters):
+        rows = rows.join(s, s.c.id == m.c.session_id)
+    cand = (
+        select(fts.c.rowid.label("id"), fts.c.rank.label("score"))
+        .select_from(rows)
+        .where(_matches(name), *_rowid_window(fts.c.rowid, edge), *filter_conditions(filters))
+        .order_by(_walk(fts.c.rowid, direction == "ASC", edge))
+        .limit(bindparam("window"))
+        .offset(ZERO)
+        .cte("cand")
+        .prefix_with("MATERIALIZED")
+    )
     page = (
-        "SELECT cand.id, cand.score, m.timestamp FROM cand"  # noqa: S608
-        " JOIN messages AS m ON m.id = cand.id"
-        f" ORDER BY {ranked_order(sort, 'cand.score, cand.id')}"
-        " LIMIT :limit OFFSET :offset"
+        select(cand.c.id, cand.c.score, m.c.timestamp)
+        .select_from(cand.join(m, m.c.id == cand.c.id))
+        .order_by(*_by_time(m.c.timestamp, direction), cand.c.score, cand.c.id)
+        .limit(bindparam("limit"))
+        .offset(bindparam("offset"))
+        .cte("page")
+        .prefix_with("MATERIALIZED")
     )
     # the page again in its order (the timestamp read once, in the page)
-    order = ranked_order(sort, "page.score, page.id").replace("m.timestamp", "page.timestamp")
-    return (
-        f"WITH cand AS MATERIALIZED ({candidates}), page AS MATERIALIZED ({page}) "
-        + _SELECT.format(snippet=_snippet(table, "page"))
-        + " FROM page JOIN messages AS m ON m.id = page.id"
-        " JOIN sessions AS s ON s.id = m.session_id"
-        f" ORDER BY {order}"
+    statement = (
+        select(*_hit_columns(_snippet(name, page.c.id)))
+        .select_from(page.join(m, m.c.id == page.c.id).join(s, s.c.id == m.c.session_id))
+        .order_by(*_by_time(page.c.timestamp, direction), page.c.score, page.c.id)
     )
+    return RouteStatement(statement, expanding=has_lists(filters))
 
 
-def scan_sql(where: str, filters: Filters) -> str:
-    """A LIKE scan, bounded (limits.time_window): the newest :window rows matching
-    `where` and the filters in id order (the primary key walked from the end, until
-    the window is full), then the page of them by timestamp, newest first. Parameters:
-    those of `where`, :window, :limit, :offset."""
-    sessions = " JOIN sessions AS s ON s.id = m.session_id" if filters.reads_sessions else ""
-    candidates = (
-        f"SELECT m.id FROM messages AS m{sessions} WHERE ({where}){filters.sql}"  # noqa: S608
-        " ORDER BY m.id DESC LIMIT :window"
+@lru_cache(maxsize=4)
+def retry_sample_statement(name: str) -> RouteStatement:
+    """The zero-hit retry's sample: how many rows above :floor the FTS5 query :probe
+    matches in table `name`."""
+    fts = _fts(name)
+    statement = (
+        select(func.count())
+        .select_from(fts)
+        .where(_matches(name, "probe"), fts.c.rowid > bindparam("floor"))
     )
-    return (
-        f"WITH cand AS MATERIALIZED ({candidates}) "
-        + _SELECT.format(snippet="m.content")
-        + " FROM cand JOIN messages AS m ON m.id = cand.id"
-        " JOIN sessions AS s ON s.id = m.session_id"
-        " ORDER BY m.timestamp DESC, m.id DESC LIMIT :limit OFFSET :offset"
+    return RouteStatement(statement)
+
+
+@lru_cache(maxsize=8)
+def retry_window_statement(name: str, edge: Edge) -> RouteStatement:
+    """How many of the :window matches of :match the window at `edge` holds (:floor or
+    :ceiling), up to :window: whether a window read whole the retry's page."""
+    fts = _fts(name)
+    found = (
+        select(fts.c.rowid)
+        .where(_matches(name), *_rowid_window(fts.c.rowid, edge))
+        .limit(bindparam("window"))
+        .offset(ZERO)
+        .subquery("found")
     )
+    return RouteStatement(select(func.count()).select_from(found))
+
+
+@lru_cache(maxsize=128)
+def scan_statement(filters: FilterShape, like: LikeShape) -> RouteStatement:
+    """A LIKE scan, bounded (limits.time_window): the newest :window rows matching the
+    terms (common.like_condition: :t0.., and :lo, :hi for a range) and the filters in id
+    order (the primary key walked from the end, until the window is full), then the page
+    of them by timestamp, newest first. Parameters: those of the terms, :window, :limit,
+    :offset. The snippet is the content (the caller cuts it)."""
+    rows = m.join(s, s.c.id == m.c.session_id) if reads_sessions(filters) else m
+    cand = (
+        select(m.c.id)
+        .select_from(rows)
+        .where(like_condition(like), *filter_conditions(filters))
+        .order_by(m.c.id.desc())
+        .limit(bindparam("window"))
+        .offset(ZERO)
+        .cte("cand")
+        .prefix_with("MATERIALIZED")
+    )
+    statement = (
+        select(*_hit_columns(m.c.content))
+        .select_from(cand.join(m, m.c.id == cand.c.id).join(s, s.c.id == m.c.session_id))
+        .order_by(m.c.timestamp.desc(), m.c.id.desc())
+        .limit(bindparam("limit"))
+        .offset(bindparam("offset"))
+    )
+    return RouteStatement(statement, expanding=has_lists(filters))
 
 
 class SqliteSearch(SearchBackend):
@@ -271,11 +406,12 @@ class SqliteSearch(SearchBackend):
         if time_direction(sort) is None:
             top = limit + offset
             params = {"match": match, "window": window, "top": top, **ids}
-            rows = self.rows(ranked_top_sql(table, filters, edge), filters, params)
+            rows = self.run(ranked_top_statement(table, filters.shape, edge), filters, params)
             if len(rows) == top:
                 return rows[offset:]
         params = {"match": match, "window": window, "limit": limit, "offset": offset, **ids}
-        return self.rows(ranked_sql(table, filters, sort, edge), filters, params)
+        statement = ranked_statement(table, filters.shape, time_direction(sort), edge)
+        return self.run(statement, filters, params)
 
     def _bounded_trigram(
         self,
@@ -299,11 +435,10 @@ class SqliteSearch(SearchBackend):
         lowest, highest = found
         ids = highest - lowest + 1
         sample = min(limits.RETRY_SAMPLE, ids)
-        counted = self.fetch(
-            f"SELECT count(*) FROM {table} WHERE {table} MATCH :probe AND rowid > :floor",  # noqa: S608
-            {"probe": probe, "floor": highest - sample},
+        counted = self.count(
+            retry_sample_statement(table), {"probe": probe, "floor": highest - sample}
         )
-        estimate = self.retry_estimate(int(counted[0][0]), sample, ids)
+        estimate = self.retry_estimate(counted, sample, ids)
         if estimate <= limits.RETRY_CHECKS:
             return self._fts(table, match, filters, sort, limit, offset)
         span = max(limits.RETRY_SAMPLE, int(limits.RETRY_CHECKS * ids / estimate))
@@ -312,12 +447,10 @@ class SqliteSearch(SearchBackend):
         bound = lowest - 1 + span if oldest else highest - span
         window = limits.rank_window(limit, offset)
         name = "ceiling" if oldest else "floor"
-        matched = self.fetch(
-            f"SELECT count(*) FROM (SELECT rowid FROM {table} WHERE {table} MATCH :match"  # noqa: S608
-            f"{_rowids_in(table, edge)} LIMIT :window)",
-            {"match": match, name: bound, "window": window},
+        matched = self.count(
+            retry_window_statement(table, edge), {"match": match, name: bound, "window": window}
         )
-        if int(matched[0][0]) < window:  # older matches may exist: the span is all that was read
+        if matched < window:  # older matches may exist: the span is all that was read
             self.warnings.append(limits.retry_warning(query.text, span, estimate))
         return self._fts(table, match, filters, sort, limit, offset, (edge, bound))
 
@@ -347,6 +480,10 @@ class SqliteSearch(SearchBackend):
     def fetch(self, sql: str, params: Params) -> list[Any]:
         self.check_time()
         return driver_run(self.conn, sql, params, _tuples)
+
+    def count(self, statement: RouteStatement, params: Params) -> int:
+        """The count a statement of one row and one column gives."""
+        return int(self.tuples(statement, params)[0][0])
 
     def _trigram_usable(self) -> bool:
         return bool(self.fetch(_TRIGRAM_TABLE, {}))
@@ -379,8 +516,10 @@ class SqliteSearch(SearchBackend):
             _damaged("messages_fts_trigram", exc)
             return None
 
-    def scan(self, where: str, filters: Filters, params: Params, snippet: Snippet) -> list[Hit]:
-        rows = self.rows(scan_sql(where, filters), filters, params)
+    def scan(
+        self, like: LikeShape, filters: Filters, params: Params, snippet: Snippet
+    ) -> list[Hit]:
+        rows = self.run(scan_statement(filters.shape, like), filters, params)
         for row in rows:
             row["snippet"] = snippet(row["snippet"])
         return rows
@@ -438,7 +577,7 @@ class SqliteSearch(SearchBackend):
             params[f"fts{n}"] = _fts5_string(literal)  # a phrase of the tokenizer's own words
             table = "messages_fts"
             sources.append(f"SELECT rowid FROM {table} WHERE {table} MATCH :fts{n}{window}")  # noqa: S608
-        # SQLite's lower() folds ASCII letters only: exactly reading.fold
+        # SQLite's lower() folds ASCII letters only: exactly query.fold
         exact = " OR ".join(
             f"instr(lower(COALESCE(m.{column}, '')), :lit{n}) > 0" for column in _COLUMNS
         )

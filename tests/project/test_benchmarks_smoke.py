@@ -211,5 +211,5 @@ def test_the_postgres_profile_explains_every_statement_a_search_runs(pg_fresh_db
     )
     assert run.returncode == 0, run.stderr
     assert "===== 'migrat*': 20 hits" in run.stdout
-    assert "EXPLAIN (FORMAT JSON) SELECT m.id FROM messages" in run.stdout  # printed
+    assert "EXPLAIN (FORMAT JSON) SELECT m.id" in run.stdout  # printed
     assert run.stdout.count("Execution Time") >= 3  # the others explained

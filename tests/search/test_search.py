@@ -17,8 +17,8 @@ from sqlalchemy import Connection, text
 
 from hermes_store.engine import make_engine
 from hermes_store.search import sanitize_fts5_query, search_messages
-from hermes_store.search.reading import fold as ascii_fold
-from hermes_store.search.reading import literals_of
+from hermes_store.search.query import fold as ascii_fold
+from hermes_store.search.query import literals_of
 
 SANITISER_CASES = {
     "hello world": "hello world",
@@ -221,7 +221,7 @@ def test_random_text_never_raises_and_hits_really_match(populated: Connection, q
             {"id": hit["id"]},
         ).one()
         haystack = fold(" ".join(str(v) for v in row if v is not None))
-        # a literal of the query (`reading.read_query`) stands in the row as typed
+        # a literal of the query (`query.read_query`) stands in the row as typed
         if any(ascii_fold(x) in ascii_fold(" ".join(map(str, row))) for x in literals_of(query)):
             continue
         # or one of its words does: the tokenizer's view, runs of letters and digits

@@ -33,11 +33,8 @@ from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.search import limits, search_messages
 from hermes_store.search.common import Filters
 from hermes_store.search.index_method import read_index_method
-from hermes_store.search.postgres_fts import scan_sql as pg_scan_sql
-from hermes_store.search.postgres_fts import substring_sql, word_sql
-from hermes_store.search.search_query import SearchQuery
-from hermes_store.search.sqlite_fts import ranked_sql, ranked_top_sql
-from hermes_store.search.sqlite_fts import scan_sql as sqlite_scan_sql
+from hermes_store.search.postgres_fts import reading_shape, tsquery_params
+from hermes_store.search.query import SearchQuery
 from hermes_store.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -76,11 +73,11 @@ def test_what_fts5_rejects_is_read_as_an_error_and_a_literal() -> None:
     assert SearchQuery.read("数据库").trigram_answers_cjk
 
 
-def test_only_search_query_reads_the_query_text() -> None:
-    # the readers of the raw text are called in one place; every other module of the
+def test_only_the_query_module_reads_the_query_text() -> None:
+    # the readers of the raw text are called in one module; every other module of the
     # search takes the SearchQuery value
     readers = re.compile(r"\b(sanitize_fts5_query|read_query|parse_fts5|route_tokens)\(")
-    allowed = {"search_query.py", "query.py", "reading.py"}
+    allowed = {"query.py"}
     offenders = [
         path.name
         for path in (REPO / "hermes_store" / "search").glob("*.py")
@@ -89,105 +86,39 @@ def test_only_search_query_reads_the_query_text() -> None:
     assert offenders == []
 
 
-# --- the SQL of each route, as text --------------------------------------------------------------
-
-
-def test_sqlite_ranked_routes_take_the_window_from_the_index_end() -> None:
-    top = ranked_top_sql("messages_fts", NO_FILTERS)
-    assert "ORDER BY messages_fts.rowid DESC LIMIT :window" in top
-    assert "ORDER BY score, id LIMIT :top" in top
-    # the messages' rows are joined after the window is ranked and cut
-    window = top.split("top AS")[0]
-    assert "JOIN messages" not in window
-    filtered = ranked_sql("messages_fts", NO_FILTERS, None)
-    assert "ORDER BY messages_fts.rowid DESC LIMIT :window" in filtered
-    assert "(m.active = 1 OR m.compacted = 1)" in filtered.split("page AS")[0]
-    oldest = ranked_sql("messages_fts_trigram", NO_FILTERS, "oldest")
-    assert "ORDER BY messages_fts_trigram.rowid ASC LIMIT :window" in oldest
-    assert "m.timestamp ASC, cand.score" in oldest
-
-
-def test_scans_keep_the_newest_window_in_id_order() -> None:
-    for sql in (sqlite_scan_sql("m.content LIKE :t0", NO_FILTERS), pg_scan_sql("x", NO_FILTERS)):
-        assert "ORDER BY m.id DESC LIMIT :window" in sql
-        assert "m.timestamp DESC, m.id DESC" in sql
-    built = substring_sql(("数据库",), NO_FILTERS, None)
-    assert built is not None
-    sql, params = built
-    assert "ORDER BY m.id DESC LIMIT :window" in sql
-    assert params == {"p0": "%数据库%"}
-
-
-def test_postgres_word_sql_walks_rum_in_id_order_and_gin_by_id() -> None:
-    read = SearchQuery.read("zephyr OR drop")
-    rum, params = word_sql(read.fts5, NO_FILTERS, None, "rum")
-    assert f"ORDER BY m.id <=| {2**53} LIMIT :window" in rum
-    assert "ts_rank_cd" in rum
-    gin, _ = word_sql(read.fts5, NO_FILTERS, None, "gin")
-    assert "ORDER BY m.id DESC LIMIT :window" in gin and "<=|" not in gin
-    oldest, _ = word_sql(read.fts5, NO_FILTERS, "oldest", "rum")
-    assert "ORDER BY m.id |=> 0 LIMIT :window" in oldest
-    # user text travels as parameters only
-    assert "zephyr" not in rum and "drop" not in rum
-    assert "zephyr" in " ".join(str(v) for v in params.values())
-
-
-def test_postgres_word_window_sql_walks_the_newest_ids_and_the_page_ranks_them() -> None:
-    from hermes_store.search.postgres_fts import (
-        word_estimate_sql,
-        word_page_sql,
-        word_window_sql,
-    )
-
-    read = SearchQuery.read("rebase")
-    walk, params = word_window_sql(read.fts5, NO_FILTERS)
-    assert (
-        "FROM (SELECT * FROM messages WHERE id > (SELECT max(id) FROM messages) - :span"
-        " ORDER BY id DESC OFFSET 0) AS m WHERE m.search_vector @@ " in walk
-    )
-    assert walk.endswith("(m.active = 1 OR m.compacted = 1) ORDER BY m.id DESC LIMIT :window")
-    oldest, _ = word_window_sql(read.fts5, NO_FILTERS, oldest=True)
-    assert (
-        "FROM (SELECT * FROM messages WHERE id < (SELECT min(id) FROM messages) + :span"
-        " ORDER BY id ASC OFFSET 0) AS m WHERE " in oldest
-    )
-    assert oldest.endswith("ORDER BY m.id ASC LIMIT :window")
-    assert "rebase" not in walk and "rebase" in params.values()
-    page, _ = word_page_sql(read.fts5, NO_FILTERS, None)
-    assert "m.id = ANY(:ids)" in page and "ts_rank_cd" in page
-    assert "ORDER BY rank DESC, m.id" in page
-    by_source = Filters(["cli"], None, None, False)
-    estimate, _ = word_estimate_sql(read.fts5, by_source)
-    assert estimate.startswith("EXPLAIN (FORMAT JSON) SELECT m.id FROM messages AS m JOIN sessions")
-    assert "s.source IN :sources" in estimate
-    assert estimate.endswith("(m.active = 1 OR m.compacted = 1)")
+# --- the SQL of each route: tests/search/test_route_sql.py pins it ------------------------------
 
 
 def test_postgres_phrases_ask_the_index_for_their_words_and_check_the_row() -> None:
-    from hermes_store.search.postgres_fts import _holds_literal
+    from sqlalchemy.dialects import postgresql
 
+    from hermes_store.search.postgres_fts import _holds_literal, _matches
+
+    dialect = postgresql.psycopg.dialect(paramstyle="named")  # type: ignore[no-untyped-call]
     read = SearchQuery.read('"connection pool exhausted" retry')
-    sql, params = word_sql(read.fts5, NO_FILTERS, None, "rum")
-    # the index is asked for every word, the row's own vector for the phrase
-    asked, checked = sql.split("WHERE (m.search_vector @@ ")[1].split(" AND ts_match_vq(")
-    assert asked.startswith("(((CASE WHEN numnode(plainto_tsquery('simple', regexp_replace(:w4,")
-    assert checked.startswith(
-        "m.search_vector, (((CASE WHEN numnode(phraseto_tsquery('simple', regexp_replace(:w2,"
-    )
-    assert params["w4"] == params["w2"] == "connection pool exhausted" and params["w5"] == "retry"
+    sql = str(_matches(reading_shape(read.fts5)).compile(dialect=dialect))
+    params = tsquery_params(read.fts5)
+    # the index is asked for every word (:wl0, the phrase's words in any order), the
+    # row's own vector for the phrase (:w0)
+    asked, checked = sql.split(" AND ts_match_vq(")
+    assert "plainto_tsquery('simple', regexp_replace(:wl0," in asked and ":w0," not in asked
+    assert "phraseto_tsquery('simple', regexp_replace(:w0," in checked
+    assert params == {"w0": "connection pool exhausted", "wl0": "connection pool exhausted"} | {
+        "w1": "retry"
+    }
     # a query of single words needs no check
-    words, _ = word_sql(SearchQuery.read("retry deploy").fts5, NO_FILTERS, None, "rum")
+    words = str(_matches(reading_shape(SearchQuery.read("retry deploy").fts5)).compile())
     assert "ts_match_vq" not in words and "plainto_tsquery" not in words
     # a negated phrase stays as it is: the index's query then matches every row the
     # exact one does, and with no positive phrase the two are the same
     read = SearchQuery.read('retry NOT "pool exhausted"')
-    negated, params = word_sql(read.fts5, NO_FILTERS, None, "gin")
-    assert "ts_match_vq" not in negated and params["w3"] == "pool exhausted"
-    assert "!!(phraseto_tsquery('simple', regexp_replace(:w3," in negated
+    negated = str(_matches(reading_shape(read.fts5)).compile(dialect=dialect))
+    assert "ts_match_vq" not in negated and tsquery_params(read.fts5)["w1"] == "pool exhausted"
+    assert "(!! phraseto_tsquery('simple', regexp_replace(:w1," in negated
     # a literal's words vouch for it where they stand as a phrase, asked the same way
     literal = _holds_literal("~/.config/zephyr.toml", {}, trigram=True, words=True, window=False)
-    assert "m.search_vector @@ (((CASE WHEN numnode(plainto_tsquery('simple'" in literal
-    assert "ts_match_vq(m.search_vector, (((CASE WHEN numnode(phraseto_tsquery(" in literal
+    assert "m.search_vector @@ CASE WHEN (numnode(plainto_tsquery('simple'" in literal
+    assert "ts_match_vq(m.search_vector, CASE WHEN (numnode(phraseto_tsquery(" in literal
 
 
 def test_a_phrase_finds_its_words_in_order_only(store: Store) -> None:
@@ -282,10 +213,10 @@ def test_a_rare_word_costs_no_estimate_a_frequent_one_is_estimated(
     word may be walked: a word too rare to fill the window in the span is not."""
     from sqlalchemy import event
 
-    from hermes_store.search.postgres_fts import COMMON_WORDS_SQL, PostgresSearch, common_words
+    from hermes_store.search.postgres_fts import COMMON_WORDS, PostgresSearch, common_words
 
     with dense.engine.connect() as conn:
-        words = common_words(conn.execute(text(COMMON_WORDS_SQL)).one_or_none())
+        words = common_words(next(iter(COMMON_WORDS.dicts(conn, {})), None))
     assert words is not None
     assert words.frequencies["step"] == 1.0 and 0.3 < words.frequencies["rebase"] < 0.36
     assert "zephyrine" not in words.frequencies and words.rarest < 0.05
@@ -481,23 +412,6 @@ def test_without_the_extension_the_revision_keeps_gin(unprivileged_db: str) -> N
 # --- windows of the newest ids before the whole table (PostgreSQL) ---------------------------
 
 
-def test_postgres_substring_window_sql_walks_the_newest_ids_behind_a_fence() -> None:
-    from hermes_store.search.postgres_fts import substring_page_sql, substring_window_sql
-
-    built = substring_window_sql(("数据库",), NO_FILTERS)
-    assert built is not None
-    sql, params = built
-    assert (
-        "FROM (SELECT * FROM messages WHERE id > (SELECT max(id) FROM messages) - :span"
-        " ORDER BY id DESC OFFSET 0) AS m" in sql
-    )
-    assert sql.endswith("ORDER BY m.id DESC LIMIT :window")
-    assert "m.role <> 'tool'" in sql and params == {"p0": "%数据库%"}
-    assert substring_window_sql(("OR",), NO_FILTERS) is None
-    page = substring_page_sql(NO_FILTERS)
-    assert "m.id = ANY(:ids)" in page and "m.timestamp DESC, m.id DESC" in page
-
-
 @pytest.fixture
 def spread(store: Store) -> Store:
     """300 messages; the CJK term in every 4th non-tool row, the literal in every 25th,
@@ -627,10 +541,10 @@ def test_a_walked_word_window_gives_the_page_the_word_index_gives(
 ) -> None:
     from hermes_store.search import postgres_fts
     from hermes_store.search.postgres_fts import (
-        TABLE_ESTIMATE_SQL,
+        TABLE_ESTIMATE,
         PostgresSearch,
         estimated_rows,
-        word_estimate_sql,
+        word_estimate_statement,
     )
 
     def pages() -> list[list[int]]:
@@ -642,13 +556,15 @@ def test_a_walked_word_window_gives_the_page_the_word_index_gives(
     assert all(indexed) and len(indexed[0]) == 20
 
     # the planner's estimates of the matches and the rows, from ANALYZE's statistics
-    sql, params = word_estimate_sql(SearchQuery.read("rebase").fts5, NO_FILTERS)
+    reading = SearchQuery.read("rebase").fts5
+    shape, params = reading_shape(reading), tsquery_params(reading)
     with dense.engine.connect() as conn:
-        matches = estimated_rows(conn.execute(text(sql), params).scalar())
-        rows = estimated_rows(conn.execute(text(TABLE_ESTIMATE_SQL)).scalar())
+        estimate = word_estimate_statement(shape, NO_FILTERS.shape)
+        matches = estimated_rows(estimate.tuples(conn, params)[0][0])
+        rows = estimated_rows(TABLE_ESTIMATE.tuples(conn, {})[0][0])
         no_source = Filters([], None, None, False)
-        empty, _ = word_estimate_sql(SearchQuery.read("rebase").fts5, no_source)
-        nothing = estimated_rows(conn.execute(text(empty), params).scalar())
+        empty = word_estimate_statement(shape, no_source.shape)
+        nothing = estimated_rows(empty.tuples(conn, params)[0][0])
     assert 150 <= matches <= 250 and rows == 600 and nothing <= 1
 
     walked: list[int] = []

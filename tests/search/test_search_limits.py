@@ -25,7 +25,8 @@ from hermes_store.repositories.search import SearchRepository
 from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.search import search_messages
 from hermes_store.search.backend import backend_for
-from hermes_store.search.limits import MAX_TERMS, TIMEOUT_ENV, collapse_tokens
+from hermes_store.search.limits import MAX_TERMS, TIMEOUT_ENV
+from hermes_store.search.query import collapse_tokens
 from hermes_store.store import Store
 
 TEXTS = [
@@ -306,7 +307,7 @@ def test_a_search_raises_work_mem_for_its_own_statements(
     seen: list[str] = []
 
     def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if statement.startswith("SELECT m."):  # a search statement: its settings
+        if statement.startswith(("SELECT m.", "SELECT page.")):  # a search statement
             seen.append(cursor.connection.execute("SHOW work_mem").fetchone()[0])
 
     event.listen(pg_store.engine, "after_cursor_execute", record)

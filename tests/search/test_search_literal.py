@@ -19,14 +19,15 @@ from hypothesis import strategies as st
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.search import limits, search_messages
-from hermes_store.search.query import contains_cjk, sanitize_fts5_query
-from hermes_store.search.reading import (
+from hermes_store.search.query import (
     TRIGRAM_CHARS,
     Term,
+    contains_cjk,
     fold,
     has_literals,
     literals_of,
     read_query,
+    sanitize_fts5_query,
     words_of,
 )
 from hermes_store.store import Store
@@ -643,7 +644,7 @@ def test_only_ascii_letters_are_folded_even_where_lower_would_fold_into_ascii(
     store: Store,
 ) -> None:
     """The KELVIN SIGN (U+212A) and the dotted capital I (U+0130) lowercase to `k` and
-    `i`: a literal's ASCII letters must still match only ASCII letters (reading.fold), the
+    `i`: a literal's ASCII letters must still match only ASCII letters (query.fold), the
     same on both backends, in rows of ASCII text and in rows holding other characters."""
     SessionRepository(store).create_session("s", "cli")
     messages = MessageRepository(store)

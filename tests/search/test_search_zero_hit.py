@@ -26,7 +26,7 @@ from hermes_store.compat import SessionDB
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.search import limits, search_messages
-from hermes_store.search.postgres_fts import _needles, substring_probe_sql
+from hermes_store.search.postgres_fts import _needles, probe_shape
 from hermes_store.search.sqlite_fts import trigram_probe
 from hermes_store.store import Store
 
@@ -175,7 +175,8 @@ def _walks_the_span_only(store: Store) -> None:
     # one statement reads the substring, the span walked row by row (behind OFFSET 0)
     assert len(patterns) == 1
     sql, params = patterns[0]
-    assert "(SELECT max(id) FROM messages) - %(span)s" in sql and params["span"] == CHECKS
+    assert "FROM messages) - %(span)s" in sql and "OFFSET 0" in sql
+    assert params["span"] == CHECKS
     probes = [p for s, p in statements if "count(*) FILTER" in s]
     assert len(probes) == 1 and probes[0]["sample"] == SAMPLE
 
@@ -227,12 +228,13 @@ def test_the_probes_ask_for_what_the_indexes_read() -> None:
     assert _needles("Postgress") == ["pos", "ost", "stg", "tgr", "gre", "res", "ess"]
     assert _needles('a1.zq"') == ["a1", "zq"]
     assert _needles("x") == []
-    built = substring_probe_sql(("postgress", "OR", "ab", "NOT", "zzz"))
+    built = probe_shape(("postgress", "OR", "ab", "NOT", "zzz"))
     assert built is not None
-    sql, params = built
+    shape, params = built
+    # the statement: tests/search/route_sql/postgresql/probe.sql
+    assert shape == (7, 1)
     assert list(params.values()) == ["pos", "ost", "stg", "tgr", "gre", "res", "ess", "ab"]
-    assert "OFFSET 0" in sql and "(SELECT max(id) FROM messages) - :sample" in sql
-    assert substring_probe_sql(("OR",)) is None
+    assert probe_shape(("OR",)) is None
     # FTS5's trigram index: every trigram of each positive token, an AND per alternative
     assert trigram_probe(["dockerr"]) == '("doc" AND "ock" AND "cke" AND "ker" AND "err")'
     assert trigram_probe(["ab", "NOT", "xyz"]) is None

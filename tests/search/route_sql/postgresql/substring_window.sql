@@ -1,0 +1,23 @@
+-- newest
+SELECT m.id
+FROM (SELECT messages.id AS id, messages.session_id AS session_id, messages.role AS role, messages.content AS content, messages.timestamp AS timestamp, messages.tool_name AS tool_name, messages.tool_calls AS tool_calls, messages.active AS active, messages.compacted AS compacted, messages.search_vector AS search_vector
+FROM messages
+WHERE messages.id > (SELECT max(messages.id) AS max_1
+FROM messages) - :span ORDER BY messages.id DESC
+ LIMIT ALL OFFSET 0) AS m
+WHERE m.role != 'tool' AND (((((coalesce(m.content, '') || ' ') || coalesce(m.tool_name, '')) || ' ') || coalesce(m.tool_calls, '')) LIKE :p0 ESCAPE '\' OR ((((coalesce(m.content, '') || ' ') || coalesce(m.tool_name, '')) || ' ') || coalesce(m.tool_calls, '')) ILIKE :p1 ESCAPE '\' AND ((((coalesce(m.content, '') || ' ') || coalesce(m.tool_name, '')) || ' ') || coalesce(m.tool_calls, '')) NOT ILIKE :p2 ESCAPE '\') AND (m.active = 1 OR m.compacted = 1) ORDER BY m.id DESC
+ LIMIT :window;
+
+-- oldest, every filter
+SELECT m.id
+FROM (SELECT messages.id AS id, messages.session_id AS session_id, messages.role AS role, messages.content AS content, messages.timestamp AS timestamp, messages.tool_name AS tool_name, messages.tool_calls AS tool_calls, messages.active AS active, messages.compacted AS compacted, messages.search_vector AS search_vector
+FROM messages
+WHERE messages.id < (SELECT min(messages.id) AS min_1
+FROM messages) + :span ORDER BY messages.id ASC
+ LIMIT ALL OFFSET 0) AS m JOIN sessions AS s ON s.id = m.session_id
+WHERE m.role != 'tool' AND (((((coalesce(m.content, '') || ' ') || coalesce(m.tool_name, '')) || ' ') || coalesce(m.tool_calls, '')) LIKE :p0 ESCAPE '\' OR ((((coalesce(m.content, '') || ' ') || coalesce(m.tool_name, '')) || ' ') || coalesce(m.tool_calls, '')) ILIKE :p1 ESCAPE '\' AND ((((coalesce(m.content, '') || ' ') || coalesce(m.tool_name, '')) || ' ') || coalesce(m.tool_calls, '')) NOT ILIKE :p2 ESCAPE '\') AND s.source IN (__[POSTCOMPILE_sources]) AND (s.source NOT IN (__[POSTCOMPILE_excluded])) AND m.role IN (__[POSTCOMPILE_roles]) AND (m.active = 1 OR m.compacted = 1) AND (EXISTS (SELECT 1
+FROM hermes_store_session_tags AS st0
+WHERE st0.session_id = m.session_id AND st0.tag = :tag_0)) AND (EXISTS (SELECT 1
+FROM hermes_store_session_tags AS st1
+WHERE st1.session_id = m.session_id AND st1.tag = :tag_1)) ORDER BY m.id ASC
+ LIMIT :window;

@@ -1,0 +1,3 @@
+-- the table
+EXPLAIN (FORMAT JSON) SELECT messages.id
+FROM messages;

@@ -1,0 +1,63 @@
+-- word index, relevance
+WITH cand AS MATERIALIZED
+(SELECT messages_fts.rowid AS id, messages_fts.rank AS score
+FROM messages_fts JOIN messages AS m ON m.id = messages_fts.rowid
+WHERE (messages_fts MATCH :match) AND (m.active = 1 OR m.compacted = 1) ORDER BY messages_fts.rowid DESC
+ LIMIT :window OFFSET 0),
+page AS MATERIALIZED
+(SELECT cand.id AS id, cand.score AS score, m.timestamp AS timestamp
+FROM cand JOIN messages AS m ON m.id = cand.id ORDER BY cand.score, cand.id
+ LIMIT :limit OFFSET :offset)
+ SELECT m.id, m.session_id, m.role, (SELECT snippet(messages_fts, -1, '>>>', '<<<', '...', 40) AS snippet_1
+FROM messages_fts
+WHERE (messages_fts MATCH :match) AND messages_fts.rowid = page.id) AS snippet, m.timestamp, m.tool_name, s.source, s.model, s.started_at AS session_started
+FROM page JOIN messages AS m ON m.id = page.id JOIN sessions AS s ON s.id = m.session_id ORDER BY page.score, page.id;
+
+-- word index, newest
+WITH cand AS MATERIALIZED
+(SELECT messages_fts.rowid AS id, messages_fts.rank AS score
+FROM messages_fts JOIN messages AS m ON m.id = messages_fts.rowid
+WHERE (messages_fts MATCH :match) AND (m.active = 1 OR m.compacted = 1) ORDER BY messages_fts.rowid DESC
+ LIMIT :window OFFSET 0),
+page AS MATERIALIZED
+(SELECT cand.id AS id, cand.score AS score, m.timestamp AS timestamp
+FROM cand JOIN messages AS m ON m.id = cand.id ORDER BY m.timestamp DESC, cand.score, cand.id
+ LIMIT :limit OFFSET :offset)
+ SELECT m.id, m.session_id, m.role, (SELECT snippet(messages_fts, -1, '>>>', '<<<', '...', 40) AS snippet_1
+FROM messages_fts
+WHERE (messages_fts MATCH :match) AND messages_fts.rowid = page.id) AS snippet, m.timestamp, m.tool_name, s.source, s.model, s.started_at AS session_started
+FROM page JOIN messages AS m ON m.id = page.id JOIN sessions AS s ON s.id = m.session_id ORDER BY page.timestamp DESC, page.score, page.id;
+
+-- word index, oldest, every filter
+WITH cand AS MATERIALIZED
+(SELECT messages_fts.rowid AS id, messages_fts.rank AS score
+FROM messages_fts JOIN messages AS m ON m.id = messages_fts.rowid JOIN sessions AS s ON s.id = m.session_id
+WHERE (messages_fts MATCH :match) AND s.source IN (__[POSTCOMPILE_sources]) AND (s.source NOT IN (__[POSTCOMPILE_excluded])) AND m.role IN (__[POSTCOMPILE_roles]) AND (m.active = 1 OR m.compacted = 1) AND (EXISTS (SELECT 1
+FROM hermes_store_session_tags AS st0
+WHERE st0.session_id = m.session_id AND st0.tag = :tag_0)) AND (EXISTS (SELECT 1
+FROM hermes_store_session_tags AS st1
+WHERE st1.session_id = m.session_id AND st1.tag = :tag_1)) ORDER BY messages_fts.rowid ASC
+ LIMIT :window OFFSET 0),
+page AS MATERIALIZED
+(SELECT cand.id AS id, cand.score AS score, m.timestamp AS timestamp
+FROM cand JOIN messages AS m ON m.id = cand.id ORDER BY m.timestamp ASC, cand.score, cand.id
+ LIMIT :limit OFFSET :offset)
+ SELECT m.id, m.session_id, m.role, (SELECT snippet(messages_fts, -1, '>>>', '<<<', '...', 40) AS snippet_1
+FROM messages_fts
+WHERE (messages_fts MATCH :match) AND messages_fts.rowid = page.id) AS snippet, m.timestamp, m.tool_name, s.source, s.model, s.started_at AS session_started
+FROM page JOIN messages AS m ON m.id = page.id JOIN sessions AS s ON s.id = m.session_id ORDER BY page.timestamp ASC, page.score, page.id;
+
+-- trigram index, oldest, the oldest window (zero-hit retry)
+WITH cand AS MATERIALIZED
+(SELECT messages_fts_trigram.rowid AS id, messages_fts_trigram.rank AS score
+FROM messages_fts_trigram JOIN messages AS m ON m.id = messages_fts_trigram.rowid
+WHERE (messages_fts_trigram MATCH :match) AND messages_fts_trigram.rowid <= :ceiling AND (m.active = 1 OR m.compacted = 1) ORDER BY (+ messages_fts_trigram.rowid) ASC
+ LIMIT :window OFFSET 0),
+page AS MATERIALIZED
+(SELECT cand.id AS id, cand.score AS score, m.timestamp AS timestamp
+FROM cand JOIN messages AS m ON m.id = cand.id ORDER BY m.timestamp ASC, cand.score, cand.id
+ LIMIT :limit OFFSET :offset)
+ SELECT m.id, m.session_id, m.role, (SELECT snippet(messages_fts_trigram, -1, '>>>', '<<<', '...', 40) AS snippet_1
+FROM messages_fts_trigram
+WHERE (messages_fts_trigram MATCH :match) AND messages_fts_trigram.rowid = page.id) AS snippet, m.timestamp, m.tool_name, s.source, s.model, s.started_at AS session_started
+FROM page JOIN messages AS m ON m.id = page.id JOIN sessions AS s ON s.id = m.session_id ORDER BY page.timestamp ASC, page.score, page.id;
