@@ -236,6 +236,16 @@ def _matches_text(shape: ReadingShape, prefix: str) -> str:
     return str(_matches(shape, m, prefix).compile(dialect=_TEXT_DIALECT))
 
 
+def _loose_tsquery_sql(term: Term, params: dict[str, Any]) -> str:
+    """The AND of a positive `term`'s words as SQL text (every row holding the term as a
+    phrase holds them, in any order), its values added to `params`."""
+    parsed: Parsed = [[(False, term)]]
+    prefix = f"w{len(params)}_"
+    params.update(tsquery_params(parsed, prefix))
+    query = _tsquery(reading_shape(parsed), prefix, loose=True)
+    return str(query.compile(dialect=_TEXT_DIALECT))
+
+
 def _matches_sql(parsed: Parsed, params: dict[str, Any]) -> str:
     """`_matches` for `parsed` as SQL text, its values added to `params` (the literal
     tier's statements)."""
@@ -1168,7 +1178,7 @@ class PostgresSearch(SearchBackend):
             if words:
                 term = Term(literal, prefix=False, phrase=True)
                 tool = "m.t IS NULL AND " if trigram else ""
-                arms.append(f"{tool}m.v @@ {_positive(_words_sql(term, params))}")
+                arms.append(f"{tool}m.v @@ {_loose_tsquery_sql(term, params)}")
             if not arms:  # no index: every row of the scan is checked
                 arms.append("m.t IS NOT NULL" if len(literal) >= TRIGRAM_CHARS else "true")
             counts.append(f"count(*) FILTER (WHERE {' OR '.join(f'({a})' for a in arms)})")
