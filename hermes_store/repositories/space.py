@@ -31,6 +31,7 @@ from typing import TypedDict
 
 from sqlalchemy import Connection, text
 
+from ..backends import dialect_for
 from ..contract import FTS5_SHADOW_SUFFIXES, PG_SEARCH_INDEXES
 from ..errors import InvalidInput
 from ..store import Store
@@ -239,7 +240,7 @@ def _pg_objects(conn: Connection) -> tuple[str, int | None, int | None, list[Spa
 
 def _row_bytes(conn: Connection) -> tuple[str, str]:
     """(SQL of a message's bytes, SQL of its content's bytes)."""
-    if conn.dialect.name == "postgresql":
+    if dialect_for(conn).system_catalogues:
         size = "coalesce(pg_column_size({}), 0)"
     else:
         size = "coalesce(" + _octets(conn, "{}") + ", 0)"
@@ -324,7 +325,7 @@ def space_report(
         or not 0 <= scan_seconds < float("inf")
     ):
         raise InvalidInput(f"scan_seconds must be a number >= 0, not {scan_seconds!r}")
-    if conn.dialect.name == "postgresql":
+    if dialect_for(conn).system_catalogues:
         method, total, free, objects = _pg_objects(conn)
     else:
         method, total, free, objects = _sqlite_objects(conn)

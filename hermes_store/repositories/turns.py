@@ -33,10 +33,10 @@ from typing import TypeVar
 
 from sqlalchemy import Connection, text
 
+from ..backends import dialect_for
 from ..contract import TURNS_TABLE, TURNS_TTL_COLUMN
 from ..errors import InvalidInput, StaleTurn, TurnHeld
 from ..store import Store
-from ._dialect import repository_sql
 from ._own_tables import needing
 
 T = TypeVar("T")
@@ -88,7 +88,7 @@ class Turn:
 
 
 def _now(conn: Connection) -> float:
-    return repository_sql(conn).clock(conn)
+    return dialect_for(conn).sql.clock(conn)
 
 
 def _shown(value: object) -> str:
@@ -153,7 +153,7 @@ def require_turn(conn: Connection, session_id: str, token: int) -> None:
     """Refuse the write this transaction is making unless `token` is the session's
     current turn token and the turn is not released (StaleTurn). Call it inside the
     write transaction, before anything is written; the row stays locked until commit."""
-    stmt = text(_READ + repository_sql(conn).share_lock)
+    stmt = text(_READ + dialect_for(conn).sql.share_lock)
     row = conn.execute(stmt, {"s": session_id}).first()
     if row is None:
         raise StaleTurn(session_id, token, 0, "no turn was ever granted for the session")
@@ -166,7 +166,7 @@ def require_turn(conn: Connection, session_id: str, token: int) -> None:
 
 def _locked(conn: Connection, session_id: str) -> tuple[str | None, int, float, float | None]:
     conn.execute(_ENSURE, {"s": session_id})
-    stmt = text(_READ + repository_sql(conn).update_lock)
+    stmt = text(_READ + dialect_for(conn).sql.update_lock)
     row = conn.execute(stmt, {"s": session_id}).one()
     return row[0], int(row[1]), float(row[2]), None if row[3] is None else float(row[3])
 

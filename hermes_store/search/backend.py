@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Literal
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
-from ..backends import bundle, dialect_for
+from ..backends import dialect_for, dialect_named
 from ..errors import SearchTimedOut
 from . import limits
 from .common import Edge, Filters, attach_context, fetch_rows, like_clauses, like_snippet, row_dicts
@@ -62,7 +62,7 @@ class SearchBackend:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if cls.dialect is not None:
-            bundle(cls.dialect).search = cls
+            dialect_named(cls.dialect).search = cls
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
