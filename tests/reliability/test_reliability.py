@@ -875,7 +875,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("hermes_store/encryption.py", "unlock", "key"): "PRAGMA key operand built by _literal",
     # the schema names "main" and the one sqlite_encrypt attaches, both its own constants
     ("hermes_store/sqlite_encrypt.py", "_counts", "schema"): "main or the module's own name",
-    # checked against the four literal checkpoint modes (StoreBackend.checkpoint) first
+    # checked against the four literal checkpoint modes (StoreDialect.checkpoint) first
     ("hermes_store/store_backends.py", "checkpoint", "mode"): "validated against a fixed set",
     # model table names (metadata.tables) handed over by drop_reflection_gaps
     ("hermes_store/dialects.py", "_fk_ondelete", "table"): "model table names",
