@@ -67,7 +67,7 @@ def without_write_lock(store: Store) -> None:
     """Let this PostgreSQL store's writes run side by side (row locks still apply)."""
     assert store.dialect == "postgresql"
     store._write_lock = _NoLock()  # type: ignore[assignment]
-    store._backend.write_lock = store._write_lock
+    store._runtime.write_lock = store._write_lock
 
 
 def async_engine(url: str) -> AsyncEngine:
@@ -104,7 +104,7 @@ class NativeAsyncStore(aio.AsyncStore):
         store = await greenlet_spawn(lambda: Store(url, engine=engine.sync_engine))
         lock = _LoopLock() if serialise_writes else _NoLock()
         store._write_lock = lock  # type: ignore[assignment]
-        store._backend.write_lock = lock  # type: ignore[assignment]
+        store._runtime.write_lock = lock  # type: ignore[assignment]
         opened = cls(store=store, workers=1)
         opened.engine = engine
         return opened

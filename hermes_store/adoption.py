@@ -20,7 +20,7 @@ from .backends import dialect_for
 from .config import SCHEMA_VERSION
 from .contract import FTS_TABLE
 from .contract import VERSION_TABLE as VERSION_TABLE
-from .dialects import Backend
+from .dialects import MigrationDialect
 from .inventory import INVENTORY as INVENTORY
 from .search.layout import classify
 
@@ -44,7 +44,7 @@ class DatabaseShape:
 class _Probe:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
-        self.backend: Backend = dialect_for(conn).migration
+        self.backend: MigrationDialect = dialect_for(conn).migration
         self._columns: dict[str, dict[str, tuple[int, int]]] = {}
         self.tables, self.indexes = self.backend.catalogue(conn)
 

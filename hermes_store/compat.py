@@ -349,7 +349,7 @@ class SessionDB:
     # -- the original's internals ---------------------------------------------------------
 
     def _sqlite_only(self, feature: str) -> None:
-        if self._store.dialect != "sqlite":
+        if not self._store.dialect.in_process:
             raise SQLiteOnly(f"SessionDB.{feature}", _INSTEAD[feature])
 
     @property

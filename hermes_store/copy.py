@@ -66,7 +66,7 @@ from .backends import dialect_for
 from .config import SCHEMA_VERSION, resolve_url, shown_url, sqlite_path
 from .contract import FTS_TABLE, FTS_TRASH_PREFIX, NOT_COPIED_TABLES, VERSION_TABLE
 from .contract import META_FTS_LOCAL_KEYS as FTS_LOCAL_KEYS
-from .dialects import Backend
+from .dialects import MigrationDialect
 from .engine import make_engine
 from .errors import CopyError, CopyValueError
 from .models import metadata
@@ -463,7 +463,7 @@ def _create_telegram_tables(conn: Connection, specs: list[_Spec]) -> None:
 
 @contextmanager
 def _target_connection(engine: Engine) -> Iterator[Connection]:
-    """A connection for the copy's write transactions (see Backend.copy_target)."""
+    """A connection for the copy's write transactions (see MigrationDialect.copy_target)."""
     with engine.connect() as conn:
         yield dialect_for(conn).migration.copy_target(conn)
 
@@ -473,7 +473,7 @@ def _check_values(
     rows: Sequence[tuple[Any, ...]],
     types: dict[str, str],
     target: str,
-    backend: Backend,
+    backend: MigrationDialect,
 ) -> None:
     """Fail before a batch is written if the target cannot hold one of its values as it
     is; the error names the row and the column."""

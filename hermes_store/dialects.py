@@ -1,8 +1,8 @@
 """What differs between SQLite and PostgreSQL when hermes-store migrates, adopts, checks
-and copies a database: one class per backend, registered in the one
-dialect bundle (backends.py) and reached as `dialect_for(bind).migration`. Every such
-difference of `migrate`, `adoption` and `copy` lives here, once; those modules stay
-written once for both.
+and copies a database: the `migration` part of each dialect (backends.py), one
+`MigrationDialect` per database kind, reached as `dialect_for(bind).migration`. Every
+such difference of `migrate`, `adoption` and `copy` lives here or in the dialect's
+capabilities, once; those modules stay written once for both.
 
 The revisions have their own frozen counterpart (migrations/_dialects.py): what a
 released revision does must not follow changes made here.
@@ -22,7 +22,7 @@ from alembic.operations import ops
 from sqlalchemy import Connection, Engine, Identity, inspect, text
 from sqlalchemy.sql.elements import ColumnElement
 
-from .backends import bundle
+from .backends import dialect_named
 from .contract import PG_MIGRATION_LOCK
 from .errors import CopyError, FTSUnavailable, MigrationError, NotAHermesDatabase
 from .models import metadata
@@ -43,13 +43,10 @@ _PG_TEXT_TYPES = {"text", "character varying", "character"}
 _PG_FLOAT_TYPES = {"double precision", "real"}
 
 
-class Backend(ABC):
-    """The interface; see SQLiteBackend and PostgreSQLBackend for what each does."""
+class MigrationDialect(ABC):
+    """The interface; see SQLiteMigrationDialect and PostgreSQLMigrationDialect."""
 
     name: ClassVar[str]
-    #: SQLite keeps FTS5 indexes (triggers, a chunked backfill, an integrity check);
-    #: PostgreSQL's generated column needs none of that.
-    has_fts5: ClassVar[bool]
     #: PostgreSQL checks a foreign key at every statement (SQLite's copy target has them
     #: off): a row whose parent comes later in key order is linked afterwards.
     checks_foreign_keys_per_statement: ClassVar[bool]
@@ -128,9 +125,8 @@ class Backend(ABC):
         return None
 
 
-class SQLiteBackend(Backend):
+class SQLiteMigrationDialect(MigrationDialect):
     name = "sqlite"
-    has_fts5 = True
     checks_foreign_keys_per_statement = False
 
     def catalogue(self, conn: Connection) -> tuple[set[str], set[str]]:
@@ -354,9 +350,8 @@ def _session_ids_digest(conn: Connection) -> str | None:
     return digest.hexdigest()
 
 
-class PostgreSQLBackend(Backend):
+class PostgreSQLMigrationDialect(MigrationDialect):
     name = "postgresql"
-    has_fts5 = False
     checks_foreign_keys_per_statement = True
 
     def catalogue(self, conn: Connection) -> tuple[set[str], set[str]]:
@@ -473,5 +468,5 @@ class PostgreSQLBackend(Backend):
                 )
 
 
-bundle("sqlite").migration = SQLiteBackend()
-bundle("postgresql").migration = PostgreSQLBackend()
+dialect_named("sqlite").migration = SQLiteMigrationDialect()
+dialect_named("postgresql").migration = PostgreSQLMigrationDialect()

@@ -48,7 +48,6 @@ from .contract import (
 )
 from .contract import PG_MIGRATION_LOCK as PG_MIGRATION_LOCK
 from .contract import VERSION_TABLE as VERSION_TABLE
-from .dialects import PostgreSQLBackend
 from .engine import (
     check_writable,
     journal_choice,
@@ -258,11 +257,11 @@ def migration_run(
     a newer database and one the backend does not migrate; stamps an adopted one. The
     shape found under the lock is left in `cfg.attributes[LOCKED_SHAPE_ATTR]`: another
     process may have migrated the database while this one waited."""
-    backend = dialect_for(connection).migration
+    dialect = dialect_for(connection)
+    backend = dialect.migration
     # SQLite's BEGIN IMMEDIATE is waited for by the retry around the run; PostgreSQL's
     # advisory lock here
-    on_a_server = isinstance(backend, PostgreSQLBackend)
-    waiting = _pg_migration_lock(connection, cfg) if on_a_server else nullcontext()
+    waiting = nullcontext() if dialect.in_process else _pg_migration_lock(connection, cfg)
     with waiting, backend.migration_transaction(connection, run):
         shape = adoption.inspect_shape(connection)
         cfg.attributes[LOCKED_SHAPE_ATTR] = shape
@@ -271,7 +270,7 @@ def migration_run(
         if newer is not None:
             raise newer
         backend.refuse(shape)
-        cfg.attributes[FTS_REBUILT_LATER_ATTR] = backend.has_fts5 and _run_reaches_head(run)
+        cfg.attributes[FTS_REBUILT_LATER_ATTR] = dialect.fts5 and _run_reaches_head(run)
         if adopt and shape.kind == "legacy":
             _adopt(connection, run, shape)
         yield
@@ -536,7 +535,8 @@ def upgrade(
         if before_writing is not None:
             before_writing()
         engine = make_engine(resolved)
-    backend = dialect_for(engine).migration
+    dialect = dialect_for(engine)
+    backend = dialect.migration
     waiter = lock_waiter(resolved, engine, wait, on_wait, every=wait_report_every)
     policy = WaitingRetry.for_waiter(waiter)
     locked: list[adoption.DatabaseShape] = []
@@ -580,11 +580,11 @@ def upgrade(
             if not (_at_head(shape) and revision in ("head", HEAD)):
                 policy.run(migrate)
             migration_s = time.monotonic() - migration_started
-            if _reaches_fts_layout(revision) and backend.has_fts5:
+            if _reaches_fts_layout(revision) and dialect.fts5:
                 policy.run(repair_triggers)
             backfill: maintenance.BackfillStats | None = None
             backfill_started = time.monotonic()
-            if backend.has_fts5 and not defer_fts_backfill and _reaches_fts_layout(revision):
+            if dialect.fts5 and not defer_fts_backfill and _reaches_fts_layout(revision):
                 backfill = maintenance.BackfillStats()
                 maintenance.run_backfill(
                     engine,

@@ -7,12 +7,13 @@ itself answers in 1-5 us. A `Prepared` keeps the statement written once as a Cor
 construct (so the SQL still comes from the models' tables and the per-dialect compilers)
 but compiles it a single time per dialect and then:
 
-- on SQLite, executes the compiled string on the driver connection of the unit of
-  work's connection, inside its transaction (`engine.driver_run`: errors raised as
+- on a database in the process (SQLite: the dialect's `in_process`, backends.py),
+  executes the compiled string on the driver connection of the unit of work's
+  connection, inside its transaction (`engine.driver_run`: errors raised as
   SQLAlchemy's, cursor-execute listeners still called);
-- on PostgreSQL, hands the compiled string to `Connection.exec_driver_sql`, which keeps
-  SQLAlchemy's disconnect handling and events (a network round trip dwarfs the
-  difference there).
+- on a server (PostgreSQL), hands the compiled string to `Connection.exec_driver_sql`,
+  which keeps SQLAlchemy's disconnect handling and events (a network round trip dwarfs
+  the difference there).
 
 Only statements with plain bound parameters can be prepared: no expanding IN lists and no
 literal-execute parameters, which must be rendered per call (`Prepared` refuses them when
@@ -30,6 +31,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.compiler import Compiled
 
+from .backends import NAMES, dialect_named
 from .engine import driver_run
 
 T = TypeVar("T")
@@ -38,7 +40,7 @@ _NO_PARAMS: dict[str, Any] = {}
 
 
 class _Compiled:
-    __slots__ = ("sql", "names", "defaults", "positional")
+    __slots__ = ("sql", "names", "defaults", "positional", "at_driver")
 
     def __init__(self, compiled: Compiled, dialect: Dialect) -> None:
         if "POSTCOMPILE" in compiled.string:
@@ -48,6 +50,8 @@ class _Compiled:
             )
         self.sql = compiled.string
         self.positional = bool(dialect.positional)
+        # a dialect hermes-store does not run on is only ever compiled for (`Prepared.sql`)
+        self.at_driver = dialect.name in NAMES and dialect_named(dialect.name).in_process
         self.names: tuple[str, ...] = tuple(getattr(compiled, "positiontup", None) or ())
         # Values the statement was built with (constants); a parameter declared without a
         # value must be given by every call, so a misspelt name fails instead of binding NULL
@@ -93,9 +97,9 @@ class Prepared:
         result (PostgreSQL); both offer fetchone, fetchall, rowcount and close."""
         compiled = self._compiled(conn.dialect)
         bound = compiled.bind(params)
-        if conn.dialect.name != "sqlite":
-            return consume(conn.exec_driver_sql(compiled.sql, bound))
-        return driver_run(conn, compiled.sql, bound, consume)
+        if compiled.at_driver:
+            return driver_run(conn, compiled.sql, bound, consume)
+        return consume(conn.exec_driver_sql(compiled.sql, bound))
 
     def rows(self, conn: Connection, params: Params = _NO_PARAMS) -> list[tuple[Any, ...]]:
         return self._execute(conn, params, _all_tuples)

@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from .backends import dialect_for
 from .contract import OWN_TABLE_PREFIX, VERSION_TABLE
 
 
@@ -119,12 +120,13 @@ def diff(expected: dict[str, Any], actual: dict[str, Any]) -> str:
 
 def dump_text(conn: Connection, *, own_tables: bool = False) -> str:
     """The schema behind `conn` as text: DDL-like, one object per block."""
-    if conn.dialect.name == "postgresql":
+    dialect = dialect_for(conn)
+    if dialect.system_catalogues:
         blocks = _pg_blocks(conn, own_tables)
     else:
         blocks = _sqlite_blocks(snapshot(conn, own_tables=own_tables))
     left_out = VERSION_TABLE if own_tables else f"{OWN_TABLE_PREFIX}* tables"
-    header = f"-- hermes-store schema ({conn.dialect.name}), without {left_out}\n"
+    header = f"-- hermes-store schema ({dialect.name}), without {left_out}\n"
     return header + "\n".join(f"{block}\n" for block in blocks)
 
 

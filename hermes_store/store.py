@@ -14,9 +14,9 @@ an append costs in SQLite itself, and the repositories only ever send Core state
 ORM users bind a Session to the connection they are given (`orm.Session(bind=conn)`).
 
 What differs per dialect (the writer connection, damage and the FTS repair on SQLite,
-an unanswered COMMIT on PostgreSQL, checkpoints) is the StoreBackend's, in
-store_backends.py, picked from the engine's dialect bundle (backends.py); this module is
-written once for both.
+an unanswered COMMIT on PostgreSQL, checkpoints) is the dialect's `store` part
+(`StoreDialect`, store_backends.py); the store resolves its dialect (backends.py) once,
+when it opens, as `store.dialect`. This module is written once for both.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from sqlalchemy.exc import DBAPIError, PendingRollbackError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import QueuePool
 
-from .backends import dialect_for
+from .backends import Dialect, dialect_for
 from .config import SCHEMA_VERSION, JournalPolicy, resolve_url, sqlite_path
 from .encryption import Key, KeyRegistration, KeySource, forget_key, register_key
 from .engine import BEGIN_MODE, make_engine
@@ -57,7 +57,7 @@ from .redaction import RedactionPolicy
 from .repository_set import Repositories
 from .retry import DEFAULT_RETRY, RetryPolicy
 from .sqlite_damage import where
-from .store_backends import StoreBackend
+from .store_backends import StoreDialect
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +99,9 @@ class StoreOptions(TypedDict, total=False):
 class Store(Repositories):
     """A database opened for the repositories: one engine, its pooled connections, and
     units of work (`read`, `write`) run under the retry policy; what differs per dialect is
-    the dialect bundle's store part (store_backends.py). Its repositories are attributes,
-    built on first use (`store.sessions`, `store.messages`, ...: `Repositories`).
+    its dialect's (`store.dialect`, resolved once when it opens; the run-time part is
+    store_backends.py's). Its repositories are attributes, built on first use
+    (`store.sessions`, `store.messages`, ...: `Repositories`).
 
     Args:
         url: a database URL or a SQLite path (default: $HERMES_STORE_URL, else
@@ -168,7 +169,9 @@ class Store(Repositories):
             self._writer = self.engine.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
             self._write_lock = threading.Lock()
             self._count_lock = threading.Lock()
-            self._backend: StoreBackend = dialect_for(self.engine).store(
+            #: What differs between SQLite and PostgreSQL (backends.py), picked once here
+            self.dialect: Dialect = dialect_for(self.engine)
+            self._runtime: StoreDialect = self.dialect.store(
                 self.engine, self.url, read_only=read_only, retry=retry, write_lock=self._write_lock
             )
             self._write_conn: Connection | None = None
@@ -241,13 +244,8 @@ class Store(Repositories):
             raise ReadOnlyStore(where(self.url))
 
     @property
-    def dialect(self) -> str:
-        """The SQLAlchemy dialect name of the engine: 'sqlite' or 'postgresql'."""
-        return self.engine.dialect.name
-
-    @property
     def _server(self) -> str | None:
-        return self._backend.server
+        return self._runtime.server
 
     @property
     def write_lock(self) -> threading.Lock:
@@ -260,7 +258,7 @@ class Store(Repositories):
         """The connection a write goes through: kept between writes (under the write
         lock) where the backend says so, else checked out per write; a connection a
         restart or a pooler left half-dead fails the attempt, which is retried."""
-        if not self._backend.keeps_writer_connection:
+        if not self._runtime.keeps_writer_connection:
             return self._writer.connect()
         conn = self._write_conn
         if conn is None or conn.closed or conn.invalidated:
@@ -286,9 +284,9 @@ class Store(Repositories):
 
         # PostgreSQL: a retry after a COMMIT that got no answer first asks the server
         # whether it was applied (pg_faults), so the work is never applied twice
-        once = self._backend.write_once()
+        once = self._runtime.write_once()
 
-        lock = self._write_lock if self._backend.serialises_writes else nullcontext()
+        lock = self._write_lock if self._runtime.serialises_writes else nullcontext()
         started = time.monotonic()
 
         def attempt() -> tuple[T, int]:
@@ -305,11 +303,11 @@ class Store(Repositories):
                             result = work(conn)
                             if once is not None:
                                 once.before_commit(conn, result)
-                        changed = self._backend.before_commit(conn, started)
+                        changed = self._runtime.before_commit(conn, started)
                 finally:
                     if changed:
-                        self._backend.after_commit(conn)
-                    if not self._backend.keeps_writer_connection:
+                        self._runtime.after_commit(conn)
+                    if not self._runtime.keeps_writer_connection:
                         conn.close()  # back to the pool
                 with self._count_lock:  # concurrent writers must not lose counts
                     self._writes += 1
@@ -319,13 +317,13 @@ class Store(Repositories):
             in_doubt = None if once is None else lambda: once.in_doubt
             return self.retry.run(attempt, server=self._server, in_doubt=in_doubt)
 
-        self._backend.refuse_writes()
-        repairs = self._backend.repairs_done()
+        self._runtime.refuse_writes()
+        repairs = self._runtime.repairs_done()
         with self._typed_errors(started):
             try:
                 result, writes = run()
             except DBAPIError as exc:
-                if not self._backend.repaired_after(exc, repairs):
+                if not self._runtime.repaired_after(exc, repairs):
                     raise
                 result, writes = run()
         if self.checkpoint_every and writes % self.checkpoint_every == 0:
@@ -344,7 +342,7 @@ class Store(Repositories):
         except (DBAPIError, PendingRollbackError) as exc:
             # PendingRollbackError: a statement sent after the connection was lost (code
             # inside a `with store.read()` block that went on after the first error)
-            typed = self._backend.typed_error(exc) or self._backend.lock_error(
+            typed = self._runtime.typed_error(exc) or self._runtime.lock_error(
                 exc, time.monotonic() - started
             )
             if typed is None:
@@ -399,7 +397,7 @@ class Store(Repositories):
     def _vetted_connection(self) -> Connection:
         conn = self.engine.connect()
         try:
-            self._backend.vet_for_block(conn)
+            self._runtime.vet_for_block(conn)
         except BaseException:
             conn.close()
             raise
@@ -417,7 +415,7 @@ class Store(Repositories):
                 try:
                     if not conn.in_transaction():  # vetting began it
                         conn.begin()
-                    self._backend.start_read(conn)
+                    self._runtime.start_read(conn)
                     yield conn
                 except DBAPIError:
                     conn.rollback()  # before the error is examined
@@ -433,7 +431,7 @@ class Store(Repositories):
         Args:
             mode: the WAL checkpoint mode: PASSIVE, FULL, RESTART or TRUNCATE.
         """
-        self._backend.checkpoint(mode)
+        self._runtime.checkpoint(mode)
 
     @property
     def writes(self) -> int:

@@ -1,6 +1,7 @@
-"""What a Store does differently on SQLite and on PostgreSQL at run time: one class each,
-registered in the one dialect bundle (backends.py) as `dialect_for(engine).store`.
-`store.py` is written once for both and asks its backend:
+"""What a Store does differently on SQLite and on PostgreSQL at run time: the `store` part
+of each dialect (backends.py), one `StoreDialect` class per database kind, of which the
+Store makes one instance when it opens (`store.dialect.store`). `store.py` is written
+once for both and asks it:
 
 - which connection a write goes through (SQLite keeps one, a server's is checked out
   per write so the pool vets it),
@@ -27,7 +28,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from . import pg_faults
-from .backends import bundle
+from .backends import dialect_named
 from .engine import (
     BUSY_TIMEOUT_S,
     readers_block_commits,
@@ -66,7 +67,7 @@ def readers_wait_s() -> float:
     return budget / 1000 + READER_GRACE_S
 
 
-class StoreBackend:
+class StoreDialect:
     """The interface, with the behaviour of a backend that needs nothing special."""
 
     #: True: one writer connection is kept between writes (under the store's write lock).
@@ -140,7 +141,7 @@ class StoreBackend:
             raise ValueError(f"unknown checkpoint mode {mode!r}")
 
 
-class PostgreSQLStoreBackend(StoreBackend):
+class PostgreSQLStoreDialect(StoreDialect):
     """Writes run side by side (row locks serialise those on one session), each on a
     connection checked out without a ping: a connection the server dropped fails the
     attempt, which the retry policy runs again on a fresh one (with the COMMIT check)."""
@@ -174,7 +175,7 @@ def _read_only_transaction(exc: Exception) -> bool:
     return getattr(orig, "sqlstate", None) == "25006"
 
 
-class SQLiteStoreBackend(StoreBackend):
+class SQLiteStoreDialect(StoreDialect):
     """Damage: a write that fails on a damaged FTS index gets one in-place rebuild of the
     indexes per Store and is retried (the original's rule); any other damage SQLite
     reports raises DatabaseCorrupt after the rollback, and from then on every write is
@@ -373,5 +374,5 @@ class SQLiteStoreBackend(StoreBackend):
                 transaction.rollback()
 
 
-bundle("sqlite").store = SQLiteStoreBackend
-bundle("postgresql").store = PostgreSQLStoreBackend
+dialect_named("sqlite").store = SQLiteStoreDialect
+dialect_named("postgresql").store = PostgreSQLStoreDialect

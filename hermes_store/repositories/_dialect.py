@@ -1,13 +1,14 @@
 """The one place repositories ask which database they are on.
 
-What the repositories run differently is the `sql` part of each dialect bundle
-(hermes_store/backends.py): `SQLiteSQL` and `PostgreSQLSQL` below, reached through the
-module functions (`lock_session`, `upsert_insert`, ...) so that callers pass only their
-connection. Row locking: where SQLite relies on BEGIN IMMEDIATE (one writer at a time),
-PostgreSQL runs READ COMMITTED and a read-then-write takes the session's row lock first
-(`lock_session`). SQL functions that differ are small expression classes compiled per
-dialect (SQLAlchemy's own registry, `@compiles`), so repository queries stay written
-once.
+What the repositories run differently is the `sql` part of each dialect
+(hermes_store/backends.py): `SQLiteSQLDialect` and `PostgreSQLSQLDialect` below, reached
+as `dialect_for(conn).sql` (`store.dialect.sql` where a store is at hand) or through the
+helpers of one connection below (`lock_session`, `upsert_insert`, ...), so that callers
+pass only their connection. Row locking: where SQLite relies on BEGIN IMMEDIATE (one
+writer at a time), PostgreSQL runs READ COMMITTED and a read-then-write takes the
+session's row lock first (`lock_session`). SQL functions that differ are small expression
+classes compiled per dialect (SQLAlchemy's own registry, `@compiles`), so repository
+queries stay written once.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import Function, FunctionElement
 
 from .. import pg_faults
-from ..backends import bundle, dialect_for
+from ..backends import dialect_for, dialect_named
 from ..contract import (
     APPEND_BUSY,
     APPEND_CLOSED,
@@ -38,8 +39,8 @@ from ..prepared import Prepared
 from ..search.common import row_dicts
 
 
-class RepositorySQL:
-    """The repositories' dialect differences; see SQLiteSQL and PostgreSQLSQL."""
+class SQLDialect:
+    """The repositories' dialect differences; see SQLiteSQLDialect, PostgreSQLSQLDialect."""
 
     #: The INSERT constructor whose `on_conflict_do_update` and `excluded` the upserts
     #: use (both dialects spell the upsert the same way).
@@ -80,7 +81,7 @@ class RepositorySQL:
         return None
 
 
-class SQLiteSQL(RepositorySQL):
+class SQLiteSQLDialect(SQLDialect):
     """No locks to take: the write transaction began IMMEDIATE and holds the database's
     write lock. The size is the file's pages (not its -wal file)."""
 
@@ -90,7 +91,7 @@ class SQLiteSQL(RepositorySQL):
         return None if pages is None or page_size is None else int(pages) * int(page_size)
 
 
-class PostgreSQLSQL(RepositorySQL):
+class PostgreSQLSQLDialect(SQLDialect):
     """A session's row lock, a transaction-scoped advisory lock per name, and
     pg_database_size."""
 
@@ -175,24 +176,14 @@ _COLUMNS_OF_MESSAGES = (
 )
 
 
-bundle("sqlite").sql = SQLiteSQL()
-bundle("postgresql").sql = PostgreSQLSQL()
-
-
-def sql_named(dialect: str) -> RepositorySQL:
-    """The repositories' SQL parts of the dialect called `dialect` (a Store's `dialect`)."""
-    return bundle(dialect).sql
-
-
-def repository_sql(conn: Connection) -> RepositorySQL:
-    """The repositories' SQL parts of `conn`'s dialect."""
-    return dialect_for(conn).sql
+dialect_named("sqlite").sql = SQLiteSQLDialect()
+dialect_named("postgresql").sql = PostgreSQLSQLDialect()
 
 
 def upsert_insert(conn: Connection, entity: Any) -> sqlite.Insert | postgresql.Insert:
     """An INSERT that supports ON CONFLICT for the dialect `conn` is bound to; callers
     stay dialect-neutral as long as they only pick the constructor here."""
-    return repository_sql(conn).insert(entity)
+    return dialect_for(conn).sql.insert(entity)
 
 
 def lock_session(conn: Connection, session_id: str) -> bool:
@@ -205,25 +196,25 @@ def lock_session(conn: Connection, session_id: str) -> bool:
     lock's statement shows up in the next one, unlocked, and a unit of work that acted on
     it would run beside another holding the row lock (two appends' ids interleaved).
     Always True on SQLite, where the caller's own read decides."""
-    return repository_sql(conn).lock_session(conn, session_id)
+    return dialect_for(conn).sql.lock_session(conn, session_id)
 
 
 def lock_key(conn: Connection, key: str) -> None:
     """Serialise units of work on a name that has no row yet (a title, a lock name):
     a transaction-scoped advisory lock on PostgreSQL, nothing on SQLite."""
-    repository_sql(conn).lock_key(conn, key)
+    dialect_for(conn).sql.lock_key(conn, key)
 
 
 def message_columns(conn: Connection) -> tuple[str, ...] | None:
     """The columns a whole-row read of `messages` names (None: `*`): on PostgreSQL every
     column but the search vector, on SQLite `*`, which has no such column."""
-    return repository_sql(conn).message_columns(conn)
+    return dialect_for(conn).sql.message_columns(conn)
 
 
 def database_size(conn: Connection) -> int | None:
     """Bytes the database takes: SQLite's pages (not its -wal file), PostgreSQL's
     pg_database_size."""
-    return repository_sql(conn).database_size(conn)
+    return dialect_for(conn).sql.database_size(conn)
 
 
 class PreparedUpsert:

@@ -57,7 +57,6 @@ from ..contract import (
 )
 from ..errors import ChangeCursorExpired, InvalidInput
 from ..models import ChangeRecord, FeedState
-from ._dialect import sql_named
 from ._own_tables import needing
 
 if TYPE_CHECKING:
@@ -571,7 +570,7 @@ class ChangeFeed:
         # listening starts before the first read, so a commit between them still wakes us
         waiter: _Waiter = (
             _Listener(self.store.url, stop)
-            if sql_named(self.store.dialect).pushes_changes
+            if self.store.dialect.sql.pushes_changes
             else _Sleeper(stop)
         )
         try:
@@ -616,7 +615,7 @@ class ChangeFeed:
         idle = _check_idle_timeout(idle_timeout)
         runner = run or _to_thread
         listener = _AsyncListener()
-        if sql_named(self.store.dialect).pushes_changes:
+        if self.store.dialect.sql.pushes_changes:
             await listener.start(self.store.url)
         try:
             paging = _Paging(self, cursor, n, idle)

@@ -50,8 +50,9 @@ class HousekeepingRepository:
         self._meta = MetaRepository(store)
 
     @property
-    def _sqlite(self) -> bool:
-        return self.store.dialect == "sqlite"
+    def _fts5(self) -> bool:
+        """The word index is FTS5 (SQLite): layouts, backfills, rebuilds, optimising."""
+        return self.store.dialect.fts5
 
     # ------------------------------------------------------------------ search index
 
@@ -73,7 +74,7 @@ class HousekeepingRepository:
 
     def fts_rebuild_step(self) -> dict[str, Any] | None:
         """One chunk (<= 500 ids) of a pending backfill; the status afterwards, or None."""
-        if self._sqlite and not self.store.read_only:
+        if self._fts5 and not self.store.read_only:
             with write_connection(self.store.engine) as conn:
                 self.store.retry.run(lambda: backfill_step(conn))
         return self.fts_rebuild_status()
@@ -90,7 +91,7 @@ class HousekeepingRepository:
     def fts_optimize_available(self) -> bool:
         """True when `optimize_fts_storage` has work: a legacy layout, a pending backfill or
         leftover `fts_v22_trash_*` tables (never on PostgreSQL or a read-only handle)."""
-        if self.store.read_only or not self._sqlite:
+        if self.store.read_only or not self._fts5:
             return False
         state = self._fts()
         return state.layout != "v23" or state.backfill_pending or bool(state.trash_tables)
@@ -98,7 +99,7 @@ class HousekeepingRepository:
     def rebuild_fts(self) -> int:
         """A full FTS5 'rebuild' of both indexes; how many were rebuilt (0 on PostgreSQL)."""
         self.store.require_writable()
-        if not self._sqlite:
+        if not self._fts5:
             return 0
         migrate.rebuild_fts(self.store.url)
         return 2
@@ -107,7 +108,7 @@ class HousekeepingRepository:
         """FTS5 'optimize' on both indexes (holds the write lock while it merges); how many
         were optimised (0 on PostgreSQL)."""
         self.store.require_writable()
-        if not self._sqlite:
+        if not self._fts5:
             return 0
         return optimize_indexes(self.store.engine, self.store.retry)
 
@@ -133,7 +134,7 @@ class HousekeepingRepository:
                     {"phase": phase, "percent": percent, "indexed": indexed, "total": total}
                 )
 
-        if not self._sqlite:
+        if not self._fts5:
             report("done")
             return {"ok": True, "vacuumed": None, "reason": NOTHING_TO_OPTIMIZE}
 
@@ -165,7 +166,7 @@ class HousekeepingRepository:
         the store's write lock (a VACUUM error propagates); returns how many FTS indexes were
         optimised. On PostgreSQL a plain VACUUM, outside any transaction, and 0."""
         self.store.require_writable()
-        if not self._sqlite:
+        if not self.store.dialect.in_process:
             with self.store.engine.connect() as conn:
                 conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("VACUUM")
             return 0

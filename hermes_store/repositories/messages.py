@@ -35,6 +35,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import DBAPIError
 
+from ..backends import dialect_for
 from ..errors import (
     CompressionSessionBusyError,
     CompressionSessionClosedError,
@@ -58,7 +59,6 @@ from ._dialect import (
     data_dicts,
     lock_session,
     message_columns,
-    repository_sql,
 )
 from ._encoding import decode_content, encode_display_metadata, now, scrub
 from ._paging import (
@@ -313,7 +313,7 @@ def _append_in_one_call(
     """A plain append (no key, no turn) through the database's one-call append where it
     has one (PostgreSQL): the same checks in the same order, in one round trip; None
     where it has none."""
-    sql = repository_sql(conn)
+    sql = dialect_for(conn).sql
     if not sql.appends_in_one_call:
         return None
     at = now()

@@ -41,6 +41,7 @@ from sqlalchemy import (
     text,
 )
 
+from ..backends import dialect_for
 from ..contract import FTS5_SHADOW_SUFFIXES, PG_SEARCH_INDEXES
 from ..errors import InvalidInput
 from ._sql import all_columns
@@ -257,7 +258,7 @@ def _pg_objects(conn: Connection) -> tuple[str, int | None, int | None, list[Spa
 
 def _row_bytes(conn: Connection) -> tuple[str, str]:
     """(SQL of a message's bytes, SQL of its content's bytes)."""
-    if conn.dialect.name == "postgresql":
+    if dialect_for(conn).system_catalogues:
         size = "coalesce(pg_column_size({}), 0)"
     else:
         size = "coalesce(" + _octets(conn, "{}") + ", 0)"
@@ -350,7 +351,7 @@ def space_report(
         or not 0 <= scan_seconds < float("inf")
     ):
         raise InvalidInput(f"scan_seconds must be a number >= 0, not {scan_seconds!r}")
-    if conn.dialect.name == "postgresql":
+    if dialect_for(conn).system_catalogues:
         method, total, free, objects = _pg_objects(conn)
     else:
         method, total, free, objects = _sqlite_objects(conn)

@@ -47,6 +47,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.schema import CreateTable
 
+from ..backends import dialect_for
 from ..errors import MigrationError, SessionNotFound
 from ..models.base import Integer_, Real_, Text_
 from ..prepared import Prepared
@@ -147,7 +148,7 @@ POSTGRESQL_DDL = (
 def create_tables(conn: Connection) -> None:
     """Both tables and their indexes as this dialect's opt-in makes them (no lock, no
     schema-version row: for a copy target, which receives state_meta from its source)."""
-    if conn.dialect.name == "postgresql":
+    if not dialect_for(conn).shared_with_the_original:
         for ddl in POSTGRESQL_DDL:
             conn.exec_driver_sql(ddl)
         return
@@ -429,7 +430,7 @@ class TelegramTopicRepository:
         by the store's RetryPolicy.
         """
         self.store.require_writable()
-        if self.store.dialect == "postgresql":
+        if not self.store.dialect.shared_with_the_original:  # no v1 tables to rebuild
             self.store.write(_create_on_postgresql)
             return False
         return self.store.retry.run(self._migrate_once)

@@ -33,11 +33,12 @@ from typing import TYPE_CHECKING, TypeVar, cast
 
 from sqlalchemy import Connection, Table, bindparam, null, select, update
 
+from ..backends import dialect_for
 from ..contract import TURNS_TABLE, TURNS_TTL_COLUMN
 from ..errors import InvalidInput, StaleTurn, TurnHeld
 from ..models import TurnLease
 from ..prepared import Prepared
-from ._dialect import PreparedUpsert, repository_sql
+from ._dialect import PreparedUpsert
 from ._own_tables import needing
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ class Turn:
 
 
 def _now(conn: Connection) -> float:
-    return repository_sql(conn).clock(conn)
+    return dialect_for(conn).sql.clock(conn)
 
 
 def _shown(value: object) -> str:

@@ -3,7 +3,7 @@ dialect, and FTS maintenance."""
 
 from __future__ import annotations
 
-# the backends register themselves in their dialect's bundle (backends.py) on import
+# the backends register themselves in their dialect (backends.py) on import
 from . import postgres_fts as _postgres_fts  # noqa: F401
 from . import sqlite_fts as _sqlite_fts  # noqa: F401
 from .planner import search_messages

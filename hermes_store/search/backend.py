@@ -1,6 +1,6 @@
 """What a search backend offers the planner, and how one is picked per dialect: a backend
 class names its `dialect` and, as it subclasses SearchBackend, becomes the `search` part
-of that dialect's bundle (backends.py); `backend_for` reads it through `dialect_for`.
+of that dialect (backends.py); `backend_for` reads it through `dialect_for`.
 
 A backend knows its dialect's indexes and how to ask them; the planner (planner.py)
 decides which route runs, in which order, what falls back to what, and how pages are
@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Literal
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
-from ..backends import bundle, dialect_for
+from ..backends import dialect_for, dialect_named
 from ..errors import SearchTimedOut
 from . import limits
 from .common import (
@@ -70,7 +70,7 @@ class SearchBackend:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if cls.dialect is not None:
-            bundle(cls.dialect).search = cls
+            dialect_named(cls.dialect).search = cls
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -306,5 +306,5 @@ ID_RANGE_SQL = "SELECT (SELECT min(id) FROM messages), (SELECT max(id) FROM mess
 
 
 def backend_for(conn: Connection) -> SearchBackend:
-    """The search backend of `conn`'s dialect, from the dialect's bundle."""
+    """The search backend of `conn`'s dialect: its `search` part, on `conn`."""
     return dialect_for(conn).search(conn)

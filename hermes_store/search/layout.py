@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, text
 
+from ..backends import dialect_for
 from ..contract import (
     FTS_BASE_TRIGGERS,
     FTS_CJK_TABLE,
@@ -31,7 +32,8 @@ def _sql(conn: Connection, name: str) -> str | None:
 
 
 def _meta(conn: Connection, key: str) -> str | None:
-    if conn.dialect.name == "sqlite" and _sql(conn, "state_meta") is None:
+    # a file the original wrote may predate state_meta (read as it is, before adoption)
+    if dialect_for(conn).shared_with_the_original and _sql(conn, "state_meta") is None:
         return None
     value = conn.execute(text("SELECT value FROM state_meta WHERE key = :k"), {"k": key}).scalar()
     return None if value is None else str(value)
@@ -115,7 +117,7 @@ def classify(conn: Connection) -> str:
 
 
 def fts_state(conn: Connection) -> FTSState:
-    if conn.dialect.name == "postgresql":
+    if not dialect_for(conn).fts5:
         # generated tsvector + pg_trgm: nothing to backfill, no triggers to count
         return FTSState(
             layout="tsvector",

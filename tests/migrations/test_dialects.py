@@ -1,7 +1,7 @@
-"""What differs between SQLite and PostgreSQL lives in one dialect bundle per backend
-(hermes_store/backends.py), chosen by dialect name in one function: its store part
-(store_backends.py), its migration, adoption and copy part (dialects.py; for the
-revisions, the frozen migrations/_dialects.py), its repository SQL part
+"""What differs between SQLite and PostgreSQL lives in one dialect per database kind
+(hermes_store/backends.py), chosen by dialect name in one function: its capabilities, its
+store part (store_backends.py), its migration, adoption and copy part (dialects.py; for
+the revisions, the frozen migrations/_dialects.py), its repository SQL part
 (repositories/_dialect.py) and its search part (search/backend.py). The modules that use
 them ask no dialect question of their own."""
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, create_mock_engine
@@ -52,8 +53,12 @@ def test_ops_asks_its_backend_class_only():
 @pytest.mark.parametrize(
     ("url", "runtime", "revisions"),
     [
-        ("sqlite://", dialects.SQLiteBackend, frozen.SQLiteOps),
-        ("postgresql+psycopg://u@localhost/x", dialects.PostgreSQLBackend, frozen.PostgreSQLOps),
+        ("sqlite://", dialects.SQLiteMigrationDialect, frozen.SQLiteOps),
+        (
+            "postgresql+psycopg://u@localhost/x",
+            dialects.PostgreSQLMigrationDialect,
+            frozen.PostgreSQLOps,
+        ),
     ],
 )
 def test_the_backend_is_chosen_by_dialect_name(url, runtime, revisions):
@@ -70,16 +75,16 @@ def test_the_backend_is_chosen_by_dialect_name(url, runtime, revisions):
 @pytest.mark.parametrize(
     ("url", "store", "sql", "search"),
     [
-        ("sqlite://", "SQLiteStoreBackend", "SQLiteSQL", "sqlite_fts.SqliteSearch"),
+        ("sqlite://", "SQLiteStoreDialect", "SQLiteSQLDialect", "sqlite_fts.SqliteSearch"),
         (
             "postgresql+psycopg://u@localhost/x",
-            "PostgreSQLStoreBackend",
-            "PostgreSQLSQL",
+            "PostgreSQLStoreDialect",
+            "PostgreSQLSQLDialect",
             "postgres_fts.PostgresSearch",
         ),
     ],
 )
-def test_one_bundle_holds_every_layer_s_part(url: str, store: str, sql: str, search: str) -> None:
+def test_one_dialect_holds_every_layer_s_part(url: str, store: str, sql: str, search: str) -> None:
     from hermes_store import backends, store_backends
     from hermes_store.repositories import _dialect
 
@@ -87,43 +92,43 @@ def test_one_bundle_holds_every_layer_s_part(url: str, store: str, sql: str, sea
         pytest.importorskip("psycopg")
     engine = create_engine(url, poolclass=NullPool)  # never connected
     try:
-        bundle = dialect_for(engine)
+        dialect = dialect_for(engine)
     finally:
         engine.dispose()
-    assert bundle is backends.bundle(engine.dialect.name)
-    assert bundle.store is getattr(store_backends, store)
-    assert type(bundle.sql) is getattr(_dialect, sql)
-    assert bundle.migration.name == bundle.name
+    assert dialect is backends.dialect_named(engine.dialect.name)
+    assert dialect.store is getattr(store_backends, store)
+    assert type(dialect.sql) is getattr(_dialect, sql)
+    assert dialect.migration.name == dialect.name
     module, name = search.split(".")
-    assert bundle.search is getattr(importlib.import_module(f"hermes_store.search.{module}"), name)
+    assert dialect.search is getattr(importlib.import_module(f"hermes_store.search.{module}"), name)
 
 
-#: Each module that defines a part of the dialect bundles, and the line that registers it
+#: Each module that defines a part of the dialects, and the line that registers it
 #: there (the search backends register as they subclass SearchBackend).
 REGISTERS = {
-    "dialects.py": r'^bundle\("sqlite"\)\.migration = ',
-    "store_backends.py": r'^bundle\("sqlite"\)\.store = ',
-    "repositories/_dialect.py": r'^bundle\("sqlite"\)\.sql = ',
-    "search/backend.py": r"^\s+bundle\(cls\.dialect\)\.search = cls$",
+    "dialects.py": r'^dialect_named\("sqlite"\)\.migration = ',
+    "store_backends.py": r'^dialect_named\("sqlite"\)\.store = ',
+    "repositories/_dialect.py": r'^dialect_named\("sqlite"\)\.sql = ',
+    "search/backend.py": r"^\s+dialect_named\(cls\.dialect\)\.search = cls$",
 }
 
 
 @pytest.mark.parametrize("relative", REGISTERS)
 def test_no_module_keeps_a_registry_of_its_own(relative: str) -> None:
     """The per-dialect classes are registered in backends.py only: each module that
-    defines a part sets it in the bundle and keeps no table of its own, and the search
-    backend is picked from the bundle's `search` part (`backend_for` reads
+    defines a part sets it in the dialect and keeps no table of its own, and the search
+    backend is picked from the dialect's `search` part (`backend_for` reads
     `dialect_for`); the revisions keep their frozen table."""
     source = (REPO_ROOT / "hermes_store" / relative).read_text(encoding="utf-8")
     assert "_BACKENDS" not in source and "_REGISTRY" not in source, relative
     assert re.search(REGISTERS[relative], source, re.M), relative
     if relative == "search/backend.py":
-        assert "return dialect_for(conn).search(conn)" in source  # backend_for reads the bundle
+        assert "return dialect_for(conn).search(conn)" in source  # backend_for reads the dialect
     else:
         assert "def backend_for" not in source, relative
 
 
-def test_the_search_backend_is_the_bundle_s_search_part() -> None:
+def test_the_search_backend_is_the_dialect_s_search_part() -> None:
     from hermes_store.search import backend
 
     engine = create_engine("sqlite://", poolclass=NullPool)
@@ -158,6 +163,54 @@ def test_an_unknown_dialect_is_refused_with_a_clear_error():
     ],
 )
 def test_postgresql_says_which_values_it_cannot_hold(value, column_type, fits):
-    why = dialects.PostgreSQLBackend().unfit_value(value, column_type)
+    why = dialects.PostgreSQLMigrationDialect().unfit_value(value, column_type)
     assert (why is None) is fits, why
-    assert dialects.SQLiteBackend().unfit_value(value, column_type) is None
+    assert dialects.SQLiteMigrationDialect().unfit_value(value, column_type) is None
+
+
+def test_a_store_resolves_its_dialect_once_when_it_opens(store: Any) -> None:
+    """`store.dialect` is the dialect `dialect_for` picks for its engine, the same object
+    for the store's whole life; its run-time part is an instance of that dialect's
+    `store` class. It still reads as its name for callers that compare or key by it."""
+    dialect = store.dialect
+    assert dialect is dialect_for(store.engine)
+    assert type(store._runtime) is dialect.store
+    with store.read() as conn:
+        assert dialect_for(conn) is dialect
+    name = store.engine.dialect.name
+    assert dialect == name and dialect.name == name and str(dialect) == name
+    assert {name: 1}[dialect] == 1 and dialect in {name}
+    assert dialect != ({"sqlite", "postgresql"} - {name}).pop()
+
+
+@pytest.mark.parametrize(
+    ("name", "capabilities"),
+    [
+        (
+            "sqlite",
+            {
+                "in_process": True,
+                "fts5": True,
+                "shared_with_the_original": True,
+                "system_catalogues": False,
+            },
+        ),
+        (
+            "postgresql",
+            {
+                "in_process": False,
+                "fts5": False,
+                "shared_with_the_original": False,
+                "system_catalogues": True,
+            },
+        ),
+    ],
+)
+def test_each_dialect_answers_the_capabilities_code_asks(
+    name: str, capabilities: dict[str, bool]
+) -> None:
+    from hermes_store import backends
+
+    dialect = backends.dialect_named(name)
+    assert {key: getattr(dialect, key) for key in capabilities} == capabilities
+    assert dialect.name == name and backends.NAMES == ("sqlite", "postgresql")

@@ -5,6 +5,7 @@ hidden). Only imports under `if TYPE_CHECKING:` are exempt: they never run."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -99,19 +100,13 @@ def test_the_checker_finds_a_cycle() -> None:
     assert _cycle(graph) == ["a", "b", "c", "a"]
 
 
-#: The modules that may ask which database they are on, and why. Everywhere else a
-#: dialect difference goes through the dialect bundle (backends.dialect_for: its
-#: store, migration and sql parts) or search.backend.SearchBackend.
+#: The modules that may compare a database's name, and why: both read a URL, before any
+#: engine (and so any dialect) exists. Everywhere else a dialect difference goes through
+#: the dialect (backends.dialect_for, `store.dialect`): its capabilities, or its store,
+#: migration, sql and search parts.
 DIALECT_AWARE = {
-    "engine.py": "the only module that knows the drivers",
+    "engine.py": "the only module that knows the drivers: which URL makes which engine",
     "config.py": "which URLs are accepted",
-    "prepared.py": "statements run at the sqlite3 driver",
-    "search/layout.py": "which FTS layout a file has (FTS5 on SQLite, tsvector on PostgreSQL)",
-    "schema_snapshot.py": "each dialect's catalogue, dumped",
-    "compat.py": "the original's SQLite internals (`_conn`), SQLite only",
-    "repositories/housekeeping.py": "SQLite file upkeep: VACUUM, FTS5 backfill",
-    "repositories/telegram.py": "the Telegram tables' own SQLite migration",
-    "repositories/space.py": "each dialect's own size catalogue (dbstat, pg_relation_size)",
 }
 
 
@@ -141,6 +136,69 @@ def test_dialect_names_are_compared_only_where_a_dialect_difference_lives() -> N
         "DIALECT_AWARE with the reason"
     )
     assert set(DIALECT_AWARE) <= set(found), set(DIALECT_AWARE) - set(found)
+
+
+#: A dialect's name compared as text: `conn.dialect.name == "sqlite"`, `!=`, `in (...)`,
+#: and the same of a Store's `dialect` (which compares equal to its name).
+NAME_COMPARISON = re.compile(
+    r"""dialect(\.name)?\s*(==|!=|\bnot\s+in\b|\bin\b)\s*[("'\[{]"""
+    r"""|["'](sqlite|postgresql)["']\s*(==|!=)\s*\S*dialect"""
+)
+
+
+def _dialect_modules() -> set[str]:
+    """The modules of the dialect objects: backends.py and each registered part's."""
+    from hermes_store import backends, dialects, store_backends  # noqa: F401 (register)
+    from hermes_store.repositories import _dialect  # noqa: F401
+    from hermes_store.search import postgres_fts, sqlite_fts  # noqa: F401
+
+    found = {backends.__name__}
+    for name in backends.NAMES:
+        dialect = backends.dialect_named(name)
+        parts = (dialect.store, type(dialect.migration), type(dialect.sql), dialect.search)
+        for part in parts:
+            found.update(cls.__module__ for cls in part.__mro__ if cls is not object)
+    return {m for m in found if m.startswith("hermes_store.")}
+
+
+def test_no_module_outside_the_dialect_objects_compares_a_dialect_name() -> None:
+    """Code written once for both databases asks a capability of its dialect (`in_process`,
+    `fts5`, ...) or calls a part of it, never `dialect.name == "..."`: the text search
+    also catches what the comparison check above cannot see (a name compared with a
+    variable, a tuple of names)."""
+    allowed = {
+        m.removeprefix("hermes_store.").replace(".", "/") + ".py" for m in _dialect_modules()
+    }
+    assert {"backends.py", "dialects.py", "store_backends.py"} <= allowed, allowed
+    offenders = [
+        f"{relative}:{number}: {line.strip()}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if "_migrations" not in path.parts
+        and (relative := path.relative_to(PACKAGE).as_posix()) not in allowed
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if NAME_COMPARISON.search(line)
+    ]
+    assert not offenders, "dialect names compared outside the dialect objects:\n" + "\n".join(
+        offenders
+    )
+
+
+def test_the_name_comparison_search_finds_each_spelling() -> None:
+    for line in (
+        'if conn.dialect.name == "sqlite":',
+        "if engine.dialect.name != 'postgresql':",
+        'if bind.dialect.name in ("sqlite", "postgresql"):',
+        'if self.store.dialect == "postgresql":',
+        'if "sqlite" == conn.dialect.name:',
+    ):
+        assert NAME_COMPARISON.search(line), line
+    for line in (
+        "found = self._by_dialect.get(dialect.name)",
+        "if dialect_for(conn).fts5:",
+        'header = f"-- schema ({dialect.name})"',
+        "self.at_driver = dialect.name in NAMES and dialect_named(dialect.name).in_process",
+    ):
+        assert not NAME_COMPARISON.search(line), line
 
 
 #: Agent runtimes hermes-store offers adapters for (optional extras): only the adapters in

@@ -873,7 +873,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     # PRAGMA key takes no bound parameter: the operand is _literal's SQL string (quotes
     # doubled, NUL refused) or x'hex' blob literal, never the caller's text as it is
     ("hermes_store/encryption.py", "unlock", "key"): "PRAGMA key operand built by _literal",
-    # checked against the four literal checkpoint modes (StoreBackend.checkpoint) first
+    # checked against the four literal checkpoint modes (StoreDialect.checkpoint) first
     ("hermes_store/store_backends.py", "checkpoint", "mode"): "validated against a fixed set",
     # model table names (metadata.tables) handed over by drop_reflection_gaps
     ("hermes_store/dialects.py", "_fk_ondelete", "table"): "model table names",
