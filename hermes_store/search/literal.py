@@ -268,15 +268,16 @@ def _literals(parsed: Parsed) -> list[str]:
 def _budget_span(
     backend: SearchBackend, parsed: Parsed, filters: Filters, lowest: int, highest: int
 ) -> tuple[int, float] | None:
-    """None when the newest limits.RETRY_SAMPLE ids put the candidates the literals'
+    """None when the table spans limits.RETRY_CHECKS ids or fewer, or when the newest
+    limits.RETRY_SAMPLE ids put the candidates the literals'
     indexes hand over in the whole table (each literal's summed: each is checked) at
     limits.RETRY_CHECKS or fewer. Otherwise (the ids at the walk's end that hold about
     that many candidates, the estimate): reading them costs what they hold whatever
     the table holds, as the zero-hit retry's span (limits.py)."""
     literals = _literals(parsed)
-    if not literals:
-        return None
     table = highest - lowest + 1
+    if not literals or table <= limits.RETRY_CHECKS:
+        return None  # the whole table costs no more than the budget
     sample = min(limits.RETRY_SAMPLE, table)
     args = [(literal, *_literal_args(backend, filters, literal)) for literal in literals]
     params: dict[str, Any] = {"floor": highest - sample}

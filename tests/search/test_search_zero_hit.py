@@ -331,6 +331,20 @@ def test_a_rare_literal_is_estimated_from_its_own_candidates(
     assert [h["id"] for h in hits] == [literal_crowded] and hits.warnings == ()
 
 
+def test_a_table_within_the_budget_is_read_whole_whatever_the_estimate(
+    store: Store, literal_crowded: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # both literals have a candidate in every later row (`zephyr.yaml` is even in them),
+    # so their summed estimate is twice the table; the table itself spans fewer ids
+    # than the budget: it is read whole and the old row, the only one holding both, found
+    monkeypatch.setattr(limits, "RETRY_CHECKS", 400)
+    pages = _record_pages(monkeypatch)
+    hits = search(store, f"{LITERAL} zephyr.yaml")
+    assert [h["id"] for h in hits] == [literal_crowded]
+    assert hits.warnings == ()
+    assert pages[-1] is None
+
+
 def _ten_literals() -> str:
     others = ("ops@zephyr.com", "99.6%", "--force-with-leash", "HEAD~4", "v1.2.3-rc9")
     more = ("src/module_9999.py", "/etc/zephyr.conf", "user@example.org", "doesn't")
