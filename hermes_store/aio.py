@@ -38,11 +38,59 @@ from typing import Any, TypeVar, Unpack
 
 from sqlalchemy.engine import URL
 
-from .aio_repositories import AsyncRepositories
+from .aio_repositories import (
+    AsyncChangeFeed,
+    AsyncCompressionLocks,
+    AsyncDelegations,
+    AsyncGatewayRouting,
+    AsyncHousekeeping,
+    AsyncMaintenance,
+    AsyncMessages,
+    AsyncMeta,
+    AsyncRedaction,
+    AsyncRepositories,
+    AsyncSearch,
+    AsyncSessions,
+    AsyncSpace,
+    AsyncTags,
+    AsyncTelegramTopics,
+    AsyncTitles,
+    AsyncTrash,
+    AsyncTurns,
+    AsyncUsage,
+)
 from .errors import StoreClosed
 from .repositories.changes import DEFAULT_BATCH, DEFAULT_POLL_INTERVAL, Change
+from .repository_set import awaitable
 from .sqlite_damage import where
 from .store import Store, StoreOptions
+
+#: AsyncStore, and the async repositories (generated in aio_repositories.py) under the
+#: names callers import them by.
+__all__ = [
+    "AsyncChangeFeed",
+    "AsyncCompressionLocks",
+    "AsyncDelegations",
+    "AsyncGatewayRouting",
+    "AsyncHousekeeping",
+    "AsyncMaintenance",
+    "AsyncMessages",
+    "AsyncMeta",
+    "AsyncRedaction",
+    "AsyncRepositories",
+    "AsyncSearch",
+    "AsyncSessions",
+    "AsyncSpace",
+    "AsyncStore",
+    "AsyncTags",
+    "AsyncTelegramTopics",
+    "AsyncTitles",
+    "AsyncTrash",
+    "AsyncTurns",
+    "AsyncUsage",
+    "WorkerPool",
+    "awaitable",
+]
 
 T = TypeVar("T")
 

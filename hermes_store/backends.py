@@ -35,7 +35,7 @@ follow changes made here.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .errors import MigrationError
 
@@ -48,13 +48,14 @@ if TYPE_CHECKING:
     from .store_backends import StoreDialect
 
 
-class Dialect:
+class Dialect(str):
     """One database kind's behaviour: its capabilities, and each layer's part (`store`,
     `migration`, `sql`, `search`), set by the module that defines it.
 
-    It compares equal to its name and hashes like it, so a caller's
-    `store.dialect == "sqlite"` or a dict keyed by dialect name keeps working; the
-    package itself asks the capabilities instead."""
+    It is a string, its name, so what callers did with `store.dialect` when it was the
+    name (compare it, key a dict, write it to JSON or a log) keeps working; the package
+    itself asks the capabilities instead. Pickled or copied, it comes back as the
+    registered object."""
 
     store: type[StoreDialect]
     """The Store's run-time behaviour (a class; each Store makes one instance)."""
@@ -64,6 +65,17 @@ class Dialect:
     """What the repositories run differently."""
     search: type[SearchBackend]
     """The search backend (a class; each search makes one instance on its connection)."""
+
+    def __new__(
+        cls,
+        name: str,
+        *,
+        in_process: bool,
+        fts5: bool,
+        shared_with_the_original: bool,
+        system_catalogues: bool,
+    ) -> Dialect:
+        return super().__new__(cls, name)
 
     def __init__(
         self,
@@ -96,19 +108,8 @@ class Dialect:
         #: values sized from them. False: sqlite_master, PRAGMAs and the file's pages.
         self.system_catalogues = system_catalogues
 
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, str):
-            return self.name == other
-        return self is other
-
-    def __hash__(self) -> int:
-        return hash(self.name)
-
-    def __str__(self) -> str:
-        return self.name
-
-    def __repr__(self) -> str:
-        return f"<Dialect {self.name}>"
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return dialect_named, (self.name,)
 
 
 _REGISTRY: dict[str, Dialect] = {

@@ -77,14 +77,22 @@ def holder_is_dead(holder: str) -> bool:
 # --------------------------------------------------------------------------- locks
 
 
+def _session_exists(conn: Connection, session_id: str) -> bool:
+    return conn.execute(select(S.id).where(S.id == session_id)).first() is not None
+
+
 def _acquire(
     conn: Connection, session_id: str, holder: str, ttl_seconds: float
 ) -> tuple[bool, str | None]:
     """(whether `holder` owns the lease afterwards, the stale holder it replaced)."""
     # The session's row lock, as appends take it: a lease is not granted while an append
     # to the session is in flight, and an append that starts after this commits sees the
-    # lease (PostgreSQL; SQLite's BEGIN IMMEDIATE gives both).
-    lock_session(conn, session_id)
+    # lease (PostgreSQL; SQLite's BEGIN IMMEDIATE gives both). A session created after
+    # the lock's statement found no row is locked once it is there: otherwise an append
+    # could lock it and miss this lease until both had committed. A lease on a session
+    # that does not exist is granted as the original grants it.
+    if not lock_session(conn, session_id) and _session_exists(conn, session_id):
+        lock_session(conn, session_id)
     ts = now()
     current = conn.execute(
         select(CompressionLock.holder, CompressionLock.expires_at).where(
