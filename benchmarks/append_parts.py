@@ -62,9 +62,10 @@ def _record_append(url: str) -> list[tuple[str, Any]]:
 
 
 def run(appends: int) -> dict[str, Any]:
-    from hermes_store import migrate, sqlite_driver
+    from hermes_store import migrate
     from hermes_store.repositories.messages import MessageRepository
     from hermes_store.repositories.sessions import SessionRepository
+    from hermes_store.sqlite import driver as sqlite_driver
     from hermes_store.store import Store
 
     driver = sqlite_driver.current()

@@ -3,7 +3,7 @@
     python -m benchmarks.encryption [--messages N] [--iterations N] [--json PATH]
 
 One child process on sqlcipher3 (the SQLite library is chosen once per process,
-hermes_store.sqlite_driver), so both files run on the same SQLite 3.53.4 and the ratio is
+hermes_store.sqlite.driver), so both files run on the same SQLite 3.53.4 and the ratio is
 the encryption alone: a plain file, and a copy of it encrypted with `hermes-store
 encrypt`'s code, both in WAL mode, each through its own `Store`. Rows, each p50 / p95 in
 milliseconds for the plain file and the encrypted one, and their ratio, measured
@@ -72,11 +72,11 @@ def _fill(path: Path, messages: int) -> None:
 
 
 def _child(directory: Path, messages: int, iterations: int) -> dict[str, Any]:
-    from hermes_store import sqlite_driver
     from hermes_store.repositories.messages import MessageRepository
     from hermes_store.repositories.search import SearchRepository
     from hermes_store.repositories.sessions import SessionRepository
-    from hermes_store.sqlite_encrypt import encrypt_file
+    from hermes_store.sqlite import driver as sqlite_driver
+    from hermes_store.sqlite.encrypt import encrypt_file
     from hermes_store.store import Store
 
     driver = sqlite_driver.current()

@@ -3,7 +3,7 @@
     python -m benchmarks.journal_modes [--size quick|10k|100k] [--iterations N]
 
 Three copies of one generated database, each driven by a child process of its own (the
-SQLite library is chosen once per process, hermes_store.sqlite_driver):
+SQLite library is chosen once per process, hermes_store.sqlite.driver):
 
 - DELETE, the standard library's SQLite (what a new file gets on a SQLite with the
   WAL-reset bug, 3.40 here): the baseline of the ratios;
@@ -49,9 +49,9 @@ def _percentiles(samples: list[float]) -> dict[str, float]:
 
 def _child(path: Path, iterations: int) -> dict[str, Any]:
     """Run in the child: the measurements on `path` with this process's driver."""
-    from hermes_store import sqlite_driver
     from hermes_store.repositories.messages import MessageRepository
     from hermes_store.repositories.sessions import SessionRepository
+    from hermes_store.sqlite import driver as sqlite_driver
     from hermes_store.store import Store
 
     results: dict[str, Any] = {"driver": sqlite_driver.current().sqlite_version_text}

@@ -21,7 +21,7 @@ import time
 
 from hermes_store import aio
 from hermes_store.errors import DatabaseUnavailable
-from hermes_store.retry import RetryPolicy
+from hermes_store.runtime.retry import RetryPolicy
 
 
 async def _one_open(port: int) -> list[float]:

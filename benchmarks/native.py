@@ -25,7 +25,7 @@ from sqlalchemy.util import await_only, greenlet_spawn
 
 from hermes_store import aio
 from hermes_store.config import resolve_url
-from hermes_store.engine import PG_CONNECTION_DEFAULTS, install_pg_text_adapters
+from hermes_store.runtime.engine import PG_CONNECTION_DEFAULTS, install_pg_text_adapters
 from hermes_store.store import Store
 
 T = TypeVar("T")

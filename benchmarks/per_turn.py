@@ -530,7 +530,7 @@ def _open(factory: Callable[[], Store], name: str, failed: dict[str, str]) -> St
 
 def run_sqlite(iterations: int, directory: Path) -> dict[str, Any]:
     """The SQLite column for this process's driver (HERMES_STORE_SQLITE_DRIVER)."""
-    from hermes_store import sqlite_driver
+    from hermes_store.sqlite import driver as sqlite_driver
 
     driver = sqlite_driver.current()
     skipped: dict[str, str] = {}

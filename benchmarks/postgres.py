@@ -98,7 +98,8 @@ def load(source_db: Path, pg_url: str) -> dict[str, Any]:
     from sqlalchemy import create_engine
     from sqlalchemy.pool import NullPool
 
-    from hermes_store import copy, migrate
+    from hermes_store import migrate
+    from hermes_store.migration import copy
 
     started = time.perf_counter()
     migrate.upgrade(pg_url)

@@ -30,11 +30,12 @@ PREFIXES = " OR ".join(f"{c}*" for c in "0123456789abcdef")
 
 def run(threads: int, limit_ms: int, seconds: float, count: int) -> dict[str, object]:
     os.environ["HERMES_STORE_JOURNAL_MODE"] = "delete"
-    from hermes_store import migrate, sqlite_driver
+    from hermes_store import migrate
     from hermes_store.errors import SearchTimedOut
     from hermes_store.repositories.messages import MessageRepository
     from hermes_store.repositories.search import SearchRepository
     from hermes_store.repositories.sessions import SessionRepository
+    from hermes_store.sqlite import driver as sqlite_driver
     from hermes_store.store import Store
 
     with tempfile.TemporaryDirectory() as scratch:

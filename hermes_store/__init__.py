@@ -28,12 +28,17 @@ as `hermes-store --help` does, does not import SQLAlchemy.
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import types
+import warnings
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .aio import AsyncStore
     from .config import SCHEMA_VERSION, resolve_url
-    from .engine import make_engine
     from .errors import (
         ChangeCursorExpired,
         DatabaseCorrupt,
@@ -55,7 +60,7 @@ if TYPE_CHECKING:
         TurnHeld,
         WrongEncryptionKey,
     )
-    from .read_only import read_only_engine
+    from .migration.read_only import read_only_engine
     from .redaction import RedactionPolicy
     from .repositories.changes import ChangeFeed
     from .repositories.coordination import (
@@ -77,6 +82,7 @@ if TYPE_CHECKING:
     from .repositories.trash import TrashRepository
     from .repositories.turns import TurnRepository
     from .repositories.usage import UsageRepository
+    from .runtime.engine import make_engine
     from .store import Store
 
 __version__ = "0.1.0"
@@ -157,8 +163,8 @@ __all__ = [
 _HOMES = {
     "SCHEMA_VERSION": "config",
     "resolve_url": "config",
-    "make_engine": "engine",
-    "read_only_engine": "read_only",
+    "make_engine": "runtime.engine",
+    "read_only_engine": "migration.read_only",
     **{
         name: "errors"
         for name in __all__
@@ -179,3 +185,70 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
+
+
+#: Modules that moved into the subpackages, by their old names. Importing an old name
+#: gives the module at its new place (the same module object) with a DeprecationWarning,
+#: so code and notebooks written against the old paths keep working while they move.
+_MOVED = {
+    "adoption": "migration.adoption",
+    "inventory": "migration.inventory",
+    "dialects": "migration.dialects",
+    "copy": "migration.copy",
+    "schema_snapshot": "migration.schema_snapshot",
+    "head": "migration.head",
+    "read_only": "migration.read_only",
+    "sqlite_driver": "sqlite.driver",
+    "sqlite_file": "sqlite.file",
+    "sqlite_damage": "sqlite.damage",
+    "sqlite_limits": "sqlite.limits",
+    "sqlite_recovery": "sqlite.recovery",
+    "sqlite_encrypt": "sqlite.encrypt",
+    "encryption": "sqlite.encryption",
+    "backup": "sqlite.backup",
+    "pg_faults": "postgresql.faults",
+    "rows": "repositories.rows",
+    "analytics": "repositories.analytics",
+    "engine": "runtime.engine",
+    "backends": "runtime.backends",
+    "store_backends": "runtime.store_backends",
+    "prepared": "runtime.prepared",
+    "retry": "runtime.retry",
+    "waiting": "runtime.waiting",
+}
+
+
+class _MovedModuleLoader(importlib.abc.Loader):
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.spec: importlib.machinery.ModuleSpec | None = None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        warnings.warn(
+            f"{spec.name} is now {self.target}; the old name will be removed",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        module = importlib.import_module(self.target)
+        self.spec = module.__spec__
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        # the import system gave the module the old name's spec: it keeps its own
+        module.__spec__ = self.spec
+
+
+class _MovedModuleFinder(importlib.abc.MetaPathFinder):
+    def find_spec(
+        self, fullname: str, path: Any = None, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        package, _, name = fullname.rpartition(".")
+        if package != __name__ or name not in _MOVED:
+            return None
+        return importlib.util.spec_from_loader(
+            fullname, _MovedModuleLoader(f"{__name__}.{_MOVED[name]}")
+        )
+
+
+if not any(isinstance(finder, _MovedModuleFinder) for finder in sys.meta_path):
+    sys.meta_path.insert(0, _MovedModuleFinder())

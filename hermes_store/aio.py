@@ -59,10 +59,10 @@ from .aio_repositories import (
     AsyncTurns,
     AsyncUsage,
 )
+from .config import where
 from .errors import StoreClosed
 from .repositories.changes import DEFAULT_BATCH, DEFAULT_POLL_INTERVAL, Change
 from .repository_set import awaitable
-from .sqlite_damage import where
 from .store import Store, StoreOptions
 
 #: AsyncStore, and the async repositories (generated in aio_repositories.py) under the

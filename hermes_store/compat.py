@@ -35,7 +35,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import OperationalError
 
-from . import migrate, sqlite_driver, sqlite_recovery
+from . import migrate
 from .aio import DEFAULT_WORKERS, WorkerPool
 from .config import (
     SCHEMA_VERSION,
@@ -46,8 +46,6 @@ from .config import (
     sqlite_path,
     sqlite_url,
 )
-from .engine import apply_journal_mode, check_writable
-from .engine import wal_reset_vulnerable as is_sqlite_wal_reset_vulnerable
 from .errors import (
     CompressionSessionBusyError,
     CompressionSessionClosedError,
@@ -71,15 +69,19 @@ from .repositories.telegram import TelegramTopicRepository
 from .repositories.titles import TitleRepository, sanitize_title
 from .repositories.usage import UsageRepository
 from .repository_set import name_of
+from .runtime.engine import apply_journal_mode, check_writable
+from .runtime.engine import wal_reset_vulnerable as is_sqlite_wal_reset_vulnerable
 from .search import sanitize_fts5_query
 from .search.limits import SearchHits
-from .sqlite_recovery import (
+from .sqlite import driver as sqlite_driver
+from .sqlite import recovery as sqlite_recovery
+from .sqlite.recovery import (
     is_malformed_db_error,
     is_zeroed_state_db,
     quarantine_zeroed_state_db,
     repair_state_db_schema,
 )
-from .sqlite_recovery import opens_cleanly as _db_opens_cleanly
+from .sqlite.recovery import opens_cleanly as _db_opens_cleanly
 from .store import Store
 
 __all__ = [

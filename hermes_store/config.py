@@ -182,3 +182,10 @@ class JournalPolicy:
 
 JOURNAL_ENV = "HERMES_STORE_JOURNAL_MODE"
 JOURNAL_MODES = ("auto", "wal", "delete")
+
+
+def where(url: URL) -> str:
+    """How an error names the database: the file's path, else the URL without its
+    credentials."""
+    path = sqlite_path(url)
+    return str(path) if path is not None else shown_url(url)

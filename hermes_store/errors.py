@@ -565,7 +565,7 @@ class AlreadyEncrypted(StoreError):
 class EncryptionUnavailable(DriverMissing):
     """A key was given, but this process cannot encrypt: the `encryption` extra
     (`sqlcipher3`) is not installed, or the process drives SQLite through another library
-    already (one library per process: hermes_store/sqlite_driver.py)."""
+    already (one library per process: hermes_store/sqlite/driver.py)."""
 
 
 class FileInUse(StoreError):

@@ -28,8 +28,6 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
-from . import adoption, sqlite_driver
-from .backends import dialect_for
 from .config import (
     SCHEMA_VERSION,
     JournalPolicy,
@@ -37,6 +35,7 @@ from .config import (
     resolve_url,
     shown_url,
     sqlite_path,
+    where,
 )
 from .contract import (
     FTS_REBUILT_LATER_ATTR,
@@ -48,22 +47,15 @@ from .contract import (
 )
 from .contract import PG_MIGRATION_LOCK as PG_MIGRATION_LOCK
 from .contract import VERSION_TABLE as VERSION_TABLE
-from .engine import (
-    check_writable,
-    journal_choice,
-    make_engine,
-    unlock_on_connect,
-    write_connection,
-)
 from .errors import (
     DatabaseCorrupt,
     NotAtHead,
     StorageFull,
     StoreError,
 )
-from .head import HEAD_REVISION, UPSTREAM_HEAD_REVISION
-from .models import metadata
-from .read_only import (
+from .migration import adoption
+from .migration.head import HEAD_REVISION, UPSTREAM_HEAD_REVISION
+from .migration.read_only import (
     explained_connection_errors,
     judge_for_reading,
     place_of,
@@ -74,12 +66,17 @@ from .read_only import (
     too_new_error,
     upgrade_command,
 )
-from .retry import RetryPolicy
-from .search import maintenance
-from .search.layout import FTSState, fts_state
-from .sqlite_damage import classify, quick_check, sqlite_error, where
-from .sqlite_file import not_a_database_error, refuse_directory
-from .waiting import (
+from .models import metadata
+from .runtime.backends import dialect_for
+from .runtime.engine import (
+    check_writable,
+    journal_choice,
+    make_engine,
+    unlock_on_connect,
+    write_connection,
+)
+from .runtime.retry import RetryPolicy
+from .runtime.waiting import (
     DEFAULT_WAIT_S,
     WAIT_REPORT_EVERY_S,
     LockWaiter,
@@ -88,6 +85,11 @@ from .waiting import (
     pg_lock_holders,
     sqlite_lock_holders,
 )
+from .search import maintenance
+from .search.layout import FTSState, fts_state
+from .sqlite import driver as sqlite_driver
+from .sqlite.damage import classify, quick_check, sqlite_error
+from .sqlite.file import not_a_database_error, refuse_directory
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ ORM users bind a Session to the connection they are given (`orm.Session(bind=con
 
 What differs per dialect (the writer connection, damage and the FTS repair on SQLite,
 an unanswered COMMIT on PostgreSQL, checkpoints) is the dialect's `store` part
-(`StoreDialect`, store_backends.py); the store resolves its dialect (backends.py) once,
-when it opens, as `store.dialect`. This module is written once for both.
+(`StoreDialect`, runtime/store_backends.py); the store resolves its dialect (runtime/backends.py)
+once, when it opens, as `store.dialect`. This module is written once for both.
 """
 
 from __future__ import annotations
@@ -35,10 +35,7 @@ from sqlalchemy.exc import DBAPIError, PendingRollbackError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import QueuePool
 
-from .backends import Dialect, dialect_for
-from .config import SCHEMA_VERSION, JournalPolicy, resolve_url, sqlite_path
-from .encryption import Key, KeyRegistration, KeySource, forget_key, register_key
-from .engine import BEGIN_MODE, make_engine
+from .config import SCHEMA_VERSION, JournalPolicy, resolve_url, sqlite_path, where
 from .errors import (
     InvalidInput,
     NotAtHead,
@@ -46,8 +43,8 @@ from .errors import (
     StoreBusy,
     StoreClosed,
 )
-from .head import HEAD_REVISION
-from .read_only import (
+from .migration.head import HEAD_REVISION
+from .migration.read_only import (
     explained_connection_errors,
     leave_no_companions,
     refuse_missing_file,
@@ -55,18 +52,17 @@ from .read_only import (
 )
 from .redaction import RedactionPolicy
 from .repository_set import Repositories
-from .retry import DEFAULT_RETRY, RetryPolicy
-from .sqlite_damage import where
-from .store_backends import StoreDialect
+from .runtime.backends import Dialect, dialect_for
+from .runtime.engine import BEGIN_MODE, make_engine
+from .runtime.retry import DEFAULT_RETRY, RetryPolicy
+from .runtime.store_backends import StoreDialect
+from .sqlite.encryption import Key, KeyRegistration, KeySource, forget_key, register_key
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 CHECKPOINT_EVERY = 50
-#: The revision a database must be at for the repositories to serve it.
-HEAD = HEAD_REVISION
-
 
 def _surrogate_error(exc: UnicodeEncodeError) -> InvalidInput | None:
     """A value the driver could not encode because it holds a lone UTF-16 surrogate:
@@ -100,7 +96,7 @@ class Store(Repositories):
     """A database opened for the repositories: one engine, its pooled connections, and
     units of work (`read`, `write`) run under the retry policy; what differs per dialect is
     its dialect's (`store.dialect`, resolved once when it opens; the run-time part is
-    store_backends.py's). Its repositories are attributes, built on first use
+    runtime/store_backends.py's). Its repositories are attributes, built on first use
     (`store.sessions`, `store.messages`, ...: `Repositories`).
 
     Args:
@@ -169,7 +165,7 @@ class Store(Repositories):
             self._writer = self.engine.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
             self._write_lock = threading.Lock()
             self._count_lock = threading.Lock()
-            #: What differs between SQLite and PostgreSQL (backends.py), picked once here
+            #: What differs between SQLite and PostgreSQL (runtime/backends.py), picked once here
             self.dialect: Dialect = dialect_for(self.engine)
             self._runtime: StoreDialect = self.dialect.store(
                 self.engine, self.url, read_only=read_only, retry=retry, write_lock=self._write_lock
@@ -212,8 +208,8 @@ class Store(Repositories):
         the adoption that `hermes-store upgrade` records."""
         with explained_connection_errors(self.url):
             with self._typed_errors(), self._read_transaction() as conn:
-                verdict = require_readable(conn, self.url, HEAD)
-        if self.read_only or verdict.revision == HEAD:
+                verdict = require_readable(conn, self.url, HEAD_REVISION)
+        if self.read_only or verdict.revision == HEAD_REVISION:
             return
         place = where(self.url)
         if not verdict.adopted:
@@ -225,7 +221,8 @@ class Store(Repositories):
                 "with read_only=True"
             )
         raise NotAtHead(
-            f"the database {place} is at revision {verdict.revision}, not {HEAD}, so it is "
+            f"the database {place} is at revision {verdict.revision}, not {HEAD_REVISION}, so it "
+            "is "
             "not opened for writing; upgrade it first: hermes-store "
             f"upgrade --url '{place}', or open it with read_only=True"
         )

@@ -3,7 +3,7 @@
 connection (as Alembic picks its `DefaultImpl`).
 
 Frozen with the revisions, like the rest of this tree: the runtime's counterpart
-(hermes_store/dialects.py) may change with the package, what a released revision does
+(hermes_store/migration/dialects.py) may change with the package, what a released revision does
 may not. The frozen SQL is written in SQLite's words; the PostgreSQL class renders the
 column types of CREATE TABLE / ADD COLUMN statements in PostgreSQL's and reads
 pg_catalog where SQLite's class reads sqlite_master. FTS5 exists on SQLite only.

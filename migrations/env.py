@@ -1,6 +1,6 @@
 """Alembic environment for hermes-store.
 
-The engine comes from hermes_store.engine (same pragmas, explicit BEGIN IMMEDIATE). A run
+The engine comes from hermes_store.runtime.engine (same pragmas, explicit BEGIN IMMEDIATE). A run
 is one transaction: foreign keys are switched off on the driver connection before BEGIN
 (a PRAGMA inside a transaction does nothing), every revision runs, foreign keys are
 checked, and only then is anything committed. A second process that starts an upgrade
@@ -24,8 +24,8 @@ from sqlalchemy import Connection, Engine
 
 from hermes_store import migrate
 from hermes_store.config import resolve_url, sqlite_path
-from hermes_store.engine import make_engine, write_connection
 from hermes_store.models import metadata
+from hermes_store.runtime.engine import make_engine, write_connection
 from hermes_store.search.layout import fts_state
 
 config = context.config

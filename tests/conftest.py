@@ -145,7 +145,7 @@ def sqlite_driver(request: pytest.FixtureRequest) -> str:
     """Each SQLite driver in turn (the test runs once per driver): the variant of this
     process's driver runs here, the other in a child pytest (tests/helpers/drivers.py).
     A module asks for it with `pytestmark = pytest.mark.usefixtures("sqlite_driver")`."""
-    from hermes_store import sqlite_driver as chosen
+    from hermes_store.sqlite import driver as chosen
 
     assert chosen.current().name == request.param == process_driver()
     return str(request.param)

@@ -1,5 +1,5 @@
 """The `hermes-store` command: argument parsing and output only; the work happens in
-hermes_store.migrate, hermes_store.copy and the repositories.
+hermes_store.migrate, hermes_store.migration.copy and the repositories.
 
 One module per command group (`schema`: upgrade, current and check; `revisions`:
 history and downgrade; `search`; `sessions`; `stats`; `redact`; `copy`; `fts`), each adding its
@@ -7,6 +7,11 @@ parsers with `add_parsers`. Only
 the standard library and hermes_store.errors are imported at module level anywhere in
 this package, so `--help` and a bad command line answer without importing SQLAlchemy,
 Alembic or the models; each command imports what it uses when it runs.
+
+Imports allowed (tests/project/test_packages.py checks them):
+
+    errors, config, contract, migrate, store, redaction, runtime, sqlite, migration,
+    search, repositories
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ class _Version(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, *_args: Any) -> NoReturn:
         from .. import __version__
         from ..config import SCHEMA_VERSION
-        from ..head import HEAD_REVISION
+        from ..migration.head import HEAD_REVISION
 
         # the head is what `current` and `upgrade` name; schema_version is the v23 contract
         print(

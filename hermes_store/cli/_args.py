@@ -101,7 +101,7 @@ def _open_store(
         store = Store(url, read_only=not write)
     else:
         from ..migrate import lock_waiter
-        from ..waiting import WaitingRetry, shorten_pg_lock_waits
+        from ..runtime.waiting import WaitingRetry, shorten_pg_lock_waits
 
         waiter = lock_waiter(resolve_url(url), None, wait, _report_wait, every=_wait_every())
         store = Store(url, retry=WaitingRetry.for_waiter(waiter))
@@ -118,7 +118,7 @@ def _open_store(
 
 
 def _pg_holders(store: Store) -> Callable[[], str]:
-    from ..waiting import pg_lock_holders
+    from ..runtime.waiting import pg_lock_holders
 
     return lambda: pg_lock_holders(store.engine, migration=False)
 

@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
+    from ..runtime.waiting import Waiting
     from ..search.maintenance import Progress
-    from ..waiting import Waiting
 
 
 #: Without a terminal (a deploy log, where tqdm shows nothing), a progress line when a

@@ -10,13 +10,13 @@ from ._args import _batch_arg
 from ._output import _cell, _num, _print_json, _print_table, _printable
 
 if TYPE_CHECKING:
-    from ..copy import CopyProgress
+    from ..migration.copy import CopyProgress
 
 
 def _cmd_copy(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from ..copy import DEFAULT_BATCH_SIZE, copy_database
+    from ..migration.copy import DEFAULT_BATCH_SIZE, copy_database
 
     bar: Any = None
 

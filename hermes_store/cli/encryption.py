@@ -13,9 +13,9 @@ from ._output import _printable
 
 def _convert(args: argparse.Namespace, *, encrypting: bool) -> int:
     from ..config import resolve_url, sqlite_path
-    from ..encryption import KEY_ENV, KEY_FILE_ENV, key_for
     from ..errors import EncryptionKeyRequired, InvalidURL
-    from ..sqlite_encrypt import decrypt_file, encrypt_file, refuse_plain
+    from ..sqlite.encrypt import decrypt_file, encrypt_file, refuse_plain
+    from ..sqlite.encryption import KEY_ENV, KEY_FILE_ENV, key_for
 
     command = "encrypt" if encrypting else "decrypt"
     path = sqlite_path(resolve_url(args.url))

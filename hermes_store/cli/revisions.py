@@ -33,7 +33,7 @@ def _floor() -> str:
     on it, and what they would undo is the original's schema and data. hermes-store does
     not record whether it created a database or adopted one (at head the two are the same
     by design), so the floor holds for every database."""
-    from ..head import UPSTREAM_HEAD_REVISION
+    from ..migration.head import UPSTREAM_HEAD_REVISION
 
     return UPSTREAM_HEAD_REVISION
 
@@ -67,14 +67,14 @@ def _status(url: str | None) -> migrate.Status | None:
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
-    from ..head import HEAD_REVISION
+    from ..migration.head import HEAD_REVISION
 
     status = _status(args.url)
     chain = _chain()
     current = status.alembic_revision if status is not None else None
     adopt_at = None
     if status is not None and status.kind == "legacy":
-        from ..adoption import revision_id
+        from ..migration.adoption import revision_id
 
         adopt_at = revision_id(status.stamp_revision or 0)
     floor = _floor()
@@ -170,8 +170,8 @@ def backup_line(path: Path | None, label: str, *, skip: bool, what: str) -> str:
         return "backup: none (a new database)"
     if skip:
         return "backup: none (--no-backup)"
-    from ..backup import backup_sqlite
-    from ..engine import check_writable
+    from ..runtime.engine import check_writable
+    from ..sqlite.backup import backup_sqlite
 
     check_writable(path)  # a file the command cannot change gets its refusal, not a copy
 
@@ -186,8 +186,8 @@ def upgrade_backup_line(url: str | None, *, skip: bool) -> str | None:
     the upgrade then reports."""
     from .. import migrate
     from ..config import resolve_url, sqlite_path
-    from ..engine import check_writable
     from ..errors import StoreError
+    from ..runtime.engine import check_writable
 
     path = sqlite_path(resolve_url(url))
     if path is None or _missing(path) or skip:

@@ -40,7 +40,7 @@ def _fts_line(fts: FTSState, url: str | None) -> tuple[str, str]:
 def _cmd_upgrade(args: argparse.Namespace) -> int:
     from .. import migrate
     from ..config import resolve_url, sqlite_path
-    from ..engine import secure_file_modes
+    from ..runtime.engine import secure_file_modes
     from .revisions import upgrade_backup_line
 
     path = sqlite_path(resolve_url(args.url))

@@ -39,8 +39,8 @@ except ImportError as exc:  # pragma: no cover (the extra is missing)
 from ..aio import AsyncStore
 from ..errors import InvalidInput, SessionNotFound
 from ..repositories.messages import MessageRepository
+from ..repositories.rows import MessageRow
 from ..repositories.sessions import SessionRepository
-from ..rows import MessageRow
 from ..store import Store
 
 if TYPE_CHECKING:

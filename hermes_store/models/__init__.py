@@ -9,6 +9,10 @@ carries its meaning (`help(HermesSession)`, `HermesSession.started_at.__doc__`, 
 `HermesSession` is the model of `sessions`. `Session` is the same class under the name
 the repositories use; it is left out of `__all__` because it would shadow
 `sqlalchemy.orm.Session` after a star import.
+
+Imports allowed (tests/project/test_packages.py checks them):
+
+    contract
 """
 
 from .base import Base

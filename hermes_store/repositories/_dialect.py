@@ -1,7 +1,7 @@
 """The one place repositories ask which database they are on.
 
 What the repositories run differently is the `sql` part of each dialect
-(hermes_store/backends.py): `SQLiteSQLDialect` and `PostgreSQLSQLDialect` below, reached
+(hermes_store/runtime/backends.py): `SQLiteSQLDialect` and `PostgreSQLSQLDialect` below, reached
 as `dialect_for(conn).sql` (`store.dialect.sql` where a store is at hand) or through the
 helpers of one connection below (`lock_session`, `upsert_insert`, ...), so that callers
 pass only their connection. Row locking: where SQLite relies on BEGIN IMMEDIATE (one
@@ -26,8 +26,6 @@ from sqlalchemy.sql import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import Function, FunctionElement
 
-from .. import pg_faults
-from ..backends import dialect_for, dialect_named
 from ..contract import (
     APPEND_BUSY,
     APPEND_CLOSED,
@@ -35,7 +33,9 @@ from ..contract import (
     APPEND_MISSING,
     PG_SEARCH_VECTOR_COLUMN,
 )
-from ..prepared import Prepared
+from ..postgresql import faults as pg_faults
+from ..runtime.backends import dialect_for, dialect_named
+from ..runtime.prepared import Prepared
 from ..search.common import row_dicts
 
 

@@ -12,7 +12,7 @@ from sqlalchemy import Connection, inspect
 from sqlalchemy.exc import DBAPIError
 
 from ..errors import SchemaBehind
-from ..read_only import place_of, upgrade_command
+from ..migration.read_only import place_of, upgrade_command
 
 if TYPE_CHECKING:
     from ..store import Store

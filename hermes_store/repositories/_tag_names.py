@@ -56,7 +56,7 @@ def require_tags_table(conn: Connection) -> None:
     (or, inside a search, which reads an unreadable query as no match, nothing found)."""
     if conn.dialect.has_table(conn, TAGS_TABLE):
         return
-    from ..read_only import place_of, upgrade_command
+    from ..migration.read_only import place_of, upgrade_command
 
     url = conn.engine.url
     database = url.database or ""

@@ -17,10 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from .. import migrate, sqlite_driver
-from ..engine import write_connection
+from .. import migrate
+from ..runtime.engine import write_connection
 from ..search.layout import FTSState, fts_state
 from ..search.maintenance import Progress, backfill_step, optimize_indexes
+from ..sqlite import driver as sqlite_driver
 from ._dialect import database_size
 from .maintenance import MaintenanceRepository
 from .meta import MetaRepository

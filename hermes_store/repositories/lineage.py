@@ -31,7 +31,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.selectable import NamedFromClause
 
-from ..prepared import Prepared
+from ..runtime.prepared import Prepared
 from ._dialect import json_member
 from ._encoding import flag
 from ._sql import alias, chunks, rowcount

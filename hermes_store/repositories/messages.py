@@ -35,22 +35,14 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import DBAPIError
 
-from ..backends import dialect_for
 from ..errors import (
     CompressionSessionBusyError,
     CompressionSessionClosedError,
     InvalidInput,
     SessionNotFound,
 )
-from ..prepared import Prepared
-from ..rows import (
-    AnchoredView,
-    ConversationMessage,
-    MessageRow,
-    MessageWindow,
-    RecentUserMessage,
-    RewindResult,
-)
+from ..runtime.backends import dialect_for
+from ..runtime.prepared import Prepared
 from . import idempotency, turns
 from ._dialect import (
     SEARCH_COLUMNS,
@@ -98,6 +90,14 @@ from .message_codec import (
     epoch_seconds,
     field_json,
     field_text,
+)
+from .rows import (
+    AnchoredView,
+    ConversationMessage,
+    MessageRow,
+    MessageWindow,
+    RecentUserMessage,
+    RewindResult,
 )
 
 if TYPE_CHECKING:

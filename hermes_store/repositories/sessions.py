@@ -33,8 +33,7 @@ from sqlalchemy import (
     update,
 )
 
-from ..prepared import Prepared
-from ..rows import CompressionCooldown, ListingRow, SessionRow
+from ..runtime.prepared import Prepared
 from . import turns
 from ._encoding import decode_content, flag, now, scrub
 from ._paging import limit_clause, offset_clause
@@ -78,6 +77,7 @@ from .listing import (
     source_counts_statement,
 )
 from .message_codec import time_in_range
+from .rows import CompressionCooldown, ListingRow, SessionRow
 
 if TYPE_CHECKING:
     from ..store import Store

@@ -41,9 +41,9 @@ from sqlalchemy import (
     text,
 )
 
-from ..backends import dialect_for
 from ..contract import FTS5_SHADOW_SUFFIXES, PG_SEARCH_INDEXES
 from ..errors import InvalidInput
+from ..runtime.backends import dialect_for
 from ._sql import all_columns
 from ._tables import M
 

@@ -47,10 +47,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.schema import CreateTable
 
-from ..backends import dialect_for
 from ..errors import MigrationError, SessionNotFound
 from ..models.base import Integer_, Real_, Text_
-from ..prepared import Prepared
+from ..runtime.backends import dialect_for
+from ..runtime.prepared import Prepared
 from ._dialect import PreparedUpsert
 from ._encoding import now, scrub
 from ._paging import bound_limit

@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING, TypeVar, cast
 
 from sqlalchemy import Connection, Table, bindparam, null, select, update
 
-from ..backends import dialect_for
 from ..contract import TURNS_TABLE, TURNS_TTL_COLUMN
 from ..errors import InvalidInput, StaleTurn, TurnHeld
 from ..models import TurnLease
-from ..prepared import Prepared
+from ..runtime.backends import dialect_for
+from ..runtime.prepared import Prepared
 from ._dialect import PreparedUpsert
 from ._own_tables import needing
 

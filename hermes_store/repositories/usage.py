@@ -23,14 +23,14 @@ from sqlalchemy import (
     update,
 )
 
-from ..analytics import local_day
 from ..errors import InvalidInput
 from ..models import Message, SessionModelUsage
 from ..models import Session as SessionRow
-from ..prepared import Prepared
+from ..runtime.prepared import Prepared
 from ._dialect import PreparedUpsert, utc_day
 from ._encoding import now, scrub
 from ._tables import SESSIONS, USAGE, S, U
+from .analytics import local_day
 
 if TYPE_CHECKING:
     from ..store import Store

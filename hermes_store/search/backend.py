@@ -1,6 +1,6 @@
 """What a search backend offers the planner, and how one is picked per dialect: a backend
 class names its `dialect` and, as it subclasses SearchBackend, becomes the `search` part
-of that dialect (backends.py); `backend_for` reads it through `dialect_for`.
+of that dialect (runtime/backends.py); `backend_for` reads it through `dialect_for`.
 
 A backend knows its dialect's indexes and how to ask them; the planner (planner.py)
 decides which route runs, in which order, what falls back to what, and how pages are
@@ -19,8 +19,8 @@ from typing import Any, ClassVar, Literal
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
-from ..backends import dialect_for, dialect_named
 from ..errors import SearchTimedOut
+from ..runtime.backends import dialect_for, dialect_named
 from . import limits
 from .common import (
     Edge,

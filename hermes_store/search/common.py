@@ -34,7 +34,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 
 from ..contract import PG_SEARCH_VECTOR_COLUMN, TAGS_TABLE
-from ..prepared import Prepared
+from ..runtime.prepared import Prepared
 
 JSON_PREFIX = "\x00json:"
 #: The end of the table a window of ids is taken from (the literal tier's windows).

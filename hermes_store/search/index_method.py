@@ -63,7 +63,7 @@ def describe_index_method(url: str | None) -> str:
     """One line for `hermes-store check`: the word index's access method and, for GIN,
     why not RUM. Reads only; a database that cannot be read says so."""
     from ..errors import StoreError
-    from ..read_only import reading_engine
+    from ..migration.read_only import reading_engine
 
     try:
         engine = reading_engine(url, refuse_empty=False)

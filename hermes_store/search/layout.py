@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, text
 
-from ..backends import dialect_for
 from ..contract import (
     FTS_BASE_TRIGGERS,
     FTS_CJK_TABLE,
@@ -19,6 +18,7 @@ from ..contract import (
     META_FTS_PROGRESS,
     META_FTS_STORAGE_VERSION,
 )
+from ..runtime.backends import dialect_for
 
 HIGH_WATER = META_FTS_HIGH_WATER
 PROGRESS = META_FTS_PROGRESS

@@ -43,11 +43,11 @@ from sqlalchemy import (
 from sqlalchemy import table as core_table
 from sqlalchemy.exc import DBAPIError
 
-from .. import sqlite_driver
-from ..engine import write_connection
 from ..repositories._state_meta import set_value
-from ..retry import DEFAULT_RETRY, RetryPolicy
-from ..sqlite_damage import classify
+from ..runtime.engine import write_connection
+from ..runtime.retry import DEFAULT_RETRY, RetryPolicy
+from ..sqlite import driver as sqlite_driver
+from ..sqlite.damage import classify
 from .layout import HIGH_WATER, PROGRESS, fts_state
 
 CHUNK_IDS = 500

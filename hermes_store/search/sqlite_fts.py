@@ -32,9 +32,9 @@ from sqlalchemy import (
 from sqlalchemy.exc import DatabaseError, DBAPIError, OperationalError
 from sqlalchemy.sql.operators import custom_op
 
-from .. import sqlite_driver
-from ..engine import driver_run
-from ..retry import is_retryable
+from ..runtime.engine import driver_run
+from ..runtime.retry import is_retryable
+from ..sqlite import driver as sqlite_driver
 from . import limits
 from . import query as q
 from .backend import Hit, IndexDamaged, Params, SearchBackend, Snippet

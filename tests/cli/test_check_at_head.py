@@ -16,7 +16,7 @@ import pytest
 from helpers.databases import set_journal_mode
 
 from hermes_store import migrate
-from hermes_store.head import HEAD_REVISION
+from hermes_store.migration.head import HEAD_REVISION
 
 
 def _cli(driver: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_store.head import HEAD_REVISION
+from hermes_store.migration.head import HEAD_REVISION
 from hermes_store.search.maintenance import integrity_errors
 
 CLI = str(Path(sys.executable).with_name("hermes-store"))

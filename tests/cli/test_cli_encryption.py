@@ -17,7 +17,7 @@ import pytest
 from helpers.databases import url_for
 
 from hermes_store import migrate
-from hermes_store.head import HEAD_REVISION
+from hermes_store.migration.head import HEAD_REVISION
 
 pytestmark = [
     pytest.mark.sqlite_only,

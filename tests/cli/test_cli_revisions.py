@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from helpers.databases import set_journal_mode
 
-from hermes_store.head import HEAD_REVISION, UPSTREAM_HEAD_REVISION
+from hermes_store.migration.head import HEAD_REVISION, UPSTREAM_HEAD_REVISION
 
 CLI = str(Path(sys.executable).with_name("hermes-store"))
 DRIVERS = ("sqlite3", "pysqlite3")

@@ -21,8 +21,8 @@ from helpers.processes import run_cli_here
 
 from hermes_store import migrate
 from hermes_store.cli import TIME_FIELDS, build_parser
-from hermes_store.copy import copy_database
 from hermes_store.errors import InvalidURL, NotADatabaseFile
+from hermes_store.migration.copy import copy_database
 from hermes_store.store import Store
 
 ROOT_ID = "20260303_080000_c0ffee"  # compressed; its continuation is TIP_ID

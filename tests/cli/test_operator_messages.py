@@ -23,9 +23,9 @@ from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.pool import NullPool
 
 from hermes_store import migrate
-from hermes_store.copy import copy_database
 from hermes_store.errors import DatabaseMissing, InvalidInput, SchemaTooNew
-from hermes_store.head import HEAD_REVISION
+from hermes_store.migration.copy import copy_database
+from hermes_store.migration.head import HEAD_REVISION
 from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.repositories.usage import UsageRepository
 from hermes_store.store import Store

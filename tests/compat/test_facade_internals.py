@@ -12,8 +12,8 @@ import pytest
 
 from hermes_store.compat import SessionDB
 from hermes_store.config import JournalPolicy
-from hermes_store.engine import wal_reset_vulnerable
 from hermes_store.errors import SQLiteOnly
+from hermes_store.runtime.engine import wal_reset_vulnerable
 from hermes_store.store import Store
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import hermes_store.sqlite_recovery as recovery
+import hermes_store.sqlite.recovery as recovery
 from hermes_store.compat import (
     SessionDB,
     _db_opens_cleanly,

@@ -87,7 +87,7 @@ def connect(url_or_path: Path | str) -> Iterator[Connection]:
 
 
 def snapshot(url_or_path: Path | str) -> dict[str, Any]:
-    from hermes_store import schema_snapshot
+    from hermes_store.migration import schema_snapshot
 
     with connect(url_or_path) as conn:
         return schema_snapshot.snapshot(conn)

@@ -1,7 +1,7 @@
 """Running a test on both SQLite drivers (docs/development.md, "Both SQLite drivers").
 
 A process drives every SQLite file through one library, chosen once (hermes_store/
-sqlite_driver.py), and the suite's process uses the standard library's. A test that
+sqlite/driver.py), and the suite's process uses the standard library's. A test that
 requests the `sqlite_driver` fixture (or a module with `pytestmark =
 pytest.mark.usefixtures("sqlite_driver")`) is collected once per driver; the variant of
 this process's driver runs here, as any test does, and the other is replaced at
@@ -71,7 +71,7 @@ class ChildDriverItem(pytest.Item):
         why = missing_driver(self.driver)
         if why is not None:
             if os.environ.get("CI") == "true" and self.driver == "pysqlite3":
-                from hermes_store.sqlite_driver import has_pysqlite3_wheel
+                from hermes_store.sqlite.driver import has_pysqlite3_wheel
 
                 if has_pysqlite3_wheel():
                     raise ChildFailed(f"{why}, but this platform has its wheel")

@@ -14,7 +14,7 @@ from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.repositories.titles import TitleRepository
 from hermes_store.repositories.turns import TurnRepository
-from hermes_store.retry import RetryPolicy
+from hermes_store.runtime.retry import RetryPolicy
 from hermes_store.store import Store
 
 # lock waits of eight writers on two cores can be long; the tests judge order, not speed

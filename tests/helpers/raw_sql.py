@@ -83,7 +83,7 @@ class RawConnection:
             from sqlalchemy.engine import make_url
 
             u = make_url(url)
-            from hermes_store.engine import install_pg_text_adapters
+            from hermes_store.runtime.engine import install_pg_text_adapters
 
             self._con = psycopg.connect(
                 host=u.host, port=u.port or 5432, user=u.username, dbname=u.database,

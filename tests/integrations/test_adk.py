@@ -41,7 +41,6 @@ from hermes_store.contract import (  # noqa: E402
     ADK_SESSIONS_TABLE,
     ADK_USER_STATES_TABLE,
 )
-from hermes_store.copy import copy_database  # noqa: E402
 from hermes_store.errors import InvalidInput, StoreError  # noqa: E402
 from hermes_store.integrations.adk import (  # noqa: E402
     AdkSessionExists,
@@ -49,6 +48,7 @@ from hermes_store.integrations.adk import (  # noqa: E402
     AdkStaleSession,
     HermesSessionService,
 )
+from hermes_store.migration.copy import copy_database  # noqa: E402
 
 T = TypeVar("T")
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from hermes_store import migrate
-from hermes_store.engine import wal_reset_vulnerable
 from hermes_store.errors import DatabaseNotWritable, SchemaTooNew
+from hermes_store.runtime.engine import wal_reset_vulnerable
 
 A = "20260301_091500_a1b2c3"  # cli, Chinese text, titled 数据库迁移 plan (v4+)
 B = "20260302_140000_7e1e9a"  # telegram, Kyoto

@@ -168,9 +168,9 @@ def test_postgresql_has_the_search_names(pg_fresh_db):
 # _pg_search.py writes them inside statements, which is not a copy of the constant).
 IMPORTERS = [
     "hermes_store/migrate.py",
-    "hermes_store/adoption.py",
-    "hermes_store/copy.py",
-    "hermes_store/schema_snapshot.py",
+    "hermes_store/migration/adoption.py",
+    "hermes_store/migration/copy.py",
+    "hermes_store/migration/schema_snapshot.py",
     "hermes_store/search/layout.py",
     "hermes_store/repositories/_dialect.py",
     *sorted(

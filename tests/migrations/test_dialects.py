@@ -1,8 +1,8 @@
 """What differs between SQLite and PostgreSQL lives in one dialect per database kind
-(hermes_store/backends.py), chosen by dialect name in one function: its capabilities, its
-store part (store_backends.py), its migration, adoption and copy part (dialects.py; for
-the revisions, the frozen migrations/_dialects.py), its repository SQL part
-(repositories/_dialect.py) and its search part (search/backend.py). The modules that use
+(hermes_store/runtime/backends.py), chosen by dialect name in one function: its capabilities, its
+store part (runtime/store_backends.py), its migration, adoption and copy part
+(migration/dialects.py; for the revisions, the frozen migrations/_dialects.py), its repository SQL
+part (repositories/_dialect.py) and its search part (search/backend.py). The modules that use
 them ask no dialect question of their own."""
 
 from __future__ import annotations
@@ -16,18 +16,18 @@ import pytest
 from sqlalchemy import create_engine, create_mock_engine
 from sqlalchemy.pool import NullPool
 
-from hermes_store import dialects
 from hermes_store._migrations import _dialects as frozen
-from hermes_store.backends import dialect_for
 from hermes_store.errors import MigrationError
+from hermes_store.migration import dialects
+from hermes_store.runtime.backends import dialect_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ASKS_THE_DIALECT = re.compile(r"dialect\.name|is_postgresql\(\)")
 
 GATHERED = [
     "hermes_store/migrate.py",
-    "hermes_store/adoption.py",
-    "hermes_store/copy.py",
+    "hermes_store/migration/adoption.py",
+    "hermes_store/migration/copy.py",
     "hermes_store/contract.py",
     "migrations/_pg_search.py",
     "migrations/_fts_layouts.py",
@@ -85,8 +85,8 @@ def test_the_backend_is_chosen_by_dialect_name(url, runtime, revisions):
     ],
 )
 def test_one_dialect_holds_every_layer_s_part(url: str, store: str, sql: str, search: str) -> None:
-    from hermes_store import backends, store_backends
     from hermes_store.repositories import _dialect
+    from hermes_store.runtime import backends, store_backends
 
     if url.startswith("postgresql"):
         pytest.importorskip("psycopg")
@@ -106,8 +106,8 @@ def test_one_dialect_holds_every_layer_s_part(url: str, store: str, sql: str, se
 #: Each module that defines a part of the dialects, and the line that registers it
 #: there (the search backends register as they subclass SearchBackend).
 REGISTERS = {
-    "dialects.py": r'^dialect_named\("sqlite"\)\.migration = ',
-    "store_backends.py": r'^dialect_named\("sqlite"\)\.store = ',
+    "migration/dialects.py": r'^dialect_named\("sqlite"\)\.migration = ',
+    "runtime/store_backends.py": r'^dialect_named\("sqlite"\)\.store = ',
     "repositories/_dialect.py": r'^dialect_named\("sqlite"\)\.sql = ',
     "search/backend.py": r"^\s+dialect_named\(cls\.dialect\)\.search = cls$",
 }
@@ -115,7 +115,7 @@ REGISTERS = {
 
 @pytest.mark.parametrize("relative", REGISTERS)
 def test_no_module_keeps_a_registry_of_its_own(relative: str) -> None:
-    """The per-dialect classes are registered in backends.py only: each module that
+    """The per-dialect classes are registered in runtime/backends.py only: each module that
     defines a part sets it in the dialect and keeps no table of its own, and the search
     backend is picked from the dialect's `search` part (`backend_for` reads
     `dialect_for`); the revisions keep their frozen table."""
@@ -209,7 +209,7 @@ def test_a_store_resolves_its_dialect_once_when_it_opens(store: Any) -> None:
 def test_each_dialect_answers_the_capabilities_code_asks(
     name: str, capabilities: dict[str, bool]
 ) -> None:
-    from hermes_store import backends
+    from hermes_store.runtime import backends
 
     dialect = backends.dialect_named(name)
     assert {key: getattr(dialect, key) for key in capabilities} == capabilities

@@ -18,8 +18,9 @@ from helpers.processes import run_cli
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
-from hermes_store import migrate, schema_snapshot
+from hermes_store import migrate
 from hermes_store.compat import SessionDB
+from hermes_store.migration import schema_snapshot
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

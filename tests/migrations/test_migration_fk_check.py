@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from hermes_store import adoption, migrate
+from hermes_store import migrate
 from hermes_store.errors import MigrationError
+from hermes_store.migration import adoption
 
 pytestmark = pytest.mark.sqlite_only
 

@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 from alembic.script import ScriptDirectory
 
-from hermes_store import contract, migrate, schema_snapshot, store
+from hermes_store import contract, migrate
 from hermes_store.config import SCHEMA_VERSION
-from hermes_store.copy import copy_database
 from hermes_store.errors import NotAtHead
-from hermes_store.head import HEAD_REVISION, UPSTREAM_HEAD_REVISION
+from hermes_store.migration import schema_snapshot
+from hermes_store.migration.copy import copy_database
+from hermes_store.migration.head import HEAD_REVISION, UPSTREAM_HEAD_REVISION
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.store import Store
@@ -37,7 +38,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_the_head_is_one_definition_and_the_chain_s_single_head() -> None:
     script = ScriptDirectory.from_config(migrate.make_config())
     assert script.get_heads() == [HEAD_REVISION]
-    assert migrate.HEAD == store.HEAD == HEAD_REVISION
+    assert migrate.HEAD == HEAD_REVISION
     assert not hasattr(contract, "HEAD_REVISION")  # the contract holds frozen names only
     # the upstream number stays the upstream's; the project's revisions follow 0023
     assert SCHEMA_VERSION == 23 and UPSTREAM_HEAD_REVISION == "0023"
@@ -234,8 +235,8 @@ def test_the_known_revisions_are_alembics() -> None:
     script directory's own list of revisions."""
     from alembic.script import ScriptDirectory
 
-    from hermes_store.head import known_revisions
     from hermes_store.migrate import make_config
+    from hermes_store.migration.head import known_revisions
 
     script = ScriptDirectory.from_config(make_config())
     assert known_revisions() == {rev.revision for rev in script.walk_revisions()}

@@ -49,7 +49,7 @@ def test_revision_round_trip(revision, tmp_path, db):
 
     migrate.downgrade(url, previous or "base")
     down = db.snapshot(path)
-    from hermes_store import schema_snapshot
+    from hermes_store.migration import schema_snapshot
 
     assert down == before, schema_snapshot.diff(before, down)
     assert migrate.current(url).alembic_revision == previous

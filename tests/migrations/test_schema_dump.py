@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers.postgres import with_gin_word_index
 
-from hermes_store import schema_snapshot
+from hermes_store.migration import schema_snapshot
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
 REFRESH_ENV = "HERMES_STORE_REFRESH_SCHEMA_DUMPS"

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from hermes_store import migrate, schema_snapshot
+from hermes_store import migrate
+from hermes_store.migration import schema_snapshot
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VERSIONS_DIR = REPO_ROOT / "migrations" / "versions"

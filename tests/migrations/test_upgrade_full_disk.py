@@ -118,7 +118,7 @@ def test_a_disk_full_mid_teardown_leaves_work_check_reports(tiny_fs: Path) -> No
 def test_check_reports_legacy_tables_left_to_tear_down(tmp_path: Path) -> None:
     """The state a stopped teardown leaves (here: stopped after the backfill's step), on
     any disk: `check` is not ok and names the command that finishes it."""
-    from hermes_store.engine import make_engine
+    from hermes_store.runtime.engine import make_engine
     from hermes_store.search import maintenance
 
     path = tmp_path / "state.db"

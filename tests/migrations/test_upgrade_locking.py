@@ -21,7 +21,7 @@ from helpers.processes import start_hanging_writer
 from sqlalchemy import make_url, text
 
 from hermes_store.contract import PG_MIGRATION_LOCK
-from hermes_store.head import HEAD_REVISION, known_revisions
+from hermes_store.migration.head import HEAD_REVISION, known_revisions
 from hermes_store.repositories.maintenance import MaintenanceRepository
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SessionRepository

@@ -18,7 +18,7 @@ import pytest
 from helpers.databases import EXTRA, grow_legacy
 
 from hermes_store import migrate
-from hermes_store.head import known_revisions
+from hermes_store.migration.head import known_revisions
 
 pytestmark = pytest.mark.sqlite_only
 

@@ -20,10 +20,10 @@ from helpers.postgres import pg_database
 from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
-from hermes_store import copy as hcopy
 from hermes_store import migrate
 from hermes_store.compat import SessionDB
 from hermes_store.errors import CopyError
+from hermes_store.migration import copy as hcopy
 from hermes_store.repositories.maintenance import MaintenanceRepository
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.meta import MetaRepository

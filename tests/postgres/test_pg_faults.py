@@ -15,9 +15,9 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError, ProgrammingError
 
 from hermes_store.errors import DatabaseUnavailable, StoreError
-from hermes_store.pg_faults import is_transient
+from hermes_store.postgresql.faults import is_transient
 from hermes_store.repositories.sessions import SessionRepository
-from hermes_store.retry import RetryPolicy
+from hermes_store.runtime.retry import RetryPolicy
 from hermes_store.store import Store
 
 psycopg = pytest.importorskip("psycopg")

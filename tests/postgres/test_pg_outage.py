@@ -475,7 +475,7 @@ def _sqlite_source(tmp_path: Any, sessions: int = 6, per_session: int = 100) -> 
 def test_copy_survives_a_server_restart(cluster: Cluster, tmp_path: Any) -> None:
     """The target restarts (fast, then immediate) between two batches of a copy: the
     batches go on after it, and the copy ends verified."""
-    from hermes_store.copy import copy_database
+    from hermes_store.migration.copy import copy_database
 
     source = _sqlite_source(tmp_path)
     cluster.admin(f'DROP DATABASE "{cluster.database}" WITH (FORCE)')

@@ -15,10 +15,10 @@ from helpers.processes import run_cli_here as run_cli  # the commands' main, in-
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.pool import NullPool
 
-from hermes_store import copy as hcopy
 from hermes_store import migrate
 from hermes_store.compat import SessionDB
 from hermes_store.errors import NotAHermesDatabase, SchemaTooNew
+from hermes_store.migration import copy as hcopy
 from hermes_store.models import metadata
 
 QUERIES = ("refactor", "迁移", "Kyoto", "refactor OR Kyoto", "test*", '"auth module"')

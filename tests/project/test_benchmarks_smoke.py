@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from helpers.databases import fixtures_dir
 
-from hermes_store.head import HEAD_REVISION
+from hermes_store.migration.head import HEAD_REVISION
 
 #: the search rows, in order (benchmarks/corpus.py QUERIES, then ZERO_HIT_QUERIES)
 SEARCHES = (

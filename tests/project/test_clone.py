@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from cli.test_docs import README, _promised_prints, blocks, quick_start, section
 
-from hermes_store import sqlite_driver
+from hermes_store.sqlite import driver as sqlite_driver
 
 REPO = Path(__file__).resolve().parents[2]
 

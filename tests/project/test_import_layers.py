@@ -105,7 +105,7 @@ def test_the_checker_finds_a_cycle() -> None:
 #: the dialect (backends.dialect_for, `store.dialect`): its capabilities, or its store,
 #: migration, sql and search parts.
 DIALECT_AWARE = {
-    "engine.py": "the only module that knows the drivers: which URL makes which engine",
+    "runtime/engine.py": "the only module that knows the drivers: which URL makes which engine",
     "config.py": "which URLs are accepted",
 }
 
@@ -147,9 +147,10 @@ NAME_COMPARISON = re.compile(
 
 
 def _dialect_modules() -> set[str]:
-    """The modules of the dialect objects: backends.py and each registered part's."""
-    from hermes_store import backends, dialects, store_backends  # noqa: F401 (register)
+    """The modules of the dialect objects: runtime/backends.py and each registered part's."""
+    from hermes_store.migration import dialects  # noqa: F401 (register)
     from hermes_store.repositories import _dialect  # noqa: F401
+    from hermes_store.runtime import backends, store_backends  # noqa: F401 (register)
     from hermes_store.search import postgres_fts, sqlite_fts  # noqa: F401
 
     found = {backends.__name__}
@@ -169,7 +170,11 @@ def test_no_module_outside_the_dialect_objects_compares_a_dialect_name() -> None
     allowed = {
         m.removeprefix("hermes_store.").replace(".", "/") + ".py" for m in _dialect_modules()
     }
-    assert {"backends.py", "dialects.py", "store_backends.py"} <= allowed, allowed
+    assert {
+        "runtime/backends.py",
+        "migration/dialects.py",
+        "runtime/store_backends.py",
+    } <= allowed, allowed
     offenders = [
         f"{relative}:{number}: {line.strip()}"
         for path in sorted(PACKAGE.rglob("*.py"))

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 SERVICE = """
 from hermes_store.aio import AsyncStore
-from hermes_store.rows import ConversationMessage
+from hermes_store.repositories.rows import ConversationMessage
 
 
 class ChatService:
@@ -182,7 +182,7 @@ def test_correct_calls_type_check(tmp_path: Path) -> None:
         """
         from hermes_store.aio import AsyncStore
         from hermes_store.compat import SessionDB
-        from hermes_store.rows import ListingRow, MessageRow
+        from hermes_store.repositories.rows import ListingRow, MessageRow
 
 
         def facade(db: SessionDB) -> list[ListingRow]:

@@ -49,7 +49,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_store.sqlite_driver import wal_reset_vulnerable
+from hermes_store.sqlite.driver import wal_reset_vulnerable
 
 REPO = Path(__file__).resolve().parents[2]
 #: the project head: the upstream revisions 0001..0023, then its own (hs0001, ...)

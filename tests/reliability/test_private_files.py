@@ -13,7 +13,7 @@ import pytest
 from helpers.processes import run_cli_here as run_cli  # the commands' main, in-process
 
 from hermes_store.config import JournalPolicy
-from hermes_store.engine import make_engine, write_connection
+from hermes_store.runtime.engine import make_engine, write_connection
 
 pytestmark = pytest.mark.sqlite_only
 

@@ -24,7 +24,7 @@ from hermes_store.config import JOURNAL_ENV
 from hermes_store.errors import DatabaseLocked
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SessionRepository
-from hermes_store.retry import RetryPolicy
+from hermes_store.runtime.retry import RetryPolicy
 from hermes_store.search.limits import TIMEOUT_ENV
 from hermes_store.store import Store
 

@@ -29,7 +29,7 @@ from helpers.filesystem import read_only_path, tmpfs
 from helpers.processes import run_cli, start_hanging_writer
 
 from hermes_store import migrate
-from hermes_store.engine import make_engine
+from hermes_store.runtime.engine import make_engine
 from hermes_store.search import maintenance
 from hermes_store.search.layout import HIGH_WATER, PROGRESS
 
@@ -872,17 +872,18 @@ _SANITISERS = {"int", "float", "len", "bool"}
 ALLOWED: dict[tuple[str, str, str], str] = {
     # PRAGMA key takes no bound parameter: the operand is _literal's SQL string (quotes
     # doubled, NUL refused) or x'hex' blob literal, never the caller's text as it is
-    ("hermes_store/encryption.py", "unlock", "key"): "PRAGMA key operand built by _literal",
+    ("hermes_store/sqlite/encryption.py", "unlock", "key"): "PRAGMA key operand built by _literal",
     # checked against the four literal checkpoint modes (StoreDialect.checkpoint) first
-    ("hermes_store/store_backends.py", "checkpoint", "mode"): "validated against a fixed set",
+    ("hermes_store/runtime/store_backends.py", "checkpoint", "mode"): "validated against a fixed "
+                                                                      "set",
     # model table names (metadata.tables) handed over by drop_reflection_gaps
-    ("hermes_store/dialects.py", "_fk_ondelete", "table"): "model table names",
+    ("hermes_store/migration/dialects.py", "_fk_ondelete", "table"): "model table names",
     # table names read from sqlite_master or the adoption rules' frozen names
-    ("hermes_store/dialects.py", "column_flags", "table"): "sqlite_master / frozen names",
+    ("hermes_store/migration/dialects.py", "column_flags", "table"): "sqlite_master / frozen names",
     # schema snapshot: every name comes from sqlite_master rows
-    ("hermes_store/schema_snapshot.py", "_table", "name"): "read from sqlite_master",
-    ("hermes_store/schema_snapshot.py", "_index", "name"): "read from sqlite_master",
-    ("hermes_store/schema_snapshot.py", "_index", "table"): "read from sqlite_master",
+    ("hermes_store/migration/schema_snapshot.py", "_table", "name"): "read from sqlite_master",
+    ("hermes_store/migration/schema_snapshot.py", "_index", "name"): "read from sqlite_master",
+    ("hermes_store/migration/schema_snapshot.py", "_index", "table"): "read from sqlite_master",
     # migration building blocks: the revisions pass frozen literal table/column names
     # and column declarations (see migrations/versions/*)
     ("migrations/_dialects.py", "columns", "table"): "frozen names from the revisions",

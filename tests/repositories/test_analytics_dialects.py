@@ -16,7 +16,7 @@ from sqlalchemy.exc import DBAPIError
 from test_analytics import BLOCKS, ENV, SECTIONS, SETUP, run
 
 from hermes_store import migrate
-from hermes_store.copy import copy_database
+from hermes_store.migration.copy import copy_database
 
 pd = pytest.importorskip("pandas")
 

@@ -25,8 +25,8 @@ from sqlalchemy.pool import NullPool
 
 from hermes_store import contract
 from hermes_store.aio import AsyncStore
-from hermes_store.copy import copy_database
 from hermes_store.errors import ChangeCursorExpired, InvalidInput
+from hermes_store.migration.copy import copy_database
 from hermes_store.repositories.changes import KINDS, Change, ChangeFeed
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SessionRepository

@@ -13,8 +13,8 @@ import pytest
 from helpers.raw_sql import RawConnection
 
 from hermes_store import AsyncStore
-from hermes_store import copy as hcopy
 from hermes_store.errors import InvalidInput, SessionNotFound
+from hermes_store.migration import copy as hcopy
 from hermes_store.repositories.maintenance import ImportSource, MaintenanceRepository
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.search import SearchRepository

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from hermes_store import migrate
-from hermes_store.engine import make_engine
+from hermes_store.runtime.engine import make_engine
 from hermes_store.search import maintenance
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

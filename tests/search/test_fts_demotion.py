@@ -19,7 +19,7 @@ import pytest
 from helpers.databases import EXTRA, grow_legacy
 
 from hermes_store import migrate
-from hermes_store.engine import make_engine
+from hermes_store.runtime.engine import make_engine
 from hermes_store.search import maintenance
 
 pytestmark = pytest.mark.sqlite_only
@@ -215,7 +215,7 @@ def test_pending_fts_writes_of_the_same_transaction_stay_with_the_old_index(lega
 
 KILLABLE_TEARDOWN = """
 import sys
-from hermes_store.engine import make_engine
+from hermes_store.runtime.engine import make_engine
 from hermes_store.search import maintenance
 engine = make_engine(sys.argv[1])
 maintenance.run_backfill(engine, min_pause=0.05, pause_factor=0)

@@ -17,7 +17,7 @@ import pytest
 from helpers.databases import EXTRA, grow_legacy
 
 from hermes_store import migrate
-from hermes_store.engine import make_engine
+from hermes_store.runtime.engine import make_engine
 from hermes_store.search import maintenance
 from hermes_store.search.maintenance import BackfillStats, Pacing, Progress, Regime
 

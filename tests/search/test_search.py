@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Connection, text
 
-from hermes_store.engine import make_engine
+from hermes_store.runtime.engine import make_engine
 from hermes_store.search import sanitize_fts5_query, search_messages
 from hermes_store.search.query import fold as ascii_fold
 from hermes_store.search.query import literals_of

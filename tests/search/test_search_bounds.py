@@ -27,7 +27,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
 from hermes_store import migrate
-from hermes_store.head import HEAD_REVISION
+from hermes_store.migration.head import HEAD_REVISION
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.search import limits, search_messages

@@ -367,7 +367,7 @@ def test_the_progress_handler_stops_a_prefix_search_on_either_driver(
     progress handler: the search ends in SearchTimedOut caused by SQLite's interrupt,
     raised by this driver's own error class, and the store goes on working. With no
     limit the same search completes."""
-    from hermes_store import sqlite_driver as chosen
+    from hermes_store.sqlite import driver as chosen
 
     store = words
     _in_journal_mode(store, journal)

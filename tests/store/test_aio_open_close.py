@@ -23,7 +23,7 @@ from sqlalchemy.pool import Pool
 from hermes_store import aio
 from hermes_store.errors import DatabaseUnavailable, StoreClosed
 from hermes_store.repositories.messages import MessageRepository
-from hermes_store.retry import RetryPolicy
+from hermes_store.runtime.retry import RetryPolicy
 from hermes_store.store import Store
 
 CHATS = 200

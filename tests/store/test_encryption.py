@@ -24,7 +24,6 @@ import pytest
 from helpers.databases import url_for
 
 from hermes_store import migrate
-from hermes_store import sqlite_driver as driver_choice
 from hermes_store.errors import (
     AlreadyEncrypted,
     EncryptionKeyError,
@@ -36,6 +35,7 @@ from hermes_store.errors import (
     NotEncrypted,
     WrongEncryptionKey,
 )
+from hermes_store.sqlite import driver as driver_choice
 
 pytestmark = pytest.mark.sqlite_only
 on_sqlcipher = pytest.mark.parametrize("sqlite_driver", ["sqlcipher3"], indirect=True)
@@ -62,7 +62,7 @@ def _plain_store_file(path: Path, messages: int = 5) -> Path:
 
 def _encrypted_store_file(path: Path, key: Any = KEY, messages: int = 5) -> Path:
     from hermes_store import MessageRepository, SessionRepository, Store
-    from hermes_store.encryption import forget_key, register_key
+    from hermes_store.sqlite.encryption import forget_key, register_key
 
     register_key(path, key)
     try:
@@ -178,7 +178,7 @@ def test_the_key_never_reaches_output_logs_or_errors(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from hermes_store import Store
-    from hermes_store.sqlite_encrypt import decrypt_file, encrypt_file
+    from hermes_store.sqlite.encrypt import decrypt_file, encrypt_file
 
     caplog.set_level(logging.DEBUG)
     secret = "s3cr3t-Passphrase-'quoted'"
@@ -225,7 +225,7 @@ def test_the_key_never_reaches_output_logs_or_errors(
 @on_sqlcipher
 def test_encrypt_use_decrypt_loses_nothing(tmp_path: Path, sqlite_driver: str) -> None:
     from hermes_store import ChangeFeed, MessageRepository, SearchRepository, Store
-    from hermes_store.sqlite_encrypt import decrypt_file, encrypt_file
+    from hermes_store.sqlite.encrypt import decrypt_file, encrypt_file
 
     path = _plain_store_file(tmp_path / "state.db", messages=40)
     with Store(url_for(path)) as store:
@@ -269,7 +269,7 @@ def test_encrypt_use_decrypt_loses_nothing(tmp_path: Path, sqlite_driver: str) -
 def test_conversions_refuse_a_file_already_in_the_state_asked(
     tmp_path: Path, sqlite_driver: str
 ) -> None:
-    from hermes_store.sqlite_encrypt import decrypt_file, encrypt_file
+    from hermes_store.sqlite.encrypt import decrypt_file, encrypt_file
 
     encrypted = _encrypted_store_file(tmp_path / "enc.db")
     plain = _plain_store_file(tmp_path / "plain.db")
@@ -292,7 +292,7 @@ def test_conversions_refuse_a_file_already_in_the_state_asked(
 def test_conversion_refuses_a_file_another_process_has_open(
     tmp_path: Path, sqlite_driver: str
 ) -> None:
-    from hermes_store.sqlite_encrypt import encrypt_file
+    from hermes_store.sqlite.encrypt import encrypt_file
 
     path = _plain_store_file(tmp_path / "state.db")
     before = _digest(path)
@@ -349,7 +349,7 @@ def test_a_write_while_the_copy_is_checked_is_locked_out(
 ) -> None:
     """Another process that writes while the copy is checked (quick_check, the slow part)
     is held off by the lock: its commit can never land in the file that is replaced."""
-    from hermes_store import sqlite_encrypt
+    from hermes_store.sqlite import encrypt as sqlite_encrypt
 
     path = _plain_store_file(tmp_path / "state.db")
     with closing(sqlite3.connect(path)) as raw:
@@ -381,7 +381,7 @@ def test_a_write_while_the_copy_is_checked_is_locked_out(
 def test_a_conversion_keeps_the_file_s_mode_and_owner(tmp_path: Path, sqlite_driver: str) -> None:
     """The converted file gets the original's permission bits (and, when root converts it,
     its owner and group); the backup stays 0600."""
-    from hermes_store.sqlite_encrypt import decrypt_file, encrypt_file
+    from hermes_store.sqlite.encrypt import decrypt_file, encrypt_file
 
     path = _plain_store_file(tmp_path / "state.db")
     path.chmod(0o640)  # shared with a gateway in the same group
@@ -405,8 +405,8 @@ def test_an_encrypted_legacy_file_upgrades(
     legacy_db: Any, sqlite_driver: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from hermes_store import SearchRepository, Store
-    from hermes_store.head import HEAD_REVISION
-    from hermes_store.sqlite_encrypt import encrypt_file
+    from hermes_store.migration.head import HEAD_REVISION
+    from hermes_store.sqlite.encrypt import encrypt_file
 
     path = Path(legacy_db(20))
     with closing(sqlite3.connect(path)) as raw:
@@ -475,8 +475,9 @@ def test_each_store_takes_back_exactly_its_own_key(
 ) -> None:
     """A Store that fails to open forgets the key it registered; a Store's close takes back
     its own registration, not one made after it by someone else."""
-    from hermes_store import Store, encryption
+    from hermes_store import Store
     from hermes_store.errors import InvalidURL, NotAtHead
+    from hermes_store.sqlite import encryption
 
     monkeypatch.delenv(encryption.KEY_ENV, raising=False)
     monkeypatch.delenv(encryption.KEY_FILE_ENV, raising=False)
@@ -504,8 +505,8 @@ def test_each_store_takes_back_exactly_its_own_key(
 def test_the_facade_and_a_backup_of_an_encrypted_file(
     tmp_path: Path, sqlite_driver: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from hermes_store.backup import backup_sqlite
     from hermes_store.compat import SessionDB
+    from hermes_store.sqlite.backup import backup_sqlite
 
     path = _encrypted_store_file(tmp_path / "state.db")
     monkeypatch.setenv("HERMES_STORE_KEY", KEY)

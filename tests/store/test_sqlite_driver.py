@@ -1,4 +1,4 @@
-"""Which SQLite a process drives (hermes_store.sqlite_driver) and the journal mode a file
+"""Which SQLite a process drives (hermes_store.sqlite.driver) and the journal mode a file
 gets from it: the standard library's sqlite3, or the `sqlite` extra's pysqlite3, whose
 bundled SQLite has the WAL-reset fix.
 
@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from helpers.databases import journal_mode, set_journal_mode
 
-from hermes_store import sqlite_driver
 from hermes_store.errors import InvalidURL
+from hermes_store.sqlite import driver as sqlite_driver
 
 pytestmark = pytest.mark.sqlite_only
 

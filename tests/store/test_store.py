@@ -23,11 +23,12 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
-from hermes_store import migrate, sqlite_driver
+from hermes_store import migrate
 from hermes_store.config import JOURNAL_ENV, JournalPolicy
-from hermes_store.engine import BUSY_TIMEOUT_S, make_engine, wal_reset_vulnerable
 from hermes_store.errors import DatabaseLocked, DatabaseNotWritable, ReadOnlyStore
-from hermes_store.retry import RetryPolicy, is_retryable
+from hermes_store.runtime.engine import BUSY_TIMEOUT_S, make_engine, wal_reset_vulnerable
+from hermes_store.runtime.retry import RetryPolicy, is_retryable
+from hermes_store.sqlite import driver as sqlite_driver
 from hermes_store.store import CHECKPOINT_EVERY, Store
 
 DEFAULT_MODE = "delete" if wal_reset_vulnerable() else "wal"
@@ -99,7 +100,7 @@ def lock_is_free(path: Path) -> bool:
 def held_write_lock(path: Path) -> Iterator[sqlite3.Connection]:
     """A raw connection holding the write lock (BEGIN IMMEDIATE) for the block, through
     this process's SQLite library: another copy's locks would not be seen (one library
-    per process, hermes_store/sqlite_driver.py)."""
+    per process, hermes_store/sqlite/driver.py)."""
     holder = sqlite_driver.current().connect(str(path), timeout=5.0, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     try:

@@ -28,10 +28,11 @@ from sqlalchemy.engine import URL, Connection, Engine, ExceptionContext
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
-from . import encryption, sqlite_driver
-from .config import JOURNAL_ENV, JournalPolicy, resolve_url, sqlite_path
-from .errors import DatabaseNotWritable, DriverMissing, InvalidURL
-from .sqlite_file import not_a_database_error, refuse_directory
+from ..config import JOURNAL_ENV, JournalPolicy, resolve_url, sqlite_path
+from ..errors import DatabaseNotWritable, DriverMissing, InvalidURL
+from ..sqlite import driver as sqlite_driver
+from ..sqlite import encryption
+from ..sqlite.file import not_a_database_error, refuse_directory
 
 log = logging.getLogger(__name__)
 

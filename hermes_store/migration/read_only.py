@@ -29,11 +29,9 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import QueuePool
 
-from . import encryption, sqlite_driver
-from .config import SCHEMA_VERSION, resolve_url, shown_url, sqlite_path
-from .contract import FTS_TABLE, VERSION_TABLE
-from .engine import BUSY_TIMEOUT_S, make_engine
-from .errors import (
+from ..config import SCHEMA_VERSION, resolve_url, shown_url, sqlite_path
+from ..contract import FTS_TABLE, VERSION_TABLE
+from ..errors import (
     DatabaseMissing,
     NotAHermesDatabase,
     NotAtHead,
@@ -41,15 +39,15 @@ from .errors import (
     SchemaTooNew,
     StoreError,
 )
+from ..models import metadata
+from ..runtime.engine import BUSY_TIMEOUT_S, make_engine
+from ..sqlite import driver as sqlite_driver
+from ..sqlite import encryption
+from ..sqlite.file import refuse_directory
 from .head import HEAD_REVISION, known_revisions
 from .inventory import INVENTORY
-from .models import metadata
-from .sqlite_file import refuse_directory
 
 log = logging.getLogger(__name__)
-
-#: The hermes-store revision this code reads and writes (store.HEAD, migrate.HEAD).
-HEAD = HEAD_REVISION
 
 _COMPANIONS = ("-wal", "-shm")
 #: The Alembic revision a database is at (its version table has no model).
@@ -414,7 +412,7 @@ def read_only_engine(url: str | URL | None = None) -> Engine:
         engine = reading_engine(resolved)
         try:
             with engine.connect() as conn:
-                require_readable(conn, resolved, HEAD)
+                require_readable(conn, resolved, HEAD_REVISION)
                 conn.rollback()
         except BaseException:
             engine.dispose()

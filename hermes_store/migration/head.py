@@ -26,7 +26,7 @@ def known_revisions() -> frozenset[str]:
     """Every revision this code has, from the revision files' names (`0007_...`,
     `hs0001_...`; tests/migrations/test_own_tables.py checks them against Alembic's own reading).
     A database at a revision outside this set was written by a newer hermes-store."""
-    versions = Path(__file__).resolve().parent / "_migrations" / "versions"
+    versions = Path(__file__).resolve().parent.parent / "_migrations" / "versions"
     return frozenset(
         path.name.split("_", 1)[0]
         for path in versions.glob("*.py")

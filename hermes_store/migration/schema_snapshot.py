@@ -19,8 +19,8 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from .backends import dialect_for
-from .contract import OWN_TABLE_PREFIX, VERSION_TABLE
+from ..contract import OWN_TABLE_PREFIX, VERSION_TABLE
+from ..runtime.backends import dialect_for
 
 
 def normalise_sql(sql: str) -> str:

@@ -17,11 +17,9 @@ import sqlite3
 from typing import Literal
 
 from sqlalchemy import Connection
-from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
-from . import sqlite_driver
-from .config import shown_url, sqlite_path
+from . import driver as sqlite_driver
 
 Damage = Literal["fts", "structural", "suspect_fts"]
 
@@ -73,10 +71,3 @@ def quick_check(conn: Connection, limit: int = 20) -> list[str]:
             raise
         return [f"failed: {exc.orig}"]
     return [str(r[0]) for r in rows]
-
-
-def where(url: URL) -> str:
-    """How an error names the database: the file's path, else the URL without its
-    credentials."""
-    path = sqlite_path(url)
-    return str(path) if path is not None else shown_url(url)

@@ -24,9 +24,9 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine, event, text
 from sqlalchemy.exc import DBAPIError, PendingRollbackError
 
-from .config import shown_url
-from .contract import PG_MIGRATION_LOCK
-from .errors import DatabaseUnavailable, LockTimeout
+from ..config import shown_url
+from ..contract import PG_MIGRATION_LOCK
+from ..errors import DatabaseUnavailable, LockTimeout
 from .retry import RetryPolicy, sqlite_busy
 
 T = TypeVar("T")

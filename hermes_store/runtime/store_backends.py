@@ -27,7 +27,20 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
-from . import pg_faults
+from ..config import where
+from ..errors import (
+    DatabaseCorrupt,
+    DatabaseLocked,
+    DatabaseNotWritable,
+    DatabaseUnavailable,
+    ReadOnlyStore,
+    StorageFull,
+    StoreError,
+)
+from ..postgresql import faults as pg_faults
+from ..search import limits, maintenance
+from ..sqlite.damage import classify, quick_check, sqlite_error
+from ..sqlite.limits import WRITE_IOERRS, file_size_limit_hit
 from .backends import dialect_named
 from .engine import (
     BUSY_TIMEOUT_S,
@@ -37,19 +50,7 @@ from .engine import (
     wal_index_unavailable,
     write_connection,
 )
-from .errors import (
-    DatabaseCorrupt,
-    DatabaseLocked,
-    DatabaseNotWritable,
-    DatabaseUnavailable,
-    ReadOnlyStore,
-    StorageFull,
-    StoreError,
-)
 from .retry import RetryPolicy, first_line, sqlite_busy
-from .search import limits, maintenance
-from .sqlite_damage import classify, quick_check, sqlite_error, where
-from .sqlite_limits import WRITE_IOERRS, file_size_limit_hit
 from .waiting import sqlite_lock_holders
 
 log = logging.getLogger(__name__)

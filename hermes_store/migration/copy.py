@@ -61,17 +61,17 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.expression import TableClause
 from sqlalchemy.types import TEXT
 
-from . import migrate
-from .backends import dialect_for
-from .config import SCHEMA_VERSION, resolve_url, shown_url, sqlite_path
-from .contract import FTS_TABLE, FTS_TRASH_PREFIX, NOT_COPIED_TABLES, VERSION_TABLE
-from .contract import META_FTS_LOCAL_KEYS as FTS_LOCAL_KEYS
+from .. import migrate
+from ..config import SCHEMA_VERSION, resolve_url, shown_url, sqlite_path
+from ..contract import FTS_TABLE, FTS_TRASH_PREFIX, NOT_COPIED_TABLES, VERSION_TABLE
+from ..contract import META_FTS_LOCAL_KEYS as FTS_LOCAL_KEYS
+from ..errors import CopyError, CopyValueError
+from ..models import metadata
+from ..repositories import telegram
+from ..runtime.backends import dialect_for
+from ..runtime.engine import make_engine
+from ..runtime.retry import DEFAULT_RETRY
 from .dialects import MigrationDialect
-from .engine import make_engine
-from .errors import CopyError, CopyValueError
-from .models import metadata
-from .repositories import telegram
-from .retry import DEFAULT_RETRY
 
 DEFAULT_BATCH_SIZE = 1000
 

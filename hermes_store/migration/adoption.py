@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, Select, column, select, table, text
 
-from .backends import dialect_for
-from .config import SCHEMA_VERSION
-from .contract import FTS_TABLE
-from .contract import VERSION_TABLE as VERSION_TABLE
+from ..config import SCHEMA_VERSION
+from ..contract import FTS_TABLE
+from ..contract import VERSION_TABLE as VERSION_TABLE
+from ..runtime.backends import dialect_for
+from ..search.layout import classify
 from .dialects import MigrationDialect
 from .inventory import INVENTORY as INVENTORY
-from .search.layout import classify
 
 
 @dataclass

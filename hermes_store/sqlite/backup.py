@@ -11,8 +11,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import encryption, sqlite_driver
-from .errors import BackupFailed
+from ..errors import BackupFailed
+from . import driver as sqlite_driver
+from . import encryption
 
 #: SQLite's primary result code for a full disk
 SQLITE_FULL = 13

@@ -11,7 +11,7 @@ A `Dialect` holds:
 - each layer's part, a dialect object of its own:
   - `store`: the Store's run-time class (`StoreDialect`, store_backends.py): write
     connections, read locks, typed driver errors, checkpoints;
-  - `migration`: migration, adoption, check and copy (`MigrationDialect`, dialects.py);
+  - `migration`: migration, adoption, check and copy (`MigrationDialect`, migration/dialects.py);
   - `sql`: what repositories run differently (`SQLDialect`, repositories/_dialect.py):
     the upsert's INSERT constructor, row and key locks, the lease clock, the size;
   - `search`: the search backend class (search/sqlite_fts.py, search/postgres_fts.py):
@@ -37,14 +37,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .errors import MigrationError
+from ..errors import MigrationError
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine
 
-    from .dialects import MigrationDialect
-    from .repositories._dialect import SQLDialect
-    from .search.backend import SearchBackend
+    from ..migration.dialects import MigrationDialect
+    from ..repositories._dialect import SQLDialect
+    from ..search.backend import SearchBackend
     from .store_backends import StoreDialect
 
 

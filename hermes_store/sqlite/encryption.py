@@ -23,13 +23,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import sqlite_driver
-from .errors import (
+from ..errors import (
     EncryptionUnavailable,
     InvalidInput,
     NotEncrypted,
     WrongEncryptionKey,
 )
+from . import driver as sqlite_driver
 
 KEY_ENV, KEY_FILE_ENV = sqlite_driver.KEY_ENVS
 #: A key: a passphrase (str) or 32 raw bytes.

@@ -1,5 +1,5 @@
 """What differs between SQLite and PostgreSQL when hermes-store migrates, adopts, checks
-and copies a database: the `migration` part of each dialect (backends.py), one
+and copies a database: the `migration` part of each dialect (runtime/backends.py), one
 `MigrationDialect` per database kind, reached as `dialect_for(bind).migration`. Every
 such difference of `migrate`, `adoption` and `copy` lives here or in the dialect's
 capabilities, once; those modules stay written once for both.
@@ -22,12 +22,12 @@ from alembic.operations import ops
 from sqlalchemy import Connection, Engine, Identity, inspect, text
 from sqlalchemy.sql.elements import ColumnElement
 
-from .backends import dialect_named
-from .contract import PG_MIGRATION_LOCK
-from .errors import CopyError, FTSUnavailable, MigrationError, NotAHermesDatabase
-from .models import metadata
-from .search import maintenance
-from .sqlite_damage import quick_check
+from ..contract import PG_MIGRATION_LOCK
+from ..errors import CopyError, FTSUnavailable, MigrationError, NotAHermesDatabase
+from ..models import metadata
+from ..runtime.backends import dialect_named
+from ..search import maintenance
+from ..sqlite.damage import quick_check
 
 if TYPE_CHECKING:  # adoption asks this module for its catalogue
     from .adoption import DatabaseShape

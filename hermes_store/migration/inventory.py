@@ -4,7 +4,7 @@ database can be read as it is (read_only.py)."""
 
 from __future__ import annotations
 
-from .contract import FTS_TABLE, FTS_TRIGRAM_TABLE
+from ..contract import FTS_TABLE, FTS_TRIGRAM_TABLE
 
 _S, _M = "sessions", "messages"
 

@@ -36,7 +36,7 @@ from functools import cache
 from types import ModuleType
 from typing import Any
 
-from .errors import EncryptionUnavailable, InvalidURL
+from ..errors import EncryptionUnavailable, InvalidURL
 
 DRIVER_ENV = "HERMES_STORE_SQLITE_DRIVER"
 DRIVER_CHOICES = ("auto", "sqlite3", "pysqlite3", "sqlcipher3")

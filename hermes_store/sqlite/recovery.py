@@ -29,8 +29,9 @@ from typing import Any
 from sqlalchemy import TEXT, Executable, column, insert, literal_column, select, table
 from sqlalchemy.dialects import sqlite
 
-from . import encryption, sqlite_driver
-from .errors import DatabaseCorrupt
+from ..errors import DatabaseCorrupt
+from . import driver as sqlite_driver
+from . import encryption
 
 log = logging.getLogger(__name__)
 

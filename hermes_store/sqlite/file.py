@@ -12,8 +12,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from . import sqlite_driver
-from .errors import EncryptionKeyRequired, NotADatabaseFile
+from ..errors import EncryptionKeyRequired, NotADatabaseFile
+from . import driver as sqlite_driver
 
 #: The first 16 bytes of every SQLite database file.
 SQLITE_MAGIC = b"SQLite format 3\x00"

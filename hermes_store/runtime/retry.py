@@ -22,8 +22,9 @@ from typing import TypeVar
 
 from sqlalchemy.exc import DBAPIError, PendingRollbackError
 
-from . import pg_faults, sqlite_driver
-from .errors import DatabaseUnavailable
+from ..errors import DatabaseUnavailable
+from ..postgresql import faults as pg_faults
+from ..sqlite import driver as sqlite_driver
 
 T = TypeVar("T")
 

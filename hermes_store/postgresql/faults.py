@@ -46,7 +46,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, PendingRollbackError
 
-from .errors import DatabaseUnavailable
+from ..errors import DatabaseUnavailable
 
 #: SQLAlchemy's code for a statement sent on a connection it invalidated within the
 #: transaction (a driver error said the connection was lost): the session is gone with

@@ -22,11 +22,7 @@ from typing import Any
 from sqlalchemy import ClauseElement, Select, column, func, quoted_name, select, table
 from sqlalchemy.dialects import sqlite
 
-from . import encryption, sqlite_driver
-from .backup import backup_sqlite
-from .encryption import Key
-from .engine import check_writable, create_private_file
-from .errors import (
+from ..errors import (
     AlreadyEncrypted,
     FileInUse,
     MigrationError,
@@ -34,8 +30,13 @@ from .errors import (
     NotEncrypted,
     WrongEncryptionKey,
 )
-from .sqlite_file import is_plain_sqlite, refuse_directory
-from .waiting import _command_line
+from ..runtime.engine import check_writable, create_private_file
+from ..runtime.waiting import _command_line
+from . import driver as sqlite_driver
+from . import encryption
+from .backup import backup_sqlite
+from .encryption import Key
+from .file import is_plain_sqlite, refuse_directory
 
 #: How long the conversion waits for another connection's lock before it refuses
 BUSY_TIMEOUT_S = 2.0

@@ -20,8 +20,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlalchemy import ColumnElement, case, literal_column
 
-from .errors import InvalidInput
-from .repositories._dialect import utc_day
+from ..errors import InvalidInput
+from ._dialect import utc_day
 
 __all__ = ["local_day", "local_epoch", "time_zone", "utc_day", "utc_offset"]
 
