@@ -75,7 +75,7 @@ JSON_FIELDS = frozenset(
 #: Fields an append may be given as JSON text: parsed before they are redacted string by
 #: string, as storing them parses them (text that does not parse is stored as nothing).
 _PARSED_ON_APPEND = frozenset({"tool_calls", "display_metadata"})
-#: The `\x00json:` prefix of structured content (repositories/_encoding.py).
+#: The `\x00json:` prefix of structured content (repositories/encoding.py).
 _CONTENT_JSON_PREFIX = "\x00json:"
 
 _KEYWORDS = (

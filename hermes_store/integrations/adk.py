@@ -67,7 +67,7 @@ from ..repositories._dialect import lock_key, upsert_insert
 from ..repositories._sql import rowcount
 from ..repositories._tables import SESSIONS, M
 from ..repositories.deletion import delete_ids
-from ..repositories.message_codec import epoch_seconds
+from ..repositories.encoding import epoch_seconds
 from ..repositories.messages import _append_one
 
 __all__ = [

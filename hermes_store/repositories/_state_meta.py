@@ -13,8 +13,8 @@ from sqlalchemy import Connection, bindparam
 from sqlalchemy.dialects import sqlite
 
 from ._dialect import PreparedUpsert
-from ._encoding import scrub
 from ._tables import META, K
+from .encoding import scrub
 
 MetaValue = str | int | float | None
 

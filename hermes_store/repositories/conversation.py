@@ -12,8 +12,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ._encoding import decode_content, decode_display_metadata, decode_json
-from .message_codec import decode_tool_calls
+from .encoding import decode_content, decode_display_metadata, decode_json, decode_tool_calls
 
 REVIEW_PROMPT_PREFIXES = (
     "Review the conversation above and update the skill library",

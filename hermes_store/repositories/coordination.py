@@ -31,10 +31,10 @@ from sqlalchemy import (
 
 from ..models import AsyncDelegation, CompressionLock, GatewayRouting
 from ._dialect import data_columns, data_rows, lock_session, upsert_insert
-from ._encoding import now, scrub
 from ._paging import limit_clause
 from ._sql import ADVISORY_FAILURES, all_columns, chunks, rowcount
 from ._tables import DELEGATIONS, SESSIONS, M, S
+from .encoding import now, scrub
 from .lineage import is_recoverable, last_active
 
 if TYPE_CHECKING:

@@ -26,13 +26,21 @@ from sqlalchemy import (
 from ..errors import InvalidInput
 from ..redaction import RedactionPolicy
 from ._dialect import data_columns
-from ._encoding import flag, now, scrub
 from ._sql import all_columns, chunks
 from ._tables import MESSAGES, SESSIONS, M, S
 from ._tag_names import check_tags
 from .deletion import existing_ids
+from .encoding import (
+    TIME_MAX,
+    TIME_MIN,
+    decode_fields,
+    encode_bulk,
+    flag,
+    now,
+    scrub,
+    time_in_range,
+)
 from .lineage import compression_lineage
-from .message_codec import TIME_MAX, TIME_MIN, decode_message, encode_bulk, time_in_range
 from .tags import add_tags, has_tags_table, tags_of
 
 IMPORT_MAX_SESSIONS = 500
@@ -201,7 +209,7 @@ def export_session(conn: Connection, session_id: str) -> dict[str, Any] | None:
     active: Select[Any] = (
         all_columns(MESSAGES).where(M.session_id == session_id, M.active == 1).order_by(M.id)
     )
-    out["messages"] = [decode_message(r) for r in conn.execute(active).mappings()]
+    out["messages"] = [decode_fields(data_columns(r)) for r in conn.execute(active).mappings()]
     # hermes-store's own tags, only when there are any: an export of an untagged session
     # keeps the original's shape (and a database never upgraded has no tags table)
     if has_tags_table(conn):

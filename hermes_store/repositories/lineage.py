@@ -33,9 +33,9 @@ from sqlalchemy.sql.selectable import NamedFromClause
 
 from ..runtime.prepared import Prepared
 from ._dialect import json_member
-from ._encoding import flag
 from ._sql import alias, chunks, rowcount
 from ._tables import MESSAGES, SESSIONS, M, S
+from .encoding import flag
 
 COMPRESSION = "compression"
 BRANCHED = "branched"

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 from sqlalchemy import ColumnElement, func, select
 
-from ._encoding import now
 from ._sql import IN_CHUNK
 from ._tables import SESSIONS
 from .deletion import (
@@ -27,6 +26,7 @@ from .deletion import (
     delete_with_delegates,
     remove_session_files,
 )
+from .encoding import now
 from .export_import import (
     IMPORT_MAX_DEPTH,
     IMPORT_MAX_MESSAGES_PER_SESSION,

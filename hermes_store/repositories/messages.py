@@ -7,7 +7,7 @@ failure or a retry leaves nothing half done; the counters `sessions.message_coun
 count (the schema has no triggers for them). Transcripts are ordered by `messages.id`,
 never by `timestamp`, which is wall-clock time and not monotonic.
 
-Row encoding lives in `message_codec.py`, the conversation format in `conversation.py`;
+Row encoding lives in `encoding.py`, the conversation format in `conversation.py`;
 each unit of work is a module-level function taking the transaction's connection first.
 """
 
@@ -52,7 +52,6 @@ from ._dialect import (
     lock_session,
     message_columns,
 )
-from ._encoding import decode_content, encode_display_metadata, now, scrub
 from ._paging import (
     bound_limit,
     count_clause,
@@ -71,25 +70,28 @@ from .conversation import (
     repair_message_alternation,
     strip_memory_context,
 )
+from .encoding import (
+    INSERT_COLUMNS,
+    EncodedMessages,
+    RowLike,
+    content_value,
+    decode_content,
+    decode_fields,
+    decode_tool_calls,
+    encode_bulk,
+    encode_display_metadata,
+    encode_row,
+    epoch_seconds,
+    field_json,
+    field_text,
+    now,
+    scrub,
+)
 from .lineage import (
     COMPRESSION,
     INHERITED_ACROSS_COMPRESSION,
     INHERITED_FROM_PARENT,
     ancestor_ids,
-)
-from .message_codec import (
-    INSERT_COLUMNS,
-    EncodedMessages,
-    RowLike,
-    content_value,
-    decode_fields,
-    decode_message,
-    decode_tool_calls,
-    encode_bulk,
-    encode_row,
-    epoch_seconds,
-    field_json,
-    field_text,
 )
 from .rows import (
     AnchoredView,
@@ -685,6 +687,11 @@ def _lineage_rows(
 
 def _exists(conn: Connection, query: Select[Any]) -> bool:
     return conn.execute(query.limit(1)).first() is not None
+
+
+def decode_message(row: RowLike) -> dict[str, Any]:
+    """A full row as a dict with content, tool_calls and display_metadata decoded."""
+    return decode_fields(data_columns(row))
 
 
 def _decoded(rows: Sequence[RowLike]) -> list[MessageRow]:

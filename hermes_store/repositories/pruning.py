@@ -22,9 +22,9 @@ from sqlalchemy import (
     update,
 )
 
-from ._encoding import now
 from ._sql import chunks, path_prefix_values, path_under, rowcount
 from ._tables import SESSIONS, S
+from .encoding import now
 from .lineage import COMPRESSION, last_active, lineage_members
 
 DAY = 86400.0

@@ -35,7 +35,6 @@ from sqlalchemy import (
 
 from ..runtime.prepared import Prepared
 from . import turns
-from ._encoding import decode_content, flag, now, scrub
 from ._paging import limit_clause, offset_clause
 from ._preview import SKILL_INVOCATION_PREFIX
 from ._sql import (
@@ -50,6 +49,7 @@ from ._sql import (
 from ._tables import MESSAGES, SESSIONS, M, S
 from ._tag_names import check_tags
 from .deletion import delete_ids, remove_session_files
+from .encoding import decode_content, flag, now, scrub, time_in_range
 from .lineage import (
     COMPRESSION,
     INHERITED_ACROSS_COMPRESSION,
@@ -76,7 +76,6 @@ from .listing import (
     rich_select,
     source_counts_statement,
 )
-from .message_codec import time_in_range
 from .rows import CompressionCooldown, ListingRow, SessionRow
 
 if TYPE_CHECKING:

@@ -52,11 +52,11 @@ from ..models.base import Integer_, Real_, Text_
 from ..runtime.backends import dialect_for
 from ..runtime.prepared import Prepared
 from ._dialect import PreparedUpsert
-from ._encoding import now, scrub
 from ._paging import bound_limit
 from ._sql import alias
 from ._state_meta import SQLITE_SET_SQL, set_value
 from ._tables import SESSIONS
+from .encoding import now, scrub
 from .listing import rich_rows, rich_select
 
 if TYPE_CHECKING:

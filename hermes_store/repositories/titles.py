@@ -16,9 +16,9 @@ from ..errors import InvalidTitle, TitleInUse
 from ..runtime.prepared import Prepared
 from . import turns
 from ._dialect import lock_key
-from ._encoding import scrub
 from ._sql import all_columns, escape_like
 from ._tables import SESSIONS, S
+from .encoding import scrub
 from .lineage import compression_ancestors
 
 if TYPE_CHECKING:

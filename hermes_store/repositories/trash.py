@@ -60,11 +60,11 @@ from ..errors import InvalidInput, RestoreConflict, SessionNotFound
 from ..models import AdkSession, IdempotencyKey
 from ..redaction import RedactionPolicy
 from ._dialect import data_columns
-from ._encoding import now
 from ._own_tables import needing
 from ._sql import all_columns, chunks
 from ._tables import ACTIVITY, MESSAGES, SESSIONS, TAGS, TRASH, TRASH_ROWS, USAGE, M, S
 from .deletion import delete_ids
+from .encoding import now
 from .lineage import with_delegates
 from .telegram import BINDINGS as TELEGRAM_BINDINGS
 

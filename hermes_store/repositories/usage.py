@@ -28,9 +28,9 @@ from ..models import Message, SessionModelUsage
 from ..models import Session as SessionRow
 from ..runtime.prepared import Prepared
 from ._dialect import PreparedUpsert, utc_day
-from ._encoding import now, scrub
 from ._tables import SESSIONS, USAGE, S, U
 from .analytics import local_day
+from .encoding import now, scrub
 
 if TYPE_CHECKING:
     from ..store import Store

@@ -37,6 +37,9 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+# a query's text is read by the rules its stored text was written by
+from ..repositories.encoding import scrub_surrogates
+
 MAX_QUERY_CHARS = 2048
 OPERATORS = frozenset({"AND", "OR", "NOT"})
 
@@ -53,12 +56,6 @@ _SPECIALS = str.maketrans({c: " " for c in '+{}():"^'})
 _COMPOUND = re.compile(r"\w+(?:[._-]\w+)+")
 _LEADING_OP = re.compile(r"^\s*(?:AND|OR|NOT)\b", re.I)
 _TRAILING_OP = re.compile(r"\b(?:AND|OR|NOT)\s*$", re.I)
-_SURROGATES = re.compile("[\ud800-\udfff]")
-
-
-def scrub_surrogates(value: str) -> str:
-    """Lone UTF-16 surrogates cannot be encoded as UTF-8; the original stores U+FFFD."""
-    return _SURROGATES.sub("\ufffd", value)
 
 
 def is_cjk(char: str) -> bool:

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from hermes_store.errors import InvalidInput, TimeOutOfRange
+from hermes_store.repositories.encoding import TIME_MAX, TIME_MIN
 from hermes_store.repositories.maintenance import MaintenanceRepository
-from hermes_store.repositories.message_codec import TIME_MAX, TIME_MIN
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.store import Store

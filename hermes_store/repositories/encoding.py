@@ -1,34 +1,133 @@
-"""How a message becomes a `messages` row and a row becomes a message again
-(docs/reference/behaviour.md 3.1, docs/reference/schema.md section 8).
+"""How values are stored and read back, in the original's conventions
+(docs/reference/schema.md section 8, docs/reference/behaviour.md 3.1): REAL epoch seconds,
+0/1 flags, JSON as TEXT with Python's default formatting, structured message content
+behind the `\\x00json:` prefix, lone surrogates replaced by U+FFFD; and, built on them,
+how a message becomes a `messages` row and a row becomes a message again.
 
 Every writer encodes through here, so a value that cannot be stored is refused with
 InvalidInput naming the field before anything reaches the driver (whose own error would
 not say which field was wrong), and every reader decodes content, tool calls and display
-metadata the same way.
+metadata the same way. The module imports nothing of the package but its errors and the
+redaction policy, so search reads a query's text by the same rules as stored text
+(`scrub_surrogates`) without importing the repositories.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import math
+import re
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidInput, TimeOutOfRange
 from ..redaction import RedactionPolicy
-from ._dialect import data_columns
-from ._encoding import (
-    decode_content,
-    decode_display_metadata,
-    decode_json,
-    encode_content,
-    encode_display_metadata,
-    encode_json_if_truthy,
-    encode_tool_calls,
-    flag,
-    now,
-    scrub,
-)
+
+log = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------- values
+
+
+JSON_PREFIX = "\x00json:"
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def scrub_surrogates(value: str) -> str:
+    """Lone UTF-16 surrogates cannot be encoded as UTF-8; the original stores U+FFFD."""
+    return _SURROGATES.sub("\ufffd", value)
+
+
+def now() -> float:
+    return time.time()
+
+
+def scrub(value: str | None) -> str | None:
+    return None if value is None else scrub_surrogates(value)
+
+
+def encode_content(content: Any) -> Any:
+    """str as given (surrogates scrubbed); list/dict behind the JSON prefix; others as is."""
+    if isinstance(content, str):
+        return scrub_surrogates(content)
+    if isinstance(content, list | dict):
+        return JSON_PREFIX + json.dumps(content)
+    return content
+
+
+def decode_content(stored: Any) -> Any:
+    if isinstance(stored, str) and stored.startswith(JSON_PREFIX):
+        try:
+            return json.loads(stored[len(JSON_PREFIX) :])
+        except ValueError:
+            log.warning("undecodable structured content returned raw")
+    return stored
+
+
+def parse_tool_calls(value: Any) -> Any:
+    """The original's normalisation: a JSON string is parsed first (invalid -> [])."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return []
+    return value
+
+
+def encode_tool_calls(value: Any) -> tuple[str | None, int]:
+    """(stored text, count added to tool_call_count), per docs/reference/behaviour.md 3.1."""
+    parsed = parse_tool_calls(value)
+    stored = json.dumps(parsed) if parsed else None
+    if parsed is None:
+        count = 0
+    elif isinstance(parsed, list):
+        count = len(parsed)
+    else:
+        count = 1
+    return stored, count
+
+
+def encode_json_if_truthy(value: Any) -> str | None:
+    return json.dumps(value) if value else None
+
+
+def decode_json(stored: Any, default: Any = None) -> Any:
+    if stored is None:
+        return default
+    try:
+        return json.loads(stored)
+    except (TypeError, ValueError):
+        log.warning("corrupt JSON column value ignored")
+        return default
+
+
+def encode_display_metadata(value: Any) -> str | None:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            log.warning("display_metadata is not valid JSON; stored NULL")
+            return None
+    if isinstance(value, dict) and value:
+        return json.dumps(value)
+    if value is not None:
+        log.warning("display_metadata must be a non-empty JSON object; stored NULL")
+    return None
+
+
+def decode_display_metadata(stored: Any) -> dict[str, Any] | None:
+    value = decode_json(stored)
+    if isinstance(value, str):  # one extra layer of string encoding
+        value = decode_json(value)
+    return value if isinstance(value, dict) else None
+
+
+def flag(value: Any) -> int:
+    return 1 if value else 0
+
 
 #: A result row as a mapping (SQLAlchemy's RowMapping is keyed by names and columns).
 RowLike = Mapping[Any, Any]
@@ -56,13 +155,13 @@ _BINDABLE_SCALARS = (str, int, float, type(None))
 _CONTENT_TYPES = (str, bytes, int, float, list, dict, type(None))
 
 
-# --------------------------------------------------------------------------- encoding
+# --------------------------------------------------------------------------- a message as a row
 
 
 def field_text(name: str, value: Any) -> Any:
     """A text field as stored (surrogates scrubbed); InvalidInput for a non-scalar."""
     if isinstance(value, str):
-        return scrub(value)
+        return scrub_surrogates(value)
     if isinstance(value, _BINDABLE_SCALARS):
         return value
     raise InvalidInput(f"message field {name!r} must be text, got {type(value).__name__}")
@@ -246,17 +345,12 @@ def encode_bulk(
     return EncodedMessages(rows, total_calls)
 
 
-# --------------------------------------------------------------------------- decoding
+# --------------------------------------------------------------------------- a row as a message
 
 
 def decode_tool_calls(stored: Any) -> Any:
     """Stored tool calls parsed; NULL stays None, unreadable JSON becomes []."""
     return None if stored is None else decode_json(stored, [])
-
-
-def decode_message(row: RowLike) -> dict[str, Any]:
-    """A full row as a dict with content, tool_calls and display_metadata decoded."""
-    return decode_fields(data_columns(row))
 
 
 def decode_fields(out: dict[str, Any]) -> dict[str, Any]:
