@@ -63,7 +63,7 @@ from ..aio import AsyncStore
 from ..contract import ADK_EVENT_KIND
 from ..errors import InvalidInput, StoreError
 from ..models.own import AdkAppState, AdkSession, AdkUserState
-from ..repositories._dialect import lock_key, upsert_insert
+from ..repositories._dialect import SQLDialect, lock_key, upsert_insert
 from ..repositories._sql import rowcount
 from ..repositories._tables import SESSIONS, M
 from ..repositories.deletion import delete_ids
@@ -377,6 +377,7 @@ def _is_stale(conn: Connection, session: Session, holder: str, revision: int, at
 
 def _append(
     conn: Connection,
+    sql: SQLDialect,
     session: Session,
     event: Event,
     parts: tuple[dict[str, Any], ...],
@@ -412,7 +413,7 @@ def _append(
         display_kind=ADK_EVENT_KIND,
         **stored,
     )
-    _append_one(conn, row.session_id, None, event_time, fields)
+    _append_one(conn, sql, row.session_id, None, event_time, fields)
     return int(row.revision) + 1
 
 
@@ -605,6 +606,7 @@ class HermesSessionService(BaseSessionService):  # type: ignore[misc,unused-igno
         except (PydanticSerializationError, ValidationError, ValueError) as exc:
             raise InvalidInput(f"the event cannot be stored as JSON: {exc}") from None
         sync = self.store.sync
+        sql = sync.dialect.sql
         # the store's policy, as every write path applies it (the event's text parts are
         # in both columns); redacted before the transaction, as appends do
         stored = sync.redaction.redact_fields(
@@ -612,7 +614,7 @@ class HermesSessionService(BaseSessionService):  # type: ignore[misc,unused-igno
         )
         revision = await self.store.run(
             lambda: sync.write(
-                lambda conn: _append(conn, session, event, parts, stored, event_time)
+                lambda conn: _append(conn, sql, session, event, parts, stored, event_time)
             )
         )
         session.last_update_time = event.timestamp

@@ -46,6 +46,11 @@ class SQLDialect:
     #: use (both dialects spell the upsert the same way).
     insert: Callable[[Any], sqlite.Insert | postgresql.Insert] = staticmethod(sqlite.insert)
 
+    #: Whether read-then-write units of work on one session take its row lock
+    #: (`lock_session`); False where the write transaction holds the database's one write
+    #: lock from its BEGIN, and `lock_session` has nothing to do.
+    locks_rows = False
+
     def lock_session(self, conn: Connection, session_id: str) -> bool:
         """Serialise read-then-write units of work on one session; False when the
         session's row was not there to lock."""
@@ -96,6 +101,7 @@ class PostgreSQLSQLDialect(SQLDialect):
     pg_database_size."""
 
     insert = staticmethod(postgresql.insert)
+    locks_rows = True
     pushes_changes = True
     appends_in_one_call = True
 

@@ -41,11 +41,11 @@ from ..errors import (
     InvalidInput,
     SessionNotFound,
 )
-from ..runtime.backends import dialect_for
 from ..runtime.prepared import Prepared
 from . import idempotency, turns
 from ._dialect import (
     SEARCH_COLUMNS,
+    SQLDialect,
     append_refusal,
     data_columns,
     data_dicts,
@@ -307,23 +307,20 @@ def _set_counts(conn: Connection, session_id: str, messages: int, tool_calls: in
 
 def _append_in_one_call(
     conn: Connection,
+    sql: SQLDialect,
     session_id: str,
     holder: str | None,
     explicit_ts: float | None,
     fields: Mapping[str, Any],
-) -> int | None:
-    """A plain append (no key, no turn) through the database's one-call append where it
-    has one (PostgreSQL): the same checks in the same order, in one round trip; None
-    where it has none."""
-    sql = dialect_for(conn).sql
-    if not sql.appends_in_one_call:
-        return None
+) -> int:
+    """A plain append (no key, no turn) through the database's one-call append (a
+    function on PostgreSQL): the same checks in the same order, in one round trip."""
     at = now()
     values, n_calls = encode_row(
         session_id, timestamp=at if explicit_ts is None else explicit_ts, **fields
     )
     try:
-        return sql.append_one(conn, values, holder, at, n_calls)
+        appended = sql.append_one(conn, values, holder, at, n_calls)
     except DBAPIError as exc:
         refusal = append_refusal(exc)
         if refusal == "busy":
@@ -333,10 +330,13 @@ def _append_in_one_call(
         if refusal == "closed":
             raise CompressionSessionClosedError(session_id) from None
         raise
+    assert appended is not None  # a dialect that appends in one call returns the id
+    return appended
 
 
 def _append_one(
     conn: Connection,
+    sql: SQLDialect,
     session_id: str,
     holder: str | None,
     explicit_ts: float | None,
@@ -344,11 +344,13 @@ def _append_one(
     key: str | None = None,
     turn_token: int | None = None,
 ) -> int:
-    if key is None and turn_token is None:
-        appended = _append_in_one_call(conn, session_id, holder, explicit_ts, fields)
-        if appended is not None:
-            return appended
-    locked = lock_session(conn, session_id)  # the checks below must hold until commit
+    """Append one encoded message in the unit of work on `conn`; `sql` is the store's
+    dialect part (`store.dialect.sql`), resolved when the store opened."""
+    if key is None and turn_token is None and sql.appends_in_one_call:
+        return _append_in_one_call(conn, sql, session_id, holder, explicit_ts, fields)
+    # the checks below must hold until commit: the session's row lock where writers run
+    # side by side; SQLite's write transaction already holds the one write lock
+    locked = sql.lock_session(conn, session_id) if sql.locks_rows else True
     if key is not None:
         # before the checks: a retry of an append that happened returns its id even if
         # the session has been closed by compression (or its turn passed) since
@@ -793,8 +795,9 @@ class MessageRepository:
         """
         if role is None:
             raise InvalidInput("a message needs a role")
-        key = idempotency.check_key(idempotency_key)
-        token = turns.check_token(turn_token)
+        # checked here only when given: a plain append needs neither module
+        key = None if idempotency_key is None else idempotency.check_key(idempotency_key)
+        token = None if turn_token is None else turns.check_token(turn_token)
         explicit_ts = epoch_seconds(timestamp)
         fields = {
             "role": role,
@@ -819,8 +822,9 @@ class MessageRepository:
         if self.store.redaction.compiled:
             fields = self.store.redaction.redact_fields(fields)
         holder = compression_lock_holder
+        sql = self.store.dialect.sql
         return self.store.write(
-            lambda conn: _append_one(conn, session_id, holder, explicit_ts, fields, key, token)
+            lambda conn: _append_one(conn, sql, session_id, holder, explicit_ts, fields, key, token)
         )
 
     def append_messages(
