@@ -7,9 +7,7 @@ how a message becomes a `messages` row and a row becomes a message again.
 Every writer encodes through here, so a value that cannot be stored is refused with
 InvalidInput naming the field before anything reaches the driver (whose own error would
 not say which field was wrong), and every reader decodes content, tool calls and display
-metadata the same way. The module imports nothing of the package but its errors and the
-redaction policy, so search reads a query's text by the same rules as stored text
-(`scrub_surrogates`) without importing the repositories.
+metadata the same way.
 """
 
 from __future__ import annotations
@@ -17,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -25,6 +22,7 @@ from typing import Any
 
 from ..errors import InvalidInput, TimeOutOfRange
 from ..redaction import RedactionPolicy
+from ..runtime.engine import scrub_surrogates
 
 log = logging.getLogger(__name__)
 
@@ -33,12 +31,6 @@ log = logging.getLogger(__name__)
 
 
 JSON_PREFIX = "\x00json:"
-_SURROGATES = re.compile("[\ud800-\udfff]")
-
-
-def scrub_surrogates(value: str) -> str:
-    """Lone UTF-16 surrogates cannot be encoded as UTF-8; the original stores U+FFFD."""
-    return _SURROGATES.sub("\ufffd", value)
 
 
 def now() -> float:

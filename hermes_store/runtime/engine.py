@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -457,6 +458,18 @@ def make_engine(
 #: How long a PostgreSQL statement may wait for a lock before it fails (and is retried by
 #: the write path as SQLite's busy timeout would be): a stuck peer must not hang a turn.
 PG_LOCK_TIMEOUT_MS = 10_000
+
+
+#: Neither driver can encode a lone UTF-16 surrogate as UTF-8 (both raise
+#: UnicodeEncodeError); the original stores U+FFFD in its place. The repositories scrub
+#: the text they write (repositories/encoding.py) and the search a query's text, the same
+#: way, so that a query finds what was stored.
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def scrub_surrogates(value: str) -> str:
+    """`value` with each lone surrogate replaced by U+FFFD, as the original stores it."""
+    return _SURROGATES.sub("\ufffd", value)
 
 
 #: PostgreSQL's text cannot hold U+0000, which SQLite stores and the original writes (the

@@ -21,7 +21,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL
@@ -76,6 +76,8 @@ class StoreDialect:
     #: True: the store's writes take its process-wide write lock, one at a time. SQLite
     #: has one writer per file anyway; a server keeps writers apart with row locks.
     serialises_writes: ClassVar[bool] = True
+    #: What DatabaseUnavailable names: a database server, never its password (None: a file).
+    server: str | None = None
 
     def __init__(
         self,
@@ -91,11 +93,6 @@ class StoreDialect:
         self.read_only = read_only
         self.retry = retry
         self.write_lock = write_lock
-
-    @property
-    def server(self) -> str | None:
-        """What DatabaseUnavailable names: a database server, never its password."""
-        return None
 
     def write_once(self) -> pg_faults.WriteOnce | None:
         """For one write: what lets its retry tell whether an unanswered COMMIT applied."""
@@ -148,13 +145,15 @@ class PostgreSQLStoreDialect(StoreDialect):
     attempt, which the retry policy runs again on a fresh one (with the COMMIT check)."""
 
     serialises_writes = False
+    server: str
+
+    def __init__(self, engine: Engine, url: URL, **options: Any) -> None:
+        super().__init__(engine, url, **options)
+        # named once: every unit of work hands it to the retry policy
+        self.server = pg_faults.describe_server(engine.url)
 
     def vet_for_block(self, conn: Connection) -> None:
         conn.exec_driver_sql("SELECT 1")
-
-    @property
-    def server(self) -> str:
-        return pg_faults.describe_server(self.engine.url)
 
     def write_once(self) -> pg_faults.WriteOnce:
         return pg_faults.WriteOnce(self.server)

@@ -37,8 +37,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-# a query's text is read by the rules its stored text was written by
-from ..repositories.encoding import scrub_surrogates
+from ..runtime.engine import scrub_surrogates
 
 MAX_QUERY_CHARS = 2048
 OPERATORS = frozenset({"AND", "OR", "NOT"})
