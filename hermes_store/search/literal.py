@@ -279,9 +279,8 @@ def _budget_span(
     if not literals or table <= limits.RETRY_CHECKS:
         return None  # the whole table costs no more than the budget
     sample = min(limits.RETRY_SAMPLE, table)
-    args = [(literal, *_literal_args(backend, filters, literal)) for literal in literals]
-    params: dict[str, Any] = {"floor": highest - sample}
-    counted = backend.fetch(backend.literal_estimate_sql(args, params), params)
+    sql, params = estimate_statement(backend, parsed, filters, highest - sample)
+    counted = backend.fetch(sql, params)
     estimate = backend.retry_estimate(int(counted[0][0] or 0), sample, table)
     if estimate <= limits.RETRY_CHECKS:
         return None
@@ -300,17 +299,43 @@ def _page(
     """The first `limit` hits in `order`, in the window of `window` ids at an end of
     the table (`bound`: the end, and the :floor or :ceiling id that bounds the window
     there), or in the whole table."""
-    if bound is None:
-        statement = _Statement(backend, filters, edge=None)
-    elif backend.literal_window_by_index(window):
-        statement = _Statement(backend, filters, edge=None, page_edge=bound[0])
-    else:
-        statement = _Statement(backend, filters, edge=bound[0])
-    sql = statement.sql(parsed, order)
-    params = {**statement.params, "limit": limit}
+    edge = None if bound is None else bound[0]
+    sql, params = page_statement(backend, parsed, filters, order, edge, window)
+    params["limit"] = limit
     if bound is not None:
         params["floor" if bound[0] == "newest" else "ceiling"] = bound[1]
     return backend.literal_rows(sql, filters, params)
+
+
+def page_statement(
+    backend: SearchBackend,
+    parsed: Parsed,
+    filters: Filters,
+    order: str,
+    edge: Edge | None,
+    window: int = 0,
+) -> tuple[str, dict[str, Any]]:
+    """The page's statement and its parameters but :limit, :floor and :ceiling: in the
+    window of `window` ids at `edge` of the table, or in the whole table (no `edge`)
+    (tests/search/route_sql/ pins its SQL)."""
+    if edge is None:
+        statement = _Statement(backend, filters, edge=None)
+    elif backend.literal_window_by_index(window):
+        statement = _Statement(backend, filters, edge=None, page_edge=edge)
+    else:
+        statement = _Statement(backend, filters, edge=edge)
+    sql = statement.sql(parsed, order)
+    return sql, statement.params
+
+
+def estimate_statement(
+    backend: SearchBackend, parsed: Parsed, filters: Filters, floor: int
+) -> tuple[str, dict[str, Any]]:
+    """`_budget_span`'s statement and its parameters: the literals' candidates above
+    the id `floor`."""
+    args = [(literal, *_literal_args(backend, filters, literal)) for literal in _literals(parsed)]
+    params: dict[str, Any] = {"floor": floor}
+    return backend.literal_estimate_sql(args, params), params
 
 
 def _hit(row: Hit, literals: list[str], folded: list[str], words: list[Term]) -> Hit:

@@ -20,8 +20,10 @@ from sqlalchemy.engine import Dialect
 
 from hermes_store.search import postgres_fts as pg
 from hermes_store.search import sqlite_fts as lite
-from hermes_store.search.common import Filters, LikeShape, RouteStatement, context_statement
-from hermes_store.search.query import SearchQuery
+from hermes_store.search.backend import SearchBackend
+from hermes_store.search.common import Edge, Filters, LikeShape, RouteStatement, context_statement
+from hermes_store.search.literal import estimate_statement, page_statement
+from hermes_store.search.query import SearchQuery, read_query
 
 GOLDEN = Path(__file__).parent / "route_sql"
 UPDATE_ENV = "HERMES_STORE_UPDATE_ROUTE_SQL"
@@ -45,7 +47,76 @@ PG_LIKE = LikeShape(("ILIKE", "LIKE"), False, False)
 TOPUP = LikeShape(("LIKE", "LIKE"), True, True)
 PG_TOPUP = LikeShape(("ILIKE", "ILIKE"), True, True)
 
-Variants = Callable[[], list[tuple[str, RouteStatement]]]
+#: the literal tier's filters (Filters objects, not shapes)
+NO_FILTERS = Filters(None, None, None, False)
+ALL_FILTERS = Filters(["cli"], ["cron"], ["user"], False, ["work", "urgent"])
+ROLE_FILTER = Filters(None, None, ["assistant"], True)
+BY_ID, OLDEST_BY_ID = "m.id DESC", "m.id ASC"
+
+
+class _LiteNoDatabase(lite.SqliteSearch):
+    """SQLite's backend without a connection, its trigram index taken as present (the
+    statements are only rendered here)."""
+
+    dialect = None
+
+    def has_trigram_index(self) -> bool:
+        return True
+
+
+class _PgNoDatabase(pg.PostgresSearch):
+    dialect = None
+
+
+Rendered = RouteStatement | str
+
+
+def _literal_pages(backend: SearchBackend) -> list[tuple[str, Rendered]]:
+    """The literal tier's page: every kind of term, a window read row by row or through
+    the indexes (PostgreSQL), the whole table, an OR of groups."""
+
+    def page(query: str, filters: Filters, order: str, edge: Edge | None, window: int) -> str:
+        return page_statement(backend, read_query(query), filters, order, edge, window)[0]
+
+    wide = max(backend.literal_index_windows, default=0)
+    variants = [
+        (
+            "one literal, the newest window",
+            page("~/.config/zephyr.yaml", NO_FILTERS, BY_ID, "newest", backend.literal_window),
+        ),
+        (
+            "a literal, a negated literal, a word, a negated word, the whole table, every filter",
+            page("x.y NOT a->b deploy NOT drop", ALL_FILTERS, BY_ID, None, 0),
+        ),
+        (
+            "short punctuation (no index), the oldest window",
+            page("%", NO_FILTERS, OLDEST_BY_ID, "oldest", backend.literal_window),
+        ),
+        (
+            "two groups (OR), a negated literal, the whole table, a role filter",
+            page("chat-send OR x.y deploy NOT %", ROLE_FILTER, BY_ID, None, 0),
+        ),
+    ]
+    if wide:
+        variants.append(
+            (
+                "one literal, a window read through the indexes",
+                page("~/.config/zephyr.yaml", NO_FILTERS, BY_ID, "newest", wide),
+            )
+        )
+    return variants
+
+
+def _literal_estimate(backend: SearchBackend) -> list[tuple[str, Rendered]]:
+    """The literal tier's budget: the candidates of each literal above :floor."""
+    parsed = read_query("~/.config/zephyr.yaml NOT % x.y NOT a->b")
+    return [
+        ("four literals, no filter", estimate_statement(backend, parsed, NO_FILTERS, 0)[0]),
+        ("tool rows left out", estimate_statement(backend, parsed, ALL_FILTERS, 0)[0]),
+    ]
+
+
+Variants = Callable[[], list[tuple[str, Rendered]]]
 
 
 def _substring() -> tuple[pg.SubstringShape, ...]:
@@ -95,6 +166,8 @@ ROUTES: dict[str, dict[str, Variants]] = {
             ("pending-range top-up: every term, an id range", lite.scan_statement(NONE, TOPUP)),
         ],
         "context": lambda: [("two hits", context_statement(2))],
+        "literal_page": lambda: _literal_pages(_LiteNoDatabase(None)),  # type: ignore[arg-type]
+        "literal_estimate": lambda: _literal_estimate(_LiteNoDatabase(None)),  # type: ignore[arg-type]
     },
     "postgresql": {
         "word": lambda: [
@@ -142,6 +215,8 @@ ROUTES: dict[str, dict[str, Variants]] = {
             ("every filter", pg.scan_span_statement(ALL, PG_LIKE)),
         ],
         "context": lambda: [("hits by id", pg.CONTEXT_BY_ID)],
+        "literal_page": lambda: _literal_pages(_PgNoDatabase(None)),  # type: ignore[arg-type]
+        "literal_estimate": lambda: _literal_estimate(_PgNoDatabase(None)),  # type: ignore[arg-type]
     },
 }
 
@@ -153,7 +228,8 @@ def render(backend: str, route: str) -> str:
     spaces dropped)."""
     parts = []
     for name, statement in ROUTES[backend][route]():
-        sql = "\n".join(line.rstrip() for line in statement.sql(DIALECTS[backend]).splitlines())
+        text = statement if isinstance(statement, str) else statement.sql(DIALECTS[backend])
+        sql = "\n".join(line.rstrip() for line in text.splitlines())
         parts.append(f"-- {name}\n{sql};\n")
     return "\n".join(parts)
 
