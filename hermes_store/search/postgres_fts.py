@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache, reduce
+from operator import add
 from typing import Any, TypeVar
 
 from sqlalchemy import (
@@ -67,6 +68,7 @@ from . import query as q
 from .backend import (
     TRANSACTION_ENDS_WITH_SEARCH,
     Hit,
+    IdSelect,
     IndexMethod,
     Params,
     SearchBackend,
@@ -101,7 +103,6 @@ from .snippets import substring_snippet, terms_snippet
 PUNCTUATION = PG_WORD_PUNCTUATION
 _PUNCT_RE = re.compile(r"[!-/:-@\[-`{-~]+")
 _T = TypeVar("_T")
-_COLUMN_TEXTS = tuple(f"COALESCE(m.{c}, '')" for c in ("content", "tool_name", "tool_calls"))
 
 
 def caseless(term: str) -> bool:
@@ -226,32 +227,22 @@ def _matches(shape: ReadingShape, row: FromClause = m, prefix: str = "w") -> Col
     return and_(vector.op("@@")(loose), func.ts_match_vq(vector, full))
 
 
-#: The literal tier's statements are text: they take a condition as SQL (with `:name`
-#: parameters), which this dialect renders.
-_TEXT_DIALECT = postgresql.psycopg.dialect(paramstyle="named")  # type: ignore[no-untyped-call]
-
-
-@lru_cache(maxsize=256)
-def _matches_text(shape: ReadingShape, prefix: str) -> str:
-    return str(_matches(shape, m, prefix).compile(dialect=_TEXT_DIALECT))
-
-
-def _loose_tsquery_sql(term: Term, params: dict[str, Any]) -> str:
-    """The AND of a positive `term`'s words as SQL text (every row holding the term as a
-    phrase holds them, in any order), its values added to `params`."""
+def _loose_tsquery(term: Term, params: dict[str, Any]) -> ColumnElement[Any]:
+    """The AND of a positive `term`'s words (every row holding the term as a phrase
+    holds them, in any order), its values added to `params` (the literal tier's
+    statements)."""
     parsed: Parsed = [[(False, term)]]
     prefix = f"w{len(params)}_"
     params.update(tsquery_params(parsed, prefix))
-    query = _tsquery(reading_shape(parsed), prefix, loose=True)
-    return str(query.compile(dialect=_TEXT_DIALECT))
+    return _tsquery(reading_shape(parsed), prefix, loose=True)
 
 
-def _matches_sql(parsed: Parsed, params: dict[str, Any]) -> str:
-    """`_matches` for `parsed` as SQL text, its values added to `params` (the literal
+def _matches_of(parsed: Parsed, params: dict[str, Any], row: FromClause) -> ColumnElement[bool]:
+    """`_matches` for `parsed` on `row`, its values added to `params` (the literal
     tier's statements)."""
     prefix = f"w{len(params)}_"
     params.update(tsquery_params(parsed, prefix))
-    return _matches_text(reading_shape(parsed), prefix)
+    return _matches(reading_shape(parsed), row, prefix)
 
 
 def trigram_text(row: FromClause) -> ColumnElement[Any]:
@@ -265,8 +256,14 @@ def trigram_text(row: FromClause) -> ColumnElement[Any]:
     )
 
 
-#: trigram_text as SQL text, for the literal tier's statements
-TRIGRAM_TEXT = str(trigram_text(m).compile(dialect=_TEXT_DIALECT))
+#: trigram_text as PostgreSQL renders it (EXPLAINs of the index in the tests)
+TRIGRAM_TEXT = str(
+    trigram_text(m).compile(dialect=postgresql.psycopg.dialect(paramstyle="named"))  # type: ignore[no-untyped-call]
+)
+#: constants of the literal tier's conditions, written into the SQL: the role must be a
+#: constant for the planner to prove pg_trgm's partial index (role <> 'tool') applies
+_BLANK: ColumnElement[Any] = literal_column("''")
+_TOOL: ColumnElement[Any] = literal_column("'tool'")
 
 
 _NOT_HIT_KEYS = ("content", "rank", "context_roles", "context_contents")
@@ -1127,9 +1124,10 @@ class PostgresSearch(SearchBackend):
 
     # --- id sets for the literal tier -------------------------------------------------------
 
-    def word_ids(self, terms: list[Term], params: dict[str, Any], *, edge: Edge | None) -> str:
-        matches = _matches_sql([[(False, term) for term in terms]], params)
-        return f"SELECT m.id FROM {_messages(edge)} WHERE {matches}"  # noqa: S608
+    def word_ids(self, terms: list[Term], params: dict[str, Any], *, edge: Edge | None) -> IdSelect:
+        rows = _messages(edge)
+        matches = _matches_of([[(False, term) for term in terms]], params, rows)
+        return select(rows.c.id).select_from(rows).where(matches)
 
     def attach_context(self, hits: list[Hit]) -> None:
         # the lateral join the routes' own statements use, for hits found elsewhere
@@ -1142,108 +1140,143 @@ class PostgresSearch(SearchBackend):
 
     def literal_ids(
         self, literal: str, params: Params, *, trigram: bool, words: bool, edge: Edge | None
-    ) -> str:
+    ) -> IdSelect:
+        rows = _messages(edge)
         windowed = edge is not None
-        condition = _holds_literal(literal, params, trigram=trigram, words=words, window=windowed)
-        return f"SELECT m.id FROM {_messages(edge)} WHERE {condition}"  # noqa: S608
+        condition = _holds_literal(
+            literal, params, rows, trigram=trigram, words=words, window=windowed
+        )
+        return select(rows.c.id).select_from(rows).where(condition)
 
     def literal_candidates(
         self, literal: str, params: Params, *, trigram: bool, words: bool, edge: Edge | None
-    ) -> tuple[str | None, str | None]:
+    ) -> tuple[IdSelect | None, ColumnElement[bool] | None]:
         if edge:  # the window is an id set, read row by row (_messages)
             return super().literal_candidates(
                 literal, params, trigram=trigram, words=words, edge=edge
             )
         # the page's own condition: one bitmap scan of the indexes, each row read once
         # and checked once, and the page cut from it (no id set joined back to messages)
-        return None, _holds_literal(literal, params, trigram=trigram, words=words, window=False)
+        return None, _holds_literal(literal, params, m, trigram=trigram, words=words, window=False)
 
-    def literal_estimate_sql(self, literals: list[tuple[str, bool, bool]], params: Params) -> str:
+    def literal_estimate(
+        self, literals: list[tuple[str, bool, bool]], params: Params
+    ) -> Select[Any]:
         # the ids above :floor read row by row (OFFSET 0, as _messages), each literal's
         # index arms tested as the indexes would hand the row over: pg_trgm for the
         # trigrams it takes from _index_pattern (_pattern_needles), the word index for
         # the AND of its words. With pg_trgm's arm the word index's adds tool rows only
         # (a non-tool row holding the words holds their trigrams): a row's search vector
         # is read for tool rows only, and its text lower-cased for the others only.
-        counts = []
+        sample = (
+            select(
+                m.c[VECTOR].label("v"),
+                case((m.c.role != _TOOL, func.lower(trigram_text(m)))).label("t"),
+            )
+            .where(m.c.id > bindparam("floor"))
+            .offset(ZERO)
+            .subquery("m")
+        )
+        vector, lowered = sample.c.v, sample.c.t
+        counts: list[ColumnElement[Any]] = []
         for literal, trigram, words in literals:
-            arms = []
+            arms: list[ColumnElement[bool]] = []
             if trigram:
-                needles = []
+                needles: list[ColumnElement[bool]] = []
                 for needle, anchored in _pattern_needles(literal):
                     name = f"n{len(params)}"
                     params[name] = needle
-                    needles.append(f"m.t ~ :{name}" if anchored else f"strpos(m.t, :{name}) > 0")
-                arms.append(" AND ".join(["m.t IS NOT NULL", *needles]))
+                    found: BindParameter[Any] = bindparam(name)
+                    needles.append(
+                        lowered.op("~")(found) if anchored else func.strpos(lowered, found) > ZERO
+                    )
+                arms.append(and_(lowered.is_not(None), *needles))
             if words:
                 term = Term(literal, prefix=False, phrase=True)
-                tool = "m.t IS NULL AND " if trigram else ""
-                arms.append(f"{tool}m.v @@ {_loose_tsquery_sql(term, params)}")
+                tool = [lowered.is_(None)] if trigram else []
+                arms.append(and_(*tool, vector.op("@@")(_loose_tsquery(term, params))))
             if not arms:  # no index: every row of the scan is checked
-                arms.append("m.t IS NOT NULL" if len(literal) >= TRIGRAM_CHARS else "true")
-            counts.append(f"count(*) FILTER (WHERE {' OR '.join(f'({a})' for a in arms)})")
-        return (
-            f"SELECT {' + '.join(counts)} FROM (SELECT m.{VECTOR} AS v,"  # noqa: S608
-            f" CASE WHEN m.role <> 'tool' THEN lower({TRIGRAM_TEXT}) END AS t"
-            " FROM messages AS m WHERE m.id > :floor OFFSET 0) AS m"
-        )
+                arms.append(lowered.is_not(None) if len(literal) >= TRIGRAM_CHARS else true())
+            counts.append(func.count().filter(or_(*arms)))
+        return select(reduce(add, counts)).select_from(sample)
 
-    def literal_page(self, rows: str, where: str, order: str) -> str:
+    def literal_page(
+        self, rows: FromClause, where: list[ColumnElement[bool]], *, oldest: bool
+    ) -> Select[Any]:
         # Every matching row first (a bitmap scan of the indexes), then the page: without
         # the fence the planner may walk the primary key newest first testing each row,
         # which for a literal that stopped appearing long ago reads most of the table
         # (it guesses how often a pattern matches from a sample of rows).
-        found = f"SELECT m.id, m.timestamp FROM {rows} WHERE {where} OFFSET 0"  # noqa: S608
-        return f"SELECT m.id FROM ({found}) AS m ORDER BY {order} LIMIT :limit"  # noqa: S608
+        found = (
+            select(m.c.id, m.c.timestamp).select_from(rows).where(*where).offset(ZERO).subquery("m")
+        )
+        return (
+            select(found.c.id)
+            .order_by(found.c.id.asc() if oldest else found.c.id.desc())
+            .limit(bindparam("limit"))
+        )
 
 
-def _messages(edge: Edge | None) -> str:
+def _messages(edge: Edge | None) -> FromClause:
     """The rows an id set is taken from: with `edge`, the window of ids at that end of
     the table, read row by row. OFFSET 0 keeps the planner from reaching for pg_trgm's
     index, whose selectivity estimate for a long pattern is far too low: it would fetch
     and recheck every candidate in the table to keep the few in the window."""
     if edge is None:
-        return "messages AS m"
-    return f"(SELECT * FROM messages WHERE {id_window('id', edge)} OFFSET 0) AS m"  # noqa: S608
+        return m
+    return select(MESSAGES).where(id_window(MESSAGES.c.id, edge)).offset(ZERO).subquery("m")
 
 
 def _holds_literal(
-    literal: str, params: Params, *, trigram: bool, words: bool, window: bool
-) -> str:
-    """A condition on the row `m`: its text contains `literal` by `query.fold`, among
-    the rows the indexes vouch for (the module docstring of literal.py). Outside the
-    window each vouching index is asked in its own OR arm, which PostgreSQL reads as one
-    bitmap scan of both, and every row it gives is checked; in the window, read row by
-    row, the rows are told apart by role and words and checked, without pg_trgm's
+    literal: str,
+    params: Params,
+    row: FromClause,
+    *,
+    trigram: bool,
+    words: bool,
+    window: bool,
+) -> ColumnElement[bool]:
+    """A condition on the message `row`: its text contains `literal` by `query.fold`,
+    among the rows the indexes vouch for (the module docstring of literal.py). Outside
+    the window each vouching index is asked in its own OR arm, which PostgreSQL reads as
+    one bitmap scan of both, and every row it gives is checked; in the window, read row
+    by row, the rows are told apart by role and words and checked, without pg_trgm's
     pattern (it folds case by the database's locale, and adds nothing to the check
     where that folds ASCII letters as query.fold does; a Turkish locale does not)."""
     name = f"pat{len(params)}"
     params[name] = q.like_pattern(literal)
-    check = _exact_check(literal, name)
-    arms = []
+    check = _exact_check(literal, name, row)
+    arms: list[ColumnElement[bool]] = []
     if trigram and window:
-        arms.append("m.role <> 'tool'")
+        arms.append(row.c.role != _TOOL)
     elif trigram:
         # the partial index's predicate and expression: pg_trgm's index serves the arm
         params[f"idx{name}"] = _index_pattern(literal)
-        like = f"{TRIGRAM_TEXT} {_like_op(literal)} :idx{name} ESCAPE '\\'"
-        arms.append(f"m.role <> 'tool' AND {like}")
+        pattern: BindParameter[Any] = bindparam(f"idx{name}")
+        indexed = trigram_text(row)
+        like = (
+            indexed.like(pattern, escape="\\")
+            if caseless(literal)
+            else indexed.ilike(pattern, escape="\\")
+        )
+        arms.append(and_(row.c.role != _TOOL, like))
     if words:
-        arms.append(_matches_sql([[(False, Term(literal, prefix=False, phrase=True))]], params))
-    scope = " OR ".join(f"({arm})" for arm in arms)
-    return f"({scope}) AND {check}" if scope else check
+        arms.append(_matches_of([[(False, Term(literal, prefix=False, phrase=True))]], params, row))
+    return and_(or_(*arms), check) if arms else check
 
 
-def _exact_check(literal: str, pattern: str) -> str:
-    """SQL for "the row's content, tool name or tool calls contain :pattern (a LIKE
+def _exact_check(literal: str, pattern: str, row: FromClause) -> ColumnElement[bool]:
+    """The condition "the row's content, tool name or tool calls contain :pattern (a LIKE
     pattern of `literal`) by `query.fold`". ILIKE under the "C" collation folds ASCII
     letters and nothing else, which is `query.fold` exactly (under the database's
     collation it may fold more, a superset fit for the index and never the answer).
     Column by column: a literal is not found across two columns, and the columns are
     not joined again for every row."""
-    operator = "LIKE" if caseless(literal) else 'COLLATE "C" ILIKE'
-    checks = " OR ".join(f"{t} {operator} :{pattern} ESCAPE '\\'" for t in _COLUMN_TEXTS)
-    return f"({checks})"
+    found: BindParameter[Any] = bindparam(pattern)
+    texts = [func.coalesce(row.c[name], _BLANK) for name in ("content", "tool_name", "tool_calls")]
+    if caseless(literal):
+        return or_(*(t.like(found, escape="\\") for t in texts))
+    return or_(*(t.collate("C").ilike(found, escape="\\") for t in texts))
 
 
 #: a run of characters pg_trgm takes trigrams from (letters and digits)

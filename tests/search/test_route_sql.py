@@ -51,7 +51,6 @@ PG_TOPUP = LikeShape(("ILIKE", "ILIKE"), True, True)
 NO_FILTERS = Filters(None, None, None, False)
 ALL_FILTERS = Filters(["cli"], ["cron"], ["user"], False, ["work", "urgent"])
 ROLE_FILTER = Filters(None, None, ["assistant"], True)
-BY_ID, OLDEST_BY_ID = "m.id DESC", "m.id ASC"
 
 
 class _LiteNoDatabase(lite.SqliteSearch):
@@ -68,55 +67,59 @@ class _PgNoDatabase(pg.PostgresSearch):
     dialect = None
 
 
-Rendered = RouteStatement | str
-
-
-def _literal_pages(backend: SearchBackend) -> list[tuple[str, Rendered]]:
+def _literal_pages(backend: SearchBackend) -> list[tuple[str, RouteStatement]]:
     """The literal tier's page: every kind of term, a window read row by row or through
     the indexes (PostgreSQL), the whole table, an OR of groups."""
 
-    def page(query: str, filters: Filters, order: str, edge: Edge | None, window: int) -> str:
-        return page_statement(backend, read_query(query), filters, order, edge, window)[0]
+    def page(
+        query: str, filters: Filters, oldest: bool, edge: Edge | None, window: int
+    ) -> RouteStatement:
+        parsed = read_query(query)
+        statement, _ = page_statement(backend, parsed, filters, edge, window, oldest=oldest)
+        return RouteStatement(statement)
 
     wide = max(backend.literal_index_windows, default=0)
     variants = [
         (
             "one literal, the newest window",
-            page("~/.config/zephyr.yaml", NO_FILTERS, BY_ID, "newest", backend.literal_window),
+            page("~/.config/zephyr.yaml", NO_FILTERS, False, "newest", backend.literal_window),
         ),
         (
             "a literal, a negated literal, a word, a negated word, the whole table, every filter",
-            page("x.y NOT a->b deploy NOT drop", ALL_FILTERS, BY_ID, None, 0),
+            page("x.y NOT a->b deploy NOT drop", ALL_FILTERS, False, None, 0),
         ),
         (
             "short punctuation (no index), the oldest window",
-            page("%", NO_FILTERS, OLDEST_BY_ID, "oldest", backend.literal_window),
+            page("%", NO_FILTERS, True, "oldest", backend.literal_window),
         ),
         (
             "two groups (OR), a negated literal, the whole table, a role filter",
-            page("chat-send OR x.y deploy NOT %", ROLE_FILTER, BY_ID, None, 0),
+            page("chat-send OR x.y deploy NOT %", ROLE_FILTER, False, None, 0),
         ),
     ]
     if wide:
         variants.append(
             (
                 "one literal, a window read through the indexes",
-                page("~/.config/zephyr.yaml", NO_FILTERS, BY_ID, "newest", wide),
+                page("~/.config/zephyr.yaml", NO_FILTERS, False, "newest", wide),
             )
         )
     return variants
 
 
-def _literal_estimate(backend: SearchBackend) -> list[tuple[str, Rendered]]:
+def _literal_estimate(backend: SearchBackend) -> list[tuple[str, RouteStatement]]:
     """The literal tier's budget: the candidates of each literal above :floor."""
     parsed = read_query("~/.config/zephyr.yaml NOT % x.y NOT a->b")
     return [
-        ("four literals, no filter", estimate_statement(backend, parsed, NO_FILTERS, 0)[0]),
-        ("tool rows left out", estimate_statement(backend, parsed, ALL_FILTERS, 0)[0]),
+        (name, RouteStatement(estimate_statement(backend, parsed, filters, 0)[0]))
+        for name, filters in (
+            ("four literals, no filter", NO_FILTERS),
+            ("tool rows left out", ALL_FILTERS),
+        )
     ]
 
 
-Variants = Callable[[], list[tuple[str, Rendered]]]
+Variants = Callable[[], list[tuple[str, RouteStatement]]]
 
 
 def _substring() -> tuple[pg.SubstringShape, ...]:
@@ -228,8 +231,7 @@ def render(backend: str, route: str) -> str:
     spaces dropped)."""
     parts = []
     for name, statement in ROUTES[backend][route]():
-        text = statement if isinstance(statement, str) else statement.sql(DIALECTS[backend])
-        sql = "\n".join(line.rstrip() for line in text.splitlines())
+        sql = "\n".join(line.rstrip() for line in statement.sql(DIALECTS[backend]).splitlines())
         parts.append(f"-- {name}\n{sql};\n")
     return "\n".join(parts)
 
