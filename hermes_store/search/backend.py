@@ -239,8 +239,9 @@ class SearchBackend:
         above :floor, summed (literal.py's budget)."""
         raise NotImplementedError
 
+    @staticmethod
     def literal_page(
-        self, rows: FromClause, where: list[ColumnElement[bool]], *, oldest: bool
+        rows: FromClause, where: list[ColumnElement[bool]], *, oldest: bool
     ) -> Select[Any]:
         """The literal tier's page: the ids of the `rows` (`messages AS m`, maybe joined
         to `sessions AS s`) matching every condition of `where`, in id order (newest

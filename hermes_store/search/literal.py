@@ -65,7 +65,8 @@ answer pays nothing for it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import CTE, ColumnElement, Select, except_, intersect, select, union
@@ -77,6 +78,7 @@ from .common import (
     SESSIONS,
     Edge,
     Filters,
+    FilterShape,
     filter_conditions,
     id_window,
     m,
@@ -95,22 +97,36 @@ def _literal_args(backend: SearchBackend, filters: Filters, literal: str) -> tup
     return trigram, words
 
 
-def _set(positive: list[CTE], negative: list[CTE]) -> IdSelect:
-    """The positive id sets intersected, minus the negated ones. SQLite takes no
-    parenthesised compound SELECT inside another, so an intersection with something to
-    take away is read from a subquery (`p`)."""
-    kept: IdSelect = select(positive[0].c.id)
-    if len(positive) > 1:
-        kept = intersect(*(select(ids.c.id) for ids in positive))
-        if negative:
-            both = kept.subquery("p")
-            kept = select(both.c.id)
-    if not negative:
-        return kept
-    return except_(kept, *(select(ids.c.id) for ids in negative))
+class _Same:
+    """A piece of a statement (a backend's id set or condition) in the key of
+    `_assemble`, compared by identity: the backends build each piece once per shape, so
+    two searches of one shape give the same pieces, and ClauseElement's `==` builds SQL
+    rather than comparing. The key holds the piece, so its id is never reused while the
+    key is cached."""
+
+    __slots__ = ("piece",)
+
+    def __init__(self, piece: Any) -> None:
+        self.piece = piece
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.piece is self.piece
+
+    def __hash__(self) -> int:
+        return id(self.piece)
+
+
+#: An id set of a group, in the order its CTE is named: (negated, the backend's SELECT,
+#: whether it is a literal's set, kept in the page's window where the page has one)
+_IdSet = tuple[bool, _Same, bool]
+#: An AND-group: its id sets, and its conditions on the row `m` (pieces)
+_Group = tuple[tuple[_IdSet, ...], tuple[_Same, ...]]
 
 
 class _Statement:
+    """The page's statement: the backends' pieces, gathered with their parameters by
+    walking the reading (`recipe`), then assembled once per recipe (`_assemble`)."""
+
     def __init__(
         self,
         backend: SearchBackend,
@@ -125,107 +141,151 @@ class _Statement:
         # the id sets from the whole indexes, the page's rows in the window at that end
         self.page_edge = page_edge
         self.params: dict[str, Any] = {}
-        self.ctes = 0
-
-    def ids(self, ids: IdSelect) -> CTE:
-        """`ids` as a CTE (ids0, ids1...): each is used once, so either backend may read
-        it inline or materialise it as it sees fit."""
-        name = f"ids{self.ctes}"
-        self.ctes += 1
-        return ids.cte(name)
 
     def _literal_args(self, literal: str) -> tuple[bool, bool]:
         return _literal_args(self.backend, self.filters, literal)
 
-    def literal(self, literal: str) -> CTE:
+    def _literal(self, literal: str) -> IdSelect:
         """The id set of the rows holding `literal`."""
         trigram, words = self._literal_args(literal)
-        ids = self.backend.literal_ids(
+        return self.backend.literal_ids(
             literal, self.params, trigram=trigram, words=words, edge=self.edge
         )
-        if self.page_edge:
-            # the page keeps the window's ids only: so does the set, so that only the
-            # window's candidates are checked (the condition reaches the indexes' scan)
-            found = ids.subquery("w")
-            ids = select(found.c.id).where(id_window(found.c.id, self.page_edge))
-        return self.ids(ids)
 
     def _word_ids(self, terms: list[Term]) -> IdSelect:
         return self.backend.word_ids(terms, self.params, edge=self.edge)
 
-    def group(
-        self, group: Sequence[tuple[bool, Term]], *, lazy: bool
-    ) -> tuple[IdSelect | None, list[ColumnElement[bool]]]:
-        """An AND-group as (its id set, or None for every row; conditions on the row `m`):
-        the positive id sets intersected, minus the negated ones (`_set`). `lazy`: a
-        positive literal gives its candidates to the set and its check to the
-        conditions, which the page applies row by row."""
+    def group(self, group: Sequence[tuple[bool, Term]], *, lazy: bool) -> _Group:
+        """An AND-group's id sets and conditions. `lazy`: a positive literal gives its
+        candidates to the set and its check to the conditions, which the page applies
+        row by row."""
         words = [term for negated, term in group if not negated and not term.literal]
-        positive = [self.ids(self._word_ids(words))] if words else []
-        negative: list[CTE] = []
-        conditions: list[ColumnElement[bool]] = []
+        sets: list[_IdSet] = [(False, _Same(self._word_ids(words)), False)] if words else []
+        conditions: list[_Same] = []
         for negated, term in group:
             if term.literal and lazy and not negated:
                 trigram, in_words = self._literal_args(term.text)
                 candidates, condition = self.backend.literal_candidates(
                     term.text, self.params, trigram=trigram, words=in_words, edge=self.edge
                 )
-                positive += [self.ids(candidates)] if candidates is not None else []
-                conditions += [condition] if condition is not None else []
+                sets += [(False, _Same(candidates), False)] if candidates is not None else []
+                conditions += [_Same(condition)] if condition is not None else []
             elif term.literal:
-                (negative if negated else positive).append(self.literal(term.text))
+                sets.append((negated, _Same(self._literal(term.text)), True))
             elif negated:
-                negative.append(self.ids(self._word_ids([term])))
-        if not positive:
-            conditions += [m.c.id.not_in(select(ids.c.id)) for ids in negative]
-            return None, conditions
-        return _set(positive, negative), conditions
+                sets.append((True, _Same(self._word_ids([term])), False))
+        return tuple(sets), tuple(conditions)
 
     def sql(self, parsed: Parsed, *, oldest: bool) -> Select[Any]:
-        # every id set is a CTE used once: an IN over the union of the groups, so that the
-        # page is cut from the matching rows only (each a rowid / primary-key lookup). The
-        # page is ids and sort keys only: a frequent literal matches thousands of rows, and
-        # sorting their text and joining their sessions cost more than finding them. A
-        # query of one group (no OR) leaves its literals' checks to the page, which SQLite
-        # then applies walking the candidates in the page's id order, only until the page
-        # is full.
-        ids: IdSelect | None
-        if len(parsed) == 1:
-            ids, where = self.group(parsed[0], lazy=True)
-        else:
-            groups = []
-            for n, group in enumerate(parsed):
-                found = self.group(group, lazy=False)[0]
-                if found is None:  # read_query gives every group a positive term
-                    raise ValueError("an OR group of negated terms only")
-                groups.append(select(found.subquery(f"g{n}").c.id))
-            ids, where = union(*groups), []
-        if ids is not None:
-            where.insert(0, m.c.id.in_(select(self.ids(ids).c.id)))
-        if self.page_edge:
-            where.append(id_window(m.c.id, self.page_edge))
-        rows = m.join(s, s.c.id == m.c.session_id) if self.filters.reads_sessions else m
-        where += filter_conditions(self.filters.shape)
-        page = self.backend.literal_page(rows, where, oldest=oldest)
-        # the hits' rows, under names of their own: the page's `m` and `s` are its own
-        hit, session = MESSAGES.alias("m"), SESSIONS.alias("s")
-        return (
-            select(
-                hit.c.id,
-                hit.c.session_id,
-                hit.c.role,
-                hit.c.content.label("body"),
-                hit.c.tool_name,
-                hit.c.tool_calls.label("calls"),
-                hit.c.timestamp,
-                session.c.source,
-                session.c.model,
-                session.c.started_at.label("session_started"),
-            )
-            .select_from(hit.join(session, session.c.id == hit.c.session_id))
-            .where(hit.c.id.in_(page))
-            .order_by(hit.c.id.asc() if oldest else hit.c.id.desc())
+        lazy = len(parsed) == 1
+        groups = tuple(self.group(group, lazy=lazy) for group in parsed)
+        return _assemble(
+            type(self.backend).literal_page,
+            groups,
+            self.page_edge,
+            self.filters.shape,
+            self.filters.reads_sessions,
+            oldest,
         )
+
+
+@lru_cache(maxsize=256)
+def _assemble(
+    literal_page: Callable[..., Select[Any]],
+    groups: tuple[_Group, ...],
+    page_edge: Edge | None,
+    filters: FilterShape,
+    reads_sessions: bool,
+    oldest: bool,
+) -> Select[Any]:
+    """The page's statement from its groups (one: lazy, see `_Statement.group`).
+
+    Every id set is a CTE used once (ids0, ids1... in the order the reading gives
+    them): an IN over the union of the groups, so that the page is cut from the
+    matching rows only (each a rowid / primary-key lookup). The page is ids and sort
+    keys only: a frequent literal matches thousands of rows, and sorting their text and
+    joining their sessions cost more than finding them. A query of one group (no OR)
+    leaves its literals' checks to the page, which SQLite then applies walking the
+    candidates in the page's id order, only until the page is full."""
+    ctes: list[CTE] = []
+
+    def cte(ids: IdSelect) -> CTE:
+        ctes.append(ids.cte(f"ids{len(ctes)}"))
+        return ctes[-1]
+
+    def group(sets: tuple[_IdSet, ...]) -> tuple[list[CTE], list[CTE]]:
+        positive: list[CTE] = []
+        negative: list[CTE] = []
+        for negated, piece, windowed in sets:
+            ids: IdSelect = piece.piece
+            if windowed and page_edge:
+                # the page keeps the window's ids only: so does the set, so that only the
+                # window's candidates are checked (the condition reaches the indexes' scan)
+                found = ids.subquery("w")
+                ids = select(found.c.id).where(id_window(found.c.id, page_edge))
+            (negative if negated else positive).append(cte(ids))
+        return positive, negative
+
+    ids: IdSelect | None
+    where: list[ColumnElement[bool]]
+    if len(groups) == 1:
+        sets, conditions = groups[0]
+        positive, negative = group(sets)
+        where = [condition.piece for condition in conditions]
+        if positive:
+            ids = _set(positive, negative)
+        else:
+            ids = None
+            where += [m.c.id.not_in(select(n.c.id)) for n in negative]
+    else:
+        parts = []
+        for n, (sets, _) in enumerate(groups):
+            positive, negative = group(sets)
+            if not positive:  # read_query gives every group a positive term
+                raise ValueError("an OR group of negated terms only")
+            parts.append(select(_set(positive, negative).subquery(f"g{n}").c.id))
+        ids, where = union(*parts), []
+    if ids is not None:
+        where.insert(0, m.c.id.in_(select(cte(ids).c.id)))
+    if page_edge:
+        where.append(id_window(m.c.id, page_edge))
+    rows = m.join(s, s.c.id == m.c.session_id) if reads_sessions else m
+    where += filter_conditions(filters)
+    page = literal_page(rows, where, oldest=oldest)
+    # the hits' rows, under names of their own: the page's `m` and `s` are its own
+    hit, session = MESSAGES.alias("m"), SESSIONS.alias("s")
+    return (
+        select(
+            hit.c.id,
+            hit.c.session_id,
+            hit.c.role,
+            hit.c.content.label("body"),
+            hit.c.tool_name,
+            hit.c.tool_calls.label("calls"),
+            hit.c.timestamp,
+            session.c.source,
+            session.c.model,
+            session.c.started_at.label("session_started"),
+        )
+        .select_from(hit.join(session, session.c.id == hit.c.session_id))
+        .where(hit.c.id.in_(page))
+        .order_by(hit.c.id.asc() if oldest else hit.c.id.desc())
+    )
+
+
+def _set(positive: list[CTE], negative: list[CTE]) -> IdSelect:
+    """The positive id sets intersected, minus the negated ones. SQLite takes no
+    parenthesised compound SELECT inside another, so an intersection with something to
+    take away is read from a subquery (`p`)."""
+    kept: IdSelect = select(positive[0].c.id)
+    if len(positive) > 1:
+        kept = intersect(*(select(ids.c.id) for ids in positive))
+        if negative:
+            both = kept.subquery("p")
+            kept = select(both.c.id)
+    if not negative:
+        return kept
+    return except_(kept, *(select(ids.c.id) for ids in negative))
 
 
 def literal_hits(

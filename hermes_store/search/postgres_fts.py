@@ -1200,8 +1200,9 @@ class PostgresSearch(SearchBackend):
             counts.append(func.count().filter(or_(*arms)))
         return select(reduce(add, counts)).select_from(sample)
 
+    @staticmethod
     def literal_page(
-        self, rows: FromClause, where: list[ColumnElement[bool]], *, oldest: bool
+        rows: FromClause, where: list[ColumnElement[bool]], *, oldest: bool
     ) -> Select[Any]:
         # Every matching row first (a bitmap scan of the indexes), then the page: without
         # the fence the planner may walk the primary key newest first testing each row,

@@ -169,6 +169,7 @@ def _rowid_window(rowid: ColumnElement[Any], edge: Edge | None) -> list[ColumnEl
     return [] if edge is None else [id_window(rowid, edge)]
 
 
+@lru_cache(maxsize=256)
 def _fts_ids(name: str, parameter: str, edge: Edge | None) -> Select[Any]:
     """The rowids, as `id`, of FTS5 table `name` matching :parameter; with `edge`, in the
     window of ids at that end of the table (FTS5 seeks to the rowid bounds)."""
@@ -176,6 +177,57 @@ def _fts_ids(name: str, parameter: str, edge: Edge | None) -> Select[Any]:
     return select(fts.c.rowid.label("id")).where(
         _matches(name, parameter), *_rowid_window(fts.c.rowid, edge)
     )
+
+
+@lru_cache(maxsize=256)
+def _literal_candidates(
+    n: int, trigram: bool, words: bool, long: bool, edge: Edge | None
+) -> tuple[IdSelect | None, ColumnElement[bool]]:
+    """SqliteSearch.literal_candidates' statement parts for the n-th parameters
+    (:lit<n>, :tri<n>, :fts<n>) of a literal (of 3 or more characters: `long`), built
+    once per shape: Core builds an expression slower than SQLite answers a small one."""
+    # FTS5 seeks to rowid bounds: a window of the newest or oldest rows costs what it holds
+    sources: list[Select[Any]] = []
+    if trigram:
+        sources.append(_fts_ids("messages_fts_trigram", f"tri{n}", edge))
+    if words:
+        sources.append(_fts_ids("messages_fts", f"fts{n}", edge))
+    # SQLite's lower() folds ASCII letters only: exactly query.fold
+    exact = or_(
+        *(
+            func.instr(func.lower(func.coalesce(m.c[name], _BLANK)), bindparam(f"lit{n}")) > ZERO
+            for name in _COLUMNS
+        )
+    )
+    if sources:
+        return (sources[0] if len(sources) == 1 else union(*sources)), exact
+    scope = [m.c.role != _TOOL] if long else []
+    scope += [id_window(m.c.id, edge)] if edge else []
+    return None, and_(*scope, exact)
+
+
+@lru_cache(maxsize=256)
+def _literal_ids(n: int, trigram: bool, words: bool, long: bool, edge: Edge | None) -> IdSelect:
+    """SqliteSearch.literal_ids' statement for the n-th parameters of a literal."""
+    candidates, condition = _literal_candidates(n, trigram, words, long, edge)
+    scope = [] if candidates is None else [m.c.id.in_(candidates)]
+    return select(m.c.id).where(*scope, condition)
+
+
+@lru_cache(maxsize=64)
+def _literal_estimate(shapes: tuple[tuple[int, bool, bool, bool], ...]) -> Select[Any]:
+    """SqliteSearch.literal_estimate's statement: for each literal (the n of its
+    parameters, trigram, words, long: as `_literal_candidates`), the count of its
+    candidates above :floor, summed."""
+    counts: list[ColumnElement[Any]] = []
+    for n, trigram, words, long in shapes:
+        candidates, _ = _literal_candidates(n, trigram, words, long, "newest")
+        if candidates is None:  # no index: every row of the scan is checked
+            scope = [m.c.role != _TOOL] if long else []
+            candidates = select(m.c.id).where(m.c.id > bindparam("floor"), *scope)
+        found = candidates.subquery()
+        counts.append(select(func.count()).select_from(found).scalar_subquery())
+    return select(reduce(add, counts))
 
 
 def _walk(rowid: ColumnElement[Any], oldest: bool, edge: Edge | None) -> UnaryExpression[Any]:
@@ -556,38 +608,20 @@ class SqliteSearch(SearchBackend):
     def literal_ids(
         self, literal: str, params: Params, *, trigram: bool, words: bool, edge: Edge | None
     ) -> IdSelect:
-        candidates, condition = self.literal_candidates(
-            literal, params, trigram=trigram, words=words, edge=edge
-        )
-        scope = [] if candidates is None else [m.c.id.in_(candidates)]
-        return select(m.c.id).where(*scope, condition)
+        n = len(params)
+        self.literal_candidates(literal, params, trigram=trigram, words=words, edge=edge)
+        return _literal_ids(n, trigram, words, len(literal) >= TRIGRAM_CHARS, edge)
 
     def literal_candidates(
         self, literal: str, params: Params, *, trigram: bool, words: bool, edge: Edge | None
     ) -> tuple[IdSelect | None, ColumnElement[bool]]:
         n = len(params)
         params[f"lit{n}"] = fold(literal)
-        # FTS5 seeks to rowid bounds: a window of the newest or oldest rows costs what it holds
-        sources: list[Select[Any]] = []
         if trigram:
             params[f"tri{n}"] = _trigram_cover(literal)
-            sources.append(_fts_ids("messages_fts_trigram", f"tri{n}", edge))
         if words:
             params[f"fts{n}"] = _fts5_string(literal)  # a phrase of the tokenizer's own words
-            sources.append(_fts_ids("messages_fts", f"fts{n}", edge))
-        # SQLite's lower() folds ASCII letters only: exactly query.fold
-        exact = or_(
-            *(
-                func.instr(func.lower(func.coalesce(m.c[name], _BLANK)), bindparam(f"lit{n}"))
-                > ZERO
-                for name in _COLUMNS
-            )
-        )
-        if sources:
-            return (sources[0] if len(sources) == 1 else union(*sources)), exact
-        scope = [m.c.role != _TOOL] if len(literal) >= TRIGRAM_CHARS else []
-        scope += [id_window(m.c.id, edge)] if edge else []
-        return None, and_(*scope, exact)
+        return _literal_candidates(n, trigram, words, len(literal) >= TRIGRAM_CHARS, edge)
 
     def literal_window_by_index(self, window: int) -> bool:
         # FTS5 seeks to the window's rowid bounds: every window is read through the
@@ -597,17 +631,11 @@ class SqliteSearch(SearchBackend):
     def literal_estimate(
         self, literals: list[tuple[str, bool, bool]], params: Params
     ) -> Select[Any]:
-        counts: list[ColumnElement[Any]] = []
+        shapes = []
         for literal, trigram, words in literals:
-            candidates, _ = self.literal_candidates(
-                literal, params, trigram=trigram, words=words, edge="newest"
-            )
-            if candidates is None:  # no index: every row of the scan is checked
-                scope = [m.c.role != _TOOL] if len(literal) >= TRIGRAM_CHARS else []
-                candidates = select(m.c.id).where(m.c.id > bindparam("floor"), *scope)
-            found = candidates.subquery()
-            counts.append(select(func.count()).select_from(found).scalar_subquery())
-        return select(reduce(add, counts))
+            shapes.append((len(params), trigram, words, len(literal) >= TRIGRAM_CHARS))
+            self.literal_candidates(literal, params, trigram=trigram, words=words, edge="newest")
+        return _literal_estimate(tuple(shapes))
 
     def literal_rows(
         self, statement: Executable, filters: Filters, params: dict[str, Any]
