@@ -14,6 +14,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Any, ClassVar, Literal
 
 from sqlalchemy import (
@@ -41,7 +42,6 @@ from .common import (
     fetch_rows,
     like_snippet,
     m,
-    row_dicts,
 )
 from .query import SearchQuery, Term, like_pattern
 
@@ -311,15 +311,15 @@ class SearchBackend:
         return statement.tuples(self.conn, {**filters.params, **params})
 
     def rows(self, statement: Executable, filters: Filters, params: Params) -> list[Hit]:
-        """The rows of the literal tier's statement carrying `filters`, as dicts. Built
-        per search from its shape, it goes through SQLAlchemy's compiled cache."""
+        """The rows of the literal tier's statement carrying `filters`, as dicts."""
         self.check_time()
-        return row_dicts(self.conn.execute(statement, {**filters.params, **params}))
+        route = _route(statement, bool(filters.expanding))
+        return route.dicts(self.conn, {**filters.params, **params})
 
     def values(self, statement: Executable, params: Params) -> list[Any]:
         """`rows`' rows of a statement without filters, as tuples."""
         self.check_time()
-        return list(self.conn.execute(statement, params).all())
+        return _route(statement, False).tuples(self.conn, params)
 
     def tuples(self, statement: RouteStatement, params: Params) -> list[Any]:
         """The rows of a route's statement without filters, as tuples."""
@@ -335,6 +335,13 @@ class SearchBackend:
 #: The lowest and highest message ids, in two subqueries: SQLite seeks the primary key
 #: for a lone min() or max() only, and scans the whole table for both in one SELECT.
 ID_RANGE_SQL = "SELECT (SELECT min(id) FROM messages), (SELECT max(id) FROM messages)"
+
+
+@lru_cache(maxsize=256)
+def _route(statement: Executable, expanding: bool) -> RouteStatement:
+    """The literal tier's statement (built once per shape, literal.py) as a route's: run
+    at the driver, compiled once per dialect, where no filter holds a list."""
+    return RouteStatement(statement, expanding=expanding)
 
 
 def backend_for(conn: Connection) -> SearchBackend:

@@ -227,24 +227,6 @@ def _matches(shape: ReadingShape, row: FromClause = m, prefix: str = "w") -> Col
     return and_(vector.op("@@")(loose), func.ts_match_vq(vector, full))
 
 
-def _loose_tsquery(term: Term, params: dict[str, Any]) -> ColumnElement[Any]:
-    """The AND of a positive `term`'s words (every row holding the term as a phrase
-    holds them, in any order), its values added to `params` (the literal tier's
-    statements)."""
-    parsed: Parsed = [[(False, term)]]
-    prefix = f"w{len(params)}_"
-    params.update(tsquery_params(parsed, prefix))
-    return _tsquery(reading_shape(parsed), prefix, loose=True)
-
-
-def _matches_of(parsed: Parsed, params: dict[str, Any], row: FromClause) -> ColumnElement[bool]:
-    """`_matches` for `parsed` on `row`, its values added to `params` (the literal
-    tier's statements)."""
-    prefix = f"w{len(params)}_"
-    params.update(tsquery_params(parsed, prefix))
-    return _matches(reading_shape(parsed), row, prefix)
-
-
 def trigram_text(row: FromClause) -> ColumnElement[Any]:
     """The expression the pg_trgm index of revision 0023 covers (migrations/_pg_search.py):
     a query must spell it the same way for the planner to use the index."""
@@ -1125,9 +1107,10 @@ class PostgresSearch(SearchBackend):
     # --- id sets for the literal tier -------------------------------------------------------
 
     def word_ids(self, terms: list[Term], params: dict[str, Any], *, edge: Edge | None) -> IdSelect:
-        rows = _messages(edge)
-        matches = _matches_of([[(False, term) for term in terms]], params, rows)
-        return select(rows.c.id).select_from(rows).where(matches)
+        parsed: Parsed = [[(False, term) for term in terms]]
+        prefix = f"w{len(params)}_"
+        params.update(tsquery_params(parsed, prefix))
+        return _word_ids(reading_shape(parsed), prefix, edge)
 
     def attach_context(self, hits: list[Hit]) -> None:
         # the lateral join the routes' own statements use, for hits found elsewhere
@@ -1141,12 +1124,9 @@ class PostgresSearch(SearchBackend):
     def literal_ids(
         self, literal: str, params: Params, *, trigram: bool, words: bool, edge: Edge | None
     ) -> IdSelect:
-        rows = _messages(edge)
         windowed = edge is not None
-        condition = _holds_literal(
-            literal, params, rows, trigram=trigram, words=words, window=windowed
-        )
-        return select(rows.c.id).select_from(rows).where(condition)
+        shape = _literal_shape(literal, params, trigram=trigram, words=words, window=windowed)
+        return _literal_ids(shape, edge)
 
     def literal_candidates(
         self, literal: str, params: Params, *, trigram: bool, words: bool, edge: Edge | None
@@ -1157,7 +1137,8 @@ class PostgresSearch(SearchBackend):
             )
         # the page's own condition: one bitmap scan of the indexes, each row read once
         # and checked once, and the page cut from it (no id set joined back to messages)
-        return None, _holds_literal(literal, params, m, trigram=trigram, words=words, window=False)
+        shape = _literal_shape(literal, params, trigram=trigram, words=words, window=False)
+        return None, _holds(shape, False, m)
 
     def literal_estimate(
         self, literals: list[tuple[str, bool, bool]], params: Params
@@ -1168,37 +1149,20 @@ class PostgresSearch(SearchBackend):
         # the AND of its words. With pg_trgm's arm the word index's adds tool rows only
         # (a non-tool row holding the words holds their trigrams): a row's search vector
         # is read for tool rows only, and its text lower-cased for the others only.
-        sample = (
-            select(
-                m.c[VECTOR].label("v"),
-                case((m.c.role != _TOOL, func.lower(trigram_text(m)))).label("t"),
-            )
-            .where(m.c.id > bindparam("floor"))
-            .offset(ZERO)
-            .subquery("m")
-        )
-        vector, lowered = sample.c.v, sample.c.t
-        counts: list[ColumnElement[Any]] = []
+        specs: list[_EstimateSpec] = []
         for literal, trigram, words in literals:
-            arms: list[ColumnElement[bool]] = []
+            needles: tuple[tuple[str, bool], ...] | None = None
             if trigram:
-                needles: list[ColumnElement[bool]] = []
+                needles = ()
                 for needle, anchored in _pattern_needles(literal):
                     name = f"n{len(params)}"
                     params[name] = needle
-                    found: BindParameter[Any] = bindparam(name)
-                    needles.append(
-                        lowered.op("~")(found) if anchored else func.strpos(lowered, found) > ZERO
-                    )
-                arms.append(and_(lowered.is_not(None), *needles))
+                    needles += ((name, anchored),)
+            phrase = None
             if words:
-                term = Term(literal, prefix=False, phrase=True)
-                tool = [lowered.is_(None)] if trigram else []
-                arms.append(and_(*tool, vector.op("@@")(_loose_tsquery(term, params))))
-            if not arms:  # no index: every row of the scan is checked
-                arms.append(lowered.is_not(None) if len(literal) >= TRIGRAM_CHARS else true())
-            counts.append(func.count().filter(or_(*arms)))
-        return select(reduce(add, counts)).select_from(sample)
+                phrase = _tsquery_values(Term(literal, prefix=False, phrase=True), params)
+            specs.append((needles, phrase, len(literal) >= TRIGRAM_CHARS))
+        return _literal_estimate(tuple(specs))
 
     @staticmethod
     def literal_page(
@@ -1218,6 +1182,7 @@ class PostgresSearch(SearchBackend):
         )
 
 
+@lru_cache(maxsize=4)
 def _messages(edge: Edge | None) -> FromClause:
     """The rows an id set is taken from: with `edge`, the window of ids at that end of
     the table, read row by row. OFFSET 0 keeps the planner from reaching for pg_trgm's
@@ -1226,6 +1191,34 @@ def _messages(edge: Edge | None) -> FromClause:
     if edge is None:
         return m
     return select(MESSAGES).where(id_window(MESSAGES.c.id, edge)).offset(ZERO).subquery("m")
+
+
+#: A literal's condition as its statement depends on it: (the name of its LIKE pattern,
+#: whether it is caseless, trigram, its words' tsquery (the parameters' prefix and the
+#: reading's shape) or None)
+_LiteralShape = tuple[str, bool, bool, tuple[str, ReadingShape] | None]
+
+
+def _tsquery_values(term: Term, params: Params) -> tuple[str, ReadingShape]:
+    """The values of `term`'s tsquery added to `params`: (their prefix, the reading's
+    shape), from which `_matches` and `_tsquery` build it."""
+    parsed: Parsed = [[(False, term)]]
+    prefix = f"w{len(params)}_"
+    params.update(tsquery_params(parsed, prefix))
+    return prefix, reading_shape(parsed)
+
+
+def _literal_shape(
+    literal: str, params: Params, *, trigram: bool, words: bool, window: bool
+) -> _LiteralShape:
+    """`literal`'s values added to `params` (its LIKE pattern, pg_trgm's pattern outside
+    a window, its words), and the shape of its condition (`_holds`)."""
+    name = f"pat{len(params)}"
+    params[name] = q.like_pattern(literal)
+    if trigram and not window:
+        params[f"idx{name}"] = _index_pattern(literal)
+    phrase = _tsquery_values(Term(literal, prefix=False, phrase=True), params) if words else None
+    return name, caseless(literal), trigram, phrase
 
 
 def _holds_literal(
@@ -1237,36 +1230,99 @@ def _holds_literal(
     words: bool,
     window: bool,
 ) -> ColumnElement[bool]:
-    """A condition on the message `row`: its text contains `literal` by `query.fold`,
-    among the rows the indexes vouch for (the module docstring of literal.py). Outside
-    the window each vouching index is asked in its own OR arm, which PostgreSQL reads as
-    one bitmap scan of both, and every row it gives is checked; in the window, read row
-    by row, the rows are told apart by role and words and checked, without pg_trgm's
-    pattern (it folds case by the database's locale, and adds nothing to the check
-    where that folds ASCII letters as query.fold does; a Turkish locale does not)."""
-    name = f"pat{len(params)}"
-    params[name] = q.like_pattern(literal)
-    check = _exact_check(literal, name, row)
+    """`_holds` for `literal`, its values added to `params`."""
+    shape = _literal_shape(literal, params, trigram=trigram, words=words, window=window)
+    return _holds(shape, window, row)
+
+
+@lru_cache(maxsize=256)
+def _holds(shape: _LiteralShape, window: bool, row: FromClause) -> ColumnElement[bool]:
+    """A condition on the message `row`: its text contains the literal of `shape` by
+    `query.fold`, among the rows the indexes vouch for (the module docstring of
+    literal.py). Outside the window each vouching index is asked in its own OR arm,
+    which PostgreSQL reads as one bitmap scan of both, and every row it gives is
+    checked; in the window, read row by row, the rows are told apart by role and words
+    and checked, without pg_trgm's pattern (it folds case by the database's locale, and
+    adds nothing to the check where that folds ASCII letters as query.fold does; a
+    Turkish locale does not). Built once per shape: Core builds an expression slower
+    than PostgreSQL plans a small statement."""
+    name, is_caseless, trigram, phrase = shape
+    check = _exact_check(is_caseless, name, row)
     arms: list[ColumnElement[bool]] = []
     if trigram and window:
         arms.append(row.c.role != _TOOL)
     elif trigram:
         # the partial index's predicate and expression: pg_trgm's index serves the arm
-        params[f"idx{name}"] = _index_pattern(literal)
         pattern: BindParameter[Any] = bindparam(f"idx{name}")
         indexed = trigram_text(row)
         like = (
             indexed.like(pattern, escape="\\")
-            if caseless(literal)
+            if is_caseless
             else indexed.ilike(pattern, escape="\\")
         )
         arms.append(and_(row.c.role != _TOOL, like))
-    if words:
-        arms.append(_matches_of([[(False, Term(literal, prefix=False, phrase=True))]], params, row))
+    if phrase is not None:
+        prefix, reading = phrase
+        arms.append(_matches(reading, row, prefix))
     return and_(or_(*arms), check) if arms else check
 
 
-def _exact_check(literal: str, pattern: str, row: FromClause) -> ColumnElement[bool]:
+@lru_cache(maxsize=256)
+def _literal_ids(shape: _LiteralShape, edge: Edge | None) -> IdSelect:
+    """PostgresSearch.literal_ids' statement: the ids of the rows `_holds` keeps."""
+    rows = _messages(edge)
+    return select(rows.c.id).select_from(rows).where(_holds(shape, edge is not None, rows))
+
+
+@lru_cache(maxsize=256)
+def _word_ids(reading: ReadingShape, prefix: str, edge: Edge | None) -> IdSelect:
+    """PostgresSearch.word_ids' statement: the ids of the rows matching the reading."""
+    rows = _messages(edge)
+    return select(rows.c.id).select_from(rows).where(_matches(reading, rows, prefix))
+
+
+#: A literal of the estimate: (pg_trgm's needles as (parameter, anchored), or None
+#: without the trigram index; its words' tsquery as `_tsquery_values`, or None; whether
+#: it has 3 characters or more)
+_EstimateSpec = tuple[tuple[tuple[str, bool], ...] | None, tuple[str, ReadingShape] | None, bool]
+
+
+@lru_cache(maxsize=64)
+def _literal_estimate(specs: tuple[_EstimateSpec, ...]) -> Select[Any]:
+    """PostgresSearch.literal_estimate's statement (see there)."""
+    sample = (
+        select(
+            m.c[VECTOR].label("v"),
+            case((m.c.role != _TOOL, func.lower(trigram_text(m)))).label("t"),
+        )
+        .where(m.c.id > bindparam("floor"))
+        .offset(ZERO)
+        .subquery("m")
+    )
+    vector, lowered = sample.c.v, sample.c.t
+    counts: list[ColumnElement[Any]] = []
+    for needles, phrase, long in specs:
+        arms: list[ColumnElement[bool]] = []
+        if needles is not None:
+            found: list[ColumnElement[bool]] = []
+            for name, anchored in needles:
+                needle: BindParameter[Any] = bindparam(name)
+                found.append(
+                    lowered.op("~")(needle) if anchored else func.strpos(lowered, needle) > ZERO
+                )
+            arms.append(and_(lowered.is_not(None), *found))
+        if phrase is not None:
+            prefix, reading = phrase
+            tool = [lowered.is_(None)] if needles is not None else []
+            loose = _tsquery(reading, prefix, loose=True)
+            arms.append(and_(*tool, vector.op("@@")(loose)))
+        if not arms:  # no index: every row of the scan is checked
+            arms.append(lowered.is_not(None) if long else true())
+        counts.append(func.count().filter(or_(*arms)))
+    return select(reduce(add, counts)).select_from(sample)
+
+
+def _exact_check(is_caseless: bool, pattern: str, row: FromClause) -> ColumnElement[bool]:
     """The condition "the row's content, tool name or tool calls contain :pattern (a LIKE
     pattern of `literal`) by `query.fold`". ILIKE under the "C" collation folds ASCII
     letters and nothing else, which is `query.fold` exactly (under the database's
@@ -1275,7 +1331,7 @@ def _exact_check(literal: str, pattern: str, row: FromClause) -> ColumnElement[b
     not joined again for every row."""
     found: BindParameter[Any] = bindparam(pattern)
     texts = [func.coalesce(row.c[name], _BLANK) for name in ("content", "tool_name", "tool_calls")]
-    if caseless(literal):
+    if is_caseless:
         return or_(*(t.like(found, escape="\\") for t in texts))
     return or_(*(t.collate("C").ilike(found, escape="\\") for t in texts))
 
