@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy.dialects import postgresql, sqlite
@@ -271,3 +272,21 @@ def test_user_text_is_never_spelled_into_a_statement() -> None:
     built = pg.substring_shape(("数据库",))
     assert built is not None and built[1] == {"p0": "%数据库%"}
     assert pg.substring_shape(("OR",)) is None
+
+
+@pytest.mark.parametrize("backend", [_LiteNoDatabase, _PgNoDatabase], ids=["sqlite", "postgresql"])
+def test_a_literal_page_is_built_once_per_shape(backend: type[SearchBackend]) -> None:
+    """Two searches of one shape share the statement (and so its compiled form); only
+    their parameters differ. A literal of another shape gets a statement of its own (on
+    PostgreSQL a caseless literal is checked with LIKE, not ILIKE)."""
+    search = backend(None)  # type: ignore[arg-type]  # no statement is run
+
+    def page(query: str) -> tuple[Any, dict[str, Any]]:
+        return page_statement(search, read_query(query), ALL_FILTERS, "newest", 1, oldest=False)
+
+    first, first_params = page("x.y NOT a->b deploy")
+    second, second_params = page("q.z NOT c->d rollout")
+    assert first is second
+    assert first_params.keys() == second_params.keys() and first_params != second_params
+    other, _ = page("数.据 NOT a->b deploy")
+    assert (other is first) == (backend is _LiteNoDatabase)
