@@ -14,15 +14,26 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Any, ClassVar, Literal
 
-from sqlalchemy import Connection
+from sqlalchemy import (
+    ColumnElement,
+    CompoundSelect,
+    Connection,
+    Executable,
+    FromClause,
+    Select,
+    bindparam,
+    select,
+)
 from sqlalchemy.exc import DBAPIError
 
 from ..errors import SearchTimedOut
 from ..runtime.backends import dialect_for, dialect_named
 from . import limits
 from .common import (
+    ZERO,
     Edge,
     Filters,
     LikeShape,
@@ -30,7 +41,7 @@ from .common import (
     attach_context,
     fetch_rows,
     like_snippet,
-    row_dicts,
+    m,
 )
 from .query import SearchQuery, Term, like_pattern
 
@@ -40,6 +51,8 @@ IndexMethod = Literal["rum", "gin", "fts5"]
 Params = dict[str, Any]
 #: a snippet from a row's content
 Snippet = Callable[[Any], str]
+#: A SELECT of one column of message ids, `id` (the literal tier's id sets)
+IdSelect = Select[Any] | CompoundSelect[Any]
 
 #: An execution option on the connection, true when its transaction ends with the
 #: search (a repository's read unit): what the search set for itself then needs no
@@ -187,7 +200,7 @@ class SearchBackend:
 
     # --- id sets for the literal reading (literal.py assembles them) -----------------------
 
-    def word_ids(self, terms: list[Term], params: dict[str, Any], *, edge: Edge | None) -> str:
+    def word_ids(self, terms: list[Term], params: dict[str, Any], *, edge: Edge | None) -> IdSelect:
         """SELECT of the ids of rows holding every term (words, phrases, prefixes); with
         `edge`, only ids in the window at that end of the table (common.id_window; read
         from the index itself, so that a window costs what it holds)."""
@@ -198,7 +211,7 @@ class SearchBackend:
 
     def literal_ids(
         self, literal: str, params: Params, *, trigram: bool, words: bool, edge: Edge | None
-    ) -> str:
+    ) -> IdSelect:
         """SELECT of the ids of the rows whose content, tool name or tool calls contain
         `literal` by `query.fold`, among: with `trigram`, the non-tool rows (the trigram
         index); with `words`, the rows holding its words as a phrase (the word index;
@@ -209,7 +222,7 @@ class SearchBackend:
 
     def literal_candidates(
         self, literal: str, params: Params, *, trigram: bool, words: bool, edge: Edge | None
-    ) -> tuple[str | None, str | None]:
+    ) -> tuple[IdSelect | None, ColumnElement[bool] | None]:
         """The rows `literal_ids` gives, in two parts: a SELECT of candidate ids (None:
         every row) and a condition on the row `m` that decides among them (None: every
         candidate holds the literal). A page cut in id order with the condition applied
@@ -218,17 +231,29 @@ class SearchBackend:
         ids = self.literal_ids(literal, params, trigram=trigram, words=words, edge=edge)
         return ids, None
 
-    def literal_estimate_sql(self, literals: list[tuple[str, bool, bool]], params: Params) -> str:
+    def literal_estimate(
+        self, literals: list[tuple[str, bool, bool]], params: Params
+    ) -> Select[Any]:
         """A statement of one value: the candidates the indexes hand over for each of
         `literals` (literal, trigram, words: as `literal_ids` takes them) among the ids
         above :floor, summed (literal.py's budget)."""
         raise NotImplementedError
 
-    def literal_page(self, rows: str, where: str, order: str) -> str:
+    @staticmethod
+    def literal_page(
+        rows: FromClause, where: list[ColumnElement[bool]], *, oldest: bool
+    ) -> Select[Any]:
         """The literal tier's page: the ids of the `rows` (`messages AS m`, maybe joined
-        to `sessions AS s`) matching `where`, in `order` (m.id, maybe after m.timestamp),
-        the first :limit of them."""
-        return f"SELECT m.id FROM {rows} WHERE {where} ORDER BY {order} LIMIT :limit"  # noqa: S608
+        to `sessions AS s`) matching every condition of `where`, in id order (newest
+        first, or oldest first), the first :limit of them."""
+        return (
+            select(m.c.id)
+            .select_from(rows)
+            .where(*where)
+            .order_by(m.c.id.asc() if oldest else m.c.id.desc())
+            .limit(bindparam("limit"))
+            .offset(ZERO)  # SQLite's compiler writes an OFFSET with any LIMIT: a constant one
+        )
 
     def wider_window(self, window: int, found: int, limit: int) -> int | None:
         """The ids the next window should hold after one of `window` ids held `found`
@@ -267,9 +292,11 @@ class SearchBackend:
         """Set `context` on hits that have none (common.attach_context)."""
         attach_context(self.tuples, hits, self.recoverable)
 
-    def literal_rows(self, sql: str, filters: Filters, params: dict[str, Any]) -> list[Hit]:
+    def literal_rows(
+        self, statement: Executable, filters: Filters, params: dict[str, Any]
+    ) -> list[Hit]:
         """Run the literal tier's statement; IndexDamaged when an index is damaged."""
-        return self.rows(sql, filters, params)
+        return self.rows(statement, filters, params)
 
     # --- running SQL -------------------------------------------------------------------------
 
@@ -283,11 +310,16 @@ class SearchBackend:
         self.check_time()
         return statement.tuples(self.conn, {**filters.params, **params})
 
-    def rows(self, sql: str, filters: Filters, params: Params) -> list[Hit]:
-        """The rows of the literal tier's statement (text) carrying `filters`, as dicts."""
+    def rows(self, statement: Executable, filters: Filters, params: Params) -> list[Hit]:
+        """The rows of the literal tier's statement carrying `filters`, as dicts."""
         self.check_time()
-        statement = filters.statement(sql)
-        return row_dicts(self.conn.execute(statement, {**filters.params, **params}))
+        route = _route(statement, bool(filters.expanding))
+        return route.dicts(self.conn, {**filters.params, **params})
+
+    def values(self, statement: Executable, params: Params) -> list[Any]:
+        """`rows`' rows of a statement without filters, as tuples."""
+        self.check_time()
+        return _route(statement, False).tuples(self.conn, params)
 
     def tuples(self, statement: RouteStatement, params: Params) -> list[Any]:
         """The rows of a route's statement without filters, as tuples."""
@@ -303,6 +335,13 @@ class SearchBackend:
 #: The lowest and highest message ids, in two subqueries: SQLite seeks the primary key
 #: for a lone min() or max() only, and scans the whole table for both in one SELECT.
 ID_RANGE_SQL = "SELECT (SELECT min(id) FROM messages), (SELECT max(id) FROM messages)"
+
+
+@lru_cache(maxsize=256)
+def _route(statement: Executable, expanding: bool) -> RouteStatement:
+    """The literal tier's statement (built once per shape, literal.py) as a route's: run
+    at the driver, compiled once per dialect, where no filter holds a list."""
+    return RouteStatement(statement, expanding=expanding)
 
 
 def backend_for(conn: Connection) -> SearchBackend:

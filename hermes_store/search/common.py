@@ -51,32 +51,19 @@ class Filters:
         include_inactive: bool,
         tags: list[str] | None = None,
     ) -> None:
-        clauses: list[str] = []
+        # the values of filter_conditions' parameters, by their names
         params: dict[str, Any] = {}
         expanding: list[str] = []
-        if source_filter is not None:
-            if not source_filter:
-                clauses.append("1 = 0")
-            else:
-                clauses.append("s.source IN :sources")
-                params["sources"] = list(source_filter)
-                expanding.append("sources")
+        if source_filter:
+            params["sources"] = list(source_filter)
+            expanding.append("sources")
         if exclude_sources:
-            clauses.append("s.source NOT IN :excluded")
             params["excluded"] = list(exclude_sources)
             expanding.append("excluded")
         if role_filter:
-            clauses.append("m.role IN :roles")
             params["roles"] = list(role_filter)
             expanding.append("roles")
-        if not include_inactive:
-            clauses.append("(m.active = 1 OR m.compacted = 1)")
         for i, tag in enumerate(tags or ()):
-            # one EXISTS per tag: a hit's session carries every tag asked for
-            clauses.append(
-                f"EXISTS (SELECT 1 FROM {TAGS_TABLE} AS st{i} WHERE st{i}.session_id = "  # noqa: S608
-                f"m.session_id AND st{i}.tag = :tag_{i})"
-            )
             params[f"tag_{i}"] = tag
         self.shape: FilterShape = (
             "none" if source_filter is None else "list" if source_filter else "empty",
@@ -85,8 +72,6 @@ class Filters:
             bool(include_inactive),
             len(tags or ()),
         )
-        # the literal tier's form of the conditions (its statement is text)
-        self.sql = "".join(f" AND {c}" for c in clauses)
         self.params = params
         self.expanding = expanding
         # a filter on the session's columns: a page cannot be cut from messages alone
@@ -94,18 +79,12 @@ class Filters:
         self.excludes_tool_rows = bool(role_filter) and "tool" not in (role_filter or [])
         self.wants_tool_rows = bool(role_filter) and "tool" in (role_filter or [])
 
-    def statement(self, sql: str) -> Any:
-        return _statement(sql, tuple(self.expanding))
-
 
 @lru_cache(maxsize=256)
-def _statement(sql: str, expanding: tuple[str, ...]) -> TextClause:
+def _statement(sql: str) -> TextClause:
     # cached: text() parses its bind names with a regex each time it is built, which cost
     # a search more than SQLAlchemy's execution of the statement
-    stmt = text(sql)
-    if expanding:
-        stmt = stmt.bindparams(*(bindparam(n, expanding=True) for n in expanding))
-    return stmt
+    return text(sql)
 
 
 # --- the routes' statements: Core names and how a statement runs -----------------------------
@@ -222,13 +201,13 @@ def row_dicts(result: Any) -> list[dict[str, Any]]:
     return [dict(zip(keys, values, strict=True)) for values in result.all()]
 
 
-def id_window(column: str, edge: Edge) -> str:
+def id_window(column: ColumnElement[Any], edge: Edge) -> ColumnElement[bool]:
     """The condition keeping `column` in a window of ids at `edge` of the table: above
     the parameter :floor, or up to :ceiling. One bound each, as no id lies past the
     table's end: a second, always-true one can change the plan (PostgreSQL then hands
     it to the word index as a condition instead of intersecting the primary key's
     range with the other indexes)."""
-    return f"{column} > :floor" if edge == "newest" else f"{column} <= :ceiling"
+    return column > bindparam("floor") if edge == "newest" else column <= bindparam("ceiling")
 
 
 def time_direction(sort: str | None) -> str | None:
@@ -360,7 +339,7 @@ def context_statement(hits: int) -> RouteStatement:
 
 def fetch_rows(conn: Connection, sql: str, params: dict[str, Any]) -> list[Any]:
     """The rows of `sql` (named parameters) through SQLAlchemy, as tuples."""
-    return list(conn.execute(_statement(sql, ()), params).all())
+    return list(conn.execute(_statement(sql), params).all())
 
 
 def attach_context(

@@ -52,7 +52,7 @@ indexes hand over every row holding the literal's trigrams, so `~/.config/zephyr
 beside thousands of rows holding `config`, `zephyr` and `yaml` checks every one of them.
 So before the whole table the candidates are estimated as the zero-hit retry's are
 (limits.RETRY_CHECKS, limits.RETRY_SAMPLE): each literal's among the newest
-RETRY_SAMPLE ids (`SearchBackend.literal_estimate_sql`), summed, scaled to the table.
+RETRY_SAMPLE ids (`SearchBackend.literal_estimate`), summed, scaled to the table.
 Within the budget the whole table follows as above; past it only the ids at the walk's
 end that hold about RETRY_CHECKS candidates are read (nothing more where the windows
 already read that many ids; through FTS5's rowid bounds on SQLite; on PostgreSQL row by
@@ -65,25 +65,28 @@ answer pays nothing for it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import lru_cache
 from typing import Any
 
+from sqlalchemy import CTE, ColumnElement, Select, except_, intersect, select, union
+
 from . import limits
-from .backend import Hit, SearchBackend
-from .common import Edge, Filters, id_window, time_direction
+from .backend import Hit, IdSelect, SearchBackend
+from .common import (
+    MESSAGES,
+    SESSIONS,
+    Edge,
+    Filters,
+    FilterShape,
+    filter_conditions,
+    id_window,
+    m,
+    s,
+    time_direction,
+)
 from .query import TRIGRAM_CHARS, Parsed, Term, fold, words_of
 from .snippets import terms_snippet
-
-#: The literal tier's own order (sort is neither "newest" nor "oldest"), and the order
-#: of the hits sort="oldest" orders by timestamp
-_BY_ID = "m.id DESC"
-_OLDEST_BY_ID = "m.id ASC"
-
-_SELECT = (
-    "SELECT m.id, m.session_id, m.role, m.content AS body, m.tool_name, m.tool_calls AS calls,"
-    " m.timestamp, s.source, s.model, s.started_at AS session_started"
-    " FROM messages AS m JOIN sessions AS s ON s.id = m.session_id"
-)
 
 
 def _literal_args(backend: SearchBackend, filters: Filters, literal: str) -> tuple[bool, bool]:
@@ -94,7 +97,36 @@ def _literal_args(backend: SearchBackend, filters: Filters, literal: str) -> tup
     return trigram, words
 
 
+class _Same:
+    """A piece of a statement (a backend's id set or condition) in the key of
+    `_assemble`, compared by identity: the backends build each piece once per shape, so
+    two searches of one shape give the same pieces, and ClauseElement's `==` builds SQL
+    rather than comparing. The key holds the piece, so its id is never reused while the
+    key is cached."""
+
+    __slots__ = ("piece",)
+
+    def __init__(self, piece: Any) -> None:
+        self.piece = piece
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.piece is self.piece
+
+    def __hash__(self) -> int:
+        return id(self.piece)
+
+
+#: An id set of a group, in the order its CTE is named: (negated, the backend's SELECT,
+#: whether it is a literal's set, kept in the page's window where the page has one)
+_IdSet = tuple[bool, _Same, bool]
+#: An AND-group: its id sets, and its conditions on the row `m` (pieces)
+_Group = tuple[tuple[_IdSet, ...], tuple[_Same, ...]]
+
+
 class _Statement:
+    """The page's statement: the backends' pieces, gathered with their parameters by
+    walking the reading (`recipe`), then assembled once per recipe (`_assemble`)."""
+
     def __init__(
         self,
         backend: SearchBackend,
@@ -109,93 +141,151 @@ class _Statement:
         # the id sets from the whole indexes, the page's rows in the window at that end
         self.page_edge = page_edge
         self.params: dict[str, Any] = {}
-        self.ctes: list[str] = []
-
-    def ids(self, select: str) -> str:
-        name = f"ids{len(self.ctes)}"
-        self.ctes.append(f"{name}(id) AS ({select})")
-        return name
 
     def _literal_args(self, literal: str) -> tuple[bool, bool]:
         return _literal_args(self.backend, self.filters, literal)
 
-    def literal(self, literal: str) -> str:
+    def _literal(self, literal: str) -> IdSelect:
         """The id set of the rows holding `literal`."""
         trigram, words = self._literal_args(literal)
-        select = self.backend.literal_ids(
+        return self.backend.literal_ids(
             literal, self.params, trigram=trigram, words=words, edge=self.edge
         )
-        if self.page_edge:
-            # the page keeps the window's ids only: so does the set, so that only the
-            # window's candidates are checked (the condition reaches the indexes' scan)
-            select = f"SELECT id FROM ({select}) AS w WHERE {id_window('id', self.page_edge)}"  # noqa: S608
-        return self.ids(select)
 
-    def _word_ids(self, terms: list[Term]) -> str:
+    def _word_ids(self, terms: list[Term]) -> IdSelect:
         return self.backend.word_ids(terms, self.params, edge=self.edge)
 
-    def group(
-        self, group: Sequence[tuple[bool, Term]], *, lazy: bool
-    ) -> tuple[str | None, list[str]]:
-        """An AND-group as (its id set, or None for every row; conditions on the row `m`):
-        the positive id sets intersected, minus the negated ones (compound SELECTs, which
-        SQLite reads left to right and PostgreSQL with INTERSECT first: the same here,
-        positives coming first). `lazy`: a positive literal gives its candidates to the
-        set and its check to the conditions, which the page applies row by row."""
+    def group(self, group: Sequence[tuple[bool, Term]], *, lazy: bool) -> _Group:
+        """An AND-group's id sets and conditions. `lazy`: a positive literal gives its
+        candidates to the set and its check to the conditions, which the page applies
+        row by row."""
         words = [term for negated, term in group if not negated and not term.literal]
-        positive = [self.ids(self._word_ids(words))] if words else []
-        negative: list[str] = []
-        conditions: list[str] = []
+        sets: list[_IdSet] = [(False, _Same(self._word_ids(words)), False)] if words else []
+        conditions: list[_Same] = []
         for negated, term in group:
             if term.literal and lazy and not negated:
                 trigram, in_words = self._literal_args(term.text)
                 candidates, condition = self.backend.literal_candidates(
                     term.text, self.params, trigram=trigram, words=in_words, edge=self.edge
                 )
-                positive += [self.ids(candidates)] if candidates else []
-                conditions += [condition] if condition else []
+                sets += [(False, _Same(candidates), False)] if candidates is not None else []
+                conditions += [_Same(condition)] if condition is not None else []
             elif term.literal:
-                (negative if negated else positive).append(self.literal(term.text))
+                sets.append((negated, _Same(self._literal(term.text)), True))
             elif negated:
-                negative.append(self.ids(self._word_ids([term])))
-        minus = "".join(f" EXCEPT SELECT id FROM {name}" for name in negative)  # noqa: S608
-        if not positive:
-            conditions += [f"m.id NOT IN (SELECT id FROM {name})" for name in negative]  # noqa: S608
-            return None, conditions
-        sql = " INTERSECT ".join(f"SELECT id FROM {name}" for name in positive)  # noqa: S608
-        return sql + minus, conditions
+                sets.append((True, _Same(self._word_ids([term])), False))
+        return tuple(sets), tuple(conditions)
 
-    def sql(self, parsed: Parsed, order: str) -> str:
-        # every id set is a CTE used once: an IN over the union of the groups, so that the
-        # page is cut from the matching rows only (each a rowid / primary-key lookup). The
-        # page is ids and sort keys only: a frequent literal matches thousands of rows, and
-        # sorting their text and joining their sessions cost more than finding them. A
-        # query of one group (no OR) leaves its literals' checks to the page, which SQLite
-        # then applies walking the candidates in the page's id order, only until the page
-        # is full.
-        if len(parsed) == 1:
-            ids, where = self.group(parsed[0], lazy=True)
+    def sql(self, parsed: Parsed, *, oldest: bool) -> Select[Any]:
+        lazy = len(parsed) == 1
+        groups = tuple(self.group(group, lazy=lazy) for group in parsed)
+        return _assemble(
+            type(self.backend).literal_page,
+            groups,
+            self.page_edge,
+            self.filters.shape,
+            self.filters.reads_sessions,
+            oldest,
+        )
+
+
+@lru_cache(maxsize=256)
+def _assemble(
+    literal_page: Callable[..., Select[Any]],
+    groups: tuple[_Group, ...],
+    page_edge: Edge | None,
+    filters: FilterShape,
+    reads_sessions: bool,
+    oldest: bool,
+) -> Select[Any]:
+    """The page's statement from its groups (one: lazy, see `_Statement.group`).
+
+    Every id set is a CTE used once (ids0, ids1... in the order the reading gives
+    them): an IN over the union of the groups, so that the page is cut from the
+    matching rows only (each a rowid / primary-key lookup). The page is ids and sort
+    keys only: a frequent literal matches thousands of rows, and sorting their text and
+    joining their sessions cost more than finding them. A query of one group (no OR)
+    leaves its literals' checks to the page, which SQLite then applies walking the
+    candidates in the page's id order, only until the page is full."""
+    ctes: list[CTE] = []
+
+    def cte(ids: IdSelect) -> CTE:
+        ctes.append(ids.cte(f"ids{len(ctes)}"))
+        return ctes[-1]
+
+    def group(sets: tuple[_IdSet, ...]) -> tuple[list[CTE], list[CTE]]:
+        positive: list[CTE] = []
+        negative: list[CTE] = []
+        for negated, piece, windowed in sets:
+            ids: IdSelect = piece.piece
+            if windowed and page_edge:
+                # the page keeps the window's ids only: so does the set, so that only the
+                # window's candidates are checked (the condition reaches the indexes' scan)
+                found = ids.subquery("w")
+                ids = select(found.c.id).where(id_window(found.c.id, page_edge))
+            (negative if negated else positive).append(cte(ids))
+        return positive, negative
+
+    ids: IdSelect | None
+    where: list[ColumnElement[bool]]
+    if len(groups) == 1:
+        sets, conditions = groups[0]
+        positive, negative = group(sets)
+        where = [condition.piece for condition in conditions]
+        if positive:
+            ids = _set(positive, negative)
         else:
-            groups = [
-                f"SELECT id FROM ({self.group(g, lazy=False)[0]}) AS g{n}"  # noqa: S608
-                for n, g in enumerate(parsed)
-            ]
-            ids, where = " UNION ".join(groups), []
-        if ids is not None:
-            where.insert(0, f"m.id IN (SELECT id FROM {self.ids(ids)})")  # noqa: S608
-        if self.page_edge:
-            where.append(id_window("m.id", self.page_edge))
-        sessions = (
-            " JOIN sessions AS s ON s.id = m.session_id" if self.filters.reads_sessions else ""
+            ids = None
+            where += [m.c.id.not_in(select(n.c.id)) for n in negative]
+    else:
+        parts = []
+        for n, (sets, _) in enumerate(groups):
+            positive, negative = group(sets)
+            if not positive:  # read_query gives every group a positive term
+                raise ValueError("an OR group of negated terms only")
+            parts.append(select(_set(positive, negative).subquery(f"g{n}").c.id))
+        ids, where = union(*parts), []
+    if ids is not None:
+        where.insert(0, m.c.id.in_(select(cte(ids).c.id)))
+    if page_edge:
+        where.append(id_window(m.c.id, page_edge))
+    rows = m.join(s, s.c.id == m.c.session_id) if reads_sessions else m
+    where += filter_conditions(filters)
+    page = literal_page(rows, where, oldest=oldest)
+    # the hits' rows, under names of their own: the page's `m` and `s` are its own
+    hit, session = MESSAGES.alias("m"), SESSIONS.alias("s")
+    return (
+        select(
+            hit.c.id,
+            hit.c.session_id,
+            hit.c.role,
+            hit.c.content.label("body"),
+            hit.c.tool_name,
+            hit.c.tool_calls.label("calls"),
+            hit.c.timestamp,
+            session.c.source,
+            session.c.model,
+            session.c.started_at.label("session_started"),
         )
-        page = self.backend.literal_page(
-            f"messages AS m{sessions}", f"{' AND '.join(where) or '1 = 1'}{self.filters.sql}", order
-        )
-        ctes = f"WITH {', '.join(self.ctes)} " if self.ctes else ""
-        return (
-            f"{ctes}{_SELECT}"  # noqa: S608
-            f" WHERE m.id IN ({page}) ORDER BY {order}"
-        )
+        .select_from(hit.join(session, session.c.id == hit.c.session_id))
+        .where(hit.c.id.in_(page))
+        .order_by(hit.c.id.asc() if oldest else hit.c.id.desc())
+    )
+
+
+def _set(positive: list[CTE], negative: list[CTE]) -> IdSelect:
+    """The positive id sets intersected, minus the negated ones. SQLite takes no
+    parenthesised compound SELECT inside another, so an intersection with something to
+    take away is read from a subquery (`p`)."""
+    kept: IdSelect = select(positive[0].c.id)
+    if len(positive) > 1:
+        kept = intersect(*(select(ids.c.id) for ids in positive))
+        if negative:
+            both = kept.subquery("p")
+            kept = select(both.c.id)
+    if not negative:
+        return kept
+    return except_(kept, *(select(ids.c.id) for ids in negative))
 
 
 def literal_hits(
@@ -235,7 +325,6 @@ def _windowed_page(
     if ids is None:
         return []
     lowest, highest = ids
-    order = _OLDEST_BY_ID if oldest else _BY_ID
     edge: Edge = "oldest" if oldest else "newest"
 
     def bound(span: int) -> tuple[Edge, int]:
@@ -244,16 +333,16 @@ def _windowed_page(
     window: int | None = backend.literal_window
     read, rows = 0, []
     while window is not None and window <= highest - lowest:
-        rows = _page(backend, parsed, filters, order, limit, bound(window), window)
+        rows = _page(backend, parsed, filters, oldest, limit, bound(window), window)
         if len(rows) >= limit:
             return rows
         read, window = window, backend.wider_window(window, len(rows), limit)
     over = _budget_span(backend, parsed, filters, lowest, highest)
     if over is None:
-        return _page(backend, parsed, filters, order, limit, None)
+        return _page(backend, parsed, filters, oldest, limit, None)
     span, estimate = over
     if span > read:
-        rows = _page(backend, parsed, filters, order, limit, bound(span), span)
+        rows = _page(backend, parsed, filters, oldest, limit, bound(span), span)
     if len(rows) < limit:  # older hits may exist: the span is all that was read
         literals = _literals(parsed)
         backend.warnings.append(limits.literal_warning(literals, max(span, read), estimate))
@@ -279,9 +368,8 @@ def _budget_span(
     if not literals or table <= limits.RETRY_CHECKS:
         return None  # the whole table costs no more than the budget
     sample = min(limits.RETRY_SAMPLE, table)
-    args = [(literal, *_literal_args(backend, filters, literal)) for literal in literals]
-    params: dict[str, Any] = {"floor": highest - sample}
-    counted = backend.fetch(backend.literal_estimate_sql(args, params), params)
+    statement, params = estimate_statement(backend, parsed, filters, highest - sample)
+    counted = backend.values(statement, params)
     estimate = backend.retry_estimate(int(counted[0][0] or 0), sample, table)
     if estimate <= limits.RETRY_CHECKS:
         return None
@@ -292,25 +380,51 @@ def _page(
     backend: SearchBackend,
     parsed: Parsed,
     filters: Filters,
-    order: str,
+    oldest: bool,
     limit: int,
     bound: tuple[Edge, int] | None,
     window: int = 0,
 ) -> list[Hit]:
-    """The first `limit` hits in `order`, in the window of `window` ids at an end of
-    the table (`bound`: the end, and the :floor or :ceiling id that bounds the window
-    there), or in the whole table."""
-    if bound is None:
-        statement = _Statement(backend, filters, edge=None)
-    elif backend.literal_window_by_index(window):
-        statement = _Statement(backend, filters, edge=None, page_edge=bound[0])
-    else:
-        statement = _Statement(backend, filters, edge=bound[0])
-    sql = statement.sql(parsed, order)
-    params = {**statement.params, "limit": limit}
+    """The first `limit` hits in id order (newest first, or `oldest` first), in the
+    window of `window` ids at an end of the table (`bound`: the end, and the :floor or
+    :ceiling id that bounds the window there), or in the whole table."""
+    edge = None if bound is None else bound[0]
+    statement, params = page_statement(backend, parsed, filters, edge, window, oldest=oldest)
+    params["limit"] = limit
     if bound is not None:
         params["floor" if bound[0] == "newest" else "ceiling"] = bound[1]
-    return backend.literal_rows(sql, filters, params)
+    return backend.literal_rows(statement, filters, params)
+
+
+def page_statement(
+    backend: SearchBackend,
+    parsed: Parsed,
+    filters: Filters,
+    edge: Edge | None,
+    window: int = 0,
+    *,
+    oldest: bool,
+) -> tuple[Select[Any], dict[str, Any]]:
+    """The page's statement and its parameters but :limit, :floor and :ceiling: in the
+    window of `window` ids at `edge` of the table, or in the whole table (no `edge`)
+    (tests/search/route_sql/ pins its SQL)."""
+    if edge is None:
+        statement = _Statement(backend, filters, edge=None)
+    elif backend.literal_window_by_index(window):
+        statement = _Statement(backend, filters, edge=None, page_edge=edge)
+    else:
+        statement = _Statement(backend, filters, edge=edge)
+    return statement.sql(parsed, oldest=oldest), statement.params
+
+
+def estimate_statement(
+    backend: SearchBackend, parsed: Parsed, filters: Filters, floor: int
+) -> tuple[Select[Any], dict[str, Any]]:
+    """`_budget_span`'s statement and its parameters: the literals' candidates above
+    the id `floor`."""
+    args = [(literal, *_literal_args(backend, filters, literal)) for literal in _literals(parsed)]
+    params: dict[str, Any] = {"floor": floor}
+    return backend.literal_estimate(args, params), params
 
 
 def _hit(row: Hit, literals: list[str], folded: list[str], words: list[Term]) -> Hit:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache, reduce
+from operator import add
 from typing import Any, TypeVar
 
 from sqlalchemy import (
@@ -67,6 +68,7 @@ from . import query as q
 from .backend import (
     TRANSACTION_ENDS_WITH_SEARCH,
     Hit,
+    IdSelect,
     IndexMethod,
     Params,
     SearchBackend,
@@ -101,7 +103,6 @@ from .snippets import substring_snippet, terms_snippet
 PUNCTUATION = PG_WORD_PUNCTUATION
 _PUNCT_RE = re.compile(r"[!-/:-@\[-`{-~]+")
 _T = TypeVar("_T")
-_COLUMN_TEXTS = tuple(f"COALESCE(m.{c}, '')" for c in ("content", "tool_name", "tool_calls"))
 
 
 def caseless(term: str) -> bool:
@@ -226,34 +227,6 @@ def _matches(shape: ReadingShape, row: FromClause = m, prefix: str = "w") -> Col
     return and_(vector.op("@@")(loose), func.ts_match_vq(vector, full))
 
 
-#: The literal tier's statements are text: they take a condition as SQL (with `:name`
-#: parameters), which this dialect renders.
-_TEXT_DIALECT = postgresql.psycopg.dialect(paramstyle="named")  # type: ignore[no-untyped-call]
-
-
-@lru_cache(maxsize=256)
-def _matches_text(shape: ReadingShape, prefix: str) -> str:
-    return str(_matches(shape, m, prefix).compile(dialect=_TEXT_DIALECT))
-
-
-def _loose_tsquery_sql(term: Term, params: dict[str, Any]) -> str:
-    """The AND of a positive `term`'s words as SQL text (every row holding the term as a
-    phrase holds them, in any order), its values added to `params`."""
-    parsed: Parsed = [[(False, term)]]
-    prefix = f"w{len(params)}_"
-    params.update(tsquery_params(parsed, prefix))
-    query = _tsquery(reading_shape(parsed), prefix, loose=True)
-    return str(query.compile(dialect=_TEXT_DIALECT))
-
-
-def _matches_sql(parsed: Parsed, params: dict[str, Any]) -> str:
-    """`_matches` for `parsed` as SQL text, its values added to `params` (the literal
-    tier's statements)."""
-    prefix = f"w{len(params)}_"
-    params.update(tsquery_params(parsed, prefix))
-    return _matches_text(reading_shape(parsed), prefix)
-
-
 def trigram_text(row: FromClause) -> ColumnElement[Any]:
     """The expression the pg_trgm index of revision 0023 covers (migrations/_pg_search.py):
     a query must spell it the same way for the planner to use the index."""
@@ -265,8 +238,14 @@ def trigram_text(row: FromClause) -> ColumnElement[Any]:
     )
 
 
-#: trigram_text as SQL text, for the literal tier's statements
-TRIGRAM_TEXT = str(trigram_text(m).compile(dialect=_TEXT_DIALECT))
+#: trigram_text as PostgreSQL renders it (EXPLAINs of the index in the tests)
+TRIGRAM_TEXT = str(
+    trigram_text(m).compile(dialect=postgresql.psycopg.dialect(paramstyle="named"))  # type: ignore[no-untyped-call]
+)
+#: constants of the literal tier's conditions, written into the SQL: the role must be a
+#: constant for the planner to prove pg_trgm's partial index (role <> 'tool') applies
+_BLANK: ColumnElement[Any] = literal_column("''")
+_TOOL: ColumnElement[Any] = literal_column("'tool'")
 
 
 _NOT_HIT_KEYS = ("content", "rank", "context_roles", "context_contents")
@@ -1127,9 +1106,11 @@ class PostgresSearch(SearchBackend):
 
     # --- id sets for the literal tier -------------------------------------------------------
 
-    def word_ids(self, terms: list[Term], params: dict[str, Any], *, edge: Edge | None) -> str:
-        matches = _matches_sql([[(False, term) for term in terms]], params)
-        return f"SELECT m.id FROM {_messages(edge)} WHERE {matches}"  # noqa: S608
+    def word_ids(self, terms: list[Term], params: dict[str, Any], *, edge: Edge | None) -> IdSelect:
+        parsed: Parsed = [[(False, term) for term in terms]]
+        prefix = f"w{len(params)}_"
+        params.update(tsquery_params(parsed, prefix))
+        return _word_ids(reading_shape(parsed), prefix, edge)
 
     def attach_context(self, hits: list[Hit]) -> None:
         # the lateral join the routes' own statements use, for hits found elsewhere
@@ -1142,108 +1123,217 @@ class PostgresSearch(SearchBackend):
 
     def literal_ids(
         self, literal: str, params: Params, *, trigram: bool, words: bool, edge: Edge | None
-    ) -> str:
+    ) -> IdSelect:
         windowed = edge is not None
-        condition = _holds_literal(literal, params, trigram=trigram, words=words, window=windowed)
-        return f"SELECT m.id FROM {_messages(edge)} WHERE {condition}"  # noqa: S608
+        shape = _literal_shape(literal, params, trigram=trigram, words=words, window=windowed)
+        return _literal_ids(shape, edge)
 
     def literal_candidates(
         self, literal: str, params: Params, *, trigram: bool, words: bool, edge: Edge | None
-    ) -> tuple[str | None, str | None]:
+    ) -> tuple[IdSelect | None, ColumnElement[bool] | None]:
         if edge:  # the window is an id set, read row by row (_messages)
             return super().literal_candidates(
                 literal, params, trigram=trigram, words=words, edge=edge
             )
         # the page's own condition: one bitmap scan of the indexes, each row read once
         # and checked once, and the page cut from it (no id set joined back to messages)
-        return None, _holds_literal(literal, params, trigram=trigram, words=words, window=False)
+        shape = _literal_shape(literal, params, trigram=trigram, words=words, window=False)
+        return None, _holds(shape, False, m)
 
-    def literal_estimate_sql(self, literals: list[tuple[str, bool, bool]], params: Params) -> str:
+    def literal_estimate(
+        self, literals: list[tuple[str, bool, bool]], params: Params
+    ) -> Select[Any]:
         # the ids above :floor read row by row (OFFSET 0, as _messages), each literal's
         # index arms tested as the indexes would hand the row over: pg_trgm for the
         # trigrams it takes from _index_pattern (_pattern_needles), the word index for
         # the AND of its words. With pg_trgm's arm the word index's adds tool rows only
         # (a non-tool row holding the words holds their trigrams): a row's search vector
         # is read for tool rows only, and its text lower-cased for the others only.
-        counts = []
+        specs: list[_EstimateSpec] = []
         for literal, trigram, words in literals:
-            arms = []
+            needles: tuple[tuple[str, bool], ...] | None = None
             if trigram:
-                needles = []
+                needles = ()
                 for needle, anchored in _pattern_needles(literal):
                     name = f"n{len(params)}"
                     params[name] = needle
-                    needles.append(f"m.t ~ :{name}" if anchored else f"strpos(m.t, :{name}) > 0")
-                arms.append(" AND ".join(["m.t IS NOT NULL", *needles]))
+                    needles += ((name, anchored),)
+            phrase = None
             if words:
-                term = Term(literal, prefix=False, phrase=True)
-                tool = "m.t IS NULL AND " if trigram else ""
-                arms.append(f"{tool}m.v @@ {_loose_tsquery_sql(term, params)}")
-            if not arms:  # no index: every row of the scan is checked
-                arms.append("m.t IS NOT NULL" if len(literal) >= TRIGRAM_CHARS else "true")
-            counts.append(f"count(*) FILTER (WHERE {' OR '.join(f'({a})' for a in arms)})")
-        return (
-            f"SELECT {' + '.join(counts)} FROM (SELECT m.{VECTOR} AS v,"  # noqa: S608
-            f" CASE WHEN m.role <> 'tool' THEN lower({TRIGRAM_TEXT}) END AS t"
-            " FROM messages AS m WHERE m.id > :floor OFFSET 0) AS m"
-        )
+                phrase = _tsquery_values(Term(literal, prefix=False, phrase=True), params)
+            specs.append((needles, phrase, len(literal) >= TRIGRAM_CHARS))
+        return _literal_estimate(tuple(specs))
 
-    def literal_page(self, rows: str, where: str, order: str) -> str:
+    @staticmethod
+    def literal_page(
+        rows: FromClause, where: list[ColumnElement[bool]], *, oldest: bool
+    ) -> Select[Any]:
         # Every matching row first (a bitmap scan of the indexes), then the page: without
         # the fence the planner may walk the primary key newest first testing each row,
         # which for a literal that stopped appearing long ago reads most of the table
         # (it guesses how often a pattern matches from a sample of rows).
-        found = f"SELECT m.id, m.timestamp FROM {rows} WHERE {where} OFFSET 0"  # noqa: S608
-        return f"SELECT m.id FROM ({found}) AS m ORDER BY {order} LIMIT :limit"  # noqa: S608
+        found = (
+            select(m.c.id, m.c.timestamp).select_from(rows).where(*where).offset(ZERO).subquery("m")
+        )
+        return (
+            select(found.c.id)
+            .order_by(found.c.id.asc() if oldest else found.c.id.desc())
+            .limit(bindparam("limit"))
+        )
 
 
-def _messages(edge: Edge | None) -> str:
+@lru_cache(maxsize=4)
+def _messages(edge: Edge | None) -> FromClause:
     """The rows an id set is taken from: with `edge`, the window of ids at that end of
     the table, read row by row. OFFSET 0 keeps the planner from reaching for pg_trgm's
     index, whose selectivity estimate for a long pattern is far too low: it would fetch
     and recheck every candidate in the table to keep the few in the window."""
     if edge is None:
-        return "messages AS m"
-    return f"(SELECT * FROM messages WHERE {id_window('id', edge)} OFFSET 0) AS m"  # noqa: S608
+        return m
+    return select(MESSAGES).where(id_window(MESSAGES.c.id, edge)).offset(ZERO).subquery("m")
+
+
+#: A literal's condition as its statement depends on it: (the name of its LIKE pattern,
+#: whether it is caseless, trigram, its words' tsquery (the parameters' prefix and the
+#: reading's shape) or None)
+_LiteralShape = tuple[str, bool, bool, tuple[str, ReadingShape] | None]
+
+
+def _tsquery_values(term: Term, params: Params) -> tuple[str, ReadingShape]:
+    """The values of `term`'s tsquery added to `params`: (their prefix, the reading's
+    shape), from which `_matches` and `_tsquery` build it."""
+    parsed: Parsed = [[(False, term)]]
+    prefix = f"w{len(params)}_"
+    params.update(tsquery_params(parsed, prefix))
+    return prefix, reading_shape(parsed)
+
+
+def _literal_shape(
+    literal: str, params: Params, *, trigram: bool, words: bool, window: bool
+) -> _LiteralShape:
+    """`literal`'s values added to `params` (its LIKE pattern, pg_trgm's pattern outside
+    a window, its words), and the shape of its condition (`_holds`)."""
+    name = f"pat{len(params)}"
+    params[name] = q.like_pattern(literal)
+    if trigram and not window:
+        params[f"idx{name}"] = _index_pattern(literal)
+    phrase = _tsquery_values(Term(literal, prefix=False, phrase=True), params) if words else None
+    return name, caseless(literal), trigram, phrase
 
 
 def _holds_literal(
-    literal: str, params: Params, *, trigram: bool, words: bool, window: bool
-) -> str:
-    """A condition on the row `m`: its text contains `literal` by `query.fold`, among
-    the rows the indexes vouch for (the module docstring of literal.py). Outside the
-    window each vouching index is asked in its own OR arm, which PostgreSQL reads as one
-    bitmap scan of both, and every row it gives is checked; in the window, read row by
-    row, the rows are told apart by role and words and checked, without pg_trgm's
-    pattern (it folds case by the database's locale, and adds nothing to the check
-    where that folds ASCII letters as query.fold does; a Turkish locale does not)."""
-    name = f"pat{len(params)}"
-    params[name] = q.like_pattern(literal)
-    check = _exact_check(literal, name)
-    arms = []
+    literal: str,
+    params: Params,
+    row: FromClause,
+    *,
+    trigram: bool,
+    words: bool,
+    window: bool,
+) -> ColumnElement[bool]:
+    """`_holds` for `literal`, its values added to `params`."""
+    shape = _literal_shape(literal, params, trigram=trigram, words=words, window=window)
+    return _holds(shape, window, row)
+
+
+@lru_cache(maxsize=256)
+def _holds(shape: _LiteralShape, window: bool, row: FromClause) -> ColumnElement[bool]:
+    """A condition on the message `row`: its text contains the literal of `shape` by
+    `query.fold`, among the rows the indexes vouch for (the module docstring of
+    literal.py). Outside the window each vouching index is asked in its own OR arm,
+    which PostgreSQL reads as one bitmap scan of both, and every row it gives is
+    checked; in the window, read row by row, the rows are told apart by role and words
+    and checked, without pg_trgm's pattern (it folds case by the database's locale, and
+    adds nothing to the check where that folds ASCII letters as query.fold does; a
+    Turkish locale does not). Built once per shape: Core builds an expression slower
+    than PostgreSQL plans a small statement."""
+    name, is_caseless, trigram, phrase = shape
+    check = _exact_check(is_caseless, name, row)
+    arms: list[ColumnElement[bool]] = []
     if trigram and window:
-        arms.append("m.role <> 'tool'")
+        arms.append(row.c.role != _TOOL)
     elif trigram:
         # the partial index's predicate and expression: pg_trgm's index serves the arm
-        params[f"idx{name}"] = _index_pattern(literal)
-        like = f"{TRIGRAM_TEXT} {_like_op(literal)} :idx{name} ESCAPE '\\'"
-        arms.append(f"m.role <> 'tool' AND {like}")
-    if words:
-        arms.append(_matches_sql([[(False, Term(literal, prefix=False, phrase=True))]], params))
-    scope = " OR ".join(f"({arm})" for arm in arms)
-    return f"({scope}) AND {check}" if scope else check
+        pattern: BindParameter[Any] = bindparam(f"idx{name}")
+        indexed = trigram_text(row)
+        like = (
+            indexed.like(pattern, escape="\\")
+            if is_caseless
+            else indexed.ilike(pattern, escape="\\")
+        )
+        arms.append(and_(row.c.role != _TOOL, like))
+    if phrase is not None:
+        prefix, reading = phrase
+        arms.append(_matches(reading, row, prefix))
+    return and_(or_(*arms), check) if arms else check
 
 
-def _exact_check(literal: str, pattern: str) -> str:
-    """SQL for "the row's content, tool name or tool calls contain :pattern (a LIKE
+@lru_cache(maxsize=256)
+def _literal_ids(shape: _LiteralShape, edge: Edge | None) -> IdSelect:
+    """PostgresSearch.literal_ids' statement: the ids of the rows `_holds` keeps."""
+    rows = _messages(edge)
+    return select(rows.c.id).select_from(rows).where(_holds(shape, edge is not None, rows))
+
+
+@lru_cache(maxsize=256)
+def _word_ids(reading: ReadingShape, prefix: str, edge: Edge | None) -> IdSelect:
+    """PostgresSearch.word_ids' statement: the ids of the rows matching the reading."""
+    rows = _messages(edge)
+    return select(rows.c.id).select_from(rows).where(_matches(reading, rows, prefix))
+
+
+#: A literal of the estimate: (pg_trgm's needles as (parameter, anchored), or None
+#: without the trigram index; its words' tsquery as `_tsquery_values`, or None; whether
+#: it has 3 characters or more)
+_EstimateSpec = tuple[tuple[tuple[str, bool], ...] | None, tuple[str, ReadingShape] | None, bool]
+
+
+@lru_cache(maxsize=64)
+def _literal_estimate(specs: tuple[_EstimateSpec, ...]) -> Select[Any]:
+    """PostgresSearch.literal_estimate's statement (see there)."""
+    sample = (
+        select(
+            m.c[VECTOR].label("v"),
+            case((m.c.role != _TOOL, func.lower(trigram_text(m)))).label("t"),
+        )
+        .where(m.c.id > bindparam("floor"))
+        .offset(ZERO)
+        .subquery("m")
+    )
+    vector, lowered = sample.c.v, sample.c.t
+    counts: list[ColumnElement[Any]] = []
+    for needles, phrase, long in specs:
+        arms: list[ColumnElement[bool]] = []
+        if needles is not None:
+            found: list[ColumnElement[bool]] = []
+            for name, anchored in needles:
+                needle: BindParameter[Any] = bindparam(name)
+                found.append(
+                    lowered.op("~")(needle) if anchored else func.strpos(lowered, needle) > ZERO
+                )
+            arms.append(and_(lowered.is_not(None), *found))
+        if phrase is not None:
+            prefix, reading = phrase
+            tool = [lowered.is_(None)] if needles is not None else []
+            loose = _tsquery(reading, prefix, loose=True)
+            arms.append(and_(*tool, vector.op("@@")(loose)))
+        if not arms:  # no index: every row of the scan is checked
+            arms.append(lowered.is_not(None) if long else true())
+        counts.append(func.count().filter(or_(*arms)))
+    return select(reduce(add, counts)).select_from(sample)
+
+
+def _exact_check(is_caseless: bool, pattern: str, row: FromClause) -> ColumnElement[bool]:
+    """The condition "the row's content, tool name or tool calls contain :pattern (a LIKE
     pattern of `literal`) by `query.fold`". ILIKE under the "C" collation folds ASCII
     letters and nothing else, which is `query.fold` exactly (under the database's
     collation it may fold more, a superset fit for the index and never the answer).
     Column by column: a literal is not found across two columns, and the columns are
     not joined again for every row."""
-    operator = "LIKE" if caseless(literal) else 'COLLATE "C" ILIKE'
-    checks = " OR ".join(f"{t} {operator} :{pattern} ESCAPE '\\'" for t in _COLUMN_TEXTS)
-    return f"({checks})"
+    found: BindParameter[Any] = bindparam(pattern)
+    texts = [func.coalesce(row.c[name], _BLANK) for name in ("content", "tool_name", "tool_calls")]
+    if is_caseless:
+        return or_(*(t.like(found, escape="\\") for t in texts))
+    return or_(*(t.collate("C").ilike(found, escape="\\") for t in texts))
 
 
 #: a run of characters pg_trgm takes trigrams from (letters and digits)

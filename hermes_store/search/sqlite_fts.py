@@ -15,19 +15,25 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import lru_cache
+from functools import lru_cache, reduce
+from operator import add
 from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    Executable,
+    Select,
     TableClause,
     UnaryExpression,
+    and_,
     bindparam,
     column,
     func,
     literal_column,
+    or_,
     select,
     table,
+    union,
 )
 from sqlalchemy.exc import DatabaseError, DBAPIError, OperationalError
 from sqlalchemy.sql.operators import custom_op
@@ -37,7 +43,7 @@ from ..runtime.retry import is_retryable
 from ..sqlite import driver as sqlite_driver
 from . import limits
 from . import query as q
-from .backend import Hit, IndexDamaged, Params, SearchBackend, Snippet
+from .backend import Hit, IdSelect, IndexDamaged, Params, SearchBackend, Snippet
 from .common import (
     ZERO,
     Edge,
@@ -74,8 +80,9 @@ def _interrupted(exc: DBAPIError) -> bool:
     return getattr(exc.orig, "sqlite_errorcode", None) == sqlite3.SQLITE_INTERRUPT
 
 
-def _in_window(edge: Edge | None) -> str:
-    return f" AND {id_window('rowid', edge)}" if edge else ""
+#: constants of the literal tier's conditions, written into the SQL
+_BLANK: ColumnElement[Any] = literal_column("''")
+_TOOL: ColumnElement[Any] = literal_column("'tool'")
 
 
 def _fts_damaged(exc: DatabaseError) -> bool:
@@ -97,11 +104,6 @@ def _damaged(table: str, exc: DatabaseError) -> IndexDamaged:
 
 
 _TRIGRAM_TABLE = "SELECT 1 FROM sqlite_master WHERE name = 'messages_fts_trigram'"
-
-
-def _dicts(cursor: sqlite3.Cursor) -> list[Hit]:
-    keys = [column[0] for column in cursor.description]
-    return [dict(zip(keys, values, strict=True)) for values in cursor.fetchall()]
 
 
 def _tuples(cursor: sqlite3.Cursor) -> list[Any]:
@@ -164,9 +166,68 @@ def _matches(name: str, parameter: str = "match") -> ColumnElement[bool]:
 def _rowid_window(rowid: ColumnElement[Any], edge: Edge | None) -> list[ColumnElement[bool]]:
     """With `edge`, the window of ids at that end of the table: above :floor (newest) or
     up to :ceiling (oldest), common.id_window."""
-    if edge is None:
-        return []
-    return [rowid > bindparam("floor") if edge == "newest" else rowid <= bindparam("ceiling")]
+    return [] if edge is None else [id_window(rowid, edge)]
+
+
+@lru_cache(maxsize=256)
+def _fts_ids(name: str, parameter: str, edge: Edge | None) -> Select[Any]:
+    """The rowids, as `id`, of FTS5 table `name` matching :parameter; with `edge`, in the
+    window of ids at that end of the table (FTS5 seeks to the rowid bounds)."""
+    fts = _fts(name)
+    return select(fts.c.rowid.label("id")).where(
+        _matches(name, parameter), *_rowid_window(fts.c.rowid, edge)
+    )
+
+
+@lru_cache(maxsize=256)
+def _literal_candidates(
+    n: int, trigram: bool, words: bool, long: bool, edge: Edge | None
+) -> tuple[IdSelect | None, ColumnElement[bool]]:
+    """SqliteSearch.literal_candidates' statement parts for the n-th parameters
+    (:lit<n>, :tri<n>, :fts<n>) of a literal (of 3 or more characters: `long`), built
+    once per shape: Core builds an expression slower than SQLite answers a small one."""
+    # FTS5 seeks to rowid bounds: a window of the newest or oldest rows costs what it holds
+    sources: list[Select[Any]] = []
+    if trigram:
+        sources.append(_fts_ids("messages_fts_trigram", f"tri{n}", edge))
+    if words:
+        sources.append(_fts_ids("messages_fts", f"fts{n}", edge))
+    # SQLite's lower() folds ASCII letters only: exactly query.fold
+    exact = or_(
+        *(
+            func.instr(func.lower(func.coalesce(m.c[name], _BLANK)), bindparam(f"lit{n}")) > ZERO
+            for name in _COLUMNS
+        )
+    )
+    if sources:
+        return (sources[0] if len(sources) == 1 else union(*sources)), exact
+    scope = [m.c.role != _TOOL] if long else []
+    scope += [id_window(m.c.id, edge)] if edge else []
+    return None, and_(*scope, exact)
+
+
+@lru_cache(maxsize=256)
+def _literal_ids(n: int, trigram: bool, words: bool, long: bool, edge: Edge | None) -> IdSelect:
+    """SqliteSearch.literal_ids' statement for the n-th parameters of a literal."""
+    candidates, condition = _literal_candidates(n, trigram, words, long, edge)
+    scope = [] if candidates is None else [m.c.id.in_(candidates)]
+    return select(m.c.id).where(*scope, condition)
+
+
+@lru_cache(maxsize=64)
+def _literal_estimate(shapes: tuple[tuple[int, bool, bool, bool], ...]) -> Select[Any]:
+    """SqliteSearch.literal_estimate's statement: for each literal (the n of its
+    parameters, trigram, words, long: as `_literal_candidates`), the count of its
+    candidates above :floor, summed."""
+    counts: list[ColumnElement[Any]] = []
+    for n, trigram, words, long in shapes:
+        candidates, _ = _literal_candidates(n, trigram, words, long, "newest")
+        if candidates is None:  # no index: every row of the scan is checked
+            scope = [m.c.role != _TOOL] if long else []
+            candidates = select(m.c.id).where(m.c.id > bindparam("floor"), *scope)
+        found = candidates.subquery()
+        counts.append(select(func.count()).select_from(found).scalar_subquery())
+    return select(reduce(add, counts))
 
 
 def _walk(rowid: ColumnElement[Any], oldest: bool, edge: Edge | None) -> UnaryExpression[Any]:
@@ -468,15 +529,8 @@ class SqliteSearch(SearchBackend):
                 raise  # damage outside the index: fail closed
             raise _damaged("messages_fts", exc) from exc
 
-    # A search's statements run at the driver (engine.driver_run): SQLAlchemy's execution
-    # of a statement costs about as much as SQLite's answer to a small one. A filter with
-    # a list (sources, roles) needs SQLAlchemy's expanding parameters, so goes through it.
-    def rows(self, sql: str, filters: Filters, params: Params) -> list[Hit]:
-        if filters.expanding:
-            return super().rows(sql, filters, params)
-        self.check_time()
-        return driver_run(self.conn, sql, {**filters.params, **params}, _dicts)
-
+    # A statement given as text runs at the driver (engine.driver_run): SQLAlchemy's
+    # execution of a statement costs about as much as SQLite's answer to a small one.
     def fetch(self, sql: str, params: Params) -> list[Any]:
         self.check_time()
         return driver_run(self.conn, sql, params, _tuples)
@@ -543,70 +597,51 @@ class SqliteSearch(SearchBackend):
 
     # --- id sets for the literal tier -------------------------------------------------------
 
-    def word_ids(self, terms: list[Term], params: dict[str, Any], *, edge: Edge | None) -> str:
+    def word_ids(self, terms: list[Term], params: dict[str, Any], *, edge: Edge | None) -> IdSelect:
         name = f"w{len(params)}"
         params[name] = " AND ".join(_fts5_string(t.text) + "*" * t.prefix for t in terms)
-        window = _in_window(edge)
-        return f"SELECT rowid FROM messages_fts WHERE messages_fts MATCH :{name}{window}"  # noqa: S608
+        return _fts_ids("messages_fts", name, edge)
 
     def has_trigram_index(self) -> bool:
         return self._trigram_usable()
 
     def literal_ids(
         self, literal: str, params: Params, *, trigram: bool, words: bool, edge: Edge | None
-    ) -> str:
-        candidates, condition = self.literal_candidates(
-            literal, params, trigram=trigram, words=words, edge=edge
-        )
-        scope = f"m.id IN ({candidates}) AND " if candidates else ""
-        return f"SELECT m.id FROM messages AS m WHERE {scope}{condition}"  # noqa: S608
+    ) -> IdSelect:
+        n = len(params)
+        self.literal_candidates(literal, params, trigram=trigram, words=words, edge=edge)
+        return _literal_ids(n, trigram, words, len(literal) >= TRIGRAM_CHARS, edge)
 
     def literal_candidates(
         self, literal: str, params: Params, *, trigram: bool, words: bool, edge: Edge | None
-    ) -> tuple[str | None, str]:
+    ) -> tuple[IdSelect | None, ColumnElement[bool]]:
         n = len(params)
         params[f"lit{n}"] = fold(literal)
-        sources = []
-        # FTS5 seeks to rowid bounds: a window of the newest or oldest rows costs what it holds
-        window = _in_window(edge)
         if trigram:
             params[f"tri{n}"] = _trigram_cover(literal)
-            table = "messages_fts_trigram"
-            sources.append(f"SELECT rowid FROM {table} WHERE {table} MATCH :tri{n}{window}")  # noqa: S608
         if words:
             params[f"fts{n}"] = _fts5_string(literal)  # a phrase of the tokenizer's own words
-            table = "messages_fts"
-            sources.append(f"SELECT rowid FROM {table} WHERE {table} MATCH :fts{n}{window}")  # noqa: S608
-        # SQLite's lower() folds ASCII letters only: exactly query.fold
-        exact = " OR ".join(
-            f"instr(lower(COALESCE(m.{column}, '')), :lit{n}) > 0" for column in _COLUMNS
-        )
-        if sources:
-            return " UNION ".join(sources), f"({exact})"
-        scope = "m.role <> 'tool' AND " if len(literal) >= TRIGRAM_CHARS else ""
-        scope += f"{id_window('m.id', edge)} AND " if edge else ""
-        return None, f"{scope}({exact})"
+        return _literal_candidates(n, trigram, words, len(literal) >= TRIGRAM_CHARS, edge)
 
     def literal_window_by_index(self, window: int) -> bool:
         # FTS5 seeks to the window's rowid bounds: every window is read through the
         # indexes and costs what it holds
         return False
 
-    def literal_estimate_sql(self, literals: list[tuple[str, bool, bool]], params: Params) -> str:
-        counts = []
+    def literal_estimate(
+        self, literals: list[tuple[str, bool, bool]], params: Params
+    ) -> Select[Any]:
+        shapes = []
         for literal, trigram, words in literals:
-            candidates, _ = self.literal_candidates(
-                literal, params, trigram=trigram, words=words, edge="newest"
-            )
-            if candidates is None:  # no index: every row of the scan is checked
-                scope = " AND m.role <> 'tool'" if len(literal) >= TRIGRAM_CHARS else ""
-                candidates = f"SELECT m.id FROM messages AS m WHERE m.id > :floor{scope}"  # noqa: S608
-            counts.append(f"(SELECT count(*) FROM ({candidates}))")  # noqa: S608
-        return "SELECT " + " + ".join(counts)
+            shapes.append((len(params), trigram, words, len(literal) >= TRIGRAM_CHARS))
+            self.literal_candidates(literal, params, trigram=trigram, words=words, edge="newest")
+        return _literal_estimate(tuple(shapes))
 
-    def literal_rows(self, sql: str, filters: Filters, params: dict[str, Any]) -> list[Hit]:
+    def literal_rows(
+        self, statement: Executable, filters: Filters, params: dict[str, Any]
+    ) -> list[Hit]:
         try:
-            return super().literal_rows(sql, filters, params)
+            return super().literal_rows(statement, filters, params)
         except OperationalError:
             raise
         except DatabaseError as exc:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy.dialects import postgresql, sqlite
@@ -20,8 +21,10 @@ from sqlalchemy.engine import Dialect
 
 from hermes_store.search import postgres_fts as pg
 from hermes_store.search import sqlite_fts as lite
-from hermes_store.search.common import Filters, LikeShape, RouteStatement, context_statement
-from hermes_store.search.query import SearchQuery
+from hermes_store.search.backend import SearchBackend
+from hermes_store.search.common import Edge, Filters, LikeShape, RouteStatement, context_statement
+from hermes_store.search.literal import estimate_statement, page_statement
+from hermes_store.search.query import SearchQuery, read_query
 
 GOLDEN = Path(__file__).parent / "route_sql"
 UPDATE_ENV = "HERMES_STORE_UPDATE_ROUTE_SQL"
@@ -44,6 +47,78 @@ LIKE = LikeShape(("LIKE", "LIKE"), False, False)
 PG_LIKE = LikeShape(("ILIKE", "LIKE"), False, False)
 TOPUP = LikeShape(("LIKE", "LIKE"), True, True)
 PG_TOPUP = LikeShape(("ILIKE", "ILIKE"), True, True)
+
+#: the literal tier's filters (Filters objects, not shapes)
+NO_FILTERS = Filters(None, None, None, False)
+ALL_FILTERS = Filters(["cli"], ["cron"], ["user"], False, ["work", "urgent"])
+ROLE_FILTER = Filters(None, None, ["assistant"], True)
+
+
+class _LiteNoDatabase(lite.SqliteSearch):
+    """SQLite's backend without a connection, its trigram index taken as present (the
+    statements are only rendered here)."""
+
+    dialect = None
+
+    def has_trigram_index(self) -> bool:
+        return True
+
+
+class _PgNoDatabase(pg.PostgresSearch):
+    dialect = None
+
+
+def _literal_pages(backend: SearchBackend) -> list[tuple[str, RouteStatement]]:
+    """The literal tier's page: every kind of term, a window read row by row or through
+    the indexes (PostgreSQL), the whole table, an OR of groups."""
+
+    def page(
+        query: str, filters: Filters, oldest: bool, edge: Edge | None, window: int
+    ) -> RouteStatement:
+        parsed = read_query(query)
+        statement, _ = page_statement(backend, parsed, filters, edge, window, oldest=oldest)
+        return RouteStatement(statement)
+
+    wide = max(backend.literal_index_windows, default=0)
+    variants = [
+        (
+            "one literal, the newest window",
+            page("~/.config/zephyr.yaml", NO_FILTERS, False, "newest", backend.literal_window),
+        ),
+        (
+            "a literal, a negated literal, a word, a negated word, the whole table, every filter",
+            page("x.y NOT a->b deploy NOT drop", ALL_FILTERS, False, None, 0),
+        ),
+        (
+            "short punctuation (no index), the oldest window",
+            page("%", NO_FILTERS, True, "oldest", backend.literal_window),
+        ),
+        (
+            "two groups (OR), a negated literal, the whole table, a role filter",
+            page("chat-send OR x.y deploy NOT %", ROLE_FILTER, False, None, 0),
+        ),
+    ]
+    if wide:
+        variants.append(
+            (
+                "one literal, a window read through the indexes",
+                page("~/.config/zephyr.yaml", NO_FILTERS, False, "newest", wide),
+            )
+        )
+    return variants
+
+
+def _literal_estimate(backend: SearchBackend) -> list[tuple[str, RouteStatement]]:
+    """The literal tier's budget: the candidates of each literal above :floor."""
+    parsed = read_query("~/.config/zephyr.yaml NOT % x.y NOT a->b")
+    return [
+        (name, RouteStatement(estimate_statement(backend, parsed, filters, 0)[0]))
+        for name, filters in (
+            ("four literals, no filter", NO_FILTERS),
+            ("tool rows left out", ALL_FILTERS),
+        )
+    ]
+
 
 Variants = Callable[[], list[tuple[str, RouteStatement]]]
 
@@ -95,6 +170,8 @@ ROUTES: dict[str, dict[str, Variants]] = {
             ("pending-range top-up: every term, an id range", lite.scan_statement(NONE, TOPUP)),
         ],
         "context": lambda: [("two hits", context_statement(2))],
+        "literal_page": lambda: _literal_pages(_LiteNoDatabase(None)),  # type: ignore[arg-type]
+        "literal_estimate": lambda: _literal_estimate(_LiteNoDatabase(None)),  # type: ignore[arg-type]
     },
     "postgresql": {
         "word": lambda: [
@@ -142,6 +219,8 @@ ROUTES: dict[str, dict[str, Variants]] = {
             ("every filter", pg.scan_span_statement(ALL, PG_LIKE)),
         ],
         "context": lambda: [("hits by id", pg.CONTEXT_BY_ID)],
+        "literal_page": lambda: _literal_pages(_PgNoDatabase(None)),  # type: ignore[arg-type]
+        "literal_estimate": lambda: _literal_estimate(_PgNoDatabase(None)),  # type: ignore[arg-type]
     },
 }
 
@@ -193,3 +272,21 @@ def test_user_text_is_never_spelled_into_a_statement() -> None:
     built = pg.substring_shape(("数据库",))
     assert built is not None and built[1] == {"p0": "%数据库%"}
     assert pg.substring_shape(("OR",)) is None
+
+
+@pytest.mark.parametrize("backend", [_LiteNoDatabase, _PgNoDatabase], ids=["sqlite", "postgresql"])
+def test_a_literal_page_is_built_once_per_shape(backend: type[SearchBackend]) -> None:
+    """Two searches of one shape share the statement (and so its compiled form); only
+    their parameters differ. A literal of another shape gets a statement of its own (on
+    PostgreSQL a caseless literal is checked with LIKE, not ILIKE)."""
+    search = backend(None)  # type: ignore[arg-type]  # no statement is run
+
+    def page(query: str) -> tuple[Any, dict[str, Any]]:
+        return page_statement(search, read_query(query), ALL_FILTERS, "newest", 1, oldest=False)
+
+    first, first_params = page("x.y NOT a->b deploy")
+    second, second_params = page("q.z NOT c->d rollout")
+    assert first is second
+    assert first_params.keys() == second_params.keys() and first_params != second_params
+    other, _ = page("数.据 NOT a->b deploy")
+    assert (other is first) == (backend is _LiteNoDatabase)

@@ -92,6 +92,7 @@ def test_only_the_query_module_reads_the_query_text() -> None:
 def test_postgres_phrases_ask_the_index_for_their_words_and_check_the_row() -> None:
     from sqlalchemy.dialects import postgresql
 
+    from hermes_store.search.common import m
     from hermes_store.search.postgres_fts import _holds_literal, _matches
 
     dialect = postgresql.psycopg.dialect(paramstyle="named")  # type: ignore[no-untyped-call]
@@ -116,7 +117,8 @@ def test_postgres_phrases_ask_the_index_for_their_words_and_check_the_row() -> N
     assert "ts_match_vq" not in negated and tsquery_params(read.fts5)["w1"] == "pool exhausted"
     assert "(!! phraseto_tsquery('simple', regexp_replace(:w1," in negated
     # a literal's words vouch for it where they stand as a phrase, asked the same way
-    literal = _holds_literal("~/.config/zephyr.toml", {}, trigram=True, words=True, window=False)
+    holds = _holds_literal("~/.config/zephyr.toml", {}, m, trigram=True, words=True, window=False)
+    literal = str(holds.compile(dialect=dialect))
     assert "m.search_vector @@ CASE WHEN (numnode(plainto_tsquery('simple'" in literal
     assert "ts_match_vq(m.search_vector, CASE WHEN (numnode(phraseto_tsquery(" in literal
 

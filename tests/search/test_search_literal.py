@@ -733,20 +733,30 @@ def test_a_literal_window_is_bounded_at_one_end_only() -> None:
     :ceiling: a second bound that is always true changes PostgreSQL's plan (the word
     index takes it as a condition and the primary key's range is no longer intersected
     with the other indexes: 50 -> 176 ms for a 65,536-id window at 10M rows)."""
+    from sqlalchemy import column
+    from sqlalchemy.dialects import postgresql, sqlite
+
     from hermes_store.search.common import id_window
     from hermes_store.search.postgres_fts import PostgresSearch
     from hermes_store.search.sqlite_fts import SqliteSearch
 
-    assert id_window("m.id", "newest") == "m.id > :floor"
-    assert id_window("m.id", "oldest") == "m.id <= :ceiling"
+    pg_dialect = postgresql.psycopg.dialect(paramstyle="named")  # type: ignore[no-untyped-call]
+    lite_dialect = sqlite.dialect(paramstyle="named")
+    assert str(id_window(column("id"), "newest").compile(dialect=lite_dialect)) == "id > :floor"
+    assert str(id_window(column("id"), "oldest").compile(dialect=lite_dialect)) == "id <= :ceiling"
     postgres = PostgresSearch(None)  # type: ignore[arg-type]  # no statement is run
-    newest = postgres.literal_ids("ops@zephyr.io", {}, trigram=True, words=True, edge="newest")
-    assert "WHERE id > :floor OFFSET 0" in newest and ":ceiling" not in newest
-    oldest = postgres.literal_ids("ops@zephyr.io", {}, trigram=True, words=True, edge="oldest")
-    assert "WHERE id <= :ceiling OFFSET 0" in oldest and ":floor" not in oldest
-    sqlite = SqliteSearch(None)  # type: ignore[arg-type]
-    found = sqlite.word_ids([Term("zephyr", prefix=False, phrase=False)], {}, edge="oldest")
-    assert found.endswith("AND rowid <= :ceiling")
+    for edge, bound, other in (
+        ("newest", "> :floor", ":ceiling"),
+        ("oldest", "<= :ceiling", ":floor"),
+    ):
+        ids = postgres.literal_ids("ops@zephyr.io", {}, trigram=True, words=True, edge=edge)
+        sql = " ".join(str(ids.compile(dialect=pg_dialect)).split())
+        assert f"WHERE messages.id {bound} LIMIT ALL OFFSET 0) AS m" in sql, sql
+        assert other not in sql
+    lite = SqliteSearch(None)  # type: ignore[arg-type]
+    found = lite.word_ids([Term("zephyr", prefix=False, phrase=False)], {}, edge="oldest")
+    sql = " ".join(str(found.compile(dialect=lite_dialect)).split())
+    assert sql.endswith("AND messages_fts.rowid <= :ceiling"), sql
 
 
 def test_the_id_range_is_read_from_the_primary_key(store: Store) -> None:
