@@ -424,3 +424,51 @@ def test_append_to_a_session_created_after_its_lock_never_runs_beside_the_lock_h
     assert not between, f"appended {between} between the lock holder's {first} and {last}"
     assert isinstance(outcome.get("error"), SessionNotFound), outcome
     assert [m["content"] for m in messages.get_messages("x")] == ["holder 1", "holder 2"]
+
+
+def test_a_lease_taken_as_its_session_is_created_holds_the_session_row(pg_store: Any) -> None:
+    """A compression lease's row lock finds no session (its creator has not committed),
+    then the creator commits before the lease's next statement: the lease must lock the
+    session it now sees, so that an append cannot run beside the lease's transaction
+    and miss the lease. The creator commits right after the first lock statement; the
+    session row must be locked when the lease is written."""
+    import psycopg
+    from sqlalchemy import event
+
+    from hermes_store.repositories.coordination import CompressionLockRepository
+
+    url = pg_store.url.render_as_string(hide_password=False)
+    creator = _psycopg(url)
+    watcher = _psycopg(url)
+    watcher.autocommit = True
+    seen: dict[str, Any] = {"locks": 0, "held_at_insert": None}
+
+    def after(*args: Any) -> None:
+        statement = args[2]
+        if "FROM sessions" in statement and "FOR UPDATE" in statement:
+            seen["locks"] += 1
+            if seen["locks"] == 1:
+                creator.commit()  # the session appears between the lock and the check
+
+    def before(*args: Any) -> None:
+        if args[2].lstrip().upper().startswith("INSERT INTO COMPRESSION_LOCKS"):
+            try:
+                watcher.execute("SELECT 1 FROM sessions WHERE id = 'x' FOR UPDATE NOWAIT")
+                seen["held_at_insert"] = False
+            except psycopg.errors.LockNotAvailable:
+                seen["held_at_insert"] = True
+
+    creator.execute(
+        "INSERT INTO sessions (id, source, started_at)"
+        " VALUES ('x', 'cli', extract(epoch from now()))"
+    )
+    event.listen(pg_store.engine, "after_cursor_execute", after)
+    event.listen(pg_store.engine, "before_cursor_execute", before)
+    try:
+        assert CompressionLockRepository(pg_store).try_acquire("x", "worker")
+    finally:
+        event.remove(pg_store.engine, "after_cursor_execute", after)
+        event.remove(pg_store.engine, "before_cursor_execute", before)
+        creator.close()
+        watcher.close()
+    assert seen == {"locks": 2, "held_at_insert": True}
