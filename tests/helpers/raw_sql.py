@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
@@ -74,7 +73,12 @@ class RawConnection:
         self.url = url
         self.dialect = "sqlite" if url.startswith("sqlite") else "postgresql"
         if self.dialect == "sqlite":
-            self._con: Any = sqlite3.connect(
+            # the SQLite library the stores of this process use: two copies of SQLite in
+            # one process break each other's POSIX locks on a shared file (a reader
+            # through the other one sees stale pages or a disk I/O error in WAL mode)
+            from hermes_store.sqlite.driver import current
+
+            self._con: Any = current().connect(
                 url.removeprefix("sqlite:///"), isolation_level=None, timeout=5
             )
             self._con.execute("PRAGMA foreign_keys=ON")
