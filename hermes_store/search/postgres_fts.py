@@ -271,24 +271,30 @@ _QUERY_CANCELED = "57014"
 # with the values they replace, which the search puts back when it ends (the caller's
 # transaction may go on). statement_timeout: the search's limit, never above one the
 # session already has (none when :ms is NULL). work_mem: PostgresSearch.work_mem, never
-# below the session's own. The OFFSET 0 fence reads the old values before set_config
-# changes them; SHOW's form ("2s", "1min") read as an interval gives its milliseconds
-# (pg_settings costs half a millisecond).
+# below the session's own. jit: off, because a search's statements are bounded by
+# windows and LIMITs the planner cannot see in bound parameters (an estimate's
+# `id > :floor` is planned as a third of the table), and compiling a plan it thinks
+# large costs more than the statement runs. The OFFSET 0 fence reads the old values
+# before set_config changes them; SHOW's form ("2s", "1min") read as an interval gives
+# its milliseconds (pg_settings costs half a millisecond).
 _SEARCH_SETTINGS = text(
     "SELECT old.setting, old.ms,"
     " set_config('statement_timeout', COALESCE(old.ms::text, old.setting), true),"
     " old.work_mem, set_config('work_mem', CASE WHEN pg_size_bytes(old.work_mem)"
-    " < pg_size_bytes(:work_mem) THEN :work_mem ELSE old.work_mem END, true) FROM"
-    " (SELECT setting, work_mem, CASE WHEN CAST(:ms AS bigint) IS NULL THEN NULL"
+    " < pg_size_bytes(:work_mem) THEN :work_mem ELSE old.work_mem END, true),"
+    " old.jit, set_config('jit', 'off', true) FROM"
+    " (SELECT setting, work_mem, jit, CASE WHEN CAST(:ms AS bigint) IS NULL THEN NULL"
     " WHEN ms > 0 AND ms < CAST(:ms AS bigint) THEN ms"
     " ELSE CAST(:ms AS bigint) END AS ms FROM"
     " (SELECT current_setting('statement_timeout') AS setting,"
-    " current_setting('work_mem') AS work_mem, CAST(extract(epoch FROM"
+    " current_setting('work_mem') AS work_mem, current_setting('jit') AS jit,"
+    " CAST(extract(epoch FROM"
     " CAST(current_setting('statement_timeout') AS interval)) * 1000 AS bigint) AS ms"
     " OFFSET 0) AS now) AS old"
 )
 _PUT_BACK = text(
-    "SELECT set_config('statement_timeout', :ms, true), set_config('work_mem', :work_mem, true)"
+    "SELECT set_config('statement_timeout', :ms, true), set_config('work_mem', :work_mem, true),"
+    " set_config('jit', :jit, true)"
 )
 _SET_LIMIT = text("SELECT set_config('statement_timeout', :ms, true)")
 #: the largest statement_timeout PostgreSQL accepts (INT_MAX milliseconds)
@@ -880,7 +886,9 @@ class PostgresSearch(SearchBackend):
         started = time.monotonic()
         ms = None if budget_ms is None else min(max(1, round(budget_ms)), _LONGEST_TIMEOUT_MS)
         settings = {"ms": ms, "work_mem": self.work_mem}
-        old, limit_ms, _, old_work_mem, _ = self.conn.execute(_SEARCH_SETTINGS, settings).one()
+        row = self.conn.execute(_SEARCH_SETTINGS, settings).one()
+        old, limit_ms, _, old_work_mem, _, old_jit, _ = row
+        put_back = {"ms": old, "work_mem": old_work_mem, "jit": old_jit}
         self._statement_ms = 0 if limit_ms is None else int(limit_ms)
         try:
             with super().time_limit(None if limit_ms is None else float(limit_ms)):
@@ -894,16 +902,16 @@ class PostgresSearch(SearchBackend):
         except Exception:
             # no statement failed (SearchTimedOut between statements, a caller's error):
             # the caller's transaction goes on with its own settings
-            self._put_back(old, old_work_mem)
+            self._put_back(put_back)
             raise
-        self._put_back(old, old_work_mem)
+        self._put_back(put_back)
 
     def index_method(self, *, cached: bool = True) -> IndexMethod:
         return cached_pg_index_method(self.conn) if cached else pg_index_method(self.conn)
 
-    def _put_back(self, statement_timeout: str, work_mem: str) -> None:
+    def _put_back(self, settings: dict[str, str]) -> None:
         if not self.conn.get_execution_options().get(TRANSACTION_ENDS_WITH_SEARCH):
-            self.conn.execute(_PUT_BACK, {"ms": statement_timeout, "work_mem": work_mem})
+            self.conn.execute(_PUT_BACK, settings)
 
     def check_time(self) -> None:
         super().check_time()

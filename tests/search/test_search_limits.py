@@ -327,6 +327,38 @@ def test_a_search_raises_work_mem_for_its_own_statements(
     pg_store.close()
 
 
+def test_a_search_runs_its_statements_without_jit(pg_fresh_db: str) -> None:
+    """PostgreSQL: the search's statements run with jit off (their windows and LIMITs
+    are bound parameters, so the planner can think a statement large enough to compile,
+    which costs more than running it), and the caller's transaction gets its own jit
+    setting back after."""
+    from sqlalchemy import event
+
+    from hermes_store.repositories.messages import MessageRepository
+    from hermes_store.repositories.sessions import SessionRepository
+
+    pg_store = Store(pg_fresh_db)
+    SessionRepository(pg_store).create_session("j", "cli")
+    MessageRepository(pg_store).append_message("j", "user", "a zephyr line")
+    seen: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.startswith(("SELECT m.", "SELECT page.", "SELECT count")):
+            seen.append(cursor.connection.execute("SHOW jit").fetchone()[0])
+
+    event.listen(pg_store.engine, "after_cursor_execute", record)
+    try:
+        with pg_store.read() as conn:
+            conn.execute(text("SET LOCAL jit = on"))
+            assert search_messages(conn, "zephyr")
+            # a zero-hit literal takes the estimate's route too
+            assert not search_messages(conn, "~/.config/zephyr.yaml")
+            assert conn.execute(text("SHOW jit")).scalar_one() == "on"
+        assert seen and set(seen) == {"off"}
+    finally:
+        pg_store.close()
+
+
 def test_a_statement_running_at_the_deadline_is_stopped(
     journal: str, store: Store, sqlite_driver: str
 ) -> None:
