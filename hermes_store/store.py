@@ -64,6 +64,7 @@ T = TypeVar("T")
 
 CHECKPOINT_EVERY = 50
 
+
 def _surrogate_error(exc: UnicodeEncodeError) -> InvalidInput | None:
     """A value the driver could not encode because it holds a lone UTF-16 surrogate:
     text fields are scrubbed to U+FFFD before binding (the original's rule), so this is
@@ -380,7 +381,9 @@ class Store(Repositories):
             return self._read_block()
 
         def attempt() -> T:
-            with self._read_transaction() as conn:
+            # the read lock is taken by the work's first statement: a lock it meets fails
+            # the attempt, which the retry policy runs again as a whole
+            with self._read_transaction(lock_first=False) as conn:
                 return work(conn)
 
         with self._typed_errors():
@@ -401,10 +404,12 @@ class Store(Repositories):
         return conn
 
     @contextmanager
-    def _read_transaction(self, vet: bool = False) -> Iterator[Connection]:
+    def _read_transaction(self, vet: bool = False, lock_first: bool = True) -> Iterator[Connection]:
         # under the retry policy: a new SQLite connection reads the journal mode, which a
         # committing writer can lock; a PostgreSQL server may be restarting. A block
         # (`vet`) has its connection tried first, since the block cannot be run again.
+        # `lock_first`: the read's first step (the read lock on SQLite) is taken here,
+        # under the retry policy; False for a read retried as a whole.
         connect = self._vetted_connection if vet else self.engine.connect
         conn = self.retry.run(connect, server=self._server)
         with conn:
@@ -412,7 +417,8 @@ class Store(Repositories):
                 try:
                     if not conn.in_transaction():  # vetting began it
                         conn.begin()
-                    self._runtime.start_read(conn)
+                    if lock_first:
+                        self._runtime.start_read(conn)
                     yield conn
                 except DBAPIError:
                     conn.rollback()  # before the error is examined

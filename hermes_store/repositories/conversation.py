@@ -12,7 +12,13 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .encoding import decode_content, decode_display_metadata, decode_json, decode_tool_calls
+from .encoding import (
+    JSON_PREFIX,
+    decode_content,
+    decode_display_metadata,
+    decode_json,
+    decode_tool_calls,
+)
 
 REVIEW_PROMPT_PREFIXES = (
     "Review the conversation above and update the skill library",
@@ -38,71 +44,69 @@ def strip_memory_context(text: str) -> str:
     return text.strip()
 
 
-#: The columns `conversation_message` reads, in the order it reads them by position, and
-#: the two that place a row in a lineage: a conversation is read with these only (never
-#: PostgreSQL's search vector).
+#: The columns `conversation_message` reads, in the order it unpacks them: a conversation
+#: is read with these only (never PostgreSQL's search vector, nor the id and session id,
+#: which the query orders and selects by and the format does not show).
 CONVERSATION_COLUMNS = (
-    "id", "session_id", "role", "content", "api_content", "display_kind",
-    "display_metadata", "timestamp", "tool_call_id", "tool_name", "effect_disposition",
-    "tool_calls", "platform_message_id", "observed", "finish_reason", "reasoning",
-    "reasoning_content", "reasoning_details", "codex_reasoning_items", "codex_message_items",
+    "role", "content", "api_content", "display_kind", "display_metadata", "timestamp",
+    "tool_call_id", "tool_name", "effect_disposition", "tool_calls", "platform_message_id",
+    "observed", "finish_reason", "reasoning", "reasoning_content", "reasoning_details",
+    "codex_reasoning_items", "codex_message_items",
 )  # fmt: skip
-_AT = {name: index for index, name in enumerate(CONVERSATION_COLUMNS)}
-SESSION_ID = _AT["session_id"]
-_ROLE, _CONTENT, _API, _KIND, _META, _TS = (
-    _AT[name]
-    for name in ("role", "content", "api_content", "display_kind", "display_metadata", "timestamp")
-)
-_CALLS, _PLATFORM, _OBSERVED = _AT["tool_calls"], _AT["platform_message_id"], _AT["observed"]
-_FINISH, _REASONING, _REASONING_CONTENT = (
-    _AT[name] for name in ("finish_reason", "reasoning", "reasoning_content")
-)
-_OPTIONAL_TEXT = tuple(
-    (_AT[key], key) for key in ("tool_call_id", "tool_name", "effect_disposition")
-)
-_JSON_FIELDS = tuple(
-    (_AT[key], key)
-    for key in ("reasoning_details", "codex_reasoning_items", "codex_message_items")
-)
+_STRIPPED_ROLES = ("user", "assistant")
 
 
 def conversation_message(row: Sequence[Any]) -> dict[str, Any]:
     """One stored row (CONVERSATION_COLUMNS, by position) in the agent's format: only
     the keys the row actually fills."""
-    role = row[_ROLE]
-    content = decode_content(row[_CONTENT])
-    if role in ("user", "assistant") and isinstance(content, str):
-        content = strip_memory_context(content)
+    # unpacked once: the loads call this for every row of a conversation
+    (
+        role, content, api_content, display_kind, display_metadata, timestamp,
+        tool_call_id, tool_name, effect_disposition, tool_calls, platform_message_id,
+        observed, finish_reason, reasoning, reasoning_content, reasoning_details,
+        codex_reasoning_items, codex_message_items,
+    ) = row  # fmt: skip
+    if isinstance(content, str):
+        if content.startswith(JSON_PREFIX):
+            content = decode_content(content)
+        if role in _STRIPPED_ROLES and isinstance(content, str):
+            content = strip_memory_context(content)
     msg: dict[str, Any] = {"role": role, "content": content}
-    if row[_API]:
-        msg["api_content"] = row[_API]
-    if row[_KIND]:
-        msg["display_kind"] = row[_KIND]
-    if row[_META] is not None:
-        metadata = decode_display_metadata(row[_META])
+    if api_content:
+        msg["api_content"] = api_content
+    if display_kind:
+        msg["display_kind"] = display_kind
+    if display_metadata is not None:
+        metadata = decode_display_metadata(display_metadata)
         if metadata is not None:
             msg["display_metadata"] = metadata
-    if row[_TS]:
-        msg["timestamp"] = float(row[_TS])
-    for index, key in _OPTIONAL_TEXT:
-        if row[index]:
-            msg[key] = row[index]
-    if row[_CALLS] is not None:
-        msg["tool_calls"] = decode_tool_calls(row[_CALLS])
-    if row[_PLATFORM]:
-        msg["message_id"] = row[_PLATFORM]
-    if row[_OBSERVED]:
+    if timestamp:
+        msg["timestamp"] = float(timestamp)
+    if tool_call_id:
+        msg["tool_call_id"] = tool_call_id
+    if tool_name:
+        msg["tool_name"] = tool_name
+    if effect_disposition:
+        msg["effect_disposition"] = effect_disposition
+    if tool_calls is not None:
+        msg["tool_calls"] = decode_tool_calls(tool_calls)
+    if platform_message_id:
+        msg["message_id"] = platform_message_id
+    if observed:
         msg["observed"] = True
     if role == "assistant":
-        if row[_FINISH]:
-            msg["finish_reason"] = row[_FINISH]
-        if row[_REASONING]:
-            msg["reasoning"] = row[_REASONING]
-        if row[_REASONING_CONTENT] is not None:
-            msg["reasoning_content"] = row[_REASONING_CONTENT]
-        for index, key in _JSON_FIELDS:
-            if row[index] is not None:
-                msg[key] = decode_json(row[index])
+        if finish_reason:
+            msg["finish_reason"] = finish_reason
+        if reasoning:
+            msg["reasoning"] = reasoning
+        if reasoning_content is not None:
+            msg["reasoning_content"] = reasoning_content
+        if reasoning_details is not None:
+            msg["reasoning_details"] = decode_json(reasoning_details)
+        if codex_reasoning_items is not None:
+            msg["codex_reasoning_items"] = decode_json(codex_reasoning_items)
+        if codex_message_items is not None:
+            msg["codex_message_items"] = decode_json(codex_message_items)
     return msg
 
 
@@ -149,6 +153,31 @@ def drop_review_prompts(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _messages_without_review_prompts(rows: Iterable[Sequence[Any]]) -> list[dict[str, Any]]:
+    """`drop_review_prompts` of the rows' messages, in the one pass that builds them."""
+    out: list[dict[str, Any]] = []
+    skip_reply = False
+    for row in rows:
+        msg = conversation_message(row)
+        role = msg["role"]
+        if role == "user" or role == "system":
+            # is_review_prompt, inline (this runs for every user message of a load)
+            content = msg["content"]
+            if isinstance(content, str):
+                first = content[:1]
+                if (first == "R" or first.isspace()) and content.lstrip().startswith(
+                    REVIEW_PROMPT_PREFIXES
+                ):
+                    skip_reply = True
+                    continue
+        if skip_reply and role == "assistant":
+            skip_reply = False
+            continue
+        skip_reply = False
+        out.append(msg)
+    return out
+
+
 def repair_message_alternation(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A deliberately small stand-in for the agent's sequence repair: consecutive user
     messages with text content are merged into one (texts joined by a blank line), since
@@ -177,10 +206,11 @@ def conversation(
 ) -> list[dict[str, Any]]:
     """Rows (CONVERSATION_COLUMNS) in transcript order as the conversation the agent and
     its UIs use."""
-    messages = [conversation_message(r) for r in rows]
     if dedupe_replays:
-        messages = drop_replayed_prompts(messages)
-    messages = drop_review_prompts(messages)
+        messages = drop_replayed_prompts([conversation_message(r) for r in rows])
+        messages = drop_review_prompts(messages)
+    else:
+        messages = _messages_without_review_prompts(rows)
     if repair_alternation:
         messages = repair_message_alternation(messages)
     return messages

@@ -346,11 +346,15 @@ def decode_tool_calls(stored: Any) -> Any:
 
 
 def decode_fields(out: dict[str, Any]) -> dict[str, Any]:
-    """Decode, in place, the encoded fields a row dict carries."""
-    if "content" in out:
-        out["content"] = decode_content(out["content"])
-    if "tool_calls" in out:
-        out["tool_calls"] = decode_tool_calls(out["tool_calls"])
-    if "display_metadata" in out:
-        out["display_metadata"] = decode_display_metadata(out["display_metadata"])
+    """Decode, in place, the encoded fields a row dict carries (a NULL, or a field the
+    row does not carry, decodes to itself)."""
+    content = out.get("content")
+    if isinstance(content, str) and content.startswith(JSON_PREFIX):
+        out["content"] = decode_content(content)
+    tool_calls = out.get("tool_calls")
+    if tool_calls is not None:
+        out["tool_calls"] = decode_tool_calls(tool_calls)
+    metadata = out.get("display_metadata")
+    if metadata is not None:
+        out["display_metadata"] = decode_display_metadata(metadata)
     return out

@@ -49,7 +49,6 @@ from ._dialect import (
     append_refusal,
     data_columns,
     data_dicts,
-    lock_session,
     message_columns,
 )
 from ._paging import (
@@ -65,7 +64,6 @@ from ._sql import all_columns, chunks, rowcount
 from ._tables import MESSAGES, SESSIONS, L, M, S
 from .conversation import (
     CONVERSATION_COLUMNS,
-    SESSION_ID,
     conversation,
     repair_message_alternation,
     strip_memory_context,
@@ -232,6 +230,14 @@ def _insert_many(count: int) -> Prepared:
 # --------------------------------------------------------------------------- checks
 
 
+def _lock_session(conn: Connection, sql: SQLDialect, session_id: str) -> bool:
+    """The session's row lock, taken by every unit of work here that reads a session's
+    state and then writes it (`SQLDialect.lock_session`): only where the dialect locks
+    rows, since SQLite's write transaction already holds the database's one write lock.
+    False when the session's row was not there to lock."""
+    return sql.lock_session(conn, session_id) if sql.locks_rows else True
+
+
 def _check_append_allowed(
     conn: Connection, session_id: str, holder: str | None, at: float, locked: bool = True
 ) -> None:
@@ -348,9 +354,8 @@ def _append_one(
     dialect part (`store.dialect.sql`), resolved when the store opened."""
     if key is None and turn_token is None and sql.appends_in_one_call:
         return _append_in_one_call(conn, sql, session_id, holder, explicit_ts, fields)
-    # the checks below must hold until commit: the session's row lock where writers run
-    # side by side; SQLite's write transaction already holds the one write lock
-    locked = sql.lock_session(conn, session_id) if sql.locks_rows else True
+    # the checks below must hold until commit
+    locked = _lock_session(conn, sql, session_id)
     if key is not None:
         # before the checks: a retry of an append that happened returns its id even if
         # the session has been closed by compression (or its turn passed) since
@@ -376,13 +381,14 @@ def _append_one(
 
 def _append_many(
     conn: Connection,
+    sql: SQLDialect,
     session_id: str,
     holder: str | None,
     encoded: EncodedMessages,
     key: str | None = None,
     turn_token: int | None = None,
 ) -> list[int]:
-    locked = lock_session(conn, session_id)
+    locked = _lock_session(conn, sql, session_id)
     if key is not None:
         earlier = idempotency.earlier_ids(conn, session_id, key, len(encoded.rows))
         if earlier is not None:
@@ -511,10 +517,10 @@ def _set_active(conn: Connection, session_id: str, since_message_id: int, active
     return rowcount(result)
 
 
-def _pop_newest(conn: Connection, session_id: str) -> dict[str, Any] | None:
+def _pop_newest(conn: Connection, sql: SQLDialect, session_id: str) -> dict[str, Any] | None:
     # Read-then-delete: the session's row lock first, so two pops on PostgreSQL never
     # both pick the same newest row (the second would delete nothing and report empty).
-    locked = lock_session(conn, session_id)
+    locked = _lock_session(conn, sql, session_id)
     # a pop rewrites the transcript as an append extends it: refused while another
     # writer compresses the session or once compression has closed it
     try:
@@ -559,6 +565,7 @@ def _check_lease(conn: Connection, parent_session_id: str, holder: str | None, a
 
 def _publish_child(
     conn: Connection,
+    sql: SQLDialect,
     parent_session_id: str,
     child: Mapping[str, Any],
     encoded: EncodedMessages,
@@ -569,7 +576,7 @@ def _publish_child(
     `child` holds the child's own columns; where it leaves an inherited one None, the
     parent's value is taken."""
     # Same row lock as appends: the lease and the parent read below hold until commit.
-    locked = lock_session(conn, parent_session_id)
+    locked = _lock_session(conn, sql, parent_session_id)
     at = now()
     if require_lease:
         _check_lease(conn, parent_session_id, holder, at)
@@ -672,19 +679,27 @@ def _anchored_rows(
     return before, anchor, after, start, end
 
 
+#: A lineage read: each session of the chain, root first, with its rows.
+_Lineage = list[tuple[str, list[tuple[Any, ...]]]]
+
+
 def _lineage_rows(
     conn: Connection, session_id: str, include_ancestors: bool, include_inactive: bool
-) -> tuple[list[str], list[Sequence[Any]]]:
-    """(root-to-tip chain, its rows in chain order then id order), with the columns a
+) -> _Lineage:
+    """The root-to-tip chain, each session with its rows in id order, with the columns a
     conversation shows: one indexed read per session of the chain."""
     chain = [session_id]
     if include_ancestors:
         chain = [*reversed(ancestor_ids(conn, session_id)), session_id]
     statement = _conversation_rows(include_inactive)
-    rows: list[Sequence[Any]] = []
-    for member in chain:
-        rows += statement.rows(conn, {"session_id": member})
-    return chain, rows
+    return [(member, statement.rows(conn, {"session_id": member})) for member in chain]
+
+
+def _rows_of(lineage: _Lineage) -> list[tuple[Any, ...]]:
+    """The rows of every session of a lineage, in chain order."""
+    if len(lineage) == 1:
+        return lineage[0][1]
+    return [row for _member, rows in lineage for row in rows]
 
 
 def _exists(conn: Connection, query: Select[Any]) -> bool:
@@ -855,8 +870,9 @@ class MessageRepository:
         token = turns.check_token(turn_token)
         encoded = encode_bulk(session_id, messages, self.store.redaction)
         holder = compression_lock_holder
+        sql = self.store.dialect.sql
         return self.store.write(
-            lambda conn: _append_many(conn, session_id, holder, encoded, key, token)
+            lambda conn: _append_many(conn, sql, session_id, holder, encoded, key, token)
         )
 
     def replace_messages(
@@ -978,7 +994,8 @@ class MessageRepository:
         Args:
             session_id: the session's id.
         """
-        row = self.store.write(lambda conn: _pop_newest(conn, session_id))
+        sql = self.store.dialect.sql
+        row = self.store.write(lambda conn: _pop_newest(conn, sql, session_id))
         return cast("MessageRow | None", row)
 
     def clear_messages(self, session_id: str) -> None:
@@ -1037,8 +1054,11 @@ class MessageRepository:
             "profile_name": profile_name,
         }
         holder, required = compression_lock_holder, require_compression_lease
+        sql = self.store.dialect.sql
         self.store.write(
-            lambda conn: _publish_child(conn, parent_session_id, child, encoded, holder, required)
+            lambda conn: _publish_child(
+                conn, sql, parent_session_id, child, encoded, holder, required
+            )
         )
 
     # ----------------------------------------------------------------- readers
@@ -1249,10 +1269,10 @@ class MessageRepository:
             repair_alternation: merge consecutive messages of the same role so roles
                 alternate, as model APIs want.
         """
-        _, rows = self.store.read(
+        lineage = self.store.read(
             lambda conn: _lineage_rows(conn, session_id, include_ancestors, include_inactive)
         )
-        return _messages(conversation(rows, include_ancestors, repair_alternation))
+        return _messages(conversation(_rows_of(lineage), include_ancestors, repair_alternation))
 
     def get_resume_conversations(
         self, session_id: str
@@ -1267,11 +1287,13 @@ class MessageRepository:
         Args:
             session_id: the session's id.
         """
-        _, rows = self.store.read(lambda conn: _lineage_rows(conn, session_id, True, False))
-        own = [r for r in rows if r[SESSION_ID] == session_id]
+        lineage = self.store.read(lambda conn: _lineage_rows(conn, session_id, True, False))
+        own = lineage[-1][1]  # the chain ends with the session itself
         return (
             _messages(conversation(own, dedupe_replays=False, repair_alternation=True)),
-            _messages(conversation(rows, dedupe_replays=True, repair_alternation=False)),
+            _messages(
+                conversation(_rows_of(lineage), dedupe_replays=True, repair_alternation=False)
+            ),
         )
 
     def get_ancestor_display_prefix(self, session_id: str) -> list[ConversationMessage]:
@@ -1282,10 +1304,10 @@ class MessageRepository:
         Args:
             session_id: the session's id.
         """
-        chain, rows = self.store.read(lambda conn: _lineage_rows(conn, session_id, True, False))
-        if len(chain) < 2:
+        lineage = self.store.read(lambda conn: _lineage_rows(conn, session_id, True, False))
+        if len(lineage) < 2:
             return []
-        ancestors = [r for r in rows if r[SESSION_ID] != session_id]
+        ancestors = _rows_of(lineage[:-1])
         return _messages(conversation(ancestors, dedupe_replays=True, repair_alternation=False))
 
 

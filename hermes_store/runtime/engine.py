@@ -469,6 +469,8 @@ _SURROGATES = re.compile("[\ud800-\udfff]")
 
 def scrub_surrogates(value: str) -> str:
     """`value` with each lone surrogate replaced by U+FFFD, as the original stores it."""
+    if value.isascii():  # an ASCII text holds no surrogate
+        return value
     return _SURROGATES.sub("\ufffd", value)
 
 
