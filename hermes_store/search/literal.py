@@ -88,6 +88,12 @@ from .common import (
 from .query import TRIGRAM_CHARS, Parsed, Term, fold, words_of
 from .snippets import terms_snippet
 
+#: A table spanning at most this many budgets (limits.RETRY_CHECKS) of ids is read whole
+#: without estimating its candidates: the estimate is a statement of its own, and in
+#: such a table the whole table's candidates cost about what the estimate and the
+#: windows before it cost (docs/search-at-scale.md has the figures).
+SMALL_TABLE_CHECKS = 32
+
 
 def _literal_args(backend: SearchBackend, filters: Filters, literal: str) -> tuple[bool, bool]:
     """(trigram, words): which indexes vouch for `literal` (the module docstring)."""
@@ -357,16 +363,16 @@ def _literals(parsed: Parsed) -> list[str]:
 def _budget_span(
     backend: SearchBackend, parsed: Parsed, filters: Filters, lowest: int, highest: int
 ) -> tuple[int, float] | None:
-    """None when the table spans limits.RETRY_CHECKS ids or fewer, or when the newest
-    limits.RETRY_SAMPLE ids put the candidates the literals'
-    indexes hand over in the whole table (each literal's summed: each is checked) at
+    """None when the table spans SMALL_TABLE_CHECKS * limits.RETRY_CHECKS ids or fewer,
+    or when the newest limits.RETRY_SAMPLE ids put the candidates the literals' indexes
+    hand over in the whole table (each literal's summed: each is checked) at
     limits.RETRY_CHECKS or fewer. Otherwise (the ids at the walk's end that hold about
     that many candidates, the estimate): reading them costs what they hold whatever
     the table holds, as the zero-hit retry's span (limits.py)."""
     literals = _literals(parsed)
     table = highest - lowest + 1
-    if not literals or table <= limits.RETRY_CHECKS:
-        return None  # the whole table costs no more than the budget
+    if not literals or table <= SMALL_TABLE_CHECKS * limits.RETRY_CHECKS:
+        return None  # the whole table is known to cost little: no estimate
     sample = min(limits.RETRY_SAMPLE, table)
     statement, params = estimate_statement(backend, parsed, filters, highest - sample)
     counted = backend.values(statement, params)

@@ -25,7 +25,7 @@ from hermes_store import migrate
 from hermes_store.compat import SessionDB
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SessionRepository
-from hermes_store.search import limits, search_messages
+from hermes_store.search import limits, literal, search_messages
 from hermes_store.search.postgres_fts import _needles, probe_shape
 from hermes_store.search.sqlite_fts import trigram_probe
 from hermes_store.store import Store
@@ -58,6 +58,8 @@ def _candidates(store: Store, first: int, count: int) -> None:
 def small_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(limits, "RETRY_CHECKS", CHECKS)
     monkeypatch.setattr(limits, "RETRY_SAMPLE", SAMPLE)
+    # the literal tier's estimate in tables of a few hundred rows
+    monkeypatch.setattr(literal, "SMALL_TABLE_CHECKS", 1)
 
 
 def _crowd(store: Store) -> dict[str, int]:
@@ -448,3 +450,27 @@ def test_the_facade_logs_the_literal_warning(
         assert any("the literal search for" in r.getMessage() for r in caplog.records)
     finally:
         db.close()
+
+
+def test_a_table_of_a_few_budgets_is_read_whole_without_an_estimate(
+    store: Store, literal_crowded: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table spanning at most SMALL_TABLE_CHECKS budgets of ids is read whole: no
+    estimate statement, the old hit found with no warning; past that size the estimate
+    is asked and the budget keeps the read to the newest ids."""
+    estimates: list[Any] = []
+    estimate = literal.estimate_statement
+
+    def recorded(*args: Any) -> Any:
+        estimates.append(args[3])
+        return estimate(*args)
+
+    monkeypatch.setattr(literal, "estimate_statement", recorded)
+    # 301 rows within 16 budgets of CHECKS ids
+    monkeypatch.setattr(literal, "SMALL_TABLE_CHECKS", 16)
+    hits = search(store, LITERAL)
+    assert [h["id"] for h in hits] == [literal_crowded] and hits.warnings == ()
+    assert estimates == []
+    monkeypatch.setattr(literal, "SMALL_TABLE_CHECKS", 14)
+    again = search(store, LITERAL)
+    assert again == [] and len(again.warnings) == 1 and len(estimates) == 1
