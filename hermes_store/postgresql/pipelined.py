@@ -25,6 +25,7 @@ run, and the cursor-execute listeners see the statement as they would through
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from sqlalchemy import Connection
@@ -50,12 +51,13 @@ def first_row(conn: Connection, sql: str, params: Any) -> tuple[Any, ...] | None
     for listener in dispatch.before_cursor_execute:
         listener(conn, None, sql, params, None, False)
     try:
-        begin = _begin_statement(driver)
+        begin = _begin_statement(driver.isolation_level, driver.read_only, driver.deferrable)
         driver.autocommit = True  # psycopg sends no BEGIN of its own
         try:
+            cursor = driver.cursor()
             with driver.pipeline():
-                driver.execute(begin, prepare=False)
-                cursor = driver.execute(sql, params)
+                cursor.execute(begin, prepare=False)
+                cursor.execute(sql, params)
         finally:
             # the transaction is open (or the connection lost): the state psycopg itself
             # is in after beginning one, which its public setter refuses to enter
@@ -71,16 +73,17 @@ def first_row(conn: Connection, sql: str, params: Any) -> tuple[Any, ...] | None
     return None if row is None else tuple(row)
 
 
-def _begin_statement(driver: Any) -> str:
-    """The BEGIN psycopg would send on `driver` (its connection's settings)."""
+@cache
+def _begin_statement(isolation_level: Any, read_only: bool | None, deferrable: bool | None) -> str:
+    """The BEGIN psycopg would send on a connection with these settings."""
     from psycopg import IsolationLevel
 
     parts = ["BEGIN"]
-    if driver.isolation_level is not None:
-        level = IsolationLevel(driver.isolation_level).name.replace("_", " ")
+    if isolation_level is not None:
+        level = IsolationLevel(isolation_level).name.replace("_", " ")
         parts.append(f"ISOLATION LEVEL {level}")
-    if driver.read_only is not None:
-        parts.append("READ ONLY" if driver.read_only else "READ WRITE")
-    if driver.deferrable is not None:
-        parts.append("DEFERRABLE" if driver.deferrable else "NOT DEFERRABLE")
+    if read_only is not None:
+        parts.append("READ ONLY" if read_only else "READ WRITE")
+    if deferrable is not None:
+        parts.append("DEFERRABLE" if deferrable else "NOT DEFERRABLE")
     return " ".join(parts)
