@@ -107,7 +107,9 @@ class PostgreSQLSQLDialect(SQLDialect):
     appends_in_one_call = True
 
     def lock_session(self, conn: Connection, session_id: str) -> bool:
-        return _LOCK_SESSION.first(conn, {"id": session_id}) is not None
+        # usually a unit of work's first statement: with its BEGIN in one round trip
+        locked = pg_pipelined.first_row(conn, _LOCK_SESSION.sql(conn.dialect), {"id": session_id})
+        return locked is not None
 
     def lock_key(self, conn: Connection, key: str) -> None:
         conn.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": key})

@@ -90,6 +90,23 @@ def test_begin_and_the_call_share_a_round_trip_and_commit_follows_the_answer(
     assert [m.split()[0] for d, m in wire if d == "B"][-2:] == ["CommandComplete", "ReadyForQuery"]
 
 
+def test_a_write_that_starts_with_the_row_lock_sends_it_with_its_begin(pg_store: Store) -> None:
+    """An append with an idempotency key (and every unit of work whose first statement
+    is the session's row lock) sends the lock in the round trip of its BEGIN."""
+    messages = MessageRepository(pg_store)
+    messages.append_message("s", "user", "warm", idempotency_key="k0")
+    wire = _traced(
+        pg_store, lambda: messages.append_message("s", "user", "keyed", idempotency_key="k1")
+    )
+    first_answer = next(i for i, (d, _m) in enumerate(wire) if d == "B")
+    before_answer = " | ".join(m for _d, m in wire[:first_answer])
+    assert "BEGIN" in before_answer and "FOR UPDATE" in before_answer
+    assert (
+        messages.append_message("s", "user", "again", idempotency_key="k1")
+        == (messages.get_messages("s")[-1]["id"])
+    )
+
+
 def test_the_connection_goes_back_as_psycopg_leaves_it(pg_store: Store) -> None:
     """After an append and after a refused one the driver is out of autocommit and idle,
     so the next unit of work on it is still one transaction: its failure undoes all."""
