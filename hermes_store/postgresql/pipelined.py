@@ -44,6 +44,8 @@ def first_row(conn: Connection, sql: str, params: Any) -> tuple[Any, ...] | None
         or driver.autocommit
         or driver.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
         or not psycopg.Pipeline.is_supported()
+        # the flag restored below by hand; a psycopg without it takes the ordinary path
+        or not hasattr(driver, "_autocommit")
     ):
         found = conn.exec_driver_sql(sql, params).first()
         return None if found is None else tuple(found)
