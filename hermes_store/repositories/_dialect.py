@@ -34,6 +34,7 @@ from ..contract import (
     PG_SEARCH_VECTOR_COLUMN,
 )
 from ..postgresql import faults as pg_faults
+from ..postgresql import pipelined as pg_pipelined
 from ..runtime.backends import dialect_for, dialect_named
 from ..runtime.prepared import Prepared
 from ..search.common import row_dicts
@@ -106,7 +107,9 @@ class PostgreSQLSQLDialect(SQLDialect):
     appends_in_one_call = True
 
     def lock_session(self, conn: Connection, session_id: str) -> bool:
-        return _LOCK_SESSION.first(conn, {"id": session_id}) is not None
+        # usually a unit of work's first statement: with its BEGIN in one round trip
+        locked = pg_pipelined.first_row(conn, _LOCK_SESSION.sql(conn.dialect), {"id": session_id})
+        return locked is not None
 
     def lock_key(self, conn: Connection, key: str) -> None:
         conn.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": key})
@@ -121,7 +124,9 @@ class PostgreSQLSQLDialect(SQLDialect):
         self, conn: Connection, row: Mapping[str, Any], holder: str | None, at: float, calls: int
     ) -> int:
         params = {**row, "holder": holder, "at": at, "tool_calls_added": calls}
-        found = _append_one_call(tuple(row)).first(conn, params)
+        # with the unit of work's BEGIN in the same round trip (pg_pipelined)
+        call = _append_one_call(tuple(row))
+        found = pg_pipelined.first_row(conn, call.sql(conn.dialect), params)
         assert found is not None  # the function returns one row or raises
         pg_faults.note_transaction(conn, found[1], found[2], found[3])
         return int(found[0])
