@@ -412,7 +412,8 @@ class Store(Repositories):
                 try:
                     if not conn.in_transaction():  # vetting began it
                         conn.begin()
-                    self._runtime.start_read(conn)
+                    if self._runtime.locks_reads:
+                        self._runtime.start_read(conn)
                     yield conn
                 except DBAPIError:
                     conn.rollback()  # before the error is examined

@@ -62,7 +62,7 @@ from sqlalchemy.sql.operators import custom_op
 from sqlalchemy.types import NullType
 
 from ..contract import PG_SEARCH_VECTOR_COLUMN as VECTOR
-from ..contract import PG_WORD_PUNCTUATION
+from ..contract import PG_SEARCH_VECTOR_INDEX, PG_WORD_PUNCTUATION
 from . import limits
 from . import query as q
 from .backend import (
@@ -95,7 +95,6 @@ from .common import (
     s,
     time_direction,
 )
-from .index_method import cached_pg_index_method, pg_index_method
 from .query import TRIGRAM_CHARS, Parsed, QuerySyntaxError, SearchQuery, Term
 from .snippets import substring_snippet, terms_snippet
 
@@ -293,6 +292,17 @@ _PUT_BACK = text(
 _SET_LIMIT = text("SELECT set_config('statement_timeout', :ms, true)")
 #: the largest statement_timeout PostgreSQL accepts (INT_MAX milliseconds)
 _LONGEST_TIMEOUT_MS = 2**31 - 1
+
+#: The access method of the word index (`PostgresSearch.index_method`): "rum" where
+#: revision hs0003 found the RUM extension available, else "gin". to_regclass resolves
+#: the name on the search path, as the search's statements do.
+INDEX_METHOD = text(
+    "SELECT am.amname FROM pg_class AS c JOIN pg_am AS am ON am.oid = c.relam"
+    " WHERE c.oid = to_regclass(:name)"
+)
+#: Key of the method in the DBAPI connection's `info`: read once per pooled connection
+#: (an upgrade that changes it runs on a connection of its own).
+_INDEX_METHOD_KEY = "hermes_store_search_index_method"
 
 
 #: How long the planner's statistics read above are kept on a pooled connection: they
@@ -899,7 +909,15 @@ class PostgresSearch(SearchBackend):
         self._put_back(old, old_work_mem)
 
     def index_method(self, *, cached: bool = True) -> IndexMethod:
-        return cached_pg_index_method(self.conn) if cached else pg_index_method(self.conn)
+        info = self.conn.connection.info
+        known = info.get(_INDEX_METHOD_KEY) if cached else None
+        if known in ("rum", "gin"):
+            return "rum" if known == "rum" else "gin"
+        found = self.conn.execute(INDEX_METHOD, {"name": PG_SEARCH_VECTOR_INDEX}).scalar()
+        method: IndexMethod = "rum" if found == "rum" else "gin"
+        if cached:
+            info[_INDEX_METHOD_KEY] = method
+        return method
 
     def _put_back(self, statement_timeout: str, work_mem: str) -> None:
         if not self.conn.get_execution_options().get(TRANSACTION_ENDS_WITH_SEARCH):
