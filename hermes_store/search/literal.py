@@ -72,21 +72,23 @@ from typing import Any
 from sqlalchemy import CTE, ColumnElement, Select, except_, intersect, select, union
 
 from . import limits
-from .backend import Hit, IdSelect, SearchBackend
-from .common import (
+from .backend import (
     MESSAGES,
     SESSIONS,
     Edge,
     Filters,
     FilterShape,
+    Hit,
+    IdSelect,
+    SearchBackend,
     filter_conditions,
     id_window,
     m,
     s,
+    terms_snippet,
     time_direction,
 )
 from .query import TRIGRAM_CHARS, Parsed, Term, fold, words_of
-from .snippets import terms_snippet
 
 
 def _literal_args(backend: SearchBackend, filters: Filters, literal: str) -> tuple[bool, bool]:

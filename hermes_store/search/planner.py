@@ -42,8 +42,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from ..repositories._paging import MAX_ROWS
 from ..repositories._tag_names import check_tags, require_tags_table
 from . import limits
-from .backend import Hit, IndexDamaged, SearchBackend, backend_for
-from .common import Filters
+from .backend import Filters, Hit, IndexDamaged, SearchBackend, backend_for
 from .literal import literal_hits
 from .query import QuerySyntaxError, SearchQuery
 

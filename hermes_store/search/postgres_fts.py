@@ -66,24 +66,22 @@ from ..contract import PG_SEARCH_VECTOR_INDEX, PG_WORD_PUNCTUATION
 from . import limits
 from . import query as q
 from .backend import (
-    TRANSACTION_ENDS_WITH_SEARCH,
-    Hit,
-    IdSelect,
-    IndexMethod,
-    Params,
-    SearchBackend,
-    Snippet,
-)
-from .common import (
     CONTEXT_CHARS,
     MESSAGES,
     ONE,
+    TRANSACTION_ENDS_WITH_SEARCH,
     ZERO,
     Edge,
     Filters,
     FilterShape,
+    Hit,
+    IdSelect,
+    IndexMethod,
     LikeShape,
+    Params,
     RouteStatement,
+    SearchBackend,
+    Snippet,
     decode_preview,
     filter_conditions,
     has_lists,
@@ -93,10 +91,11 @@ from .common import (
     oldest_first,
     reads_sessions,
     s,
+    substring_snippet,
+    terms_snippet,
     time_direction,
 )
 from .query import TRIGRAM_CHARS, Parsed, QuerySyntaxError, SearchQuery, Term
-from .snippets import substring_snippet, terms_snippet
 
 #: The punctuation the generated search vector splits words at (the shared contract).
 PUNCTUATION = PG_WORD_PUNCTUATION

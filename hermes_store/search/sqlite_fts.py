@@ -43,14 +43,19 @@ from ..runtime.retry import is_retryable
 from ..sqlite import driver as sqlite_driver
 from . import limits
 from . import query as q
-from .backend import Hit, IdSelect, IndexDamaged, Params, SearchBackend, Snippet
-from .common import (
+from .backend import (
     ZERO,
     Edge,
     Filters,
     FilterShape,
+    Hit,
+    IdSelect,
+    IndexDamaged,
     LikeShape,
+    Params,
     RouteStatement,
+    SearchBackend,
+    Snippet,
     filter_conditions,
     has_lists,
     id_window,

@@ -21,8 +21,14 @@ from sqlalchemy.engine import Dialect
 
 from hermes_store.search import postgres_fts as pg
 from hermes_store.search import sqlite_fts as lite
-from hermes_store.search.backend import SearchBackend
-from hermes_store.search.common import Edge, Filters, LikeShape, RouteStatement, context_statement
+from hermes_store.search.backend import (
+    Edge,
+    Filters,
+    LikeShape,
+    RouteStatement,
+    SearchBackend,
+    context_statement,
+)
 from hermes_store.search.literal import estimate_statement, page_statement
 from hermes_store.search.query import SearchQuery, read_query
 
