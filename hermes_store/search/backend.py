@@ -490,7 +490,7 @@ def reads_sessions(shape: FilterShape) -> bool:
 
 class RouteStatement:
     """One route's statement of one shape: compiled once per dialect and run at the
-    driver (prepared.Prepared), or through SQLAlchemy where a filter holds a list (an
+    driver (engine.Prepared), or through SQLAlchemy where a filter holds a list (an
     expanding IN, rendered per call)."""
 
     __slots__ = ("statement", "expanding", "_prepared")
@@ -588,8 +588,12 @@ def fetch_rows(conn: Connection, sql: str, params: dict[str, Any]) -> list[Any]:
 
 # --- what a hit shows: its snippet and its context -----------------------------------------
 
+#: the prefix of structured content as stored (its JSON follows)
 JSON_PREFIX = "\x00json:"
+#: a context line holds at most this many characters of its message
 CONTEXT_CHARS = 200
+# a snippet built in Python: this many characters before its first match and after it,
+# or the first _PLAIN characters where nothing matched
 _BEFORE = 100
 _AFTER = 140
 _PLAIN = 240

@@ -44,7 +44,7 @@ than a literal has rows); a rarer literal is then looked for in windows of 65,53
 window, each literal's id set and the page's rows kept there), whose reading and
 checking grow with the window where the whole table's grow with the table. A window is the ids
 above :floor (the newest `window` ids) or up to :ceiling (the oldest, for
-sort="oldest"): `common.id_window`.
+sort="oldest"): `backend.id_window`.
 
 Those windows and the whole table cost what the literals' index candidates cost, and a
 literal found nowhere reads them all: pg_trgm ignores punctuation and both trigram

@@ -405,7 +405,7 @@ def _context_lines(hit: FromClause) -> FromClause:
     """The context of the hit `hit`, in the search statement itself (the SQLite backend
     asks once more for all hits, which costs nothing in-process but a round trip here):
     the previous message of the session, the hit, the next one, ordered by (timestamp,
-    id) as common.attach_context orders them."""
+    id) as backend.attach_context orders them."""
     n = MESSAGES.alias("n")
     here, there = tuple_(n.c.timestamp, n.c.id), tuple_(hit.c.timestamp, hit.c.id)
     before = (
@@ -818,7 +818,7 @@ def probe_statement(shape: tuple[int, ...]) -> RouteStatement:
 @lru_cache(maxsize=64)
 def scan_statement(filters: FilterShape, like: LikeShape) -> RouteStatement:
     """A LIKE scan, bounded (limits.time_window): the newest :window rows matching the
-    terms (common.like_condition) in id order (the primary key walked from the end),
+    terms (backend.like_condition) in id order (the primary key walked from the end),
     then the page of them by timestamp, newest first."""
     candidates = _first(filters, like_condition(like), _walk(False))
     statement = _page(filters, m.c.id.in_(candidates), _by_time(False))
