@@ -156,10 +156,10 @@ class _Plan:
 
 
 def _page(limit: Any, offset: Any) -> tuple[int, int]:
-    """The page's limit and offset as the original takes them, bound into SQLite's
-    LIMIT/OFFSET: a negative limit (or None) is no limit, a negative offset none; the
-    same on PostgreSQL, and never past 64 bits on either (repositories/_paging.py's
-    `bound_limit` and `row_offset`, with the offset's rows left room for)."""
+    """The page's limit and offset as the original binds them into SQLite's LIMIT and
+    OFFSET: a negative limit (or None) is no limit, a negative offset none; the same on
+    PostgreSQL, and never past 64 bits on either, the two together included (the rule
+    of repositories/_paging.py's `bound_limit` and `row_offset`)."""
     start = 0 if not offset else min(max(0, int(offset)), MAX_ROWS)
     count = -1 if limit is None else int(limit)
     return min(MAX_ROWS if count < 0 else count, MAX_ROWS - start), start
