@@ -187,9 +187,10 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
 
 
-#: Modules that moved into the subpackages, by their old names. Importing an old name
-#: gives the module at its new place (the same module object) with a DeprecationWarning,
-#: so code and notebooks written against the old paths keep working while they move.
+#: Modules that moved into the subpackages or within one, by their old names under
+#: hermes_store (`prepared`, `runtime.prepared`). Importing an old name gives the module
+#: at its new place (the same module object) with a DeprecationWarning, so code and
+#: notebooks written against the old paths keep working while they move.
 _MOVED = {
     "adoption": "migration.adoption",
     "inventory": "migration.inventory",
@@ -212,9 +213,10 @@ _MOVED = {
     "engine": "runtime.engine",
     "backends": "runtime.backends",
     "store_backends": "runtime.store_backends",
-    "prepared": "runtime.prepared",
+    "prepared": "runtime.engine",
     "retry": "runtime.retry",
     "waiting": "runtime.waiting",
+    "runtime.prepared": "runtime.engine",
 }
 
 
@@ -242,8 +244,8 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder):
     def find_spec(
         self, fullname: str, path: Any = None, target: Any = None
     ) -> importlib.machinery.ModuleSpec | None:
-        package, _, name = fullname.rpartition(".")
-        if package != __name__ or name not in _MOVED:
+        package, dot, name = fullname.partition(".")
+        if package != __name__ or not dot or name not in _MOVED:
             return None
         return importlib.util.spec_from_loader(
             fullname, _MovedModuleLoader(f"{__name__}.{_MOVED[name]}")

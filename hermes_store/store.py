@@ -417,7 +417,7 @@ class Store(Repositories):
                 try:
                     if not conn.in_transaction():  # vetting began it
                         conn.begin()
-                    if lock_first:
+                    if lock_first and self._runtime.locks_reads:
                         self._runtime.start_read(conn)
                     yield conn
                 except DBAPIError:

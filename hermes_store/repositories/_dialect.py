@@ -36,8 +36,8 @@ from ..contract import (
 from ..postgresql import faults as pg_faults
 from ..postgresql import pipelined as pg_pipelined
 from ..runtime.backends import dialect_for, dialect_named
-from ..runtime.prepared import Prepared
-from ..search.common import row_dicts
+from ..runtime.engine import Prepared
+from ..search.backend import row_dicts
 
 
 class SQLDialect:

@@ -27,7 +27,7 @@ from sqlalchemy import Connection, Table, bindparam, delete, func, insert, selec
 
 from ..errors import InvalidInput
 from ..models import IdempotencyKey
-from ..runtime.prepared import Prepared
+from ..runtime.engine import Prepared
 from ._tables import MESSAGES, M
 
 KEYS = cast(Table, IdempotencyKey.__table__)

@@ -31,7 +31,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.selectable import NamedFromClause
 
-from ..runtime.prepared import Prepared
+from ..runtime.engine import Prepared
 from ._dialect import json_member
 from ._sql import alias, chunks, rowcount
 from ._tables import MESSAGES, SESSIONS, M, S

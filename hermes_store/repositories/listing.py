@@ -32,7 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.selectable import NamedFromClause
 
-from ..runtime.prepared import Prepared
+from ..runtime.engine import Prepared
 from ._dialect import usually
 from ._paging import row_limit, row_offset
 from ._preview import first_user_excerpt, shape_session_preview

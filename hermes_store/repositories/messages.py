@@ -41,7 +41,7 @@ from ..errors import (
     InvalidInput,
     SessionNotFound,
 )
-from ..runtime.prepared import Prepared
+from ..runtime.engine import Prepared
 from . import idempotency, turns
 from ._dialect import (
     SEARCH_COLUMNS,

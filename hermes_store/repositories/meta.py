@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from sqlalchemy import Connection, bindparam, delete, select
 
-from ..runtime.prepared import Prepared
+from ..runtime.engine import Prepared
 from ._state_meta import MetaValue, set_value
 from ._tables import META, K
 

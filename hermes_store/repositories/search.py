@@ -56,7 +56,9 @@ class SearchRepository:
                 own, `TagRepository`).
         """
         # one read unit, retried as a whole through server faults; the search's
-        # transaction ends with it, so what the search sets needs no putting back
+        # transaction ends with it, so what the search sets needs no putting back. The
+        # backend is the store's dialect's, resolved when the store opened.
+        backend = self.store.dialect.search
         return self.store.read(
             lambda conn: planner.search_messages(
                 conn.execution_options(**{TRANSACTION_ENDS_WITH_SEARCH: True}),
@@ -69,5 +71,6 @@ class SearchRepository:
                 sort,
                 include_inactive,
                 tags,
+                backend=backend,
             )
         )

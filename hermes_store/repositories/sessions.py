@@ -33,7 +33,7 @@ from sqlalchemy import (
     update,
 )
 
-from ..runtime.prepared import Prepared
+from ..runtime.engine import Prepared
 from . import turns
 from ._paging import limit_clause, offset_clause
 from ._preview import SKILL_INVOCATION_PREFIX

@@ -50,7 +50,7 @@ from sqlalchemy.schema import CreateTable
 from ..errors import MigrationError, SessionNotFound
 from ..models.base import Integer_, Real_, Text_
 from ..runtime.backends import dialect_for
-from ..runtime.prepared import Prepared
+from ..runtime.engine import Prepared
 from ._dialect import PreparedUpsert
 from ._paging import bound_limit
 from ._sql import alias

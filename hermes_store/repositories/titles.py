@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, bindparam, or_, select, update
 
 from ..errors import InvalidTitle, TitleInUse
-from ..runtime.prepared import Prepared
+from ..runtime.engine import Prepared
 from . import turns
 from ._dialect import lock_key
 from ._sql import all_columns, escape_like

@@ -37,7 +37,7 @@ from ..contract import TURNS_TABLE, TURNS_TTL_COLUMN
 from ..errors import InvalidInput, StaleTurn, TurnHeld
 from ..models import TurnLease
 from ..runtime.backends import dialect_for
-from ..runtime.prepared import Prepared
+from ..runtime.engine import Prepared
 from ._dialect import PreparedUpsert
 from ._own_tables import needing
 

@@ -26,7 +26,7 @@ from sqlalchemy import (
 from ..errors import InvalidInput
 from ..models import Message, SessionModelUsage
 from ..models import Session as SessionRow
-from ..runtime.prepared import Prepared
+from ..runtime.engine import Prepared
 from ._dialect import PreparedUpsert, utc_day
 from ._tables import SESSIONS, USAGE, S, U
 from .analytics import local_day

@@ -1,7 +1,7 @@
 """What runs a statement on an open database, under the `Store`: the engine (the only
-module that knows the drivers), the dialect bundle (`backends`) and its store part
-(`store_backends`), `Prepared` statements, the retry policy, and waiting for another
-process's lock.
+module that knows the drivers, and `Prepared` statements run at them), the dialect bundle
+(`backends`) and its store part (`store_backends`), the retry policy, and waiting for
+another process's lock.
 
 Imports allowed (tests/project/test_packages.py checks them):
 

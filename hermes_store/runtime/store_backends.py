@@ -76,6 +76,9 @@ class StoreDialect:
     #: True: the store's writes take its process-wide write lock, one at a time. SQLite
     #: has one writer per file anyway; a server keeps writers apart with row locks.
     serialises_writes: ClassVar[bool] = True
+    #: True: a read transaction takes a lock as it starts (`start_read`). False: reads
+    #: lock nothing, and the store does not call `start_read` at all.
+    locks_reads: ClassVar[bool] = False
     #: What DatabaseUnavailable names: a database server, never its password (None: a file).
     server: str | None = None
 
@@ -127,7 +130,7 @@ class StoreDialect:
         """After a write whose `before_commit` said True, committed or not."""
 
     def start_read(self, conn: Connection) -> None:
-        """Run at the start of every read transaction."""
+        """Run at the start of every read transaction where `locks_reads` is set."""
 
     def vet_for_block(self, conn: Connection) -> None:
         """Before a `with store.read()` block, which cannot be run again: fail here, where
@@ -185,6 +188,8 @@ class SQLiteStoreDialect(StoreDialect):
     # the process has one writer at a time anyway, as the original has one writer
     # connection, and a pool checkout and return per write cost more than an append
     keeps_writer_connection = True
+    # a read takes its shared lock as it starts (start_read)
+    locks_reads = True
 
     # per Store (instance values once set; the class values are the starting state)
     _fts_rebuilds = 0  # the one in-place rebuild this Store may do

@@ -1,7 +1,10 @@
 """Which access method serves a database's word index: "fts5" on SQLite; on PostgreSQL
 "rum" where revision hs0003 found the RUM extension available (its index hands over
 matches in id order, so the newest window of a frequent word costs what the window
-holds), else "gin" (every match is found, then the newest window kept).
+holds), else "gin" (every match is found, then the newest window kept). Each backend
+reads its own (`SearchBackend.index_method`; PostgreSQL's from the catalogue, once per
+pooled connection); this module asks the backend of a connection, and says which for
+`hermes-store check`.
 """
 
 from __future__ import annotations
@@ -12,33 +15,7 @@ from sqlalchemy.exc import DBAPIError
 from ..contract import PG_SEARCH_VECTOR_INDEX
 from .backend import IndexMethod as IndexMethod
 from .backend import backend_for
-
-#: Key of the method in the DBAPI connection's `info`: read once per pooled connection
-#: (an upgrade that changes it runs on a connection of its own).
-_INFO_KEY = "hermes_store_search_index_method"
-
-# to_regclass resolves the name on the search path, as the search's statements do
-_METHOD = text(
-    "SELECT am.amname FROM pg_class AS c JOIN pg_am AS am ON am.oid = c.relam"
-    " WHERE c.oid = to_regclass(:name)"
-)
-
-
-def pg_index_method(conn: Connection) -> IndexMethod:
-    """PostgreSQL: the method of the word index, read from the catalogue now."""
-    found = conn.execute(_METHOD, {"name": PG_SEARCH_VECTOR_INDEX}).scalar()
-    return "rum" if found == "rum" else "gin"
-
-
-def cached_pg_index_method(conn: Connection) -> IndexMethod:
-    """PostgreSQL: `pg_index_method`, read once per pooled connection."""
-    info = conn.connection.info
-    cached = info.get(_INFO_KEY)
-    if cached in ("rum", "gin"):
-        return "rum" if cached == "rum" else "gin"
-    method = pg_index_method(conn)
-    info[_INFO_KEY] = method
-    return method
+from .postgres_fts import INDEX_METHOD
 
 
 def index_method(conn: Connection) -> IndexMethod:
@@ -73,7 +50,7 @@ def describe_index_method(url: str | None) -> str:
         with engine.connect() as conn:
             if read_index_method(conn) == "fts5":
                 return _WHY["fts5"]
-            found = conn.execute(_METHOD, {"name": PG_SEARCH_VECTOR_INDEX}).scalar()
+            found = conn.execute(INDEX_METHOD, {"name": PG_SEARCH_VECTOR_INDEX}).scalar()
             if found is None:
                 return "none (the word index is missing: run hermes-store upgrade)"
             if found == "rum":

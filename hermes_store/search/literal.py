@@ -44,7 +44,7 @@ than a literal has rows); a rarer literal is then looked for in windows of 65,53
 window, each literal's id set and the page's rows kept there), whose reading and
 checking grow with the window where the whole table's grow with the table. A window is the ids
 above :floor (the newest `window` ids) or up to :ceiling (the oldest, for
-sort="oldest"): `common.id_window`.
+sort="oldest"): `backend.id_window`.
 
 Those windows and the whole table cost what the literals' index candidates cost, and a
 literal found nowhere reads them all: pg_trgm ignores punctuation and both trigram
@@ -72,21 +72,23 @@ from typing import Any
 from sqlalchemy import CTE, ColumnElement, Select, except_, intersect, select, union
 
 from . import limits
-from .backend import Hit, IdSelect, SearchBackend
-from .common import (
+from .backend import (
     MESSAGES,
     SESSIONS,
     Edge,
     Filters,
     FilterShape,
+    Hit,
+    IdSelect,
+    SearchBackend,
     filter_conditions,
     id_window,
     m,
     s,
+    terms_snippet,
     time_direction,
 )
 from .query import TRIGRAM_CHARS, Parsed, Term, fold, words_of
-from .snippets import terms_snippet
 
 #: A table spanning at most this many budgets (limits.RETRY_CHECKS) of ids is read whole
 #: without estimating its candidates: the estimate is a statement of its own, and in

@@ -34,15 +34,15 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import Any
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from ..repositories._paging import MAX_ROWS, bound_limit, row_offset
+from ..repositories._paging import MAX_ROWS
 from ..repositories._tag_names import check_tags, require_tags_table
 from . import limits
-from .backend import Hit, IndexDamaged, SearchBackend, backend_for
-from .common import Filters
+from .backend import Filters, Hit, IndexDamaged, SearchBackend, backend_for
 from .literal import literal_hits
 from .query import QuerySyntaxError, SearchQuery
 
@@ -155,6 +155,16 @@ class _Plan:
                 seen.add(row["id"])
 
 
+def _page(limit: Any, offset: Any) -> tuple[int, int]:
+    """The page's limit and offset as the original binds them into SQLite's LIMIT and
+    OFFSET: a negative limit (or None) is no limit, a negative offset none; the same on
+    PostgreSQL, and never past 64 bits on either, the two together included (the rule
+    of repositories/_paging.py's `bound_limit` and `row_offset`)."""
+    start = 0 if not offset else min(max(0, int(offset)), MAX_ROWS)
+    count = -1 if limit is None else int(limit)
+    return min(MAX_ROWS if count < 0 else count, MAX_ROWS - start), start
+
+
 def _answer(plan: _Plan, limit: int, offset: int) -> list[Hit]:
     if plan.query.has_cjk:
         return plan.cjk(limit, offset)
@@ -174,6 +184,8 @@ def search_messages(
     sort: str | None = None,
     include_inactive: bool = False,
     tags: list[str] | None = None,
+    *,
+    backend: type[SearchBackend] | None = None,
 ) -> limits.SearchHits:
     """Messages matching `query` (docs/reference/behaviour.md 6.1), best first (or
     `sort="newest"/"oldest"`). Each hit has `id, session_id, role, snippet` (the match
@@ -183,12 +195,11 @@ def search_messages(
     of more than `limits.MAX_TERMS` terms, SearchTimedOut for a search that runs past
     HERMES_SEARCH_TIMEOUT_MS (limits.py). The result is a list of hits whose `warnings`
     say why it may leave out matches that exist (a zero-hit retry stopped at its budget,
-    limits.RETRY_CHECKS); empty when it cannot."""
+    limits.RETRY_CHECKS); empty when it cannot. `backend`: the search part of `conn`'s
+    dialect where the caller holds it already (a Store's `store.dialect.search`); by
+    default it is looked up from `conn`."""
     started = time.perf_counter()
-    # the original binds both into SQLite's LIMIT/OFFSET: a negative limit is no limit, a
-    # negative offset none; the same on PostgreSQL, and never past 64 bits on either
-    offset = row_offset(offset)
-    limit = min(bound_limit(limit), MAX_ROWS - offset)
+    limit, offset = _page(limit, offset)
     hits: list[Hit] = []
     warnings: list[str] = []
     route = "empty"
@@ -205,7 +216,8 @@ def search_messages(
             include_inactive,
             wanted_tags,
         )
-        plan = _Plan(backend_for(conn), read, filters, sort)
+        searcher = backend_for(conn) if backend is None else backend(conn)
+        plan = _Plan(searcher, read, filters, sort)
         limits.check_terms(read.tokens, read.fts5, read.literal)
         with plan.backend.time_limit(limits.timeout_ms()):
             hits = _answer(plan, limit, offset)

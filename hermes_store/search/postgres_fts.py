@@ -62,28 +62,26 @@ from sqlalchemy.sql.operators import custom_op
 from sqlalchemy.types import NullType
 
 from ..contract import PG_SEARCH_VECTOR_COLUMN as VECTOR
-from ..contract import PG_WORD_PUNCTUATION
+from ..contract import PG_SEARCH_VECTOR_INDEX, PG_WORD_PUNCTUATION
 from . import limits
 from . import query as q
 from .backend import (
-    TRANSACTION_ENDS_WITH_SEARCH,
-    Hit,
-    IdSelect,
-    IndexMethod,
-    Params,
-    SearchBackend,
-    Snippet,
-)
-from .common import (
     CONTEXT_CHARS,
     MESSAGES,
     ONE,
+    TRANSACTION_ENDS_WITH_SEARCH,
     ZERO,
     Edge,
     Filters,
     FilterShape,
+    Hit,
+    IdSelect,
+    IndexMethod,
     LikeShape,
+    Params,
     RouteStatement,
+    SearchBackend,
+    Snippet,
     decode_preview,
     filter_conditions,
     has_lists,
@@ -93,11 +91,11 @@ from .common import (
     oldest_first,
     reads_sessions,
     s,
+    substring_snippet,
+    terms_snippet,
     time_direction,
 )
-from .index_method import cached_pg_index_method, pg_index_method
 from .query import TRIGRAM_CHARS, Parsed, QuerySyntaxError, SearchQuery, Term
-from .snippets import substring_snippet, terms_snippet
 
 #: The punctuation the generated search vector splits words at (the shared contract).
 PUNCTUATION = PG_WORD_PUNCTUATION
@@ -300,6 +298,17 @@ _SET_LIMIT = text("SELECT set_config('statement_timeout', :ms, true)")
 #: the largest statement_timeout PostgreSQL accepts (INT_MAX milliseconds)
 _LONGEST_TIMEOUT_MS = 2**31 - 1
 
+#: The access method of the word index (`PostgresSearch.index_method`): "rum" where
+#: revision hs0003 found the RUM extension available, else "gin". to_regclass resolves
+#: the name on the search path, as the search's statements do.
+INDEX_METHOD = text(
+    "SELECT am.amname FROM pg_class AS c JOIN pg_am AS am ON am.oid = c.relam"
+    " WHERE c.oid = to_regclass(:name)"
+)
+#: Key of the method in the DBAPI connection's `info`: read once per pooled connection
+#: (an upgrade that changes it runs on a connection of its own).
+_INDEX_METHOD_KEY = "hermes_store_search_index_method"
+
 
 #: How long the planner's statistics read above are kept on a pooled connection: they
 #: only weigh a search's routes against each other (ANALYZE changes them no faster).
@@ -402,7 +411,7 @@ def _context_lines(hit: FromClause) -> FromClause:
     """The context of the hit `hit`, in the search statement itself (the SQLite backend
     asks once more for all hits, which costs nothing in-process but a round trip here):
     the previous message of the session, the hit, the next one, ordered by (timestamp,
-    id) as common.attach_context orders them."""
+    id) as backend.attach_context orders them."""
     n = MESSAGES.alias("n")
     here, there = tuple_(n.c.timestamp, n.c.id), tuple_(hit.c.timestamp, hit.c.id)
     before = (
@@ -815,7 +824,7 @@ def probe_statement(shape: tuple[int, ...]) -> RouteStatement:
 @lru_cache(maxsize=64)
 def scan_statement(filters: FilterShape, like: LikeShape) -> RouteStatement:
     """A LIKE scan, bounded (limits.time_window): the newest :window rows matching the
-    terms (common.like_condition) in id order (the primary key walked from the end),
+    terms (backend.like_condition) in id order (the primary key walked from the end),
     then the page of them by timestamp, newest first."""
     candidates = _first(filters, like_condition(like), _walk(False))
     statement = _page(filters, m.c.id.in_(candidates), _by_time(False))
@@ -907,7 +916,15 @@ class PostgresSearch(SearchBackend):
         self._put_back(put_back)
 
     def index_method(self, *, cached: bool = True) -> IndexMethod:
-        return cached_pg_index_method(self.conn) if cached else pg_index_method(self.conn)
+        info = self.conn.connection.info
+        known = info.get(_INDEX_METHOD_KEY) if cached else None
+        if known in ("rum", "gin"):
+            return "rum" if known == "rum" else "gin"
+        found = self.conn.execute(INDEX_METHOD, {"name": PG_SEARCH_VECTOR_INDEX}).scalar()
+        method: IndexMethod = "rum" if found == "rum" else "gin"
+        if cached:
+            info[_INDEX_METHOD_KEY] = method
+        return method
 
     def _put_back(self, settings: dict[str, str]) -> None:
         if not self.conn.get_execution_options().get(TRANSACTION_ENDS_WITH_SEARCH):

@@ -43,14 +43,19 @@ from ..runtime.retry import is_retryable
 from ..sqlite import driver as sqlite_driver
 from . import limits
 from . import query as q
-from .backend import Hit, IdSelect, IndexDamaged, Params, SearchBackend, Snippet
-from .common import (
+from .backend import (
     ZERO,
     Edge,
     Filters,
     FilterShape,
+    Hit,
+    IdSelect,
+    IndexDamaged,
     LikeShape,
+    Params,
     RouteStatement,
+    SearchBackend,
+    Snippet,
     filter_conditions,
     has_lists,
     id_window,
@@ -165,7 +170,7 @@ def _matches(name: str, parameter: str = "match") -> ColumnElement[bool]:
 
 def _rowid_window(rowid: ColumnElement[Any], edge: Edge | None) -> list[ColumnElement[bool]]:
     """With `edge`, the window of ids at that end of the table: above :floor (newest) or
-    up to :ceiling (oldest), common.id_window."""
+    up to :ceiling (oldest), backend.id_window."""
     return [] if edge is None else [id_window(rowid, edge)]
 
 
@@ -265,7 +270,7 @@ def _snippet(name: str, hit_id: ColumnElement[Any]) -> ColumnElement[Any]:
 
 
 def _by_time(timestamp: ColumnElement[Any], direction: str | None) -> list[Any]:
-    """A time sort's first key (common.time_direction), none for relevance."""
+    """A time sort's first key (backend.time_direction), none for relevance."""
     if direction is None:
         return []
     return [timestamp.asc() if direction == "ASC" else timestamp.desc()]
@@ -281,7 +286,7 @@ def ranked_top_statement(name: str, filters: FilterShape, edge: Edge | None) -> 
     that filtering the window first gives; else `ranked_statement` answers. The
     messages' rows are read for the page only: reading a row costs more than ranking
     it. Parameters: :match, :window, :top (and with `edge`, the window of ids at that
-    end of the table: :floor or :ceiling, common.id_window)."""
+    end of the table: :floor or :ceiling, backend.id_window)."""
     fts = _fts(name)
     cand = (
         select(fts.c.rowid.label("id"), fts.c.rank.label("score"))
@@ -382,7 +387,7 @@ def retry_window_statement(name: str, edge: Edge) -> RouteStatement:
 @lru_cache(maxsize=128)
 def scan_statement(filters: FilterShape, like: LikeShape) -> RouteStatement:
     """A LIKE scan, bounded (limits.time_window): the newest :window rows matching the
-    terms (common.like_condition: :t0.., and :lo, :hi for a range) and the filters in id
+    terms (backend.like_condition: :t0.., and :lo, :hi for a range) and the filters in id
     order (the primary key walked from the end, until the window is full), then the page
     of them by timestamp, newest first. Parameters: those of the terms, :window, :limit,
     :offset. The snippet is the content (the caller cuts it)."""

@@ -220,9 +220,9 @@ def test_like_scans_match_case_as_ilike(pg_fresh_db: str) -> None:
 
 def test_contexts_of_many_hits_in_one_query(pg_fresh_db: str) -> None:
     """The context the search statement computes for each hit of its page is what
-    `common.attach_context` (the SQLite backend's) gives it (equal timestamps ordered by
+    `backend.attach_context` (the SQLite backend's) gives it (equal timestamps ordered by
     id; first and last messages of a session)."""
-    from hermes_store.search.common import attach_context
+    from hermes_store.search.backend import attach_context
 
     db = SessionDB(url=pg_fresh_db)
     try:

@@ -19,7 +19,7 @@ PACKAGE = Path(hermes_store.__file__).parent
 @pytest.mark.parametrize("old", sorted(hermes_store._MOVED))
 def test_an_old_path_is_the_moved_module_and_warns(old: str) -> None:
     new = f"hermes_store.{hermes_store._MOVED[old]}"
-    assert not (PACKAGE / f"{old}.py").exists()  # nothing shadows the alias
+    assert not (PACKAGE / f"{old.replace('.', '/')}.py").exists()  # nothing shadows the alias
     sys.modules.pop(f"hermes_store.{old}", None)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

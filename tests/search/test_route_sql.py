@@ -1,5 +1,5 @@
 """The SQL of every search route, pinned on both backends: each route's statement as its
-builder renders it (sqlite_fts.py, postgres_fts.py, common.py), in one file per route
+builder renders it (sqlite_fts.py, postgres_fts.py, backend.py), in one file per route
 per backend under tests/search/route_sql/, so that a change to a route's SQL shows in the
 review as a change to its file. The statements are rendered with named parameters
 (`:name`); a filter's list renders as SQLAlchemy's expanding placeholder.
@@ -21,8 +21,14 @@ from sqlalchemy.engine import Dialect
 
 from hermes_store.search import postgres_fts as pg
 from hermes_store.search import sqlite_fts as lite
-from hermes_store.search.backend import SearchBackend
-from hermes_store.search.common import Edge, Filters, LikeShape, RouteStatement, context_statement
+from hermes_store.search.backend import (
+    Edge,
+    Filters,
+    LikeShape,
+    RouteStatement,
+    SearchBackend,
+    context_statement,
+)
 from hermes_store.search.literal import estimate_statement, page_statement
 from hermes_store.search.query import SearchQuery, read_query
 

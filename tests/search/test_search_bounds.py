@@ -31,7 +31,7 @@ from hermes_store.migration.head import HEAD_REVISION
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.search import limits, search_messages
-from hermes_store.search.common import Filters
+from hermes_store.search.backend import Filters
 from hermes_store.search.index_method import read_index_method
 from hermes_store.search.postgres_fts import reading_shape, tsquery_params
 from hermes_store.search.query import SearchQuery
@@ -92,7 +92,7 @@ def test_only_the_query_module_reads_the_query_text() -> None:
 def test_postgres_phrases_ask_the_index_for_their_words_and_check_the_row() -> None:
     from sqlalchemy.dialects import postgresql
 
-    from hermes_store.search.common import m
+    from hermes_store.search.backend import m
     from hermes_store.search.postgres_fts import _holds_literal, _matches
 
     dialect = postgresql.psycopg.dialect(paramstyle="named")  # type: ignore[no-untyped-call]

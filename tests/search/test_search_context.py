@@ -11,7 +11,7 @@ from sqlalchemy import text
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.search import search_messages
-from hermes_store.search.common import CONTEXT_CHUNK
+from hermes_store.search.backend import CONTEXT_CHUNK
 from hermes_store.store import Store
 
 

@@ -661,8 +661,7 @@ def test_only_ascii_letters_are_folded_even_where_lower_would_fold_into_ascii(
 
 
 def _literal_tier(store: Store, query: str) -> set[int]:
-    from hermes_store.search.backend import backend_for
-    from hermes_store.search.common import Filters
+    from hermes_store.search.backend import Filters, backend_for
     from hermes_store.search.literal import literal_hits
 
     with store.read() as conn:
@@ -736,7 +735,7 @@ def test_a_literal_window_is_bounded_at_one_end_only() -> None:
     from sqlalchemy import column
     from sqlalchemy.dialects import postgresql, sqlite
 
-    from hermes_store.search.common import id_window
+    from hermes_store.search.backend import id_window
     from hermes_store.search.postgres_fts import PostgresSearch
     from hermes_store.search.sqlite_fts import SqliteSearch
 
