@@ -18,9 +18,11 @@ transaction it began itself: autocommit off, in transaction, committed or rolled
 isolation level, read-only and deferrable settings).
 
 Errors leave as SQLAlchemy's, through the connection's own handling: a lost connection
-is invalidated (and the pool's older connections with it), the engine's error events
-run, and the cursor-execute listeners see the statement as they would through
-`Connection.exec_driver_sql`.
+is invalidated (and the pool's older connections with it) and the engine's error events
+run. A connection whose statements someone watches (execute or cursor-execute
+listeners, such as tracing instrumentation, or echo) takes the ordinary path, where
+those see every statement with its context as SQLAlchemy promises, and so does one
+outside a SQLAlchemy transaction (its BEGIN is SQLAlchemy's to account for).
 """
 
 from __future__ import annotations
@@ -46,12 +48,12 @@ def first_row(conn: Connection, sql: str, params: Any) -> tuple[Any, ...] | None
         or not psycopg.Pipeline.is_supported()
         # the flag restored below by hand; a psycopg without it takes the ordinary path
         or not hasattr(driver, "_autocommit")
+        or not conn.in_transaction()
+        or _watched(conn)
     ):
         found = conn.exec_driver_sql(sql, params).first()
         return None if found is None else tuple(found)
-    dispatch = conn.dispatch
-    for listener in dispatch.before_cursor_execute:
-        listener(conn, None, sql, params, None, False)
+    cursor = None
     try:
         begin = _begin_statement(driver.isolation_level, driver.read_only, driver.deferrable)
         driver.autocommit = True  # psycopg sends no BEGIN of its own
@@ -64,15 +66,28 @@ def first_row(conn: Connection, sql: str, params: Any) -> tuple[Any, ...] | None
             # the transaction is open (or the connection lost): the state psycopg itself
             # is in after beginning one, which its public setter refuses to enter
             driver._autocommit = False
-        for after in dispatch.after_cursor_execute:
-            after(conn, cursor, sql, params, None, False)
         row = cursor.fetchone()
-        cursor.close()
-    except psycopg.Error as exc:
-        # raises the DBAPIError, after invalidating a connection the server dropped
+    except BaseException as exc:
+        # raises the DBAPIError (or the exception itself), after invalidating a
+        # connection the server dropped or an interrupt left mid-protocol
         conn._handle_dbapi_exception(exc, sql, params, None, None)
         raise  # not reached: the handler always raises
+    finally:
+        if cursor is not None:
+            cursor.close()
     return None if row is None else tuple(row)
+
+
+def _watched(conn: Connection) -> bool:
+    """Whether listeners or echo watch `conn`'s statements."""
+    dispatch = conn.dispatch
+    return bool(
+        conn._echo
+        or dispatch.before_execute
+        or dispatch.after_execute
+        or dispatch.before_cursor_execute
+        or dispatch.after_cursor_execute
+    )
 
 
 @cache

@@ -157,3 +157,28 @@ def test_a_call_inside_a_larger_unit_of_work_stays_in_its_transaction(pg_store: 
         pg_store.write(append_then_fail)
     assert MessageRepository(pg_store).get_messages("s") == []
     assert SessionRepository(pg_store).get_session("s")["title"] is None  # type: ignore[index]
+
+
+def test_a_watched_connection_sends_the_call_the_ordinary_way(pg_store: Store) -> None:
+    """Where listeners watch the statements (tracing instrumentation sets attributes on
+    the execution context), the call goes through SQLAlchemy's ordinary path: every
+    listener sees it with a cursor and a context, and BEGIN has its own round trip."""
+    from sqlalchemy import event
+
+    messages = MessageRepository(pg_store)
+    messages.append_message("s", "user", "warm")
+    seen: list[tuple[str, bool, bool]] = []
+
+    def before(conn: Any, cursor: Any, statement: str, params: Any, context: Any, *_: Any) -> None:
+        context.tagged = True  # what an instrumentation does; fails on a None context
+        seen.append((statement, cursor is not None, context is not None))
+
+    event.listen(pg_store.engine, "before_cursor_execute", before)
+    try:
+        wire = _traced(pg_store, lambda: messages.append_message("s", "user", "watched"))
+    finally:
+        event.remove(pg_store.engine, "before_cursor_execute", before)
+    assert any("hermes_store_append_message" in s and c and x for s, c, x in seen), seen
+    first_answer = next(i for i, (d, _m) in enumerate(wire) if d == "B")
+    assert "hermes_store_append_message" not in " ".join(m for _d, m in wire[:first_answer])
+    assert messages.get_messages("s")[-1]["content"] == "watched"
