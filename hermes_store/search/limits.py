@@ -67,7 +67,8 @@ RETRY_SAMPLE = 2_048
 # literal found nowhere whose indexes hand over many candidates (`~/.config/zephyr.yaml`
 # beside thousands of rows holding `config` and `zephyr`) is estimated from the same
 # sample, and past RETRY_CHECKS only the newest ids that hold about that many candidates
-# are read, with a warning when they do not hold a whole page.
+# are read, with a warning when they do not hold a whole page (a table spanning at most
+# literal.SMALL_TABLE_CHECKS budgets of ids is read whole, without the estimate).
 
 
 class SearchHits(list[dict[str, Any]]):

@@ -93,7 +93,7 @@ from .query import TRIGRAM_CHARS, Parsed, Term, fold, words_of
 #: A table spanning at most this many budgets (limits.RETRY_CHECKS) of ids is read whole
 #: without estimating its candidates: the estimate is a statement of its own, and in
 #: such a table the whole table's candidates cost about what the estimate and the
-#: windows before it cost (docs/search-at-scale.md has the figures).
+#: windows before it cost.
 SMALL_TABLE_CHECKS = 32
 
 
