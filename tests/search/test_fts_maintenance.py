@@ -1,23 +1,40 @@
-"""FTS states the original can leave behind, on real copies of the fixtures."""
+"""FTS states the original can leave behind, on real copies of the fixtures.
+
+Raw connections and plain engines go through this process's SQLite library
+(`sqlite_driver.current()`): a second copy of SQLite in the process would not see the
+Store's POSIX locks, and closing its connection would drop them
+(hermes_store/sqlite/driver.py)."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers.processes import run_cli_here as run_cli  # the commands' main, in-process
-from sqlalchemy import create_engine
+from sqlalchemy import Engine, create_engine
 
 from hermes_store import migrate
 from hermes_store.compat import SessionDB
 from hermes_store.search import search_messages
 from hermes_store.search.maintenance import integrity_errors
+from hermes_store.sqlite import driver as sqlite_driver
+
+
+def _connect(path: Path, **kwargs: Any) -> sqlite3.Connection:
+    """A raw connection through this process's SQLite library."""
+    return sqlite_driver.current().connect(str(path), **kwargs)
+
+
+def _engine(path: Path) -> Engine:
+    """A plain engine (no hermes-store listeners) on this process's SQLite library."""
+    return create_engine(f"sqlite:///{path}", module=sqlite_driver.current().module)
 
 
 def _meta(path: Path) -> dict[str, str]:
-    con = sqlite3.connect(path)
+    con = _connect(path)
     try:
         return dict(con.execute("SELECT key, value FROM state_meta").fetchall())
     finally:
@@ -25,7 +42,7 @@ def _meta(path: Path) -> dict[str, str]:
 
 
 def _integrity(path: Path) -> list[str]:
-    engine = create_engine(f"sqlite:///{path}")
+    engine = _engine(path)
     try:
         with engine.connect() as conn:
             return integrity_errors(conn)
@@ -36,7 +53,7 @@ def _integrity(path: Path) -> list[str]:
 def test_cjk_triggers_are_detached_so_writes_keep_working(legacy_db) -> None:  # type: ignore[no-untyped-def]
     path = legacy_db(23)
     migrate.upgrade(path)
-    con = sqlite3.connect(path)
+    con = _connect(path)
     # what the original leaves when it had the tokenizer: a table we cannot open and a
     # trigger that would make every INSERT fail without the tokenizer
     con.execute("PRAGMA writable_schema=ON")
@@ -48,7 +65,7 @@ def test_cjk_triggers_are_detached_so_writes_keep_working(legacy_db) -> None:  #
     )
     con.commit()
     con.close()
-    con = sqlite3.connect(path)
+    con = _connect(path)
     con.execute(
         "CREATE TRIGGER messages_fts_cjk_insert AFTER INSERT ON messages BEGIN "
         "INSERT INTO messages_fts_cjk(rowid, content) VALUES (new.id, new.content); END"
@@ -61,7 +78,7 @@ def test_cjk_triggers_are_detached_so_writes_keep_working(legacy_db) -> None:  #
         assert _meta(path)["fts_cjk_stale"] == "1"
     finally:
         db.close()
-    con = sqlite3.connect(path)
+    con = _connect(path)
     triggers = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='trigger'")}
     con.close()
     assert not {t for t in triggers if t.startswith("messages_fts_cjk")}
@@ -70,7 +87,7 @@ def test_cjk_triggers_are_detached_so_writes_keep_working(legacy_db) -> None:  #
 def test_trash_tables_without_rowid_are_torn_down(legacy_db) -> None:  # type: ignore[no-untyped-def]
     path = legacy_db(23)
     migrate.upgrade(path)
-    con = sqlite3.connect(path)
+    con = _connect(path)
     con.execute("CREATE TABLE fts_v22_trash_messages_fts_config(k PRIMARY KEY, v) WITHOUT ROWID")
     con.executemany(
         "INSERT INTO fts_v22_trash_messages_fts_config VALUES (?, ?)",
@@ -90,7 +107,7 @@ def test_trash_tables_without_rowid_are_torn_down(legacy_db) -> None:  # type: i
 def test_high_water_without_progress_is_reindexed_from_scratch(legacy_db) -> None:  # type: ignore[no-untyped-def]
     path = legacy_db(23)
     migrate.upgrade(path)
-    con = sqlite3.connect(path)
+    con = _connect(path)
     con.execute("INSERT INTO state_meta VALUES ('fts_rebuild_high_water', '40')")
     con.commit()
     con.close()
@@ -101,12 +118,12 @@ def test_high_water_without_progress_is_reindexed_from_scratch(legacy_db) -> Non
 
 def test_a_file_without_a_version_row_runs_no_data_migration(legacy_db) -> None:  # type: ignore[no-untyped-def]
     path = legacy_db(15)
-    con = sqlite3.connect(path)
+    con = _connect(path)
     con.execute("DELETE FROM schema_version")
     con.commit()
     con.close()
     migrate.upgrade(path)
-    con = sqlite3.connect(path)
+    con = _connect(path)
     assert con.execute("SELECT version FROM schema_version").fetchall() == [(23,)]
     tagged = con.execute(
         "SELECT COUNT(*) FROM sessions WHERE model_config LIKE '%_delegate_from%'"
@@ -131,7 +148,7 @@ def test_sessions_json_is_read_from_the_databases_own_home(
     other = {"session_id": "20260302_140000_7e1e9a", "display_name": "WRONG PROFILE"}
     (hermes_home / "sessions" / "sessions.json").write_text(json.dumps({"k": other}))
     migrate.upgrade(path)
-    con = sqlite3.connect(path)
+    con = _connect(path)
     name = con.execute(
         "SELECT display_name FROM sessions WHERE id = '20260302_140000_7e1e9a'"
     ).fetchone()[0]
@@ -142,7 +159,7 @@ def test_sessions_json_is_read_from_the_databases_own_home(
 def test_lowercase_or_is_a_word_not_an_operator(legacy_db) -> None:  # type: ignore[no-untyped-def]
     path = legacy_db(23)
     migrate.upgrade(path)
-    engine = create_engine(f"sqlite:///{path}")
+    engine = _engine(path)
     with engine.connect() as conn:
         upper = {h["session_id"] for h in search_messages(conn, "Kyoto OR refactor")}
         lower = {h["session_id"] for h in search_messages(conn, "Kyoto or refactor")}
@@ -154,7 +171,7 @@ def test_lowercase_or_is_a_word_not_an_operator(legacy_db) -> None:  # type: ign
 def test_dropped_triggers_are_restored_and_the_index_rebuilt(legacy_db) -> None:  # type: ignore[no-untyped-def]
     path = legacy_db(23)
     migrate.upgrade(path)
-    con = sqlite3.connect(path)
+    con = _connect(path)
     # what an original process on an SQLite without FTS5 does, then keeps writing
     for name in ("insert", "delete", "update"):
         con.execute(f"DROP TRIGGER messages_fts_{name}")
@@ -169,7 +186,7 @@ def test_dropped_triggers_are_restored_and_the_index_rebuilt(legacy_db) -> None:
     status = migrate.current(path)
     assert status.fts is not None and status.fts.triggers == 6
     assert not status.fts.backfill_pending
-    engine = create_engine(f"sqlite:///{path}")
+    engine = _engine(path)
     with engine.connect() as conn:
         assert len(search_messages(conn, "unindexedword")) == 1
     engine.dispose()
@@ -182,7 +199,7 @@ def test_damaged_fts_index_degrades_search_to_like_and_rebuild_repairs_it(
 ) -> None:
     path = legacy_db(23)
     migrate.upgrade(path)
-    con = sqlite3.connect(path)
+    con = _connect(path)
     con.execute("DELETE FROM messages_fts_data WHERE id > 10")  # lose the index segments
     con.commit()
     con.close()
@@ -199,7 +216,7 @@ def test_damaged_fts_index_degrades_search_to_like_and_rebuild_repairs_it(
     assert _integrity(path) != []
     migrate.rebuild_fts(path)
     assert _integrity(path) == []
-    engine = create_engine(f"sqlite:///{path}")
+    engine = _engine(path)
     with engine.connect() as conn:
         assert len(search_messages(conn, "damage")) == 1
     engine.dispose()
@@ -216,7 +233,7 @@ _FTS_DAMAGE = {
 
 
 def _damage_fts(path: Path, damage: str) -> None:
-    con = sqlite3.connect(path)
+    con = _connect(path)
     try:
         for table in ("messages_fts", "messages_fts_trigram"):
             con.execute(_FTS_DAMAGE[damage].format(t=table))
@@ -228,7 +245,7 @@ def _damage_fts(path: Path, damage: str) -> None:
 def _insert_fails(path: Path) -> str:
     """The damage is real: a plain INSERT into messages (through the FTS triggers) fails;
     its transaction is rolled back. Returns SQLite's error text."""
-    con = sqlite3.connect(path, isolation_level=None)
+    con = _connect(path, isolation_level=None)
     try:
         con.execute("BEGIN")
         try:
@@ -236,7 +253,7 @@ def _insert_fails(path: Path) -> str:
                 "INSERT INTO messages (session_id, role, content, timestamp) "
                 "VALUES ('20260303_083012_c0ffe2', 'user', 'probe', 1)"
             )
-        except sqlite3.DatabaseError as exc:
+        except sqlite_driver.DatabaseError as exc:
             return str(exc)
         finally:
             if con.in_transaction:  # some failures end the transaction themselves
@@ -247,7 +264,7 @@ def _insert_fails(path: Path) -> str:
 
 
 def _fts_hits(path: Path, word: str) -> int:
-    con = sqlite3.connect(path)
+    con = _connect(path)
     try:
         return int(
             con.execute(
@@ -313,7 +330,7 @@ def test_the_rebuild_is_done_once_per_store(legacy_db) -> None:  # type: ignore[
 def _integrity_free_counts(path: Path) -> tuple[int, bytes]:
     """What a write would change, read without FTS5 (which cannot open the index): the
     number of messages and the damaged structure record."""
-    con = sqlite3.connect(path)
+    con = _connect(path)
     try:
         count = con.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
         block = con.execute("SELECT block FROM messages_fts_data WHERE id = 10").fetchone()[0]
@@ -328,7 +345,7 @@ def test_fts_rebuild_repairs_an_index_fts5_cannot_open(legacy_db) -> None:  # ty
     path = legacy_db(23)
     migrate.upgrade(path)
     _damage_fts(path, "garbage_structure")
-    engine = create_engine(f"sqlite:///{path}")
+    engine = _engine(path)
     with engine.connect() as conn:
         assert {h["session_id"] for h in search_messages(conn, "Kyoto")} == {
             "20260302_140000_7e1e9a"

@@ -2,8 +2,11 @@
 (docs/reference/schema.md 9), units of work with BEGIN IMMEDIATE, the retry policy, checkpoints,
 file modes, read-only handles and thread safety (docs/reference/behaviour.md 16).
 
-Locks are held by raw sqlite3 connections (in this thread or in a helper thread), never
-by mocks; every database lives under the test's own `tmp_path`.
+Locks are held by raw DB-API connections (in this thread or in a helper thread), never
+by mocks; every database lives under the test's own `tmp_path`. Raw connections go
+through this process's SQLite library (`sqlite_driver.current()`): a second copy of
+SQLite in the process would not see the Store's POSIX locks, and closing its connection
+would drop them (hermes_store/sqlite/driver.py).
 """
 
 from __future__ import annotations
@@ -42,12 +45,13 @@ def url(path: Path) -> str:
 
 
 def raw(path: Path, timeout: float = 5.0) -> sqlite3.Connection:
-    """A raw autocommit connection (the caller closes it)."""
-    return sqlite3.connect(str(path), timeout=timeout, isolation_level=None)
+    """A raw autocommit connection through this process's SQLite library (the caller
+    closes it)."""
+    return sqlite_driver.current().connect(str(path), timeout=timeout, isolation_level=None)
 
 
 def make_table_db(path: Path, *, wal: bool = False) -> Path:
-    """A file with `t(id INTEGER PRIMARY KEY, v TEXT)`, made with raw sqlite3."""
+    """A file with `t(id INTEGER PRIMARY KEY, v TEXT)`, made with a raw connection."""
     con = raw(path)
     try:
         if wal:
@@ -86,7 +90,7 @@ def lock_is_free(path: Path) -> bool:
     probe = raw(path, timeout=0)
     try:
         probe.execute("BEGIN IMMEDIATE")
-    except sqlite3.OperationalError as exc:
+    except sqlite_driver.OperationalError as exc:
         assert "database is locked" in str(exc)
         return False
     else:
@@ -287,7 +291,13 @@ def test_reads_do_not_take_the_write_lock(tmp_path: Path, wal: bool) -> None:
 # --------------------------------------------------------------------------- retry
 
 
-def test_write_waits_out_a_lock_held_longer_than_the_busy_timeout(journal_table_db: Path) -> None:
+def test_write_waits_out_a_lock_held_longer_than_the_busy_timeout(
+    journal_table_db: Path, journal: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the file kept in its journal mode: a SQLite with the WAL-reset fix would make a
+    # DELETE file WAL, and that switch fails at once, without the busy timeout, while
+    # another connection holds the write lock
+    monkeypatch.setenv(JOURNAL_ENV, journal)
     table_db = journal_table_db
     held = threading.Event()
     errors: list[BaseException] = []
@@ -330,10 +340,13 @@ def test_write_waits_out_a_lock_held_longer_than_the_busy_timeout(journal_table_
     assert count_rows(table_db, "v = 'holder'") == 1
 
 
-def test_read_waits_out_an_exclusive_lock(journal_table_db: Path, journal: str) -> None:
+def test_read_waits_out_an_exclusive_lock(
+    journal_table_db: Path, journal: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """DELETE mode: a committing writer (EXCLUSIVE) keeps readers out; a read taking
     longer than one busy timeout to get in is retried, not failed. WAL mode: the reader
     is never kept out, and sees what was committed before it began."""
+    monkeypatch.setenv(JOURNAL_ENV, journal)  # kept: a fixed SQLite would make it WAL
     table_db = journal_table_db
     held = threading.Event()
 
@@ -478,7 +491,9 @@ def test_an_exception_in_the_callback_rolls_back(store: Store, table_db: Path) -
     assert lock_is_free(table_db)
 
 
-def _sqlite_error(path: Path, sql: str, *, lock: bool = False) -> sqlite3.Error:
+def _sqlite_error(path: Path, sql: str, *, lock: bool = False) -> Any:
+    """The error `sql` raises on a raw connection (of this process's SQLite library, whose
+    classes are not the standard library's under pysqlite3)."""
     con = raw(path, timeout=0)
     try:
         if lock:
@@ -486,7 +501,7 @@ def _sqlite_error(path: Path, sql: str, *, lock: bool = False) -> sqlite3.Error:
                 con.execute(sql)
         else:
             con.execute(sql)
-    except sqlite3.Error as exc:
+    except sqlite_driver.Error as exc:
         return exc
     finally:
         con.close()
@@ -503,7 +518,7 @@ def test_is_retryable_classification(table_db: Path) -> None:
     con.execute("INSERT INTO t (id, v) VALUES (1, 'a')")
     con.close()
     duplicate = _sqlite_error(table_db, "INSERT INTO t (id, v) VALUES (1, 'b')")
-    assert isinstance(duplicate, sqlite3.IntegrityError)
+    assert isinstance(duplicate, sqlite_driver.IntegrityError)
     assert not is_retryable(duplicate)
     assert not is_retryable(IntegrityError("INSERT", None, duplicate))
 
@@ -513,9 +528,11 @@ def test_is_retryable_classification(table_db: Path) -> None:
     assert "locked" in str(no_table)
     assert not is_retryable(no_table)
 
-    ro = sqlite3.connect(f"file:{table_db}?mode=ro", uri=True, isolation_level=None)
+    ro = sqlite_driver.current().connect(
+        f"file:{table_db}?mode=ro", uri=True, isolation_level=None
+    )
     try:
-        with pytest.raises(sqlite3.OperationalError) as info:
+        with pytest.raises(sqlite_driver.OperationalError) as info:
             ro.execute("INSERT INTO t (v) VALUES ('x')")
     finally:
         ro.close()
