@@ -528,15 +528,13 @@ def test_is_retryable_classification(table_db: Path) -> None:
     assert "locked" in str(no_table)
     assert not is_retryable(no_table)
 
-    ro = sqlite_driver.current().connect(
-        f"file:{table_db}?mode=ro", uri=True, isolation_level=None
-    )
+    ro = sqlite_driver.current().connect(f"file:{table_db}?mode=ro", uri=True, isolation_level=None)
     try:
         with pytest.raises(sqlite_driver.OperationalError) as info:
             ro.execute("INSERT INTO t (v) VALUES ('x')")
     finally:
         ro.close()
-    assert info.value.sqlite_errorcode == sqlite3.SQLITE_READONLY
+    assert getattr(info.value, "sqlite_errorcode", None) == sqlite3.SQLITE_READONLY
     assert not is_retryable(info.value)
 
     # extended codes reduce to their primary code
