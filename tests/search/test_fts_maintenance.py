@@ -243,8 +243,9 @@ def _damage_fts(path: Path, damage: str) -> None:
 
 
 def _insert_fails(path: Path) -> str:
-    """The damage is real: a plain INSERT into messages (through the FTS triggers) fails;
-    its transaction is rolled back. Returns SQLite's error text."""
+    """The damage is real: a plain INSERT into messages (through the FTS triggers) fails,
+    at the statement or at its COMMIT; its transaction is rolled back. Returns SQLite's
+    error text."""
     con = _connect(path, isolation_level=None)
     try:
         con.execute("BEGIN")
@@ -253,6 +254,9 @@ def _insert_fails(path: Path) -> str:
                 "INSERT INTO messages (session_id, role, content, timestamp) "
                 "VALUES ('20260303_083012_c0ffe2', 'user', 'probe', 1)"
             )
+            # newer FTS5 keeps the new terms in memory and reads the damaged structure
+            # record only when it writes them out, at the commit
+            con.execute("COMMIT")
         except sqlite_driver.DatabaseError as exc:
             return str(exc)
         finally:
