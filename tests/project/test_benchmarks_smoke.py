@@ -146,9 +146,9 @@ def test_quick_benchmark_reports_every_row(tmp_path: Path) -> None:
             continue
         assert [row["row"] for row in column["rows"]] == list(PER_TURN), column
         for row in column["rows"]:
-            # the repositories' own entry; with google-adk installed the ADK adapter's
-            # entry also starts with "hermes-store"
-            hermes = row["stores"]["hermes-store"]
+            # the repositories' own entry, "hermes-store (driver, mode)"; with google-adk
+            # installed the ADK adapter's entry also starts with "hermes-store"
+            (hermes,) = [r for n, r in row["stores"].items() if n.startswith("hermes-store (")]
             assert hermes["p50_ms"] > 0 and hermes["n"] == 20, row
         assert all(column["skipped"].values()) and all(column["failed"].values()), column
 
