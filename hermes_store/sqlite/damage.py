@@ -71,3 +71,18 @@ def quick_check(conn: Connection, limit: int = 20) -> list[str]:
             raise
         return [f"failed: {exc.orig}"]
     return [str(r[0]) for r in rows]
+
+
+#: How quick_check's report names FTS5's own damage: newer SQLite (3.44+) runs FTS5's
+#: integrity check inside quick_check ("fts5: corrupt structure record for table ..."),
+#: and a pragma that fails on a garbage FTS5 format version says so.
+_FTS5_REPORT = ("fts5:", "failed: invalid fts5 file format", "failed: vtable constructor failed")
+
+
+def btree_problems(report: list[str]) -> list[str]:
+    """The lines of a quick_check report that describe damage to the file's b-trees:
+    neither "ok" nor FTS5's own report on its index (which a rebuild of the index
+    repairs)."""
+    return [
+        line for line in report if line != "ok" and not line.lower().startswith(_FTS5_REPORT)
+    ]
