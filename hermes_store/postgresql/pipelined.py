@@ -67,9 +67,16 @@ def first_row(conn: Connection, sql: str, params: Any) -> tuple[Any, ...] | None
             # is in after beginning one, which its public setter refuses to enter
             driver._autocommit = False
         row = cursor.fetchone()
+    except psycopg.Error as exc:
+        # raises the DBAPIError, after invalidating a connection the server dropped
+        conn._handle_dbapi_exception(exc, sql, params, None, None)
+        raise  # not reached: the handler always raises
+    except Exception:
+        # as through exec_driver_sql: a value the driver cannot encode (a lone
+        # surrogate) leaves as itself, for the store's typed errors
+        raise
     except BaseException as exc:
-        # raises the DBAPIError (or the exception itself), after invalidating a
-        # connection the server dropped or an interrupt left mid-protocol
+        # an interrupt left the protocol mid-way: the connection is invalidated
         conn._handle_dbapi_exception(exc, sql, params, None, None)
         raise  # not reached: the handler always raises
     finally:
