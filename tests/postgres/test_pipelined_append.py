@@ -6,6 +6,7 @@ Checked on the wire with libpq's protocol trace, on the real server."""
 
 from __future__ import annotations
 
+import inspect
 import tempfile
 from collections.abc import Iterator
 from typing import Any
@@ -15,19 +16,19 @@ from sqlalchemy import text
 
 from hermes_store.errors import CompressionSessionBusyError, SessionNotFound
 from hermes_store.repositories.coordination import CompressionLockRepository
+from hermes_store.repositories.encoding import encode_row
 from hermes_store.repositories.messages import MessageRepository, _append_one
 from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.store import Store
 
 psycopg = pytest.importorskip("psycopg")
 
-#: append_message's message fields
-FIELDS = (
-    "role", "content", "tool_name", "tool_calls", "tool_call_id", "token_count",
-    "finish_reason", "reasoning", "reasoning_content", "reasoning_details",
-    "codex_reasoning_items", "codex_message_items", "platform_message_id", "observed",
-    "effect_disposition", "api_content", "display_kind", "display_metadata",
-)  # fmt: skip
+#: append_message's message fields: what encode_row takes besides the session and time
+FIELDS = tuple(
+    name
+    for name, parameter in inspect.signature(encode_row).parameters.items()
+    if parameter.kind is parameter.KEYWORD_ONLY and name != "timestamp"
+)
 
 
 @pytest.fixture
