@@ -427,3 +427,15 @@ def test_a_negative_or_huge_limit_is_no_limit_on_both_backends(store: Store, lim
     assert len(search.search_messages("limitless", limit=limit)) == 25
     assert len(search.search_messages("limitless", limit=limit, offset=-3)) == 25
     assert len(search.search_messages("limitless", limit=limit, offset=20)) == 5
+
+
+@pytest.mark.parametrize("limit", [None, -5, -1, 0, 1, 20, 2**63 - 1, 2**63, 2**70, 3.7, "7"])
+@pytest.mark.parametrize("offset", [None, -3, 0, 5, 2**63 - 2, 2**63 - 1, 2**70, 2.5, "4"])
+def test_the_planner_pages_as_the_repositories_do(limit: Any, offset: Any) -> None:
+    """The planner bounds a search's page itself (a search does not enter the paging
+    module); its rule must stay the repositories' (`bound_limit`, `row_offset`)."""
+    from hermes_store.repositories._paging import MAX_ROWS, bound_limit, row_offset
+    from hermes_store.search.planner import _page
+
+    start = row_offset(offset)
+    assert _page(limit, offset) == (min(bound_limit(limit), MAX_ROWS - start), start)
