@@ -101,6 +101,10 @@ class SearchBackend:
     literal_index_windows: ClassVar[tuple[int, ...]] = ()
     #: The hits the first window must show for a second one to be sized by its density.
     literal_sizing_hits: ClassVar[int] = 8
+    #: The most literal-rows (a reading's literals times the table's ids) for which
+    #: windows, and a budget's span, are read through the indexes (`index_windows_pay`;
+    #: 0: no limit).
+    literal_index_rows: ClassVar[int] = 0
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -297,6 +301,14 @@ class SearchBackend:
         """Whether `found` hits in the first window are enough for `wider_window` to size
         a second one by their density."""
         return found >= self.literal_sizing_hits
+
+    def index_windows_pay(self, literals: int, table: int) -> bool:
+        """Whether a reading of `literals` literals in a table spanning `table` ids may
+        read windows through the indexes (`literal_window_by_index`): where an index
+        hands over a literal's candidates from the whole table whatever the window,
+        each such read costs every literal's whole posting lists, and past
+        `literal_index_rows` literal-rows the search's time would go to them."""
+        return not self.literal_index_rows or literals * table <= self.literal_index_rows
 
     def literal_window_by_index(self, window: int) -> bool:
         """Whether a window of `window` ids is read through the indexes (their

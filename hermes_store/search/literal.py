@@ -61,6 +61,15 @@ set kept in the window), and a page they do not fill carries a warning
 (`limits.literal_warning`). A page they do fill is the whole table's, as for any
 window. The windows before the estimate cost what they hold, so a literal the windows
 answer pays nothing for it.
+
+pg_trgm's index hands over a literal's candidates from the whole table whatever the
+window asks, so each window or span read through the indexes costs every literal's
+whole posting lists. A reading whose literals times the table's ids pass the backend's
+`literal_index_rows` (ten OR'ed literals at 10M rows) reads none through the indexes:
+after the windows read row by row comes the estimate, and past the budget only the
+newest rows are read one by one, limits.RETRY_CHECKS rows shared among its literals as
+the zero-hit retry shares them among its patterns (none more where the windows read
+that many), with the warning. Within the budget the whole table is read as before.
 """
 
 from __future__ import annotations
@@ -328,7 +337,9 @@ def _windowed_page(
     table, the literals' candidates are estimated (`_budget_span`): past
     limits.RETRY_CHECKS only the ids at that end that hold about that many are read (no
     more where the windows already read those), and a page they do not fill says so in
-    `warnings`."""
+    `warnings`. Where the literals are too many for the table to read windows through
+    the indexes (`SearchBackend.index_windows_pay`), none is, and past the budget the
+    span is read row by row (the module docstring)."""
     ids = backend.id_range()
     if ids is None:
         return []
@@ -338,9 +349,13 @@ def _windowed_page(
     def bound(span: int) -> tuple[Edge, int]:
         return (edge, lowest - 1 + span if oldest else highest - span)
 
+    literals = _literals(parsed)
+    by_index = backend.index_windows_pay(len(literals), highest - lowest + 1)
     window: int | None = backend.literal_window
     read, rows = 0, []
     while window is not None and window <= highest - lowest:
+        if not by_index and backend.literal_window_by_index(window):
+            break
         rows = _page(backend, parsed, filters, oldest, limit, bound(window), window)
         if len(rows) >= limit:
             return rows
@@ -349,10 +364,13 @@ def _windowed_page(
     if over is None:
         return _page(backend, parsed, filters, oldest, limit, None)
     span, estimate = over
+    if not by_index and backend.literal_window_by_index(span):
+        # read row by row instead, each row checked for every literal: the budget's
+        # checks shared among the literals, as the zero-hit retry shares them
+        span = max(1, limits.RETRY_CHECKS // max(1, len(literals)))
     if span > read:
         rows = _page(backend, parsed, filters, oldest, limit, bound(span), span)
     if len(rows) < limit:  # older hits may exist: the span is all that was read
-        literals = _literals(parsed)
         backend.warnings.append(limits.literal_warning(literals, max(span, read), estimate))
     return rows
 

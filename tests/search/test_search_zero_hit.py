@@ -26,7 +26,7 @@ from hermes_store.compat import SessionDB
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.search import limits, literal, search_messages
-from hermes_store.search.postgres_fts import _needles, probe_shape
+from hermes_store.search.postgres_fts import PostgresSearch, _needles, probe_shape
 from hermes_store.search.sqlite_fts import trigram_probe
 from hermes_store.store import Store
 
@@ -474,3 +474,41 @@ def test_a_table_of_a_few_budgets_is_read_whole_without_an_estimate(
     monkeypatch.setattr(literal, "SMALL_TABLE_CHECKS", 14)
     again = search(store, LITERAL)
     assert again == [] and len(again.warnings) == 1 and len(estimates) == 1
+
+
+def test_many_literals_past_the_index_budget_are_never_read_through_the_indexes(
+    pg_fresh_db: str, small_budget: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pg_trgm hands over a literal's candidates from the whole table whatever the
+    window, so windows read through the indexes cost every literal's posting lists: a
+    reading whose literals times the table's ids pass `literal_index_rows` skips them,
+    and past the budget reads the newest rows one by one, the budget's checks shared
+    among its literals. One literal in the same table reads its index windows as before."""
+    store = Store(pg_fresh_db)
+    try:
+        old = _literal_crowd(store)
+        highest = old + 300
+        monkeypatch.setattr(PostgresSearch, "literal_window", 8)
+        monkeypatch.setattr(PostgresSearch, "literal_widest_window", 16)
+        monkeypatch.setattr(PostgresSearch, "literal_index_windows", (32, 64))
+        # two literals in this table's 301 ids pay for the index windows, ten do not
+        monkeypatch.setattr(PostgresSearch, "literal_index_rows", 2 * 301)
+        pages = _record_pages(monkeypatch)
+        one = search(store, LITERAL)
+        assert one == [] and ("newest", highest - 32) in pages
+        assert ("newest", highest - 64) in pages
+        pages.clear()
+        ten = search(store, _ten_literals())
+        assert ten == [] and len(ten.warnings) == 1
+        # the first window only: the budget's 20 checks among ten literals are 2 rows,
+        # fewer than the window's 8 already read
+        assert pages == [("newest", highest - 8)]
+        assert _literal_span(ten.warnings[0]) == 8
+        # within the budget the whole table is read through the indexes, as before, and
+        # the old row found
+        monkeypatch.setattr(limits, "RETRY_CHECKS", 10_000)
+        pages.clear()
+        assert [h["id"] for h in search(store, _ten_literals())] == [old]
+        assert pages == [("newest", highest - 8), None]
+    finally:
+        store.close()
