@@ -15,7 +15,7 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import lru_cache, reduce
+from functools import cached_property, lru_cache, reduce
 from operator import add
 from typing import Any
 
@@ -544,8 +544,13 @@ class SqliteSearch(SearchBackend):
         """The count a statement of one row and one column gives."""
         return int(self.tuples(statement, params)[0][0])
 
-    def _trigram_usable(self) -> bool:
+    @cached_property
+    def _has_trigram_table(self) -> bool:
+        # asked once per search: a search is one read transaction, whose schema holds
         return bool(self.fetch(_TRIGRAM_TABLE, {}))
+
+    def _trigram_usable(self) -> bool:
+        return self._has_trigram_table
 
     def substring_hits(
         self,
