@@ -30,15 +30,20 @@ A server that crashed (immediate shutdown, power loss) hands out again the ids o
 transactions whose WAL it lost, so after a restart (`pg_postmaster_start_time()` changed)
 "committed" is believed only for an id below the first one the restarted server handed
 out, which the checkpoint it started with records; an id at or above it was lost, COMMIT
-included. When that checkpoint has been superseded (or the server is another one, after a
-failover) the outcome cannot be known: DatabaseUnavailable with `outcome_unknown`, never a
-guess. Cost: one round trip per write that changed something, on the success path, none
+included. An id below it may still be another transaction's: a crash, then a life of the
+server too short for this client to reach, in which the lost id was handed out again
+and committed, then another restart. So after a restart "committed" is believed only
+where the write's own change is found (the one-call append's row: its id, session, role
+and content); a write without such a witness, or one whose restart checkpoint has been
+superseded (or whose server is another one, after a failover), has an outcome that
+cannot be known: DatabaseUnavailable with `outcome_unknown`, never a guess. Cost: one round trip per write that changed something, on the success path, none
 for a work that reads the marker in a statement of its own (`note_transaction`: the
 one-call append).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,24 +156,39 @@ def describe_server(url: URL) -> str:
     return f"the PostgreSQL server {host}:{port} (database {url.database or url.username})"
 
 
+#: A statement answering, in one boolean, whether a write's own change is in the
+#: database, with its parameters (`note_transaction`).
+Witness = tuple[str, Mapping[str, Any]]
+
+
 @dataclass(frozen=True)
 class _Marker:
     xid: int  # xid8: 64 bits, epoch included, never wraps
     backend_pid: int
     server_started: str  # pg_postmaster_start_time(): which life of the server it was
+    witness: Witness | None = None
 
 
 #: Connection.info key of a marker a unit of work read itself (`note_transaction`).
 _NOTED = "hermes_noted_transaction"
 
 
-def note_transaction(conn: Connection, xid: str | None, backend_pid: int, started: str) -> None:
+def note_transaction(
+    conn: Connection,
+    xid: str | None,
+    backend_pid: int,
+    started: str,
+    witness: Witness | None = None,
+) -> None:
     """Hand the write path the marker of `conn`'s transaction, read by the work itself in
     a statement it had to send anyway (the one-call append returns it), so that the
     commit-outcome check costs no round trip of its own. A transaction's id does not
-    change once assigned, so later statements of the same work leave it valid."""
+    change once assigned, so later statements of the same work leave it valid.
+    `witness`: a statement telling whether the work's own change is stored, asked where
+    the transaction's id cannot tell (a server that restarted more than once since,
+    `WriteOnce._after_restart`)."""
     if xid is not None:
-        conn.info[_NOTED] = _Marker(int(xid), int(backend_pid), started)
+        conn.info[_NOTED] = _Marker(int(xid), int(backend_pid), started, witness)
 
 
 class WriteOnce:
@@ -227,7 +247,9 @@ class WriteOnce:
         ).one()
         status, started, restart_checkpoint, next_xid = row
         if started != marker.server_started:
-            committed = self._after_restart(status, bool(restart_checkpoint), str(next_xid))
+            committed = self._after_restart(
+                conn, status, bool(restart_checkpoint), str(next_xid)
+            )
         elif status == "in progress":
             # Its client (an earlier attempt) is gone, so nobody will COMMIT it unless that
             # COMMIT is already in flight; ending the backend settles it either way.
@@ -246,13 +268,21 @@ class WriteOnce:
         self._marker = None
         return committed
 
-    def _after_restart(self, status: str, restart_checkpoint: bool, next_xid: str) -> bool:
+    def _after_restart(
+        self, conn: Connection, status: str, restart_checkpoint: bool, next_xid: str
+    ) -> bool:
         """The server restarted since the COMMIT was sent. After a crash it hands out again
         the transaction ids whose WAL it lost, so "committed" may describe another
         transaction. The checkpoint a restart begins with (a shutdown or end-of-recovery
         checkpoint: its redo point is the checkpoint itself) records the first id it
-        handed out: ids below it were durable, and their status is theirs; an id at or
-        above it was lost with its WAL, commit record included."""
+        handed out: an id at or above it was lost with its WAL, commit record included.
+        An id below it was handed out before this life began, but not necessarily in the
+        life the COMMIT was sent in: if the server restarted more than once since (a
+        crash, then a life too short for this client to reach, then another restart),
+        the life in between may have handed the lost id out again and committed it, and
+        nothing on the server tells how many lives there were. So "committed" is
+        believed only where the work's own change is found (its witness); a work without
+        one has an outcome that cannot be known."""
         assert self._marker is not None
         if status in ("aborted", "unknown to this server"):
             return False
@@ -270,4 +300,16 @@ class WriteOnce:
             return False
         if status == "in progress":
             raise CommitInDoubt(f"transaction {self._marker.xid} is in progress")
-        return status == "committed"
+        if status != "committed":
+            return False
+        if self._marker.witness is None:
+            raise DatabaseUnavailable(
+                self.server,
+                0.0,
+                1,
+                "the server restarted while a COMMIT was in flight, and the id of its"
+                " transaction may have been handed out again since",
+                outcome_unknown=True,
+            )
+        statement, params = self._marker.witness
+        return bool(conn.execute(text(statement), dict(params)).scalar())

@@ -128,7 +128,8 @@ class PostgreSQLSQLDialect(SQLDialect):
         call = _append_one_call(tuple(row))
         found = pg_pipelined.first_row(conn, call.sql(conn.dialect), params)
         assert found is not None  # the function returns one row or raises
-        pg_faults.note_transaction(conn, found[1], found[2], found[3])
+        witness = (_APPENDED, {"id": found[0], **{k: row.get(k) for k in _WITNESSED}})
+        pg_faults.note_transaction(conn, found[1], found[2], found[3], witness)
         return int(found[0])
 
     def message_columns(self, conn: Connection) -> tuple[str, ...]:
@@ -149,6 +150,15 @@ class PostgreSQLSQLDialect(SQLDialect):
         size = conn.scalar(text("SELECT pg_database_size(current_database())"))
         return None if size is None else int(size)
 
+
+#: Whether a message appended by the one-call append is stored: its id holding its
+#: session, role and content (the witness of pg_faults.note_transaction; another
+#: transaction given the same id after a crash writes another row there, or none).
+_WITNESSED = ("session_id", "role", "content")
+_APPENDED = (
+    "SELECT EXISTS (SELECT 1 FROM messages WHERE id = :id AND session_id = :session_id"
+    " AND role = :role AND content IS NOT DISTINCT FROM :content)"
+)
 
 #: The session's row lock; a row back when there was a row to lock.
 _LOCK_SESSION = Prepared(text("SELECT 1 FROM sessions WHERE id = :id FOR UPDATE"))

@@ -21,6 +21,7 @@ from helpers.pg_cluster import Cluster, CommitCutter, PgBouncer, throwaway_clust
 from sqlalchemy import text
 
 from hermes_store import migrate
+from hermes_store.errors import DatabaseUnavailable
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.store import Store
@@ -161,6 +162,75 @@ def test_a_commit_in_flight_when_the_server_crashes_is_applied_once(cluster: Clu
     assert [c for _, c in stored] == ["before", "the message"]
     assert stored[1][0] == returned
     assert _message_count(cluster, "s") == 2
+
+
+def _crash_twice(cluster: Cluster, seen: dict[str, Any]) -> Callable[[], None]:
+    """At the cut: the server crashes (the open transaction's WAL is lost), comes back
+    for a life the writer never reaches, in which another client takes the lost id
+    again and commits, and restarts again before the writer's retry reaches it."""
+
+    def crash() -> None:
+        import psycopg
+
+        rows = cluster.admin(
+            "SELECT backend_xid::text FROM pg_stat_activity WHERE application_name ="
+            " 'hermes-store' AND backend_xid IS NOT NULL"
+        )
+        seen["xid"] = [str(r[0]) for r in rows]
+        cluster.stop("immediate")
+        cluster.start()
+        with psycopg.connect(
+            host="127.0.0.1", port=cluster.port, user="hermes", dbname=cluster.database
+        ) as other:
+            taken = []
+            for _ in range(20):
+                taken.append(str(other.execute("SELECT pg_current_xact_id()").fetchone()[0]))  # type: ignore[index]
+                other.commit()
+        seen["taken"] = taken
+        # a clean stop: that life's commits are kept (they wrote no WAL of their own, so
+        # their commit records are flushed later, and a crash would lose them too)
+        cluster.stop("fast")
+        cluster.start()
+
+    return crash
+
+
+def test_a_commit_lost_in_a_crash_is_redone_after_a_second_restart(cluster: Cluster) -> None:
+    """As above, but the writer's retry first reaches the server two restarts later: the
+    life in between handed the lost transaction's id out again and committed it, and
+    the restart the retry sees began after that id, so neither the id's status nor the
+    restart checkpoint can tell the lost write from the other one. The append's own row
+    does: it is not there, and the write is redone, once."""
+    seen: dict[str, Any] = {}
+    returned = _write_through_cut(
+        cluster,
+        CommitCutter(cluster.port, "before_forward", on_cut=_crash_twice(cluster, seen)),
+        lambda m: m.append_message("s", "user", "the message"),
+    )
+    assert len(seen["xid"]) == 1 and seen["xid"][0] in seen["taken"], (
+        f"the lost transaction's id was not handed out again: {seen}"
+    )
+    stored = _stored(cluster, "s")
+    assert [c for _, c in stored] == ["before", "the message"]
+    assert stored[1][0] == returned
+    assert _message_count(cluster, "s") == 2
+
+
+def test_a_batch_lost_in_a_crash_has_an_unknown_outcome_after_a_second_restart(
+    cluster: Cluster,
+) -> None:
+    """The same for a write without a witness of its own (append_messages): the outcome
+    cannot be known, and the caller is told so rather than told it was stored."""
+    seen: dict[str, Any] = {}
+    with pytest.raises(DatabaseUnavailable) as raised:
+        _write_through_cut(
+            cluster,
+            CommitCutter(cluster.port, "before_forward", on_cut=_crash_twice(cluster, seen)),
+            lambda m: m.append_messages("s", [{"role": "user", "content": "batch"}]),
+        )
+    assert raised.value.outcome_unknown
+    assert seen["xid"][0] in seen["taken"]
+    assert [c for _, c in _stored(cluster, "s")] == ["before"]
 
 
 # --------------------------------------------------------------------------- workloads
