@@ -94,20 +94,23 @@ def _prepare(url: str, ddl: tuple[str, ...] = ()) -> None:
     engine.dispose()
 
 
-def _record(store: Any) -> tuple[str, dict[str, Any]]:
-    """The statement (and parameters) one append_message sends."""
+def _record(url: str) -> tuple[str, dict[str, Any]]:
+    """The statement (and parameters) one append_message sends. Recorded through a store
+    of its own: an engine that ever had a listener keeps dispatching connection events
+    after its removal, which would slow every later call of the measured store."""
     from sqlalchemy import event
 
     from hermes_store.repositories.messages import MessageRepository
+    from hermes_store.store import Store
 
     seen: list[tuple[str, Any]] = []
 
     def record(conn: Any, cursor: Any, statement: str, params: Any, *rest: Any) -> None:
         seen.append((statement, params))
 
-    event.listen(store.engine, "before_cursor_execute", record)
-    MessageRepository(store).append_message("s0", "user", text_of(0))
-    event.remove(store.engine, "before_cursor_execute", record)
+    with Store(url) as store:
+        event.listen(store.engine, "before_cursor_execute", record)
+        MessageRepository(store).append_message("s0", "user", text_of(0))
     (found,) = [(sql, dict(p)) for sql, p in seen if "hermes_store_append_message" in sql]
     return found
 
@@ -182,7 +185,7 @@ def run(appends: int) -> dict[str, Any]:
         full = database("full")
         store = stack.enter_context(Store(full))
         repo = MessageRepository(store)
-        sql, params = _record(store)
+        sql, params = _record(full)
         params.pop("session_id")
         calls: dict[str, Callable[[int], None]] = {
             REPOSITORY: lambda n: repo.append_message(f"s{n % SESSIONS}", "user", text_of(n)),

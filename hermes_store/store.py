@@ -53,7 +53,7 @@ from .migration.read_only import (
 from .redaction import RedactionPolicy
 from .repository_set import Repositories
 from .runtime.backends import Dialect, dialect_for
-from .runtime.engine import BEGIN_MODE, make_engine
+from .runtime.engine import make_engine
 from .runtime.retry import DEFAULT_RETRY, RetryPolicy
 from .runtime.store_backends import StoreDialect
 from .sqlite.encryption import Key, KeyRegistration, KeySource, forget_key, register_key
@@ -163,7 +163,6 @@ class Store(Repositories):
             if read_only and engine is None and path is not None:
                 # reading leaves the file as it was, without -wal/-shm it did not have
                 leave_no_companions(self.engine, path)
-            self._writer = self.engine.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
             self._write_lock = threading.Lock()
             self._count_lock = threading.Lock()
             #: What differs between SQLite and PostgreSQL (runtime/backends.py), picked once here
@@ -171,6 +170,10 @@ class Store(Repositories):
             self._runtime: StoreDialect = self.dialect.store(
                 self.engine, self.url, read_only=read_only, retry=retry, write_lock=self._write_lock
             )
+            # SQLite's writes begin IMMEDIATE (an execution option its begin listener
+            # reads); a server's check out of the engine itself, whose connections then
+            # carry no per-store options to look through at every event point
+            self._writer = self._runtime.writer()
             self._write_conn: Connection | None = None
             self._writes = 0
             if check_schema:

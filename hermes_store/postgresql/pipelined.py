@@ -87,6 +87,11 @@ def first_row(conn: Connection, sql: str, params: Any) -> tuple[Any, ...] | None
 
 def _watched(conn: Connection) -> bool:
     """Whether listeners or echo watch `conn`'s statements."""
+    if not (conn._has_events or conn.engine._has_events):
+        # the flags SQLAlchemy itself checks before it dispatches any connection event:
+        # with neither set, no listener was ever added (reading each event's listeners
+        # through the joined dispatch costs more than the rest of the checks together)
+        return bool(conn._echo)
     dispatch = conn.dispatch
     return bool(
         conn._echo

@@ -663,18 +663,29 @@ def install_pg_text_adapters(dbapi_conn: Any) -> None:
     """Register the NUL-escaping dumpers and loaders on one psycopg connection."""
     from psycopg.types import string
 
-    def escaping(base: type) -> type:
+    # Every string parameter and text column of every statement goes through these: the
+    # base class's method is called directly (no super() lookup) and the escape only where
+    # the string holds something to escape.
+    def escaping(base: type[Any]) -> type:
+        base_dump = base.dump
+
         class Dumper(base):  # type: ignore[misc]
             def dump(self, obj: str) -> Any:
-                return super().dump(escape_nul(obj))
+                if "\x00" in obj or NUL_ESCAPE in obj:
+                    obj = escape_nul(obj)
+                return base_dump(self, obj)
 
         return Dumper
 
-    def unescaping(base: type) -> type:
+    def unescaping(base: type[Any]) -> type:
+        base_load = base.load
+
         class Loader(base):  # type: ignore[misc]
             def load(self, data: Any) -> Any:
-                value = super().load(data)
-                return unescape_nul(value) if isinstance(value, str) else value
+                value = base_load(self, data)
+                if isinstance(value, str) and NUL_ESCAPE in value:
+                    return unescape_nul(value)
+                return value
 
         return Loader
 

@@ -43,6 +43,7 @@ from ..sqlite.damage import btree_problems, classify, quick_check, sqlite_error
 from ..sqlite.limits import WRITE_IOERRS, file_size_limit_hit
 from .backends import dialect_named
 from .engine import (
+    BEGIN_MODE,
     BUSY_TIMEOUT_S,
     readers_block_commits,
     set_busy_timeout,
@@ -96,6 +97,10 @@ class StoreDialect:
         self.read_only = read_only
         self.retry = retry
         self.write_lock = write_lock
+
+    def writer(self) -> Engine:
+        """What the store's writes check their connections out of."""
+        return self.engine
 
     def write_once(self) -> pg_faults.WriteOnce | None:
         """For one write: what lets its retry tell whether an unanswered COMMIT applied."""
@@ -188,12 +193,17 @@ class SQLiteStoreDialect(StoreDialect):
     # the process has one writer at a time anyway, as the original has one writer
     # connection, and a pool checkout and return per write cost more than an append
     keeps_writer_connection = True
+
     # a read takes its shared lock as it starts (start_read)
     locks_reads = True
 
     # per Store (instance values once set; the class values are the starting state)
     _fts_rebuilds = 0  # the one in-place rebuild this Store may do
     _damaged: DatabaseCorrupt | None = None  # structural damage seen: no more writes
+
+    def writer(self) -> Engine:
+        # a write's transaction begins IMMEDIATE: it takes the write lock up front
+        return self.engine.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
 
     def refuse_writes(self) -> None:
         if self._damaged is not None:

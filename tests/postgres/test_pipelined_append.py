@@ -183,3 +183,21 @@ def test_a_watched_connection_sends_the_call_the_ordinary_way(pg_store: Store) -
     first_answer = next(i for i, (d, _m) in enumerate(wire) if d == "B")
     assert "hermes_store_append_message" not in " ".join(m for _d, m in wire[:first_answer])
     assert messages.get_messages("s")[-1]["content"] == "watched"
+
+
+def test_an_append_is_two_round_trips_with_its_checkout_and_return(pg_store: Store) -> None:
+    """The whole call, its pool checkout and return included, exchanges two round trips
+    (BEGIN and the call in one, COMMIT): the checkout sends no ping and the return no
+    ROLLBACK, since the transaction has ended by then and psycopg sends nothing to roll
+    back an idle connection."""
+    messages = MessageRepository(pg_store)
+    messages.append_message("s", "user", "warm")
+    wire = _traced(pg_store, lambda: messages.append_message("s", "user", "counted"))
+    answers = [m.split()[0] for d, m in wire if d == "B"]
+    assert answers.count("ReadyForQuery") == 2, wire
+    # what is parsed or run as a query: the BEGIN, the call (unless psycopg has prepared
+    # it by now, then only bound), COMMIT; nothing from the pool
+    sent = [m for d, m in wire if d == "F" and m.startswith(("Query", "Parse"))]
+    assert "BEGIN" in sent[0] and sent[-1] == 'Query "COMMIT"', sent
+    assert all("hermes_store_append_message" in m for m in sent[1:-1]) and len(sent) <= 3, sent
+    assert not any("ROLLBACK" in m for _d, m in wire)
