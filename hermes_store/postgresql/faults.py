@@ -36,9 +36,9 @@ and committed, then another restart. So after a restart "committed" is believed 
 where the write's own change is found (the one-call append's row: its id, session, role
 and content); a write without such a witness, or one whose restart checkpoint has been
 superseded (or whose server is another one, after a failover), has an outcome that
-cannot be known: DatabaseUnavailable with `outcome_unknown`, never a guess. Cost: one round trip per write that changed something, on the success path, none
-for a work that reads the marker in a statement of its own (`note_transaction`: the
-one-call append).
+cannot be known: DatabaseUnavailable with `outcome_unknown`, never a guess. Cost: one
+round trip per write that changed something, on the success path, none for a work that
+reads the marker in a statement of its own (`note_transaction`: the one-call append).
 """
 
 from __future__ import annotations

@@ -87,10 +87,11 @@ def first_row(conn: Connection, sql: str, params: Any) -> tuple[Any, ...] | None
 
 def _watched(conn: Connection) -> bool:
     """Whether listeners or echo watch `conn`'s statements."""
-    if not (conn._has_events or conn.engine._has_events):
+    if not (getattr(conn, "_has_events", True) or getattr(conn.engine, "_has_events", True)):
         # the flags SQLAlchemy itself checks before it dispatches any connection event:
         # with neither set, no listener was ever added (reading each event's listeners
-        # through the joined dispatch costs more than the rest of the checks together)
+        # through the joined dispatch costs more than the rest of the checks together);
+        # a SQLAlchemy without the flags takes the full check below
         return bool(conn._echo)
     dispatch = conn.dispatch
     return bool(
