@@ -123,51 +123,12 @@ def test_a_lost_commit_answer_of_a_batch_is_applied_once(cluster: Cluster) -> No
     assert _message_count(cluster, "s") == 6
 
 
-def test_a_commit_in_flight_when_the_server_crashes_is_applied_once(cluster: Cluster) -> None:
-    """The COMMIT never reaches the server, which then crashes (immediate stop) and comes
-    back; the open transaction's WAL is lost, so the restarted server hands out its id
-    again, here to transactions that commit. Asked about that id, the server says
-    "committed": believing it would acknowledge a message that is not stored. The retry
-    must see that the id was handed out again and redo the write, once."""
-    seen: dict[str, Any] = {}
-
-    def crash() -> None:
-        rows = cluster.admin(
-            "SELECT backend_xid::text FROM pg_stat_activity WHERE application_name ="
-            " 'hermes-store' AND backend_xid IS NOT NULL"
-        )
-        seen["xid"] = [str(r[0]) for r in rows]
-        cluster.stop("immediate")
-        cluster.start()
-        import psycopg
-
-        with psycopg.connect(
-            host="127.0.0.1", port=cluster.port, user="hermes", dbname=cluster.database
-        ) as other:
-            taken = []
-            for _ in range(20):
-                taken.append(str(other.execute("SELECT pg_current_xact_id()").fetchone()[0]))  # type: ignore[index]
-                other.commit()
-        seen["taken"] = taken
-
-    returned = _write_through_cut(
-        cluster,
-        CommitCutter(cluster.port, "before_forward", on_cut=crash),
-        lambda m: m.append_message("s", "user", "the message"),
-    )
-    assert len(seen["xid"]) == 1 and seen["xid"][0] in seen["taken"], (
-        f"the lost transaction's id was not handed out again: {seen}"
-    )
-    stored = _stored(cluster, "s")
-    assert [c for _, c in stored] == ["before", "the message"]
-    assert stored[1][0] == returned
-    assert _message_count(cluster, "s") == 2
-
-
-def _crash_twice(cluster: Cluster, seen: dict[str, Any]) -> Callable[[], None]:
-    """At the cut: the server crashes (the open transaction's WAL is lost), comes back
-    for a life the writer never reaches, in which another client takes the lost id
-    again and commits, and restarts again before the writer's retry reaches it."""
+def _crash(cluster: Cluster, seen: dict[str, Any], *, restart_again: bool) -> Callable[[], None]:
+    """At the cut: the server crashes (the open transaction's WAL is lost) and comes back,
+    and another client takes the lost id again and commits (`seen`: the hermes-store
+    transaction ids open at the crash, "xid", and the ids taken after, "taken").
+    `restart_again`: then the server restarts once more, so that the life in which the
+    id was taken again is one the writer's retry never reaches."""
 
     def crash() -> None:
         import psycopg
@@ -187,24 +148,32 @@ def _crash_twice(cluster: Cluster, seen: dict[str, Any]) -> Callable[[], None]:
                 taken.append(str(other.execute("SELECT pg_current_xact_id()").fetchone()[0]))  # type: ignore[index]
                 other.commit()
         seen["taken"] = taken
-        # a clean stop: that life's commits are kept (they wrote no WAL of their own, so
-        # their commit records are flushed later, and a crash would lose them too)
-        cluster.stop("fast")
-        cluster.start()
+        if restart_again:
+            # a clean stop: that life's commits are kept (they wrote no WAL of their own,
+            # so their commit records are flushed later, and a crash would lose them too)
+            cluster.stop("fast")
+            cluster.start()
 
     return crash
 
 
-def test_a_commit_lost_in_a_crash_is_redone_after_a_second_restart(cluster: Cluster) -> None:
-    """As above, but the writer's retry first reaches the server two restarts later: the
-    life in between handed the lost transaction's id out again and committed it, and
-    the restart the retry sees began after that id, so neither the id's status nor the
-    restart checkpoint can tell the lost write from the other one. The append's own row
-    does: it is not there, and the write is redone, once."""
+@pytest.mark.parametrize("restart_again", [False, True], ids=["one restart", "two restarts"])
+def test_a_commit_in_flight_when_the_server_crashes_is_applied_once(
+    cluster: Cluster, restart_again: bool
+) -> None:
+    """The COMMIT never reaches the server, which then crashes (immediate stop) and comes
+    back; the open transaction's WAL is lost, so the restarted server hands out its id
+    again, here to transactions that commit. Asked about that id, the server says
+    "committed": believing it would acknowledge a message that is not stored. The retry
+    must see that the id was handed out again and redo the write, once. Two restarts:
+    the retry first reaches the server a restart later than the life that took the id
+    again, so neither the id's status nor the restart checkpoint tells the lost write
+    from the other one; the append's own row does (it is not there)."""
     seen: dict[str, Any] = {}
+    crash = _crash(cluster, seen, restart_again=restart_again)
     returned = _write_through_cut(
         cluster,
-        CommitCutter(cluster.port, "before_forward", on_cut=_crash_twice(cluster, seen)),
+        CommitCutter(cluster.port, "before_forward", on_cut=crash),
         lambda m: m.append_message("s", "user", "the message"),
     )
     assert len(seen["xid"]) == 1 and seen["xid"][0] in seen["taken"], (
@@ -225,7 +194,9 @@ def test_a_batch_lost_in_a_crash_has_an_unknown_outcome_after_a_second_restart(
     with pytest.raises(DatabaseUnavailable) as raised:
         _write_through_cut(
             cluster,
-            CommitCutter(cluster.port, "before_forward", on_cut=_crash_twice(cluster, seen)),
+            CommitCutter(
+                cluster.port, "before_forward", on_cut=_crash(cluster, seen, restart_again=True)
+            ),
             lambda m: m.append_messages("s", [{"role": "user", "content": "batch"}]),
         )
     assert raised.value.outcome_unknown
