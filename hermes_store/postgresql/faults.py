@@ -32,11 +32,12 @@ transactions whose WAL it lost, so after a restart (`pg_postmaster_start_time()`
 out, which the checkpoint it started with records; an id at or above it was lost, COMMIT
 included. An id below it may still be another transaction's: a crash, then a life of the
 server too short for this client to reach, in which the lost id was handed out again
-and committed, then another restart. So after a restart "committed" is believed only
-where the write's own change is found (the one-call append's row: its id, session, role
-and content); a write without such a witness, or one whose restart checkpoint has been
-superseded (or whose server is another one, after a failover), has an outcome that
-cannot be known: DatabaseUnavailable with `outcome_unknown`, never a guess. Cost: one
+and committed, then another restart. So after a restart the one-call append, which
+names its own row (id, session, role and content), is believed committed only where that
+row is found; other writes are taken at the status's word, which a single restart makes
+exact. When the restart checkpoint has been superseded (or the server is another one,
+after a failover) the outcome cannot be known: DatabaseUnavailable with
+`outcome_unknown`, never a guess. Cost: one
 round trip per write that changed something, on the success path, none for a work that
 reads the marker in a statement of its own (`note_transaction`: the one-call append).
 """
@@ -280,9 +281,9 @@ class WriteOnce:
         life the COMMIT was sent in: if the server restarted more than once since (a
         crash, then a life too short for this client to reach, then another restart),
         the life in between may have handed the lost id out again and committed it, and
-        nothing on the server tells how many lives there were. So "committed" is
-        believed only where the work's own change is found (its witness); a work without
-        one has an outcome that cannot be known."""
+        nothing on the server tells how many lives there were. So where the work gave a
+        witness, "committed" is believed only if the work's own change is found; a work
+        without one is taken at the status's word, as a single restart allows."""
         assert self._marker is not None
         if status in ("aborted", "unknown to this server"):
             return False
@@ -300,16 +301,9 @@ class WriteOnce:
             return False
         if status == "in progress":
             raise CommitInDoubt(f"transaction {self._marker.xid} is in progress")
-        if status != "committed":
-            return False
-        if self._marker.witness is None:
-            raise DatabaseUnavailable(
-                self.server,
-                0.0,
-                1,
-                "the server restarted while a COMMIT was in flight, and the id of its"
-                " transaction may have been handed out again since",
-                outcome_unknown=True,
-            )
+        if status != "committed" or self._marker.witness is None:
+            # without a witness the status is taken as the write's own: wrong only if the
+            # server restarted more than once since (docs/postgresql.md)
+            return status == "committed"
         statement, params = self._marker.witness
         return bool(conn.execute(text(statement), dict(params)).scalar())

@@ -65,7 +65,7 @@ answer pays nothing for it.
 pg_trgm's index hands over a literal's candidates from the whole table whatever the
 window asks, so each window or span read through the indexes costs every literal's
 whole posting lists. A reading whose literals times the table's ids pass the backend's
-`literal_index_rows` (ten OR'ed literals at 10M rows) reads none through the indexes:
+`literal_index_rows` (ten OR'ed literals in 10M ids) reads none through the indexes:
 after the windows read row by row comes the estimate, and past the budget only the
 newest rows are read one by one, limits.RETRY_CHECKS rows shared among its literals as
 the zero-hit retry shares them among its patterns (none more where the windows read
@@ -364,10 +364,10 @@ def _windowed_page(
     if over is None:
         return _page(backend, parsed, filters, oldest, limit, None)
     span, estimate = over
-    if not by_index and backend.literal_window_by_index(span):
-        # read row by row instead, each row checked for every literal: the budget's
-        # checks shared among the literals, as the zero-hit retry shares them
-        span = max(1, limits.RETRY_CHECKS // max(1, len(literals)))
+    if not by_index:
+        # read row by row, each row checked for every literal: the budget's checks
+        # shared among the literals, as the zero-hit retry shares them
+        span = min(span, max(1, limits.RETRY_CHECKS // len(literals)))
     if span > read:
         rows = _page(backend, parsed, filters, oldest, limit, bound(span), span)
     if len(rows) < limit:  # older hits may exist: the span is all that was read

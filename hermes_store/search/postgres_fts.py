@@ -874,10 +874,10 @@ class PostgresSearch(SearchBackend):
     literal_sparse_table_rows = 3_000_000
     # pg_trgm's GIN scan reads a literal's posting lists in the whole table for any
     # window: about 8 ms per literal per 10M rows, paid by each index window and by an
-    # index span. One literal at 10M rows (two windows and a span: about 50 ms) is the
-    # most that fits a search's time; ten OR'ed literals at 10M would spend 250 ms
-    # there before the estimate (docs/search-at-scale.md).
-    literal_index_rows = 20_000_000
+    # index span. Up to two literals in 10M ids (with room for the gaps a sequence
+    # leaves) keep their index windows; ten OR'ed literals there would spend 250 ms in
+    # them before the estimate (docs/search-at-scale.md).
+    literal_index_rows = 24_000_000
     #: the newest ids the substring route reads row by row before pg_trgm's bitmap
     substring_span = 16_384
     #: the ids at the table's end (newest, or oldest for sort="oldest") a frequent word's

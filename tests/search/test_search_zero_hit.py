@@ -476,39 +476,49 @@ def test_a_table_of_a_few_budgets_is_read_whole_without_an_estimate(
     assert again == [] and len(again.warnings) == 1 and len(estimates) == 1
 
 
+@pytest.mark.parametrize("sort", [None, "newest"])
 def test_many_literals_past_the_index_budget_are_never_read_through_the_indexes(
-    pg_fresh_db: str, small_budget: None, monkeypatch: pytest.MonkeyPatch
+    pg_fresh_db: str, small_budget: None, monkeypatch: pytest.MonkeyPatch, sort: str | None
 ) -> None:
     """pg_trgm hands over a literal's candidates from the whole table whatever the
     window, so windows read through the indexes cost every literal's posting lists: a
     reading whose literals times the table's ids pass `literal_index_rows` skips them,
-    and past the budget reads the newest rows one by one, the budget's checks shared
-    among its literals. One literal in the same table reads its index windows as before."""
+    and past the budget reads the rows at the walk's end one by one, the budget's checks
+    shared among its literals. One literal in the same table reads its index windows as
+    before."""
     store = Store(pg_fresh_db)
     try:
         old = _literal_crowd(store)
         highest = old + 300
+
+        def bound(ids: int) -> tuple[str, int]:
+            return ("newest", highest - ids)
+
         monkeypatch.setattr(PostgresSearch, "literal_window", 8)
         monkeypatch.setattr(PostgresSearch, "literal_widest_window", 16)
         monkeypatch.setattr(PostgresSearch, "literal_index_windows", (32, 64))
-        # two literals in this table's 301 ids pay for the index windows, ten do not
-        monkeypatch.setattr(PostgresSearch, "literal_index_rows", 2 * 301)
+        # one literal in this table's 301 ids pays for the index windows, two do not
+        monkeypatch.setattr(PostgresSearch, "literal_index_rows", 301)
         pages = _record_pages(monkeypatch)
-        one = search(store, LITERAL)
-        assert one == [] and ("newest", highest - 32) in pages
-        assert ("newest", highest - 64) in pages
+        assert search(store, LITERAL, sort=sort) == []
+        assert bound(32) in pages and bound(64) in pages
         pages.clear()
-        ten = search(store, _ten_literals())
+        ten = search(store, _ten_literals(), sort=sort)
         assert ten == [] and len(ten.warnings) == 1
         # the first window only: the budget's 20 checks among ten literals are 2 rows,
         # fewer than the window's 8 already read
-        assert pages == [("newest", highest - 8)]
+        assert pages == [bound(8)]
         assert _literal_span(ten.warnings[0]) == 8
+        # two literals: 10 rows each, 2 more than the first window read
+        pages.clear()
+        two = search(store, f"{LITERAL} OR ops@zephyr.com", sort=sort)
+        assert two == [] and _literal_span(two.warnings[0]) == 10
+        assert pages == [bound(8), bound(10)]
         # within the budget the whole table is read through the indexes, as before, and
         # the old row found
         monkeypatch.setattr(limits, "RETRY_CHECKS", 10_000)
         pages.clear()
-        assert [h["id"] for h in search(store, _ten_literals())] == [old]
-        assert pages == [("newest", highest - 8), None]
+        assert [h["id"] for h in search(store, _ten_literals(), sort=sort)] == [old]
+        assert pages == [bound(8), None]
     finally:
         store.close()
