@@ -27,19 +27,19 @@ PgBouncer in transaction pooling mode (the id is read inside the transaction, an
 about on any server connection).
 
 A server that crashed (immediate shutdown, power loss) hands out again the ids of
-transactions whose WAL it lost, so after a restart (`pg_postmaster_start_time()` changed)
-"committed" is believed only for an id below the first one the restarted server handed
-out, which the checkpoint it started with records; an id at or above it was lost, COMMIT
-included. An id below it may still be another transaction's: a crash, then a life of the
-server too short for this client to reach, in which the lost id was handed out again
-and committed, then another restart. So after a restart the one-call append, which
-names its own row (id, session, role and content), is believed committed only where that
-row is found; other writes are taken at the status's word, which a single restart makes
-exact. When the restart checkpoint has been superseded (or the server is another one,
-after a failover) the outcome cannot be known: DatabaseUnavailable with
-`outcome_unknown`, never a guess. Cost: one
-round trip per write that changed something, on the success path, none for a work that
-reads the marker in a statement of its own (`note_transaction`: the one-call append).
+transactions whose WAL it lost, so after a restart (`pg_postmaster_start_time()`
+changed) "committed" is believed only for an id below the first one the restarted server
+handed out, which the checkpoint it started with records; an id at or above it was lost,
+COMMIT included. An id below it may still be another transaction's: a crash, then a life
+of the server too short for this client to reach, in which the lost id was handed out
+again and committed, then another restart. So after a restart a write that appended
+messages, which names one of its rows (id, session, role and content: `note_witness`),
+is believed committed only where that row is found; other writes are taken at the
+status's word, which a single restart makes exact. When the restart checkpoint has been
+superseded (or the server is another one, after a failover) the outcome cannot be known:
+DatabaseUnavailable with `outcome_unknown`, never a guess. Cost: one round trip per
+write that changed something, on the success path, none for a work that reads the marker
+in a statement of its own (`note_transaction`: the one-call append).
 """
 
 from __future__ import annotations
@@ -192,6 +192,18 @@ def note_transaction(
         conn.info[_NOTED] = _Marker(int(xid), int(backend_pid), started, witness)
 
 
+#: Connection.info key of a witness a unit of work gave without a marker (`note_witness`).
+_WITNESS = "hermes_write_witness"
+
+
+def note_witness(conn: Connection, witness: Witness) -> None:
+    """Hand the write path a statement telling whether the unit of work on `conn`
+    committed (one of the rows it wrote, found as written), for the commit-outcome check
+    after a restart (`WriteOnce._after_restart`). The transaction is atomic, so any row
+    it wrote stands for all of it."""
+    conn.info[_WITNESS] = witness
+
+
 class WriteOnce:
     """One call of Store.write on PostgreSQL: remembers the transaction of an attempt whose
     COMMIT was sent, so that the next attempt can find out whether it was applied.
@@ -212,6 +224,7 @@ class WriteOnce:
 
     def before_commit(self, conn: Connection, result: Any) -> None:
         noted = conn.info.pop(_NOTED, None)
+        witness = conn.info.pop(_WITNESS, None)
         if noted is not None:
             # the work read its transaction's marker itself (the one-call append)
             self._marker, self.result = noted, result
@@ -223,14 +236,18 @@ class WriteOnce:
             )
         ).one()
         # No transaction id: the work changed nothing, so running it again is harmless.
-        self._marker = None if row[0] is None else _Marker(int(row[0]), int(row[1]), row[2])
+        self._marker = (
+            None if row[0] is None else _Marker(int(row[0]), int(row[1]), row[2], witness)
+        )
         self.result = result
 
     def committed_earlier(self, conn: Connection) -> bool:
         """Whether an earlier attempt of this write committed (then its result stands).
         Raises CommitInDoubt while that cannot be known yet, DatabaseUnavailable (outcome
         unknown) when it never can be."""
-        conn.info.pop(_NOTED, None)  # a marker noted by an attempt that did not commit
+        # a marker or witness noted by an attempt that did not commit
+        conn.info.pop(_NOTED, None)
+        conn.info.pop(_WITNESS, None)
         marker = self._marker
         if marker is None:
             return False

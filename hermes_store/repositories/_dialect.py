@@ -69,6 +69,11 @@ class SQLDialect:
         """Bytes the database takes."""
         raise NotImplementedError
 
+    def note_appended(self, conn: Connection, message_id: int, row: Mapping[str, Any]) -> None:
+        """Tell the write path which message the unit of work on `conn` appended (the
+        encoded `row` it inserted as `message_id`), where the commit-outcome check can
+        use it (PostgreSQL)."""
+
     def clock(self, conn: Connection) -> float:
         """The epoch seconds that leases are judged by."""
         return time.time()
@@ -128,9 +133,11 @@ class PostgreSQLSQLDialect(SQLDialect):
         call = _append_one_call(tuple(row))
         found = pg_pipelined.first_row(conn, call.sql(conn.dialect), params)
         assert found is not None  # the function returns one row or raises
-        witness = (_APPENDED, {"id": found[0], **{k: row.get(k) for k in _WITNESSED}})
-        pg_faults.note_transaction(conn, found[1], found[2], found[3], witness)
+        pg_faults.note_transaction(conn, found[1], found[2], found[3], _witness(found[0], row))
         return int(found[0])
+
+    def note_appended(self, conn: Connection, message_id: int, row: Mapping[str, Any]) -> None:
+        pg_faults.note_witness(conn, _witness(message_id, row))
 
     def message_columns(self, conn: Connection) -> tuple[str, ...]:
         """Every column of `messages` but the search machinery's (the generated search
@@ -159,6 +166,10 @@ _APPENDED = (
     "SELECT EXISTS (SELECT 1 FROM messages WHERE id = :id AND session_id = :session_id"
     " AND role = :role AND content IS NOT DISTINCT FROM :content)"
 )
+
+
+def _witness(message_id: int, row: Mapping[str, Any]) -> pg_faults.Witness:
+    return _APPENDED, {"id": message_id, **{k: row.get(k) for k in _WITNESSED}}
 
 #: The session's row lock; a row back when there was a row to lock.
 _LOCK_SESSION = Prepared(text("SELECT 1 FROM sessions WHERE id = :id FOR UPDATE"))

@@ -184,23 +184,29 @@ def test_a_commit_in_flight_when_the_server_crashes_is_applied_once(
     assert _message_count(cluster, "s") == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a batch names no row of its own for the commit-outcome check to find: after two"
-    " restarts it is taken at the status's word, which then describes another transaction"
-    " (docs/postgresql.md)",
-)
-def test_a_batch_lost_in_a_crash_is_redone_after_a_second_restart(cluster: Cluster) -> None:
-    """The same for a write of several rows (append_messages)."""
+@pytest.mark.parametrize("write", ["batch", "keyed append"])
+def test_a_write_of_messages_lost_in_a_crash_is_redone_after_a_second_restart(
+    cluster: Cluster, write: str
+) -> None:
+    """The same for the other writes of messages (append_messages, an append with an
+    idempotency key), which read their transaction's id in a statement of their own
+    and name their first row as the witness."""
     seen: dict[str, Any] = {}
     crash = _crash(cluster, seen, restart_again=True)
-    _write_through_cut(
-        cluster,
-        CommitCutter(cluster.port, "before_forward", on_cut=crash),
-        lambda m: m.append_messages("s", [{"role": "user", "content": "batch"}]),
+
+    def append(m: MessageRepository) -> Any:
+        if write == "batch":
+            return m.append_messages("s", [{"role": "user", "content": "the message"}])[0]
+        return m.append_message("s", "user", "the message", idempotency_key="k1")
+
+    returned = _write_through_cut(
+        cluster, CommitCutter(cluster.port, "before_forward", on_cut=crash), append
     )
     assert seen["xid"][0] in seen["taken"]
-    assert [c for _, c in _stored(cluster, "s")] == ["before", "batch"]
+    stored = _stored(cluster, "s")
+    assert [c for _, c in stored] == ["before", "the message"]
+    assert stored[1][0] == returned
+    assert _message_count(cluster, "s") == 2
 
 
 # --------------------------------------------------------------------------- workloads
