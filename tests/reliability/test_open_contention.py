@@ -3,7 +3,6 @@ timeout (a gateway restarting while eight agents write must not crash on open)."
 
 from __future__ import annotations
 
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -11,11 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.databases import journal_mode, set_journal_mode
+from helpers.databases import journal_mode, set_journal_mode, sqlite_connect
 
 from hermes_store import MessageRepository, SessionRepository, Store, migrate
 from hermes_store.compat import SessionDB
-from hermes_store.config import JournalPolicy
+from hermes_store.config import JOURNAL_ENV, JournalPolicy
 from hermes_store.errors import DatabaseLocked
 from hermes_store.runtime.retry import RetryPolicy
 from hermes_store.sqlite import driver
@@ -26,7 +25,9 @@ pytestmark = pytest.mark.sqlite_only
 def _hold_exclusive(path: Path, seconds: float, held: threading.Event) -> None:
     # EXCLUSIVE keeps other writers out in both modes, and in DELETE mode readers too,
     # which is what a committing writer does to an opening process for a moment
-    con = sqlite3.connect(str(path), isolation_level=None)
+    # through the driver under test: another SQLite library in this process would not
+    # see the store's locks, nor the store its
+    con = sqlite_connect(path, isolation_level=None)
     try:
         con.execute("BEGIN EXCLUSIVE")
         con.execute("INSERT INTO state_meta (key, value) VALUES ('held', '1')")
@@ -38,8 +39,9 @@ def _hold_exclusive(path: Path, seconds: float, held: threading.Event) -> None:
 
 
 def test_open_waits_for_an_exclusive_lock_longer_than_the_busy_timeout(
-    tmp_path: Path, journal: str
+    tmp_path: Path, journal: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv(JOURNAL_ENV, journal)  # kept: a fixed SQLite would make it WAL
     path = tmp_path / "state.db"
     migrate.upgrade(str(path), fts_min_pause=0)
     set_journal_mode(path, journal)
