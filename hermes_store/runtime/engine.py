@@ -143,9 +143,9 @@ def switch_to_wal(dbapi_conn: sqlite3.Connection, *, wait: bool) -> str | None:
     """`PRAGMA journal_mode=WAL`: the mode in force after it ("delete" where the file
     system cannot do WAL), or, with `wait` False, None when a lock held elsewhere refused
     it. The switch needs the file to itself: SQLite refuses it at once while another
-    connection holds the write lock (the busy timeout does not apply) and after the busy
-    timeout while one reads, so no wait makes it sure; without `wait` it is tried without
-    waiting at all, and the caller goes on in the file's present mode."""
+    connection holds the write lock (the busy timeout does not apply there), and after the
+    busy timeout while one reads. Without `wait` it is tried with no busy timeout at all,
+    and the caller goes on in the file's present mode."""
     saved = None
     if not wait:
         saved = int(dbapi_conn.execute("PRAGMA busy_timeout").fetchone()[0])
