@@ -54,6 +54,8 @@ T = TypeVar("T")
 _SECURED = "hermes_file_modes_secured"  # per DBAPI connection (Connection.info)
 #: the journal mode a writing connection set up its file in (its pool record's info)
 _JOURNAL = "hermes_store_journal_mode"
+#: set while the switch to WAL the journal policy wants is still to be taken (pool record)
+_WAL_PENDING = "hermes_store_wal_pending"
 _DB_PATH = "hermes_db_path"  # the database file of a SQLite connection (Connection.info)
 
 
@@ -110,24 +112,81 @@ def journal_choice(
 
 
 def apply_journal_mode(dbapi_conn: sqlite3.Connection, policy: JournalPolicy) -> str:
-    """Choose the journal mode by the original's rules; never downgrade a WAL file."""
+    """Choose the journal mode by the original's rules; never downgrade a WAL file. A lock
+    held elsewhere that refuses the switch to WAL raises SQLite's error."""
+    mode, _pending = set_up_journal_mode(dbapi_conn, policy, wait=True)
+    return mode
+
+
+def set_up_journal_mode(
+    dbapi_conn: sqlite3.Connection, policy: JournalPolicy, *, wait: bool
+) -> tuple[str, bool]:
+    """Choose the journal mode by the original's rules (never downgrading a WAL file):
+    the mode in force after it, and whether a switch to WAL is still wanted. With `wait`
+    False a lock held elsewhere that refuses the switch leaves the file in its mode (and
+    the switch wanted, for `retry_wal_switch`) instead of failing."""
     current = str(dbapi_conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
     # the library behind this very connection decides, whichever driver opened it
     want = journal_choice(current, policy, linked_version(dbapi_conn)).mode
     if want == current:
-        return current
+        return current, False
     if want == "delete":
         dbapi_conn.execute("PRAGMA journal_mode=DELETE")
-        return "delete"
+        return "delete", False
+    got = switch_to_wal(dbapi_conn, wait=wait)
+    if got is None:
+        return current, True
+    return got, False
+
+
+def switch_to_wal(dbapi_conn: sqlite3.Connection, *, wait: bool) -> str | None:
+    """`PRAGMA journal_mode=WAL`: the mode in force after it ("delete" where the file
+    system cannot do WAL), or, with `wait` False, None when a lock held elsewhere refused
+    it. The switch needs the file to itself: SQLite refuses it at once while another
+    connection holds the write lock (the busy timeout does not apply there), and after the
+    busy timeout while one reads. Without `wait` it is tried with no busy timeout at all,
+    and the caller goes on in the file's present mode."""
+    saved = None
+    if not wait:
+        saved = int(dbapi_conn.execute("PRAGMA busy_timeout").fetchone()[0])
+        dbapi_conn.execute("PRAGMA busy_timeout = 0")
     try:
-        got = str(dbapi_conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower()
+        return str(dbapi_conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower()
     except sqlite_driver.OperationalError as exc:
         text = str(exc).lower()
         if "locking protocol" in text or "not authorized" in text:
             log.warning("WAL is not available here (%s); using DELETE journal mode", exc)
             return "delete"
+        code = getattr(exc, "sqlite_errorcode", None)
+        if not wait and code is not None and code & 0xFF in _LOCK_CODES:
+            return None
         raise
-    return got
+    finally:
+        if saved is not None:
+            dbapi_conn.execute(f"PRAGMA busy_timeout = {saved}")
+
+
+_LOCK_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+def retry_wal_switch(conn: Connection) -> None:
+    """Before a write's BEGIN on a connection whose switch to WAL a lock refused when it
+    connected: try the switch again, without waiting; while it is refused the write goes
+    on in the file's present mode, waiting for locks as any write there does."""
+    info = conn.connection.info
+    if not info.get(_WAL_PENDING):
+        return
+    dbapi_conn = conn.connection.driver_connection
+    assert dbapi_conn is not None
+    try:
+        got = switch_to_wal(dbapi_conn, wait=False)
+    except sqlite_driver.Error as exc:
+        # the BEGIN that follows meets whatever this is and reports it in its terms
+        log.debug("switching to WAL before a write failed: %s", exc)
+        return
+    if got is not None:
+        info[_JOURNAL] = got
+        del info[_WAL_PENDING]
 
 
 def secure_file_modes(path: Path) -> None:
@@ -188,7 +247,13 @@ def _install_sqlite_listeners(
         if db_path is not None:
             _record.info[_DB_PATH] = db_path
         if not read_only:
-            _record.info[_JOURNAL] = apply_journal_mode(dbapi_conn, policy)
+            # without waiting: a lock held elsewhere (another process's write) must not
+            # fail the connection, which reads in any mode; the switch is taken before a
+            # later write instead (retry_wal_switch)
+            mode, pending = set_up_journal_mode(dbapi_conn, policy, wait=False)
+            _record.info[_JOURNAL] = mode
+            if pending:
+                _record.info[_WAL_PENDING] = True
             dbapi_conn.execute("PRAGMA foreign_keys=ON")
             dbapi_conn.execute("PRAGMA recursive_triggers=ON")
 
@@ -202,6 +267,8 @@ def _install_sqlite_listeners(
             # end_failed_transaction), and BEGIN would fail on it forever
             log.warning("rolling back a transaction a failed unit of work left open")
             dbapi_conn.execute("ROLLBACK")
+        if mode == "IMMEDIATE" and not read_only:
+            retry_wal_switch(conn)
         driver_execute(conn, _BEGIN[mode])
         if read_only and db_path is not None:
             _read_past_a_hot_journal(conn, db_path, _BEGIN[mode])

@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from helpers.databases import sqlite_connect
 
 from hermes_store import migrate
 from hermes_store.compat import (
@@ -208,7 +209,9 @@ def test_auto_prune_is_throttled_and_never_raises(tmp_path: Path) -> None:
         db.create_session("old", "cli")
         db.append_message("old", "user", "ancient history")
         db.end_session("old", "user_exit")
-        con = sqlite3.connect(tmp_path / "state.db")
+        # through the store's own SQLite library: another library in this process would
+        # drop the store's locks when it closed the file
+        con = sqlite_connect(tmp_path / "state.db")
         con.execute("UPDATE sessions SET started_at = 1000, ended_at = 1001")
         con.execute("UPDATE messages SET timestamp = 1000")
         con.commit()

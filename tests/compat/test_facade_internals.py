@@ -9,11 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers.databases import sqlite_connect
 
 from hermes_store.compat import SessionDB
-from hermes_store.config import JournalPolicy
+from hermes_store.config import JOURNAL_ENV, JournalPolicy
 from hermes_store.errors import SQLiteOnly
 from hermes_store.runtime.engine import wal_reset_vulnerable
+from hermes_store.sqlite import driver
 from hermes_store.store import Store
 
 
@@ -26,9 +28,11 @@ def db(tmp_path: Path) -> Iterator[SessionDB]:
 
 def test_conn_is_set_up_as_the_originals(db: SessionDB) -> None:
     conn = db._conn
-    assert isinstance(conn, sqlite3.Connection)
+    # a connection of the SQLite library this process drives (the standard library's or
+    # pysqlite3's, whose classes share the names but not the types)
+    assert isinstance(conn, driver.Connection)
     assert conn is db._conn  # one connection for the life of the handle
-    assert conn.row_factory is sqlite3.Row
+    assert conn.row_factory is driver.module_of(conn).Row
     assert conn.isolation_level is None  # autocommit: transactions are explicit
     # the original's choice for a new file: DELETE on SQLite builds with the WAL-reset bug
     expected = "delete" if wal_reset_vulnerable() else "wal"
@@ -44,7 +48,10 @@ def test_conn_is_set_up_as_the_originals(db: SessionDB) -> None:
 
 
 @pytest.mark.parametrize("mode", ["wal", "delete"])
-def test_conn_keeps_the_files_journal_mode(tmp_path: Path, mode: str) -> None:
+def test_conn_keeps_the_files_journal_mode(
+    tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(JOURNAL_ENV, mode)  # kept: a fixed SQLite would make DELETE WAL
     path = tmp_path / "state.db"
     Store(path, journal=JournalPolicy(mode=mode), check_schema=False).close()  # type: ignore[arg-type]
     handle = SessionDB(path)
@@ -89,13 +96,13 @@ def test_execute_write_commits_returns_and_rolls_back(db: SessionDB) -> None:
     assert db.get_session("gone") is None
     assert db._conn is not None and not db._conn.in_transaction
     # an SQL error reaches the caller as the driver's own error, as in the original
-    with pytest.raises(sqlite3.OperationalError, match="no such table"):
+    with pytest.raises(driver.OperationalError, match="no such table"):
         db._execute_write(lambda conn: conn.execute("SELECT * FROM nowhere"))
 
 
 def test_execute_write_waits_out_another_processes_write_lock(db: SessionDB) -> None:
     assert db.db_path is not None
-    holder = sqlite3.connect(db.db_path, isolation_level=None, check_same_thread=False)
+    holder = sqlite_connect(db.db_path, isolation_level=None, check_same_thread=False)
     holder.execute("BEGIN IMMEDIATE")
     locked = threading.Event()
 
@@ -140,7 +147,7 @@ def test_conn_is_none_after_close(tmp_path: Path) -> None:
     conn = handle._conn
     handle.close()
     assert handle._conn is None
-    with pytest.raises(sqlite3.ProgrammingError):
+    with pytest.raises(driver.ProgrammingError):
         assert conn is not None
         conn.execute("SELECT 1")
 
@@ -154,7 +161,7 @@ def test_read_only_handle_has_a_read_only_conn(tmp_path: Path) -> None:
     try:
         assert reader._conn is not None
         assert reader._conn.execute("SELECT COUNT(*) FROM sessions").fetchone()[0] == 1
-        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        with pytest.raises(driver.OperationalError, match="readonly"):
             reader._conn.execute("DELETE FROM sessions")
     finally:
         reader.close()

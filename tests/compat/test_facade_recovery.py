@@ -9,6 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from helpers.databases import sqlite_connect
 
 import hermes_store.sqlite.recovery as recovery
 from hermes_store.compat import (
@@ -20,6 +21,7 @@ from hermes_store.compat import (
     repair_state_db_schema,
 )
 from hermes_store.errors import DatabaseCorrupt
+from hermes_store.sqlite import driver
 
 
 def make_db(path: Path) -> Path:
@@ -32,17 +34,47 @@ def make_db(path: Path) -> Path:
 
 def duplicate_schema_row(path: Path) -> None:
     """The "table messages_fts already exists" damage: a second sqlite_master row."""
-    con = sqlite3.connect(path, isolation_level=None)
+    con = sqlite_connect(path, isolation_level=None)
     con.execute("PRAGMA writable_schema=ON")
     con.execute("INSERT INTO sqlite_master SELECT * FROM sqlite_master WHERE name='messages_fts'")
     con.close()
 
 
 def break_fts_structure(path: Path) -> None:
-    """An FTS index whose structure record is garbage: reads work, every write fails."""
-    con = sqlite3.connect(path, isolation_level=None)
-    con.execute("UPDATE messages_fts_data SET block = X'FFFFFFFF' WHERE id = 10")
-    con.close()
+    """An FTS index whose structure record is garbage: the base tables read, the index
+    refuses searches or writes, and a rebuild repairs it. SQLite 3.40 refuses writes once
+    the record is 4 bytes of garbage (a longer one makes it fail to construct the table,
+    which no rebuild repairs); newer SQLite (pysqlite3's) reads a record of those 4 bytes
+    (its cookie) alone as an empty index, and is given a longer one, which it refuses as
+    corrupt."""
+    con = sqlite_connect(path, isolation_level=None)
+    try:
+        for garbage in ("FFFFFFFF", "FFFFFFFFFFFFFFFFFFFF"):
+            con.execute(f"UPDATE messages_fts_data SET block = X'{garbage}' WHERE id = 10")
+            if _index_refused(con):
+                return
+        raise AssertionError("no garbage structure record made this SQLite refuse the index")
+    finally:
+        con.close()
+
+
+def _index_refused(con: sqlite3.Connection) -> bool:
+    try:
+        con.execute("SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'hello'").fetchall()
+    except driver.DatabaseError:
+        return True
+    con.execute("BEGIN")
+    try:
+        con.execute(
+            "INSERT INTO messages (session_id, role, content, timestamp) "
+            "VALUES ('s1', 'user', 'probe', 1.0)"
+        )
+        return False
+    except driver.DatabaseError:
+        return True
+    finally:
+        if con.in_transaction:  # an error may have ended it already
+            con.execute("ROLLBACK")
 
 
 def backups(path: Path) -> list[Path]:
@@ -50,7 +82,7 @@ def backups(path: Path) -> list[Path]:
 
 
 def session_ids(path: Path) -> list[str]:
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    con = sqlite_connect(f"file:{path}?mode=ro", uri=True)
     try:
         return [r[0] for r in con.execute("SELECT id FROM sessions ORDER BY id")]
     finally:

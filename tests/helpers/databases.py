@@ -63,16 +63,30 @@ def _require_fixtures() -> Path:
 # --------------------------------------------------------------------------- helpers
 
 
+def sqlite_connect(database: Path | str, **kwargs: Any) -> sqlite3.Connection:
+    """A DB-API connection through the SQLite library this process drives (the driver
+    under test): two copies of SQLite in one process do not see each other's POSIX locks
+    on a file, and closing it in one drops the other's (hermes_store/sqlite/driver.py)."""
+    from hermes_store.sqlite import driver
+
+    return driver.current().connect(str(database), **kwargs)
+
+
 def url_for(path: Path | str) -> str:
     """An absolute SQLite URL for a file path."""
     return f"sqlite:///{Path(path).resolve()}"
 
 
 def plain_engine(url_or_path: Path | str) -> Engine:
-    """A plain SQLAlchemy engine (no hermes-store listeners) for inspecting a file."""
+    """A plain SQLAlchemy engine (no hermes-store listeners) for inspecting a file, through
+    the SQLite library this process drives (see sqlite_connect)."""
+    from hermes_store.sqlite import driver
+
     url = str(url_or_path)
     if "://" not in url:
         url = url_for(url)
+    if url.startswith("sqlite"):
+        return create_engine(url, poolclass=NullPool, module=driver.current().module)
     return create_engine(url, poolclass=NullPool)
 
 
@@ -102,7 +116,7 @@ def dump(path: Path | str) -> dict[str, list[tuple[Any, ...]]]:
     Alembic version table), in a deterministic order."""
     # A read-write handle (used only to read): a read-only one would leave -wal/-shm
     # files behind on a WAL database.
-    con = sqlite3.connect(str(path))
+    con = sqlite_connect(path)
     try:
         names = [
             r[0]
@@ -121,7 +135,7 @@ def dump(path: Path | str) -> dict[str, list[tuple[Any, ...]]]:
 
 def raw(path: Path | str, *, foreign_keys: bool = True) -> sqlite3.Connection:
     """A raw sqlite3 connection in autocommit mode (the caller closes it)."""
-    con = sqlite3.connect(str(path), timeout=5, isolation_level=None)
+    con = sqlite_connect(path, timeout=5, isolation_level=None)
     if foreign_keys:
         con.execute("PRAGMA foreign_keys=ON")
     return con
@@ -157,6 +171,7 @@ class DB:
     snapshot = staticmethod(snapshot)
     dump = staticmethod(dump)
     raw = staticmethod(raw)
+    sqlite_connect = staticmethod(sqlite_connect)
     sha256_file = staticmethod(sha256_file)
     role_content_sha256 = staticmethod(role_content_sha256)
 
@@ -174,7 +189,7 @@ JOURNAL_MODES: tuple[str, ...] = ("delete", "wal")
 def set_journal_mode(path: Path | str, mode: str) -> None:
     """Put the SQLite file at `path` in `mode` (a WAL file stays WAL for every later
     connection, and hermes-store never switches a WAL file back)."""
-    con = sqlite3.connect(str(path), isolation_level=None)
+    con = sqlite_connect(path, isolation_level=None)
     try:
         got = con.execute(f"PRAGMA journal_mode={mode}").fetchone()[0]
     finally:
@@ -183,7 +198,7 @@ def set_journal_mode(path: Path | str, mode: str) -> None:
 
 
 def journal_mode(path: Path | str) -> str:
-    con = sqlite3.connect(f"file:{Path(path)}?mode=ro", uri=True)
+    con = sqlite_connect(f"file:{Path(path)}?mode=ro", uri=True)
     try:
         return str(con.execute("PRAGMA journal_mode").fetchone()[0]).lower()
     finally:

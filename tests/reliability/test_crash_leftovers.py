@@ -9,15 +9,15 @@ ignore. Either way the read commands work and see the last committed state.
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
-from helpers.databases import journal_mode
+from helpers.databases import journal_mode, set_journal_mode, sqlite_connect
 from helpers.filesystem import read_only_path
 from helpers.processes import run_cli, start_hanging_writer
 
 from hermes_store.compat import SessionDB
+from hermes_store.config import JOURNAL_ENV
 
 pytestmark = pytest.mark.sqlite_only
 
@@ -35,7 +35,7 @@ def _crash_a_writer(url: str) -> Path:
 
 
 def _committed_only(path: Path) -> None:
-    con = sqlite3.connect(str(path))
+    con = sqlite_connect(path)
     try:
         assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
         rows = con.execute("SELECT session_id, content FROM messages ORDER BY id").fetchall()
@@ -57,7 +57,10 @@ READ_COMMANDS = {
 
 
 @pytest.mark.parametrize("command", list(READ_COMMANDS))
-def test_read_commands_after_a_killed_writer(journal_db: str, journal: str, command: str) -> None:
+def test_read_commands_after_a_killed_writer(
+    journal_db: str, journal: str, command: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(JOURNAL_ENV, journal)  # kept: a fixed SQLite would make it WAL
     path = _crash_a_writer(journal_db)
     if journal == "delete":
         assert Path(f"{path}-journal").stat().st_size > 0, "the writer left no journal"
@@ -81,7 +84,12 @@ def test_copy_from_a_file_a_killed_writer_left(journal_db: str, tmp_path: Path) 
     _committed_only(target)
 
 
-def test_a_reader_that_cannot_write_is_told_what_to_run(fresh_db: str) -> None:
+def test_a_reader_that_cannot_write_is_told_what_to_run(
+    fresh_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a rollback journal is DELETE mode's, whatever mode a fresh file gets here
+    set_journal_mode(fresh_db.removeprefix("sqlite:///"), "delete")
+    monkeypatch.setenv(JOURNAL_ENV, "delete")
     path = _crash_a_writer(fresh_db)
     journal = Path(f"{path}-journal")
     before = journal.read_bytes()

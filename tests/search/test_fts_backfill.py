@@ -17,6 +17,7 @@ import pytest
 from hermes_store import migrate
 from hermes_store.runtime.engine import make_engine
 from hermes_store.search import maintenance
+from hermes_store.sqlite import driver as sqlite_driver
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SESSION = "20260301_091500_a1b2c3"
@@ -152,7 +153,8 @@ def test_backfill_in_chunks_then_finish(large_legacy, db):
             (SESSION,),
         )
         live_id = cur.lastrowid
-        with pytest.raises(sqlite3.IntegrityError):
+        # db.raw's connection is the driver under test's
+        with pytest.raises(sqlite_driver.IntegrityError):
             con.execute(
                 "INSERT INTO messages (session_id, role, content, timestamp) "
                 "VALUES ('no-such-session', 'user', 'x', 1.0)"
