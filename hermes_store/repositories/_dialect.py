@@ -69,10 +69,13 @@ class SQLDialect:
         """Bytes the database takes."""
         raise NotImplementedError
 
+    #: Whether the write path checks what became of an unanswered COMMIT, and so wants
+    #: to be told which message a unit of work appended (`note_appended`).
+    checks_commit_outcome = False
+
     def note_appended(self, conn: Connection, message_id: int, row: Mapping[str, Any]) -> None:
         """Tell the write path which message the unit of work on `conn` appended (the
-        encoded `row` it inserted as `message_id`), where the commit-outcome check can
-        use it (PostgreSQL)."""
+        encoded `row` it inserted as `message_id`), for the commit-outcome check."""
 
     def clock(self, conn: Connection) -> float:
         """The epoch seconds that leases are judged by."""
@@ -110,6 +113,7 @@ class PostgreSQLSQLDialect(SQLDialect):
     locks_rows = True
     pushes_changes = True
     appends_in_one_call = True
+    checks_commit_outcome = True
 
     def lock_session(self, conn: Connection, session_id: str) -> bool:
         # usually a unit of work's first statement: with its BEGIN in one round trip

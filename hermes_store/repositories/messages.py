@@ -373,7 +373,8 @@ def _append_one(
         message_id = int(_INSERT_ONE.scalar(conn, values))
     else:
         message_id = _insert_without_returning(conn, values)
-    sql.note_appended(conn, message_id, values)
+    if sql.checks_commit_outcome:
+        sql.note_appended(conn, message_id, values)
     _add_counts(conn, session_id, 1, n_calls)
     if key is not None:
         idempotency.remember(conn, session_id, key, [message_id], at)
@@ -400,7 +401,8 @@ def _append_many(
     _check_append_allowed(conn, session_id, holder, at, locked)
     ids = _insert_rows(conn, encoded.rows)
     if ids:
-        sql.note_appended(conn, ids[0], encoded.rows[0])
+        if sql.checks_commit_outcome:
+            sql.note_appended(conn, ids[0], encoded.rows[0])
         _add_counts(conn, session_id, len(ids), encoded.tool_calls)
     if key is not None and ids:
         idempotency.remember(conn, session_id, key, ids, at)
