@@ -25,6 +25,7 @@ from sqlalchemy.pool import NullPool
 
 from hermes_store import contract
 from hermes_store.aio import AsyncStore
+from hermes_store.config import JOURNAL_ENV
 from hermes_store.errors import ChangeCursorExpired, InvalidInput
 from hermes_store.migration.copy import copy_database
 from hermes_store.repositories.changes import KINDS, Change, ChangeFeed
@@ -47,7 +48,10 @@ def feed_url(request: pytest.FixtureRequest) -> Iterator[str]:
             yield url
         return
     url = str(request.getfixturevalue("fresh_db"))
-    set_journal_mode(url.removeprefix("sqlite:///"), request.param.removeprefix("sqlite-"))
+    mode = request.param.removeprefix("sqlite-")
+    # kept for the writer processes too: a fixed SQLite would switch a DELETE file to WAL
+    request.getfixturevalue("monkeypatch").setenv(JOURNAL_ENV, mode)
+    set_journal_mode(url.removeprefix("sqlite:///"), mode)
     yield url
 
 

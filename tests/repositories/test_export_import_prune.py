@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.databases import sqlite_connect
 from sqlalchemy import event
 from sqlalchemy.exc import IntegrityError
 
@@ -20,6 +21,7 @@ from hermes_store import migrate
 from hermes_store.repositories._sql import IN_CHUNK
 from hermes_store.repositories.maintenance import MaintenanceRepository
 from hermes_store.repositories.sessions import SessionRepository
+from hermes_store.sqlite import driver
 from hermes_store.store import Store
 
 DAY = 86400.0
@@ -48,8 +50,10 @@ def other_db(tmp_path: Path) -> Iterator[tuple[Store, sqlite3.Connection]]:
     url = f"sqlite:///{tmp_path / 'other' / 'state.db'}"
     migrate.upgrade(url, fts_min_pause=0)
     s = Store(url)
-    c = sqlite3.connect(_path(url), isolation_level=None)
-    c.row_factory = sqlite3.Row
+    # through the SQLite library the store drives: a second copy of SQLite in the process
+    # would not see the store's locks (helpers.databases.sqlite_connect)
+    c = sqlite_connect(_path(url), isolation_level=None)
+    c.row_factory = driver.current().module.Row
     yield s, c
     c.close()
     s.close()
