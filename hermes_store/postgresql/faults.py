@@ -45,7 +45,7 @@ in a statement of its own (`note_transaction`: the one-call append).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import Connection, text
@@ -158,7 +158,7 @@ def describe_server(url: URL) -> str:
 
 
 #: A statement answering, in one boolean, whether a write's own change is in the
-#: database, with its parameters (`note_transaction`).
+#: database, with its parameters (`note_witness`).
 Witness = tuple[str, Mapping[str, Any]]
 
 
@@ -174,22 +174,13 @@ class _Marker:
 _NOTED = "hermes_noted_transaction"
 
 
-def note_transaction(
-    conn: Connection,
-    xid: str | None,
-    backend_pid: int,
-    started: str,
-    witness: Witness | None = None,
-) -> None:
+def note_transaction(conn: Connection, xid: str | None, backend_pid: int, started: str) -> None:
     """Hand the write path the marker of `conn`'s transaction, read by the work itself in
     a statement it had to send anyway (the one-call append returns it), so that the
     commit-outcome check costs no round trip of its own. A transaction's id does not
-    change once assigned, so later statements of the same work leave it valid.
-    `witness`: a statement telling whether the work's own change is stored, asked where
-    the transaction's id cannot tell (a server that restarted more than once since,
-    `WriteOnce._after_restart`)."""
+    change once assigned, so later statements of the same work leave it valid."""
     if xid is not None:
-        conn.info[_NOTED] = _Marker(int(xid), int(backend_pid), started, witness)
+        conn.info[_NOTED] = _Marker(int(xid), int(backend_pid), started)
 
 
 #: Connection.info key of a witness a unit of work gave without a marker (`note_witness`).
@@ -227,7 +218,7 @@ class WriteOnce:
         witness = conn.info.pop(_WITNESS, None)
         if noted is not None:
             # the work read its transaction's marker itself (the one-call append)
-            self._marker, self.result = noted, result
+            self._marker, self.result = replace(noted, witness=witness), result
             return
         row = conn.execute(
             text(

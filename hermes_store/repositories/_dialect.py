@@ -137,7 +137,8 @@ class PostgreSQLSQLDialect(SQLDialect):
         call = _append_one_call(tuple(row))
         found = pg_pipelined.first_row(conn, call.sql(conn.dialect), params)
         assert found is not None  # the function returns one row or raises
-        pg_faults.note_transaction(conn, found[1], found[2], found[3], _witness(found[0], row))
+        pg_faults.note_transaction(conn, found[1], found[2], found[3])
+        self.note_appended(conn, int(found[0]), row)
         return int(found[0])
 
     def note_appended(self, conn: Connection, message_id: int, row: Mapping[str, Any]) -> None:
@@ -162,9 +163,9 @@ class PostgreSQLSQLDialect(SQLDialect):
         return None if size is None else int(size)
 
 
-#: Whether a message appended by the one-call append is stored: its id holding its
-#: session, role and content (the witness of pg_faults.note_transaction; another
-#: transaction given the same id after a crash writes another row there, or none).
+#: Whether an appended message is stored: its id holding its session, role and content
+#: (the witness of pg_faults.note_witness; another transaction given the same id after a
+#: crash writes another row there, or none).
 _WITNESSED = ("session_id", "role", "content")
 _APPENDED = (
     "SELECT EXISTS (SELECT 1 FROM messages WHERE id = :id AND session_id = :session_id"
@@ -174,6 +175,7 @@ _APPENDED = (
 
 def _witness(message_id: int, row: Mapping[str, Any]) -> pg_faults.Witness:
     return _APPENDED, {"id": message_id, **{k: row.get(k) for k in _WITNESSED}}
+
 
 #: The session's row lock; a row back when there was a row to lock.
 _LOCK_SESSION = Prepared(text("SELECT 1 FROM sessions WHERE id = :id FOR UPDATE"))
