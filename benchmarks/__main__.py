@@ -54,6 +54,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import shutil
 import sqlite3
 import statistics
@@ -65,6 +66,7 @@ from pathlib import Path
 from typing import Any
 
 from . import (
+    NO_PEERS_ENV,
     concurrent,
     corpus,
     encryption,
@@ -305,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.smoke:
         args.quick = True
+        os.environ[NO_PEERS_ENV] = "1"  # the child processes of per_turn inherit it
     size = "quick" if args.quick else args.size
     started = time.perf_counter()
     sessions = corpus.generate(corpus.SIZES[size], seed=args.seed)

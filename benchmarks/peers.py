@@ -36,7 +36,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import postgres
+from . import peers_left_out, postgres
 
 OPERATIONS = ("create", "append turn", "load conversation", "list sessions")
 
@@ -233,6 +233,8 @@ def _async_url(backend: str, url: str, peer: type) -> str:
 
 
 def _missing(peer: type, backend: str) -> str | None:
+    if peer is not HermesStore and (left_out := peers_left_out()):
+        return left_out
     needs = {
         AgentsSDK: ("agents", "openai-agents"),
         GoogleADK: ("google.adk", "google-adk"),

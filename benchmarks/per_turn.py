@@ -58,7 +58,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from . import postgres
+from . import peers_left_out, postgres
 from .stats import load_average, percentiles
 
 ROWS = (
@@ -440,6 +440,8 @@ NEEDS = {
 
 
 def _missing(name: str, backend: str) -> str | None:
+    if left_out := peers_left_out():
+        return left_out
     wanted = [NEEDS[name]]
     if "SQLAlchemy" in name or "ADK" in name:
         wanted.append(("greenlet", "greenlet"))
