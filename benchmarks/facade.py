@@ -429,7 +429,9 @@ def run_child(original: Path, driver: str, iterations: int, quick: bool) -> dict
         from hermes_store.compat import SessionDB
 
         facade_db = SessionDB(directory / "facade.db")
-        facade_mode = facade_db._conn.execute("PRAGMA journal_mode").fetchone()[0].lower()
+        facade_mode = facade_db.store.read(
+            lambda conn: str(conn.exec_driver_sql("PRAGMA journal_mode").scalar()).lower()
+        )
         if facade_mode != mode:
             raise RuntimeError(f"journal modes differ: original {mode}, facade {facade_mode}")
         sides = [Side("original", original_db), Side("facade", facade_db)]
