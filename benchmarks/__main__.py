@@ -43,6 +43,12 @@ Last, the change feed (benchmarks/feed.py): a poll at 100k changes against 10k, 
 append with the feed's triggers against one without them, on both backends
 (`--no-feed` skips it).
 
+The facade beside the original (benchmarks/facade.py): `hermes_store.compat.SessionDB`
+against Hermes's own v23 `SessionDB`, every per-call operation in rotation on the same
+SQLite library; optional, run only with `--original DIR` (or `$HERMES_ORIGINAL`) naming a
+directory holding the original's `hermes_state.py` (never part of this project), and
+skipped with a line otherwise (20 calls per operation on the small data with --quick).
+
 And encryption at rest (benchmarks/encryption.py): an append, a word and a substring
 search and a Store's open on a SQLCipher-encrypted copy against the plain file, both on
 sqlcipher3 in one child process (`--no-encryption` skips it; skipped, saying so, where
@@ -70,6 +76,7 @@ from . import (
     concurrent,
     corpus,
     encryption,
+    facade,
     feed,
     journal_modes,
     peers,
@@ -292,6 +299,12 @@ def main(argv: list[str] | None = None) -> int:
         "--no-per-turn", action="store_true", help="skip the per-turn comparison with the peers"
     )
     parser.add_argument(
+        "--original",
+        type=Path,
+        help="the original Hermes v23 hermes_state.py's directory, for the facade table "
+        f"(else ${facade.ENV}; skipped without it)",
+    )
+    parser.add_argument(
         "--postgres-only",
         action="store_true",
         help="with --size 10m: PostgreSQL at 10M messages (benchmarks/scale.py), nothing else",
@@ -346,6 +359,16 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_per_turn:
         print("per-turn calls beside the agent frameworks' stores:")
         turns = per_turn.run(20 if args.quick else 200)
+    beside: dict[str, Any] = {"skipped": "no original given"}
+    original = facade.original_from(args.original)
+    if original is None or not (original / "hermes_state.py").is_file():
+        print(
+            "facade beside the original: skipped (give --original DIR or "
+            f"${facade.ENV}; `python -m benchmarks.facade` says how to get it)"
+        )
+    else:
+        print("the facade beside the original:")
+        beside = facade.run(original.resolve(), 20 if args.quick else 100, quick=args.quick)
     changes = None
     if not args.no_feed:
         print("change feed:")
@@ -368,6 +391,9 @@ def main(argv: list[str] | None = None) -> int:
     if turns is not None:
         print()
         per_turn.print_table(turns)
+    if "columns" in beside:
+        print()
+        facade.print_table(beside)
     if changes is not None:
         print()
         feed.print_table(changes)
@@ -392,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
             "concurrent": chats,
             "peers": compared,
             "per_turn": turns,
+            "facade": beside,
             "feed": changes,
             "encryption": encrypted,
         }
