@@ -232,6 +232,22 @@ class WriteOnce:
         )
         self.result = result
 
+    def noted(
+        self,
+        xid: str | None,
+        backend_pid: int,
+        started: str,
+        witness: Witness | None,
+        result: Any,
+    ) -> None:
+        """`before_commit` for a work that ran without a SQLAlchemy Connection (a call
+        committed bare, pipelined.commit_call) and read its transaction's marker itself:
+        None for `xid` when it changed nothing."""
+        self._marker = (
+            None if xid is None else _Marker(int(xid), int(backend_pid), started, witness)
+        )
+        self.result = result
+
     def committed_earlier(self, conn: Connection) -> bool:
         """Whether an earlier attempt of this write committed (then its result stands).
         Raises CommitInDoubt while that cannot be known yet, DatabaseUnavailable (outcome

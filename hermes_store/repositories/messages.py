@@ -14,7 +14,8 @@ each unit of work is a module-level function taking the transaction's connection
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any, cast
 
@@ -101,6 +102,7 @@ from .rows import (
 )
 
 if TYPE_CHECKING:
+    from ..postgresql.pipelined import Call
     from ..store import Store
 
 log = logging.getLogger(__name__)
@@ -325,8 +327,45 @@ def _append_in_one_call(
     values, n_calls = encode_row(
         session_id, timestamp=at if explicit_ts is None else explicit_ts, **fields
     )
-    try:
+    with _refusals_typed(session_id):
         appended = sql.append_one(conn, values, holder, at, n_calls)
+    assert appended is not None  # a dialect that appends in one call returns the id
+    return appended
+
+
+def _one_call(
+    store: Store,
+    session_id: str,
+    holder: str | None,
+    explicit_ts: float | None,
+    fields: Mapping[str, Any],
+) -> int:
+    """A plain append as a write of its own through the database's one-call append: the
+    call is handed to Store.write as well, which sends it without a Connection where it
+    can (the time and the encoding are taken afresh for each attempt, as in the unit of
+    work)."""
+    sql = store.dialect.sql
+    dialect = store.engine.dialect
+
+    def call() -> Call:
+        at = now()
+        values, n_calls = encode_row(
+            session_id, timestamp=at if explicit_ts is None else explicit_ts, **fields
+        )
+        return sql.append_call(dialect, values, holder, at, n_calls)
+
+    with _refusals_typed(session_id):
+        return store.write(
+            lambda conn: _append_in_one_call(conn, sql, session_id, holder, explicit_ts, fields),
+            call=call,
+        )
+
+
+@contextmanager
+def _refusals_typed(session_id: str) -> Iterator[None]:
+    """The one-call append's refusals (by SQLSTATE) as the typed errors they stand for."""
+    try:
+        yield
     except DBAPIError as exc:
         refusal = append_refusal(exc)
         if refusal == "busy":
@@ -336,8 +375,6 @@ def _append_in_one_call(
         if refusal == "closed":
             raise CompressionSessionClosedError(session_id) from None
         raise
-    assert appended is not None  # a dialect that appends in one call returns the id
-    return appended
 
 
 def _append_one(
@@ -842,6 +879,8 @@ class MessageRepository:
             fields = self.store.redaction.redact_fields(fields)
         holder = compression_lock_holder
         sql = self.store.dialect.sql
+        if key is None and token is None and sql.appends_in_one_call:
+            return _one_call(self.store, session_id, holder, explicit_ts, fields)
         return self.store.write(
             lambda conn: _append_one(conn, sql, session_id, holder, explicit_ts, fields, key, token)
         )
