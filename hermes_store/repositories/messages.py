@@ -14,8 +14,7 @@ each unit of work is a module-level function taking the transaction's connection
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any, cast
 
@@ -327,8 +326,13 @@ def _append_in_one_call(
     values, n_calls = encode_row(
         session_id, timestamp=at if explicit_ts is None else explicit_ts, **fields
     )
-    with _refusals_typed(session_id):
+    try:
         appended = sql.append_one(conn, values, holder, at, n_calls)
+    except DBAPIError as exc:
+        refused = _refused(exc, session_id)
+        if refused is None:
+            raise
+        raise refused from None
     assert appended is not None  # a dialect that appends in one call returns the id
     return appended
 
@@ -354,27 +358,29 @@ def _one_call(
         )
         return sql.append_call(dialect, values, holder, at, n_calls)
 
-    with _refusals_typed(session_id):
+    try:
         return store.write(
             lambda conn: _append_in_one_call(conn, sql, session_id, holder, explicit_ts, fields),
             call=call,
         )
-
-
-@contextmanager
-def _refusals_typed(session_id: str) -> Iterator[None]:
-    """The one-call append's refusals (by SQLSTATE) as the typed errors they stand for."""
-    try:
-        yield
     except DBAPIError as exc:
-        refusal = append_refusal(exc)
-        if refusal == "busy":
-            raise _busy(session_id) from None
-        if refusal == "missing":
-            raise SessionNotFound(session_id) from None
-        if refusal == "closed":
-            raise CompressionSessionClosedError(session_id) from None
-        raise
+        refused = _refused(exc, session_id)
+        if refused is None:
+            raise
+        raise refused from None
+
+
+def _refused(exc: DBAPIError, session_id: str) -> Exception | None:
+    """The typed error a refusal of the one-call append (by SQLSTATE) stands for; None
+    for any other error."""
+    refusal = append_refusal(exc)
+    if refusal == "busy":
+        return _busy(session_id)
+    if refusal == "missing":
+        return SessionNotFound(session_id)
+    if refusal == "closed":
+        return CompressionSessionClosedError(session_id)
+    return None
 
 
 def _append_one(
