@@ -39,7 +39,8 @@ status's word, which a single restart makes exact. When the restart checkpoint h
 superseded (or the server is another one, after a failover) the outcome cannot be known:
 DatabaseUnavailable with `outcome_unknown`, never a guess. Cost: one round trip per
 write that changed something, on the success path, none for a work that reads the marker
-in a statement of its own (`note_transaction`: the one-call append).
+in a statement of its own (`note_transaction`: the one-call append; `WriteOnce.noted` where
+that call is committed without a SQLAlchemy Connection, pipelined.commit_call).
 """
 
 from __future__ import annotations

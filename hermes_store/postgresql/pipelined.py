@@ -23,6 +23,15 @@ run. A connection whose statements someone watches (execute or cursor-execute
 listeners, such as tracing instrumentation, or echo) takes the ordinary path, where
 those see every statement with its context as SQLAlchemy promises, and so does one
 outside a SQLAlchemy transaction (its BEGIN is SQLAlchemy's to account for).
+
+A write that is that one statement and nothing else (a plain append: `Call`) needs no
+SQLAlchemy Connection at all: `commit_call` checks a driver connection out of the pool,
+sends BEGIN and the call, hands the transaction's marker to the commit-outcome check and
+commits, and a Connection is made around the checked-out connection only when an error
+has to be reported through it: the Connection, its transaction object and their event
+checks are Python that every append would otherwise run (docs/benchmarks.md,
+"hermes-store's Python in an append, taken apart"). An attempt that follows an unanswered
+COMMIT goes through a Connection, on which the outcome check runs.
 """
 
 from __future__ import annotations

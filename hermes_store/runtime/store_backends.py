@@ -174,7 +174,7 @@ class PostgreSQLStoreDialect(StoreDialect):
 
     def commit_call(self, call: pg_pipelined.Call, once: pg_faults.WriteOnce) -> Any:
         # the pool's checkout and return without the Connection object, its transaction
-        # object and their events, which cost more Python than the rest of an append
+        # object and their event checks, Python that every append would otherwise run
         return pg_pipelined.commit_call(self.engine, call, once)
 
     def typed_error(self, exc: Exception) -> StoreError | None:
