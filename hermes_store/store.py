@@ -50,6 +50,7 @@ from .migration.read_only import (
     refuse_missing_file,
     require_readable,
 )
+from .postgresql.pipelined import NOT_RUN, Call
 from .redaction import RedactionPolicy
 from .repository_set import Repositories
 from .runtime.backends import Dialect, dialect_for
@@ -274,11 +275,18 @@ class Store(Repositories):
             except DBAPIError as exc:  # a connection the server already dropped
                 log.debug("closing the writer connection failed: %s", exc)
 
-    def write(self, work: Callable[[Connection], T]) -> T:
+    def write(
+        self, work: Callable[[Connection], T], *, call: Callable[[], Call] | None = None
+    ) -> T:
         """Run `work` in one write transaction, retried as a unit on lock contention.
 
         Args:
             work: a function of one Connection; it runs in one transaction.
+            call: where `work` is one statement whose first row is its whole answer
+                (postgresql/pipelined.py's `Call`, made afresh for each attempt): on
+                PostgreSQL an attempt with no earlier COMMIT in doubt sends it on a pooled
+                driver connection, without a SQLAlchemy Connection; `work` runs instead
+                wherever that cannot be done.
         """
         self.check_open()
         self.require_writable()
@@ -292,6 +300,12 @@ class Store(Repositories):
 
         def attempt() -> tuple[T, int]:
             with lock:
+                if call is not None and once is not None and not once.in_doubt:
+                    result = self._runtime.commit_call(call(), once)
+                    if result is not NOT_RUN:
+                        with self._count_lock:
+                            self._writes += 1
+                            return result, self._writes
                 conn = self._writer_connection()
                 changed = False
                 try:

@@ -39,7 +39,8 @@ status's word, which a single restart makes exact. When the restart checkpoint h
 superseded (or the server is another one, after a failover) the outcome cannot be known:
 DatabaseUnavailable with `outcome_unknown`, never a guess. Cost: one round trip per
 write that changed something, on the success path, none for a work that reads the marker
-in a statement of its own (`note_transaction`: the one-call append).
+in a statement of its own (`note_transaction`: the one-call append; `WriteOnce.noted` where
+that call is committed without a SQLAlchemy Connection, pipelined.commit_call).
 """
 
 from __future__ import annotations
@@ -229,6 +230,22 @@ class WriteOnce:
         # No transaction id: the work changed nothing, so running it again is harmless.
         self._marker = (
             None if row[0] is None else _Marker(int(row[0]), int(row[1]), row[2], witness)
+        )
+        self.result = result
+
+    def noted(
+        self,
+        xid: str | None,
+        backend_pid: int,
+        started: str,
+        witness: Witness | None,
+        result: Any,
+    ) -> None:
+        """`before_commit` for a work that ran without a SQLAlchemy Connection (a call
+        committed bare, pipelined.commit_call) and read its transaction's marker itself:
+        None for `xid` when it changed nothing."""
+        self._marker = (
+            None if xid is None else _Marker(int(xid), int(backend_pid), started, witness)
         )
         self.result = result
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy import Boolean, Connection, Integer, Text, bindparam, literal_column, select, text
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import Executable
@@ -94,6 +95,12 @@ class SQLDialect:
         SQLSTATE `append_refusal` names."""
         return None
 
+    def append_call(
+        self, dialect: Dialect, row: Mapping[str, Any], holder: str | None, at: float, calls: int
+    ) -> pg_pipelined.Call:
+        """`append_one` as one statement of its own, where `appends_in_one_call`."""
+        raise NotImplementedError
+
 
 class SQLiteSQLDialect(SQLDialect):
     """No locks to take: the write transaction began IMMEDIATE and holds the database's
@@ -132,14 +139,17 @@ class PostgreSQLSQLDialect(SQLDialect):
     def append_one(
         self, conn: Connection, row: Mapping[str, Any], holder: str | None, at: float, calls: int
     ) -> int:
-        params = {**row, "holder": holder, "at": at, "tool_calls_added": calls}
         # with the unit of work's BEGIN in the same round trip (pg_pipelined)
-        call = _append_one_call(tuple(row))
-        found = pg_pipelined.first_row(conn, call.sql(conn.dialect), params)
-        assert found is not None  # the function returns one row or raises
-        pg_faults.note_transaction(conn, found[1], found[2], found[3])
-        self.note_appended(conn, int(found[0]), row)
-        return int(found[0])
+        return int(self.append_call(conn.dialect, row, holder, at, calls).run(conn))
+
+    def append_call(
+        self, dialect: Dialect, row: Mapping[str, Any], holder: str | None, at: float, calls: int
+    ) -> pg_pipelined.Call:
+        """`append_one` as a statement of its own (what Store.write's `call` takes): its
+        answer is the new id, then the transaction's marker; its witness the row."""
+        params = {**row, "holder": holder, "at": at, "tool_calls_added": calls}
+        sql = _append_one_call(tuple(row)).sql(dialect)
+        return pg_pipelined.Call(sql, params, lambda message_id: _witness(message_id, row))
 
     def note_appended(self, conn: Connection, message_id: int, row: Mapping[str, Any]) -> None:
         pg_faults.note_witness(conn, _witness(message_id, row))

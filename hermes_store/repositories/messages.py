@@ -101,6 +101,7 @@ from .rows import (
 )
 
 if TYPE_CHECKING:
+    from ..postgresql.pipelined import Call
     from ..store import Store
 
 log = logging.getLogger(__name__)
@@ -328,16 +329,58 @@ def _append_in_one_call(
     try:
         appended = sql.append_one(conn, values, holder, at, n_calls)
     except DBAPIError as exc:
-        refusal = append_refusal(exc)
-        if refusal == "busy":
-            raise _busy(session_id) from None
-        if refusal == "missing":
-            raise SessionNotFound(session_id) from None
-        if refusal == "closed":
-            raise CompressionSessionClosedError(session_id) from None
-        raise
+        refused = _refused(exc, session_id)
+        if refused is None:
+            raise
+        raise refused from None
     assert appended is not None  # a dialect that appends in one call returns the id
     return appended
+
+
+def _one_call(
+    store: Store,
+    session_id: str,
+    holder: str | None,
+    explicit_ts: float | None,
+    fields: Mapping[str, Any],
+) -> int:
+    """A plain append as a write of its own through the database's one-call append: the
+    call is handed to Store.write as well, which sends it without a Connection where it
+    can (the time and the encoding are taken afresh for each attempt, as in the unit of
+    work)."""
+    sql = store.dialect.sql
+    dialect = store.engine.dialect
+
+    def call() -> Call:
+        at = now()
+        values, n_calls = encode_row(
+            session_id, timestamp=at if explicit_ts is None else explicit_ts, **fields
+        )
+        return sql.append_call(dialect, values, holder, at, n_calls)
+
+    try:
+        return store.write(
+            lambda conn: _append_in_one_call(conn, sql, session_id, holder, explicit_ts, fields),
+            call=call,
+        )
+    except DBAPIError as exc:
+        refused = _refused(exc, session_id)
+        if refused is None:
+            raise
+        raise refused from None
+
+
+def _refused(exc: DBAPIError, session_id: str) -> Exception | None:
+    """The typed error a refusal of the one-call append (by SQLSTATE) stands for; None
+    for any other error."""
+    refusal = append_refusal(exc)
+    if refusal == "busy":
+        return _busy(session_id)
+    if refusal == "missing":
+        return SessionNotFound(session_id)
+    if refusal == "closed":
+        return CompressionSessionClosedError(session_id)
+    return None
 
 
 def _append_one(
@@ -842,6 +885,8 @@ class MessageRepository:
             fields = self.store.redaction.redact_fields(fields)
         holder = compression_lock_holder
         sql = self.store.dialect.sql
+        if key is None and token is None and sql.appends_in_one_call:
+            return _one_call(self.store, session_id, holder, explicit_ts, fields)
         return self.store.write(
             lambda conn: _append_one(conn, sql, session_id, holder, explicit_ts, fields, key, token)
         )

@@ -38,6 +38,7 @@ from ..errors import (
     StoreError,
 )
 from ..postgresql import faults as pg_faults
+from ..postgresql import pipelined as pg_pipelined
 from ..search import limits, maintenance
 from ..sqlite.damage import btree_problems, classify, quick_check, sqlite_error
 from ..sqlite.limits import WRITE_IOERRS, file_size_limit_hit
@@ -106,6 +107,11 @@ class StoreDialect:
         """For one write: what lets its retry tell whether an unanswered COMMIT applied."""
         return None
 
+    def commit_call(self, call: pg_pipelined.Call, once: pg_faults.WriteOnce) -> Any:
+        """Run `call` as a whole write without a SQLAlchemy Connection, its marker handed
+        to `once`; NOT_RUN where the write has to go through a Connection."""
+        return pg_pipelined.NOT_RUN
+
     def refuse_writes(self) -> None:
         """Raise the error that forbids any further write, if there is one."""
 
@@ -165,6 +171,11 @@ class PostgreSQLStoreDialect(StoreDialect):
 
     def write_once(self) -> pg_faults.WriteOnce:
         return pg_faults.WriteOnce(self.server)
+
+    def commit_call(self, call: pg_pipelined.Call, once: pg_faults.WriteOnce) -> Any:
+        # the pool's checkout and return without the Connection object, its transaction
+        # object and their event checks, Python that every append would otherwise run
+        return pg_pipelined.commit_call(self.engine, call, once)
 
     def typed_error(self, exc: Exception) -> StoreError | None:
         if self.read_only and _read_only_transaction(exc):
