@@ -64,6 +64,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 CHECKPOINT_EVERY = 50
+#: How many idle connections a store keeps for its reads (on SQLite, beside the pool's).
+KEPT_READERS = 4
 
 
 def _surrogate_error(exc: UnicodeEncodeError) -> InvalidInput | None:
@@ -176,12 +178,16 @@ class Store(Repositories):
             # carry no per-store options to look through at every event point
             self._writer = self._runtime.writer()
             self._write_conn: Connection | None = None
+            # reads' connections kept between reads (`_reader`), most recent last; only
+            # on an engine the store built, whose pool has room for them beside the others
+            self._keeps_readers = engine is None and self._runtime.keeps_reader_connections
+            self._idle_readers: list[Connection] = []
             self._writes = 0
             if check_schema:
                 try:
                     self._require_head()
                 except BaseException:
-                    self.engine.dispose()
+                    self.dispose()
                     raise
         except BaseException:
             # a store that does not open leaves no key behind for this process's others
@@ -212,7 +218,7 @@ class Store(Repositories):
         one hermes-store has not adopted (a live state.db of Hermes v23); writing needs
         the adoption that `hermes-store upgrade` records."""
         with explained_connection_errors(self.url):
-            with self._typed_errors(), self._read_transaction() as conn:
+            with self._typed_errors(), _ReadTransaction(self) as conn:
                 verdict = require_readable(conn, self.url, HEAD_REVISION)
         if self.read_only or verdict.revision == HEAD_REVISION:
             return
@@ -347,34 +353,39 @@ class Store(Repositories):
 
     @contextmanager
     def _typed_errors(self, started: float | None = None) -> Iterator[None]:
-        """Driver errors that mean something to a caller (damage, a full disk, a read-only
-        file, an unencodable id, a lock held past the whole retry, a pool whose every
-        connection stayed busy) leave as hermes-store's typed errors; others as they are.
-        `started`: when the unit of work began (default: now)."""
+        """`_typed` as a context: driver errors that mean something to a caller leave as
+        hermes-store's typed errors; others as they are. `started`: when the unit of work
+        began (default: now)."""
         started = time.monotonic() if started is None else started
         try:
             yield
-        except (DBAPIError, PendingRollbackError) as exc:
-            # PendingRollbackError: a statement sent after the connection was lost (code
-            # inside a `with store.read()` block that went on after the first error)
-            typed = self._runtime.typed_error(exc) or self._runtime.lock_error(
-                exc, time.monotonic() - started
-            )
+        except _TYPED_SOURCES as exc:
+            typed = self._typed(exc, started)
             if typed is None:
                 raise
             raise typed from exc
-        except PoolTimeout as exc:
+
+    def _typed(self, exc: BaseException, started: float) -> Exception | None:
+        """The typed error a driver error that means something to a caller stands for (damage,
+        a full disk, a read-only file, an unencodable id, a lock held past the whole retry, a
+        pool whose every connection stayed busy), None for others; `started`: when the unit
+        of work began."""
+        if isinstance(exc, DBAPIError | PendingRollbackError):
+            # PendingRollbackError: a statement sent after the connection was lost (code
+            # inside a `with store.read()` block that went on after the first error)
+            return self._runtime.typed_error(exc) or self._runtime.lock_error(
+                exc, time.monotonic() - started
+            )
+        if isinstance(exc, PoolTimeout):
             pool = self.engine.pool
             # QueuePool's: its size and how many it may open past it
             size = int(getattr(pool, "size", lambda: 0)()) + max(
                 0, int(getattr(pool, "_max_overflow", 0))
             )
-            raise StoreBusy(where(self.url), time.monotonic() - started, size) from exc
-        except UnicodeEncodeError as exc:
-            refused = _surrogate_error(exc)
-            if refused is None:
-                raise
-            raise refused from exc
+            return StoreBusy(where(self.url), time.monotonic() - started, size)
+        if isinstance(exc, UnicodeEncodeError):
+            return _surrogate_error(exc)
+        return None
 
     @overload
     def read(self) -> AbstractContextManager[Connection]: ...
@@ -396,19 +407,25 @@ class Store(Repositories):
         self.check_open()
         if work is None:
             return self._read_block()
+        started = time.monotonic()
 
         def attempt() -> T:
             # the read lock is taken by the work's first statement: a lock it meets fails
             # the attempt, which the retry policy runs again as a whole
-            with self._read_transaction(lock_first=False) as conn:
+            with _ReadTransaction(self, vet=False, lock_first=False) as conn:
                 return work(conn)
 
-        with self._typed_errors():
+        try:
             return self.retry.run(attempt, server=self._server)
+        except _TYPED_SOURCES as exc:
+            typed = self._typed(exc, started)
+            if typed is None:
+                raise
+            raise typed from exc
 
     @contextmanager
     def _read_block(self) -> Iterator[Connection]:
-        with self._typed_errors(), self._read_transaction(vet=True) as conn:
+        with self._typed_errors(), _ReadTransaction(self, vet=True) as conn:
             yield conn
 
     def _vetted_connection(self) -> Connection:
@@ -420,30 +437,45 @@ class Store(Repositories):
             raise
         return conn
 
-    @contextmanager
-    def _read_transaction(self, vet: bool = False, lock_first: bool = True) -> Iterator[Connection]:
-        # under the retry policy: a new SQLite connection reads the journal mode, which a
-        # committing writer can lock; a PostgreSQL server may be restarting. A block
-        # (`vet`) has its connection tried first, since the block cannot be run again.
-        # `lock_first`: the read's first step (the read lock on SQLite) is taken here,
-        # under the retry policy; False for a read retried as a whole.
-        connect = self._vetted_connection if vet else self.engine.connect
-        conn = self.retry.run(connect, server=self._server)
-        with conn:
+    def _reader(self, vet: bool) -> Connection:
+        """A connection for one read: the one the last read left (a single-threaded
+        caller keeps reusing one, as the pool's LIFO order would give it) or one checked
+        out, under the retry policy: a new SQLite connection reads the journal mode, which
+        a committing writer can lock; a PostgreSQL server may be restarting. A block
+        (`vet`) has a checked-out connection tried first, since the block cannot be run
+        again."""
+        if self._idle_readers:
             try:
-                try:
-                    if not conn.in_transaction():  # vetting began it
-                        conn.begin()
-                    if lock_first and self._runtime.locks_reads:
-                        self._runtime.start_read(conn)
-                    yield conn
-                except DBAPIError:
-                    conn.rollback()  # before the error is examined
-                    raise
-            finally:
-                # A read has nothing to commit; rolling back also ends a transaction that
-                # an error inside it (a damaged FTS index, say) left unusable.
-                conn.rollback()
+                return self._idle_readers.pop()  # atomic: no two threads get one connection
+            except IndexError:  # another thread took the last one meanwhile
+                pass
+        connect = self._vetted_connection if vet else self.engine.connect
+        return self.retry.run(connect, server=self._server)
+
+    def _release_reader(self, conn: Connection, clean: bool) -> None:
+        """After a read: keep its connection for the next one, if the read ended cleanly
+        (a failed read's connection goes back to the pool, which resets it) and fewer than
+        KEPT_READERS wait, else give it back to the pool."""
+        if (
+            clean
+            and self._keeps_readers
+            and not self._closed
+            and not conn.invalidated
+            and len(self._idle_readers) < KEPT_READERS
+        ):
+            self._idle_readers.append(conn)
+            if self._closed:  # close() ran meanwhile and may have missed it
+                self._close_idle_readers()
+            return
+        conn.close()
+
+    def _close_idle_readers(self) -> None:
+        while self._idle_readers:
+            try:
+                conn = self._idle_readers.pop()
+            except IndexError:
+                return
+            conn.close()
 
     def checkpoint(self, mode: str = "PASSIVE") -> None:
         """SQLite: `PRAGMA wal_checkpoint(mode)`, best effort; nothing on a server.
@@ -458,12 +490,20 @@ class Store(Repositories):
         """How many write units of work this store has committed."""
         return self._writes
 
+    def dispose(self) -> None:
+        """Close the connections the store holds idle (its reads' and its pool's), without
+        a checkpoint or closing the store: its next call connects again. What a command
+        that only read does before it exits, leaving the file as it found it."""
+        self._close_idle_readers()
+        self.engine.dispose()
+
     def close(self) -> None:
         """Close the store: drop the writer connection, checkpoint (TRUNCATE on SQLite) and
         dispose of the engine; idempotent."""
         if self._closed:
             return
         self._closed = True
+        self._close_idle_readers()
         with self._write_lock:
             self._discard_writer_connection()
         self.checkpoint("TRUNCATE")
@@ -475,3 +515,50 @@ class Store(Repositories):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+#: What `Store._typed` may turn into a typed error.
+_TYPED_SOURCES = (DBAPIError, PendingRollbackError, PoolTimeout, UnicodeEncodeError)
+
+
+class _ReadTransaction:
+    """`with _ReadTransaction(store) as conn:` one read's transaction on a connection of
+    the store's (`Store._reader`), rolled back at the end (a read has nothing to commit;
+    rolling back also ends a transaction that an error inside it, a damaged FTS index say,
+    left unusable), the connection then kept or given back (`Store._release_reader`).
+    `lock_first`: the read's first step (the read lock on SQLite) is taken as it begins,
+    under the retry policy; False for a read retried as a whole. A class, not a
+    generator: it is entered once per read."""
+
+    __slots__ = ("store", "vet", "lock_first", "conn")
+
+    def __init__(self, store: Store, vet: bool = False, lock_first: bool = True) -> None:
+        self.store = store
+        self.vet = vet
+        self.lock_first = lock_first
+
+    def __enter__(self) -> Connection:
+        store = self.store
+        conn = self.conn = store._reader(self.vet)
+        try:
+            if not conn.in_transaction():  # vetting began it
+                conn.begin()
+            if self.lock_first and store._runtime.locks_reads:
+                store._runtime.start_read(conn)
+        except BaseException:
+            self._end(clean=False)
+            raise
+        return conn
+
+    def __exit__(self, kind: type[BaseException] | None, *_exc: object) -> None:
+        self._end(clean=kind is None)
+
+    def _end(self, clean: bool) -> None:
+        conn = self.conn
+        try:
+            conn.rollback()
+        except BaseException:
+            clean = False
+            raise
+        finally:
+            self.store._release_reader(conn, clean)

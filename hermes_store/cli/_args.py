@@ -114,7 +114,7 @@ def _open_store(
         if write:
             store.close()
         else:
-            store.engine.dispose()
+            store.dispose()
 
 
 def _pg_holders(store: Store) -> Callable[[], str]:

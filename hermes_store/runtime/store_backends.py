@@ -75,6 +75,9 @@ class StoreDialect:
 
     #: True: one writer connection is kept between writes (under the store's write lock).
     keeps_writer_connection: ClassVar[bool] = False
+    #: True: a read's connection is kept for the next read instead of going back to the
+    #: pool (`Store.read`); False: each read checks one out, which the pool vets.
+    keeps_reader_connections: ClassVar[bool] = False
     #: True: the store's writes take its process-wide write lock, one at a time. SQLite
     #: has one writer per file anyway; a server keeps writers apart with row locks.
     serialises_writes: ClassVar[bool] = True
@@ -204,6 +207,10 @@ class SQLiteStoreDialect(StoreDialect):
     # the process has one writer at a time anyway, as the original has one writer
     # connection, and a pool checkout and return per write cost more than an append
     keeps_writer_connection = True
+    # likewise a read: a pool checkout and return (a Connection built, the pool's reset
+    # ROLLBACK, its events) cost more than a small SELECT; an idle SQLite connection holds
+    # no lock and no snapshot, so keeping one is what the pool does with it anyway
+    keeps_reader_connections = True
 
     # a read takes its shared lock as it starts (start_read)
     locks_reads = True

@@ -281,7 +281,7 @@ def test_python_callers_get_not_a_database_file(not_databases: dict[str, Path]) 
             with store.read() as conn:
                 conn.execute(text("SELECT 1"))
     finally:
-        store.engine.dispose()
+        store.dispose()
     with pytest.raises(NotADatabaseFile, match="is not an SQLite database file"):
         migrate.upgrade(str(not_databases["text"]))
 

@@ -497,7 +497,7 @@ def test_a_large_batch_binds_its_ids_a_chunk_at_a_time(fresh_db: str) -> None:
         def _limit(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
             dbapi_conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
 
-        store.engine.dispose()  # the connections opened so far had no limit
+        store.dispose()  # the connections opened so far had no limit
         run = RedactionRepository(store, RedactionPolicy()).redact_stored(apply=True, batch=1200)
     assert run.rows_matched == 1200
     assert AWS not in _stored_text(fresh_db)
