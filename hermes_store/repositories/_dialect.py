@@ -18,7 +18,18 @@ from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Boolean, Connection, Integer, Text, bindparam, literal_column, select, text
+from sqlalchemy import (
+    Boolean,
+    Connection,
+    Integer,
+    String,
+    Text,
+    bindparam,
+    cast,
+    literal_column,
+    select,
+    text,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
@@ -39,6 +50,7 @@ from ..postgresql import pipelined as pg_pipelined
 from ..runtime.backends import dialect_for, dialect_named
 from ..runtime.engine import Prepared
 from ..search.backend import row_dicts
+from ._tables import MESSAGES
 
 
 class SQLDialect:
@@ -179,7 +191,7 @@ class PostgreSQLSQLDialect(SQLDialect):
 _WITNESSED = ("session_id", "role", "content")
 _APPENDED = (
     "SELECT EXISTS (SELECT 1 FROM messages WHERE id = :id AND session_id = :session_id"
-    " AND role = :role AND content IS NOT DISTINCT FROM :content)"
+    " AND role = CAST(:role AS TEXT) AND content IS NOT DISTINCT FROM CAST(:content AS TEXT))"
 )
 
 
@@ -197,9 +209,19 @@ def _append_one_call(columns: tuple[str, ...]) -> Prepared:
     named (the server checks every name against the function's parameters)."""
     names = ("holder", "at", "tool_calls_added", *columns)
     call = Function(
-        APPEND_FUNCTION, *(_named_argument(f"p_{name}", bindparam(name)) for name in names)
+        APPEND_FUNCTION, *(_named_argument(f"p_{name}", _argument(name)) for name in names)
     ).table_valued("new_id", "transaction_id", "backend_pid", "server_started")
     return Prepared(select(*call.c))
+
+
+def _argument(name: str) -> Any:
+    """A text column's value cast to text: a number given for it (which the encoding lets
+    through, as SQLite stores it) is bound as a number, and the function takes no
+    implicit cast to its text parameter, where an INSERT's assignment takes one."""
+    column = MESSAGES.c.get(name)
+    if column is not None and isinstance(column.type, String):
+        return cast(bindparam(name), Text)
+    return bindparam(name)
 
 
 def _named_argument(name: str, value: Any) -> Any:

@@ -70,6 +70,24 @@ def test_nul_bytes_in_every_text_field_round_trip(store: Store, repos: Any) -> N
     assert isinstance(search(store, "middle\x00after"), list)
 
 
+def test_numbers_given_for_text_are_stored_as_their_text_on_both_backends(
+    store: Store, repos: Any
+) -> None:
+    """The encoding lets a number through for content and the other text columns (SQLite
+    stores it in a TEXT column as its text). On PostgreSQL the one-call append casts it to
+    text, as the batch INSERT's assignment does; both read back the same strings."""
+    _, messages, _ = repos
+    fields = {name: 7 for name in TEXT_FIELDS}
+    one = messages.append_message("s", "assistant", 5, **fields)
+    floats = messages.append_message("s", "user", 2.5)
+    (batch,) = messages.append_messages("s", [{"role": "user", "content": 5}])
+    rows = {row["id"]: row for row in messages.get_messages("s")}
+    assert rows[one]["content"] == "5" and rows[batch]["content"] == "5"
+    assert rows[floats]["content"] == "2.5"
+    for name in TEXT_FIELDS:
+        assert rows[one][name] == "7", name
+
+
 def test_nul_bytes_in_session_fields_and_ids(store: Store, repos: Any) -> None:
     sessions, messages, _ = repos
     sid = "odd\x00id"
