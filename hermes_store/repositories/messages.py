@@ -211,7 +211,8 @@ _INSERT_CHECKED = Prepared(
         .select_from(SESSIONS)
         .where(
             S.id == bindparam("session_id"),
-            or_(S.ended_at.is_(None), S.end_reason.is_distinct_from(COMPRESSION)),
+            # a parameter, not a constant: binding stays one tuple of the caller's values
+            or_(S.ended_at.is_(None), S.end_reason.is_distinct_from(bindparam("closed_by"))),
             ~select(L.session_id)
             .where(
                 L.session_id == bindparam("session_id"),
@@ -435,7 +436,8 @@ def _insert_checked(
 ) -> int:
     """Insert `values` if the append is allowed (`_INSERT_CHECKED`); else raise what
     `_check_append_allowed` finds."""
-    row = _INSERT_CHECKED.first(conn, {**values, "holder": holder, "at": at})
+    params = {**values, "holder": holder, "at": at, "closed_by": COMPRESSION}
+    row = _INSERT_CHECKED.first(conn, params)
     if row is None:
         _check_append_allowed(conn, session_id, holder, at)
         raise AssertionError(f"an append to {session_id!r} was refused for no reason found")
