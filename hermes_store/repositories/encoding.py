@@ -249,32 +249,59 @@ def encode_row(
     display_kind: Any,
     display_metadata: Any,
 ) -> tuple[dict[str, Any], int]:
-    """One `messages` row in the stored encodings, and what it adds to tool_call_count."""
-    stored_calls, n_calls = _tool_calls(tool_calls)
+    """One `messages` row in the stored encodings, and what it adds to tool_call_count.
+
+    A message leaves most fields None, stored as NULL: those skip their encoder, which
+    would return None for them (field_text, field_json, the tool calls' and display
+    metadata's encoders), since every append runs this."""
+    stored_calls, n_calls = (None, 0) if tool_calls is None else _tool_calls(tool_calls)
+    text = field_text
     values = {
         "session_id": session_id,
-        "role": field_text("role", role),
+        "role": text("role", role),
         "content": content_value(content),
-        "tool_call_id": field_text("tool_call_id", tool_call_id),
+        "tool_call_id": None if tool_call_id is None else text("tool_call_id", tool_call_id),
         "tool_calls": stored_calls,
-        "tool_name": field_text("tool_name", tool_name),
-        "effect_disposition": field_text("effect_disposition", effect_disposition),
+        "tool_name": tool_name if tool_name is None else text("tool_name", tool_name),
+        "effect_disposition": (
+            None if effect_disposition is None else text("effect_disposition", effect_disposition)
+        ),
         "timestamp": timestamp,
         "token_count": token_count,
-        "finish_reason": field_text("finish_reason", finish_reason),
-        "reasoning": field_text("reasoning", reasoning),
-        "reasoning_content": field_text("reasoning_content", reasoning_content),
-        "reasoning_details": field_json("reasoning_details", reasoning_details),
-        "codex_reasoning_items": field_json("codex_reasoning_items", codex_reasoning_items),
-        "codex_message_items": field_json("codex_message_items", codex_message_items),
-        "platform_message_id": field_text("platform_message_id", platform_message_id),
-        "observed": flag(observed),
+        "finish_reason": (None if finish_reason is None else text("finish_reason", finish_reason)),
+        "reasoning": None if reasoning is None else text("reasoning", reasoning),
+        "reasoning_content": (
+            None if reasoning_content is None else text("reasoning_content", reasoning_content)
+        ),
+        "reasoning_details": (
+            None
+            if reasoning_details is None
+            else field_json("reasoning_details", reasoning_details)
+        ),
+        "codex_reasoning_items": (
+            None
+            if codex_reasoning_items is None
+            else field_json("codex_reasoning_items", codex_reasoning_items)
+        ),
+        "codex_message_items": (
+            None
+            if codex_message_items is None
+            else field_json("codex_message_items", codex_message_items)
+        ),
+        "platform_message_id": (
+            None
+            if platform_message_id is None
+            else text("platform_message_id", platform_message_id)
+        ),
+        "observed": 1 if observed else 0,
         # Written explicitly: older reconciled files have `active` without its DEFAULT 1.
         "active": 1,
         "compacted": 0,
-        "api_content": field_text("api_content", api_content),
-        "display_kind": field_text("display_kind", display_kind),
-        "display_metadata": encode_display_metadata(display_metadata),
+        "api_content": None if api_content is None else text("api_content", api_content),
+        "display_kind": None if display_kind is None else text("display_kind", display_kind),
+        "display_metadata": (
+            None if display_metadata is None else encode_display_metadata(display_metadata)
+        ),
     }
     return values, n_calls
 

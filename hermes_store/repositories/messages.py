@@ -199,6 +199,33 @@ _APPEND_STATE = Prepared(
 _INSERT_ONE = Prepared(
     insert(MESSAGES).values({name: bindparam(name) for name in INSERT_COLUMNS}).returning(M.id)
 )
+#: The append's checks and its INSERT in one statement, for a database whose write
+#: transaction holds its one write lock (SQLite): a row is inserted only into a session
+#: that exists, was not closed by compression and has no live lease of another holder
+#: (`_check_append_allowed`'s conditions); no row back means one of them failed, and the
+#: read that says which sees the same state, since nothing else can write meanwhile.
+_INSERT_CHECKED = Prepared(
+    insert(MESSAGES)
+    .from_select(
+        INSERT_COLUMNS,
+        select(*(bindparam(name) for name in INSERT_COLUMNS))
+        .select_from(SESSIONS)
+        .where(
+            S.id == bindparam("session_id"),
+            # a parameter, not a constant: binding stays one tuple of the caller's values
+            or_(S.ended_at.is_(None), S.end_reason.is_distinct_from(bindparam("closed_by"))),
+            ~select(L.session_id)
+            .where(
+                L.session_id == bindparam("session_id"),
+                L.expires_at > bindparam("at"),
+                L.holder.is_not(None),
+                or_(bindparam("holder").is_(None), L.holder != bindparam("holder")),
+            )
+            .exists(),
+        ),
+    )
+    .returning(M.id)
+)
 _ADD_COUNTS = Prepared(
     update(SESSIONS)
     .where(S.id == bindparam("session_id"))
@@ -408,20 +435,56 @@ def _append_one(
     if turn_token is not None:
         turns.require_turn(conn, session_id, turn_token)
     at = now()
-    _check_append_allowed(conn, session_id, holder, at, locked)
-    values, n_calls = encode_row(
-        session_id, timestamp=at if explicit_ts is None else explicit_ts, **fields
-    )
-    if conn.dialect.insert_returning:
-        message_id = int(_INSERT_ONE.scalar(conn, values))
+    if sql.locks_rows or not conn.dialect.insert_returning:
+        _check_append_allowed(conn, session_id, holder, at, locked)
+        values, n_calls = encode_row(
+            session_id, timestamp=at if explicit_ts is None else explicit_ts, **fields
+        )
+        if conn.dialect.insert_returning:
+            message_id = int(_INSERT_ONE.scalar(conn, values))
+        else:
+            message_id = _insert_without_returning(conn, values)
     else:
-        message_id = _insert_without_returning(conn, values)
+        values, n_calls = _encode_checked(conn, session_id, holder, at, explicit_ts, fields)
+        message_id = _insert_checked(conn, session_id, holder, at, values)
     if sql.checks_commit_outcome:
         sql.note_appended(conn, message_id, values)
     _add_counts(conn, session_id, 1, n_calls)
     if key is not None:
         idempotency.remember(conn, session_id, key, [message_id], at)
     return message_id
+
+
+def _encode_checked(
+    conn: Connection,
+    session_id: str,
+    holder: str | None,
+    at: float,
+    explicit_ts: float | None,
+    fields: Mapping[str, Any],
+) -> tuple[dict[str, Any], int]:
+    """`encode_row` before the checks, which `_insert_checked` makes: a value that cannot
+    be stored is still refused after them (a missing session, say, is reported first)."""
+    try:
+        return encode_row(
+            session_id, timestamp=at if explicit_ts is None else explicit_ts, **fields
+        )
+    except InvalidInput:
+        _check_append_allowed(conn, session_id, holder, at)
+        raise
+
+
+def _insert_checked(
+    conn: Connection, session_id: str, holder: str | None, at: float, values: dict[str, Any]
+) -> int:
+    """Insert `values` if the append is allowed (`_INSERT_CHECKED`); else raise what
+    `_check_append_allowed` finds."""
+    params = {**values, "holder": holder, "at": at, "closed_by": COMPRESSION}
+    row = _INSERT_CHECKED.first(conn, params)
+    if row is None:
+        _check_append_allowed(conn, session_id, holder, at)
+        raise AssertionError(f"an append to {session_id!r} was refused for no reason found")
+    return int(row[0])
 
 
 def _append_many(

@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.databases import JOURNAL_MODES, journal_mode, set_journal_mode
 from sqlalchemy import event, insert, text
 
 from hermes_store import migrate
+from hermes_store.config import JOURNAL_ENV
 from hermes_store.contract import APPEND_FUNCTION
 from hermes_store.errors import (
     CompressionSessionBusyError,
@@ -425,6 +427,75 @@ def test_lease_is_checked_before_the_closed_state(store, repo):
     add_lock(store, "s1", "other")
     with pytest.raises(CompressionSessionBusyError):
         repo.append_message("s1", "user", "x")
+
+
+def test_append_allowed_on_an_ended_session_without_a_reason(store, repo):
+    # NULL end_reason: not compression-closed (a comparison with NULL must not refuse it)
+    make_session(store)
+    execute(store, "UPDATE sessions SET ended_at = :t WHERE id = 's1'", t=time.time())
+    repo.append_message("s1", "user", "x")
+    assert counters(store) == (1, 0)
+
+
+def test_append_refused_on_a_missing_session_writes_nothing(store, repo):
+    make_session(store)
+    with pytest.raises(SessionNotFound):
+        repo.append_message("nope", "user", "x")
+    assert sql(store, "SELECT count(*) FROM messages") == [(0,)]
+
+
+def test_lease_of_another_session_does_not_refuse(store, repo):
+    make_session(store)
+    make_session(store, "s2")
+    add_lock(store, "s2", "other")
+    repo.append_message("s1", "user", "x")
+    assert counters(store) == (1, 0)
+
+
+@pytest.mark.sqlite_only
+def test_unstorable_value_on_a_refused_session_reports_the_refusal_first(store, repo):
+    # on SQLite the checks come before the encoding's refusal, as they always did there
+    # (PostgreSQL's one-call append encodes first, so there InvalidInput comes first)
+    make_session(store)
+    add_lock(store, "s1", "other")
+    with pytest.raises(SessionNotFound):
+        repo.append_message("nope", "user", object())
+    with pytest.raises(CompressionSessionBusyError):
+        repo.append_message("s1", "user", object())
+    with pytest.raises(InvalidInput):
+        repo.append_message("s1", "user", object(), compression_lock_holder="other")
+
+
+@pytest.mark.parametrize("mode", JOURNAL_MODES)
+def test_sqlite_append_checks_inside_its_insert(fresh_db, mode, monkeypatch):
+    # on SQLite the session, its state and its lease are checked by the INSERT itself:
+    # an allowed append sends BEGIN, the INSERT, the counters' UPDATE (and COMMIT)
+    monkeypatch.setenv(JOURNAL_ENV, mode)
+    set_journal_mode(fresh_db.removeprefix("sqlite:///"), mode)
+    with Store(fresh_db) as store:
+        repo = MessageRepository(store)
+        make_session(store)
+        repo.append_message("s1", "user", "warm")
+        sent: list[str] = []
+
+        def capture(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            sent.append(statement.split(None, 1)[0].upper())
+
+        event.listen(store.engine, "before_cursor_execute", capture)
+        try:
+            repo.append_message("s1", "user", "x")
+            refused = len(sent)
+            add_lock(store, "s1", "other")
+            sent.clear()
+            with pytest.raises(CompressionSessionBusyError):
+                repo.append_message("s1", "user", "y")
+        finally:
+            event.remove(store.engine, "before_cursor_execute", capture)
+        assert refused == 3
+        # a refusal reads the state once more, to say which check failed
+        assert sent == ["BEGIN", "INSERT", "SELECT"]
+        assert counters(store) == (2, 0)
+    assert journal_mode(fresh_db.removeprefix("sqlite:///")) == mode
 
 
 # --------------------------------------------------------------------------- append_messages
