@@ -16,6 +16,7 @@ import json
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -156,6 +157,21 @@ def _skill_scaffolded() -> Prepared:
         )
         .order_by(S.started_at.desc(), S.id.desc())
         .limit(bindparam("limit", type_=BigInteger()))
+    )
+
+
+@cache
+def _session_cwds(include_archived: bool) -> Prepared:
+    """Each working directory with its number of sessions and last activity."""
+    conds: list[ColumnElement[bool]] = [S.cwd.is_not(None), func.trim(S.cwd) != ""]
+    if not include_archived:
+        conds.append(S.archived == 0)
+    activity = func.max(func.coalesce(S.ended_at, S.started_at, 0)).label("last_active")
+    return Prepared(
+        select(S.cwd, func.count().label("sessions"), activity)
+        .where(*conds)
+        .group_by(S.cwd)
+        .order_by(S.cwd)
     )
 
 
@@ -1212,24 +1228,11 @@ class SessionRepository:
         Args:
             include_archived: also archived sessions.
         """
-        conds: list[ColumnElement[bool]] = [S.cwd.is_not(None), func.trim(S.cwd) != ""]
-        if not include_archived:
-            conds.append(S.archived == 0)
-        activity = func.max(func.coalesce(S.ended_at, S.started_at, 0)).label("last_active")
-        query = (
-            select(S.cwd, func.count().label("sessions"), activity)
-            .where(*conds)
-            .group_by(S.cwd)
-            .order_by(S.cwd)
-        )
+        statement = _session_cwds(bool(include_archived))
         return self.store.read(
             lambda conn: [
-                {
-                    "cwd": r.cwd,
-                    "sessions": int(r.sessions or 0),
-                    "last_active": float(r.last_active or 0),
-                }
-                for r in conn.execute(query)
+                {"cwd": cwd, "sessions": int(sessions or 0), "last_active": float(last or 0)}
+                for cwd, sessions, last in statement.rows(conn)
             ]
         )
 

@@ -15,6 +15,7 @@ from sqlalchemy.sql import compiler
 from sqlalchemy.sql.selectable import Select
 
 from hermes_store.repositories.housekeeping import HousekeepingRepository
+from hermes_store.repositories.maintenance import MaintenanceRepository
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SESSIONS, SessionRepository
 from hermes_store.store import Store
@@ -96,3 +97,29 @@ def test_fts_optimize_available_reads_the_state_in_two_statements(store: Store) 
     with sent(store) as statements:
         assert housekeeping.fts_optimize_available() is False
     assert len(statements) == 2, statements
+
+
+def test_session_counts_and_cwds_build_and_compile_once(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sessions, maintenance = SessionRepository(store), MaintenanceRepository(store)
+    sessions.create_session("a", "cli", cwd="/w")
+    sessions.create_session("b", "cron")
+    sessions.end_session("b", "user_exit")
+
+    def calls() -> tuple[Any, ...]:
+        return (
+            sessions.session_count_by_source(),
+            sessions.session_count_by_source(include_archived=True),
+            sessions.distinct_session_cwds(),
+            sessions.distinct_session_cwds(include_archived=True),
+            maintenance.count_empty_sessions(),
+        )
+
+    first = calls()
+    with built(monkeypatch) as names:
+        assert calls() == first
+    assert names == []
+    assert first[0] == {"cli": 1, "cron": 1}
+    assert [row["cwd"] for row in first[2]] == ["/w"]
+    assert first[4] == 1
