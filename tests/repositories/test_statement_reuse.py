@@ -1,7 +1,8 @@
 """Reads that a caller may repeat often (a UI polling a cron job's runs, the /skill
 re-titling helper, whether FTS maintenance has work) reuse statements built once: a
-repeat call with other arguments builds and compiles nothing, and the FTS state is read in two
-statements. Real database files, no mocks; SQLAlchemy's constructors are only counted."""
+repeat call with other arguments builds and compiles nothing, and the FTS state is read
+in two statements. Real databases (SQLite and PostgreSQL; the FTS state on SQLite), no
+mocks; SQLAlchemy's constructors are only counted."""
 
 from __future__ import annotations
 
@@ -19,13 +20,6 @@ from hermes_store.repositories.maintenance import MaintenanceRepository
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SESSIONS, SessionRepository
 from hermes_store.store import Store
-
-
-@pytest.fixture
-def store(fresh_db: str) -> Iterator[Store]:
-    opened = Store(fresh_db)
-    yield opened
-    opened.close()
 
 
 @contextmanager
@@ -92,9 +86,9 @@ def test_skill_scaffolded_sessions_build_and_compile_once(
     assert names == []
 
 
-def test_fts_optimize_available_reads_the_state_in_two_statements(store: Store) -> None:
-    housekeeping = HousekeepingRepository(store)
-    with sent(store) as statements:
+def test_fts_optimize_available_reads_the_state_in_two_statements(sqlite_store: Store) -> None:
+    housekeeping = HousekeepingRepository(sqlite_store)
+    with sent(sqlite_store) as statements:
         assert housekeeping.fts_optimize_available() is False
     assert len(statements) == 2, statements
 
