@@ -3,6 +3,7 @@ v23 `SessionDB` (`hermes_state.py`), operation by operation, on the same SQLite 
 
     python -m benchmarks.facade --original DIR [--iterations 200] [--quick]
                                 [--drivers sqlite3,pysqlite3] [--json PATH]
+                                [--only NAME[,NAME]]
     HERMES_ORIGINAL=DIR python -m benchmarks.facade
 
 DIR holds the original's `hermes_state.py` and the modules of its repository it imports
@@ -412,11 +413,25 @@ def load_original(directory: Path, driver: str) -> Any:
     return module
 
 
-def run_child(original: Path, driver: str, iterations: int, quick: bool) -> dict[str, Any]:
+def selected(only: tuple[str, ...] = ()) -> list[Op]:
+    """The operations named in `only` (all of them when it is empty)."""
+    ops = operations()
+    if not only:
+        return ops
+    unknown = set(only) - {op.name for op in ops}
+    if unknown:
+        raise SystemExit(f"unknown operation(s): {', '.join(sorted(unknown))}")
+    return [op for op in ops if op.name in only]
+
+
+def run_child(
+    original: Path, driver: str, iterations: int, quick: bool, only: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """Both sides on this process's SQLite library (the parent set the environment)."""
     global SESSIONS
     sessions, messages = (QUICK_SESSIONS, QUICK_MESSAGES) if quick else (SESSIONS, MESSAGES)
     SESSIONS = sessions
+    ops = selected(only)
     with tempfile.TemporaryDirectory(prefix="hermes-facade-") as tmp:
         directory = Path(tmp)
         os.environ["HERMES_HOME"] = str(directory / "home")
@@ -440,7 +455,7 @@ def run_child(original: Path, driver: str, iterations: int, quick: bool) -> dict
             _fill(side, sessions, messages)
         filled = time.perf_counter() - started
         try:
-            rows = measure(sides, operations(), iterations)
+            rows = measure(sides, ops, iterations)
         finally:
             facade_db.close()
             original_db.close()
@@ -456,14 +471,16 @@ def run_child(original: Path, driver: str, iterations: int, quick: bool) -> dict
     }
 
 
-def _in_child(original: Path, driver: str, iterations: int, quick: bool) -> dict[str, Any]:
+def _in_child(
+    original: Path, driver: str, iterations: int, quick: bool, only: tuple[str, ...] = ()
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="hermes-facade-out-") as tmp:
         out = Path(tmp) / "result.json"
         env = {**os.environ, "HERMES_STORE_SQLITE_DRIVER": driver}
         command = [
             sys.executable, "-m", "benchmarks.facade", "--original", str(original),
             "--child", driver, str(out), "--iterations", str(iterations),
-            *(["--quick"] if quick else []),
+            *(["--quick"] if quick else []), *(["--only", ",".join(only)] if only else []),
         ]  # fmt: skip
         done = subprocess.run(command, env=env, cwd=Path(__file__).parent.parent, check=False)
         if done.returncode != 0 or not out.exists():
@@ -484,11 +501,13 @@ def run(
     iterations: int,
     quick: bool = False,
     drivers: tuple[str, ...] = ("sqlite3", "pysqlite3"),
+    only: tuple[str, ...] = (),
 ) -> dict[str, Any]:
+    selected(only)  # an unknown name stops here, before any child starts
     columns = []
     for driver in drivers:
         print(f"  facade beside the original: SQLite through {driver}")
-        columns.append(_in_child(original, driver, iterations, quick))
+        columns.append(_in_child(original, driver, iterations, quick, only))
     return {"original": str(original), "iterations": iterations, "columns": columns}
 
 
@@ -533,8 +552,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="20 sessions of 100 messages")
     parser.add_argument("--drivers", default="sqlite3,pysqlite3")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--only", default="", help="NAME[,NAME]: only these operations (names as in the table)"
+    )
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    only = tuple(name.strip() for name in args.only.split(",") if name.strip())
     original = original_from(args.original)
     if original is None:
         print(HOW_TO_GET)
@@ -545,10 +568,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.child:
         driver, out = args.child
-        column = run_child(original.resolve(), driver, args.iterations, args.quick)
+        column = run_child(original.resolve(), driver, args.iterations, args.quick, only)
         Path(out).write_text(json.dumps(column))
         return 0
-    result = run(original.resolve(), args.iterations, args.quick, tuple(args.drivers.split(",")))
+    result = run(
+        original.resolve(), args.iterations, args.quick, tuple(args.drivers.split(",")), only
+    )
     print()
     print_table(result)
     if args.json:

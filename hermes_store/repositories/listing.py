@@ -484,7 +484,9 @@ def count_statement(shape: tuple[Any, ...]) -> Select[Any]:
     return select(func.count()).select_from(s).where(*filter_conditions(s, shape))
 
 
+@cache
 def source_counts_statement(shape: tuple[Any, ...]) -> Select[Any, int]:
+    """Sessions per source for a filter shape (built once per shape; values are bound)."""
     s = alias(SESSIONS, "s")
     # Rows written before sources existed carry '' or NULL; they came from the CLI.
     key = func.coalesce(func.nullif(s.c.source, ""), "cli").label("source_key")

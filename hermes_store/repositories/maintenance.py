@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 from sqlalchemy import ColumnElement, func, select
 
+from ..runtime.engine import Prepared
 from ._sql import IN_CHUNK
 from ._tables import SESSIONS
 from .deletion import (
@@ -61,6 +62,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 EXPORT_PAGE = 200
+
+_COUNT_EMPTY = Prepared(select(func.count()).select_from(SESSIONS).where(*empty_conditions()))
 
 
 class MaintenanceRepository:
@@ -360,8 +363,7 @@ class MaintenanceRepository:
 
     def count_empty_sessions(self) -> int:
         """Ended, unarchived sessions whose message count is 0."""
-        stmt = select(func.count()).select_from(SESSIONS).where(*empty_conditions())
-        return self.store.read(lambda conn: int(conn.execute(stmt).scalar_one()))
+        return self.store.read(lambda conn: int(_COUNT_EMPTY.scalar(conn)))
 
     def delete_empty_sessions(self, sessions_dir: str | Path | None = None) -> int:
         """Delete what count_empty_sessions counts; children are orphaned.

@@ -805,6 +805,14 @@ def _lineage_rows(
     return [(member, statement.rows(conn, {"session_id": member})) for member in chain]
 
 
+def _ancestors_rows(conn: Connection, session_id: str) -> _Lineage:
+    """The session's ancestors, root first, each with its active rows in id order; the
+    session's own rows are not read (nothing is, past the parent lookup, when it has none)."""
+    statement = _conversation_rows(False)
+    chain = reversed(ancestor_ids(conn, session_id))
+    return [(member, statement.rows(conn, {"session_id": member})) for member in chain]
+
+
 def _rows_of(lineage: _Lineage) -> list[tuple[Any, ...]]:
     """The rows of every session of a lineage, in chain order."""
     if len(lineage) == 1:
@@ -1416,10 +1424,10 @@ class MessageRepository:
         Args:
             session_id: the session's id.
         """
-        lineage = self.store.read(lambda conn: _lineage_rows(conn, session_id, True, False))
-        if len(lineage) < 2:
+        lineage = self.store.read(lambda conn: _ancestors_rows(conn, session_id))
+        if not lineage:
             return []
-        ancestors = _rows_of(lineage[:-1])
+        ancestors = _rows_of(lineage)
         return _messages(conversation(ancestors, dedupe_replays=True, repair_alternation=False))
 
 

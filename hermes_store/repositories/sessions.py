@@ -16,10 +16,13 @@ import json
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import (
+    TEXT,
+    BigInteger,
     ColumnElement,
     Connection,
     and_,
@@ -35,7 +38,7 @@ from sqlalchemy import (
 
 from ..runtime.engine import Prepared
 from . import turns
-from ._paging import limit_clause, offset_clause
+from ._paging import bound_limit, limit_clause, offset_clause, row_offset
 from ._preview import SKILL_INVOCATION_PREFIX
 from ._sql import (
     ADVISORY_FAILURES,
@@ -115,6 +118,65 @@ _UPSERT = Prepared(
     )
 )
 _FULL_ROW = Prepared(all_columns(SESSIONS).where(S.id == bindparam("id")))
+
+
+def _cron_runs() -> Prepared:
+    """Runs of one cron job, newest first: the ids in [:low, :high) (an index range over
+    the `cron_<job>_` prefix), a page of :limit rows from :offset."""
+    s = alias(SESSIONS, "s")
+    return Prepared(
+        rich_select(s, False)
+        .where(
+            s.c.source == "cron",
+            s.c.id >= bindparam("low", type_=TEXT()),
+            s.c.id < bindparam("high", type_=TEXT()),
+        )
+        .order_by(s.c.started_at.desc(), s.c.id.desc())
+        .limit(bindparam("limit", type_=BigInteger()))
+        .offset(bindparam("offset", type_=BigInteger()))
+    )
+
+
+def _skill_scaffolded() -> Prepared:
+    """Titled sessions whose first user message (by timestamp, then id; NULL content
+    skipped) starts with the `/skill` invocation prefix, newest start first, :limit rows."""
+    m = MESSAGES.alias("m")
+    first = (
+        select(m.c.id)
+        .where(m.c.session_id == S.id, m.c.role == "user", m.c.content.is_not(None))
+        .order_by(m.c.timestamp, m.c.id)
+        .limit(1)
+        .scalar_subquery()
+    )
+    return Prepared(
+        select(S.id, S.title, M.content)
+        .select_from(SESSIONS.join(MESSAGES, M.id == first))
+        .where(
+            S.title.is_not(None),
+            func.substr(M.content, 1, len(SKILL_INVOCATION_PREFIX)) == SKILL_INVOCATION_PREFIX,
+        )
+        .order_by(S.started_at.desc(), S.id.desc())
+        .limit(bindparam("limit", type_=BigInteger()))
+    )
+
+
+@cache
+def _session_cwds(include_archived: bool) -> Prepared:
+    """Each working directory with its number of sessions and last activity."""
+    conds: list[ColumnElement[bool]] = [S.cwd.is_not(None), func.trim(S.cwd) != ""]
+    if not include_archived:
+        conds.append(S.archived == 0)
+    activity = func.max(func.coalesce(S.ended_at, S.started_at, 0)).label("last_active")
+    return Prepared(
+        select(S.cwd, func.count().label("sessions"), activity)
+        .where(*conds)
+        .group_by(S.cwd)
+        .order_by(S.cwd)
+    )
+
+
+_CRON_RUNS = _cron_runs()
+_SKILL_SCAFFOLDED = _skill_scaffolded()
 
 
 def _text(value: Any) -> Any:
@@ -1152,16 +1214,13 @@ class SessionRepository:
             offset: skip this many rows first.
         """
         prefix = f"cron_{job_id}_"
-        upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-        s = alias(SESSIONS, "s")
-        query = (
-            rich_select(s, False)
-            .where(s.c.source == "cron", s.c.id >= prefix, s.c.id < upper)
-            .order_by(s.c.started_at.desc(), s.c.id.desc())
-            .limit(limit_clause(limit))
-            .offset(offset_clause(offset))
-        )
-        return self.store.read(lambda conn: rich_rows(conn, Prepared(query), {}))
+        params = {
+            "low": prefix,
+            "high": prefix[:-1] + chr(ord(prefix[-1]) + 1),
+            "limit": bound_limit(limit),
+            "offset": row_offset(offset),
+        }
+        return self.store.read(lambda conn: rich_rows(conn, _CRON_RUNS, params))
 
     def distinct_session_cwds(self, include_archived: bool = False) -> list[dict[str, Any]]:
         """Each working directory with its number of sessions and last activity.
@@ -1169,24 +1228,11 @@ class SessionRepository:
         Args:
             include_archived: also archived sessions.
         """
-        conds: list[ColumnElement[bool]] = [S.cwd.is_not(None), func.trim(S.cwd) != ""]
-        if not include_archived:
-            conds.append(S.archived == 0)
-        activity = func.max(func.coalesce(S.ended_at, S.started_at, 0)).label("last_active")
-        query = (
-            select(S.cwd, func.count().label("sessions"), activity)
-            .where(*conds)
-            .group_by(S.cwd)
-            .order_by(S.cwd)
-        )
+        statement = _session_cwds(bool(include_archived))
         return self.store.read(
             lambda conn: [
-                {
-                    "cwd": r.cwd,
-                    "sessions": int(r.sessions or 0),
-                    "last_active": float(r.last_active or 0),
-                }
-                for r in conn.execute(query)
+                {"cwd": cwd, "sessions": int(sessions or 0), "last_active": float(last or 0)}
+                for cwd, sessions, last in statement.rows(conn)
             ]
         )
 
@@ -1200,28 +1246,11 @@ class SessionRepository:
         Args:
             limit: at most this many rows.
         """
-        m = MESSAGES.alias("m")
-        first = (
-            select(m.c.id)
-            .where(m.c.session_id == S.id, m.c.role == "user", m.c.content.is_not(None))
-            .order_by(m.c.timestamp, m.c.id)
-            .limit(1)
-            .scalar_subquery()
-        )
-        query = (
-            select(S.id, S.title, M.content)
-            .select_from(SESSIONS.join(MESSAGES, M.id == first))
-            .where(
-                S.title.is_not(None),
-                func.substr(M.content, 1, len(SKILL_INVOCATION_PREFIX)) == SKILL_INVOCATION_PREFIX,
-            )
-            .order_by(S.started_at.desc(), S.id.desc())
-            .limit(limit_clause(limit))
-        )
+        params = {"limit": bound_limit(limit)}
         return self.store.read(
             lambda conn: [
-                {"id": r.id, "title": r.title, "content": decode_content(r.content)}
-                for r in conn.execute(query)
+                {"id": sid, "title": title, "content": decode_content(content)}
+                for sid, title, content in _SKILL_SCAFFOLDED.rows(conn, params)
             ]
         )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, text
@@ -37,6 +38,12 @@ def _meta(conn: Connection, key: str) -> str | None:
         return None
     value = conn.execute(text("SELECT value FROM state_meta WHERE key = :k"), {"k": key}).scalar()
     return None if value is None else str(value)
+
+
+_CATALOG = text("SELECT type, name, sql FROM sqlite_master")
+_FTS_META = text(
+    "SELECT key, value FROM state_meta WHERE key IN (:high, :progress, :version)"
+).bindparams(high=HIGH_WATER, progress=PROGRESS, version=META_FTS_STORAGE_VERSION)
 
 
 @dataclass(frozen=True)
@@ -89,15 +96,20 @@ def classify(conn: Connection) -> str:
     for any mixture no release wrote as such. Revisions 0011 and 0023 decide with the
     frozen copy in migrations/_fts_layouts.py (`layout`); tests/search/test_fts_layout_detector.py
     keeps the two in agreement."""
-    base = _sql(conn, FTS_TABLE)
+    return _classify(lambda name: _sql(conn, name))
+
+
+def _classify(sql_of: Callable[[str], str | None]) -> str:
+    """`classify` on `sql_of(name)`, the `sqlite_master.sql` of an object (None: absent)."""
+    base = sql_of(FTS_TABLE)
     if base is None:
         return "none"
-    trigram = _sql(conn, FTS_TRIGRAM_TABLE)
+    trigram = sql_of(FTS_TRIGRAM_TABLE)
     options = _options(base)
     external = "content=messages" in options or "content='messages'" in options
     if "tool_name" in base:
         through_view = trigram is not None and FTS_TRIGRAM_VIEW in trigram
-        if external and through_view and _sql(conn, FTS_TRIGRAM_VIEW) is not None:
+        if external and through_view and sql_of(FTS_TRIGRAM_VIEW) is not None:
             return "v23"
         return "hybrid"
     if external:
@@ -108,7 +120,7 @@ def classify(conn: Connection) -> str:
         return "hybrid"  # the original v23 code's result on a pre-v10 file
     if "content=" in options:
         return "hybrid"  # an external table over something else: no release wrote it
-    delete = _sql(conn, FTS_BASE_TRIGGERS[1]) or ""
+    delete = sql_of(FTS_BASE_TRIGGERS[1]) or ""
     if "'delete'" in delete:
         return "L2"
     if "DELETE FROM messages_fts" in delete:  # L3: a plain DELETE of the row
@@ -128,19 +140,21 @@ def fts_state(conn: Connection) -> FTSState:
             storage_version=_meta(conn, META_FTS_STORAGE_VERSION),
             has_cjk=False,
         )
-    triggers = conn.execute(
-        text("SELECT name FROM sqlite_master WHERE type = 'trigger'")
-    ).scalars()
-    tables = conn.execute(
-        text("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-    ).scalars()
-    trash = [str(t) for t in tables if str(t).startswith(FTS_TRASH_PREFIX)]
+    # the catalog in one read, the three state_meta keys in a second: this runs on every
+    # `fts_optimize_available`, which a UI may poll
+    catalog = conn.execute(_CATALOG).all()
+    sql_by_name = {str(name): None if sql is None else str(sql) for _t, name, sql in catalog}
+    triggers = {str(name) for kind, name, _s in catalog if kind == "trigger"}
+    tables = sorted(str(name) for kind, name, _s in catalog if kind == "table")
+    meta: dict[str, str] = {}
+    if "state_meta" in sql_by_name:  # a file the original wrote may predate it
+        meta = {str(k): str(v) for k, v in conn.execute(_FTS_META) if v is not None}
     return FTSState(
-        layout=classify(conn),
-        triggers=len(set(FTS_TRIGGERS).intersection(triggers)),
-        high_water=_int(_meta(conn, HIGH_WATER)),
-        progress=_int(_meta(conn, PROGRESS)),
-        trash_tables=tuple(trash),
-        storage_version=_meta(conn, META_FTS_STORAGE_VERSION),
-        has_cjk=_sql(conn, FTS_CJK_TABLE) is not None,
+        layout=_classify(sql_by_name.get),
+        triggers=len(set(FTS_TRIGGERS) & triggers),
+        high_water=_int(meta.get(HIGH_WATER)),
+        progress=_int(meta.get(PROGRESS)),
+        trash_tables=tuple(t for t in tables if t.startswith(FTS_TRASH_PREFIX)),
+        storage_version=meta.get(META_FTS_STORAGE_VERSION),
+        has_cjk=sql_by_name.get(FTS_CJK_TABLE) is not None,
     )

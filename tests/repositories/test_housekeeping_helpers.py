@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import event, update
 
 from hermes_store import migrate
 from hermes_store.compat import SessionDB
@@ -211,6 +211,36 @@ def test_get_ancestor_display_prefix_is_the_ancestors_rows_only(r: Repos) -> Non
     assert [(m["role"], m["content"]) for m in prefix] == [("user", "q"), ("assistant", "a")]
     assert r.messages.get_ancestor_display_prefix("root") == []
     assert r.messages.get_ancestor_display_prefix("unknown") == []
+
+
+def test_get_ancestor_display_prefix_reads_no_row_of_the_session_itself(r: Repos) -> None:
+    r.make("root")
+    r.say("root", "user", "q")
+    r.make("mid", parent_session_id="root")
+    r.say("mid", "user", "q2")
+    r.make("tip", parent_session_id="mid")
+    r.say("tip", "user", "next")
+    sent: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, parameters: Any, *rest: Any) -> None:
+        sent.append((" ".join(statement.split()), parameters))
+
+    event.listen(r.store.engine, "before_cursor_execute", record)
+    try:
+        assert len(r.messages.get_ancestor_display_prefix("tip")) == 2
+        with_parents = list(sent)
+        sent.clear()
+        assert r.messages.get_ancestor_display_prefix("root") == []
+    finally:
+        event.remove(r.store.engine, "before_cursor_execute", record)
+
+    def message_reads(statements: list[tuple[str, Any]]) -> list[Any]:
+        return [params for text, params in statements if "FROM messages" in text]
+
+    # one read per ancestor, none for the session's own transcript
+    assert len(message_reads(with_parents)) == 2
+    assert not any("tip" in str(params) for params in message_reads(with_parents))
+    assert message_reads(sent) == []
 
 
 # --------------------------------------------------------------------------- section 8

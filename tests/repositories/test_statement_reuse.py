@@ -1,0 +1,119 @@
+"""Reads that a caller may repeat often (a UI polling a cron job's runs, the /skill
+re-titling helper, whether FTS maintenance has work) reuse statements built once: a
+repeat call with other arguments builds and compiles nothing, and the FTS state is read
+in two statements. Real databases (SQLite and PostgreSQL; the FTS state on SQLite), no
+mocks; SQLAlchemy's constructors are only counted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from sqlalchemy import event, update
+from sqlalchemy.sql import compiler
+from sqlalchemy.sql.selectable import Select
+
+from hermes_store.repositories.housekeeping import HousekeepingRepository
+from hermes_store.repositories.maintenance import MaintenanceRepository
+from hermes_store.repositories.messages import MessageRepository
+from hermes_store.repositories.sessions import SESSIONS, SessionRepository
+from hermes_store.store import Store
+
+
+@contextmanager
+def built(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The class of every SELECT construct and SQL compiler SQLAlchemy builds meanwhile."""
+    names: list[str] = []
+
+    def counted(cls: Any) -> None:
+        original = cls.__init__
+
+        def counting(self: Any, *args: Any, **kwargs: Any) -> None:
+            names.append(type(self).__name__)
+            original(self, *args, **kwargs)
+
+        patch.setattr(cls, "__init__", counting)
+
+    with monkeypatch.context() as patch:
+        counted(compiler.SQLCompiler)
+        counted(Select)
+        yield names
+
+
+@contextmanager
+def sent(store: Store) -> Iterator[list[str]]:
+    """Every statement the store's engine sends meanwhile, BEGIN and COMMIT left out."""
+    statements: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        if statement.split()[0].upper() not in {"BEGIN", "COMMIT", "ROLLBACK"}:
+            statements.append(" ".join(statement.split()))
+
+    event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        yield statements
+    finally:
+        event.remove(store.engine, "before_cursor_execute", record)
+
+
+def test_cron_job_runs_build_and_compile_once(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = SessionRepository(store)
+    for n in range(3):
+        repo.create_session(f"cron_a_{n:03d}", "cron")
+    assert len(repo.list_cron_job_runs("a")) == 3
+    with built(monkeypatch) as names:
+        assert len(repo.list_cron_job_runs("a", limit=1, offset=1)) == 1
+        assert repo.list_cron_job_runs("b", limit=None) == []
+    assert names == []
+
+
+def test_skill_scaffolded_sessions_build_and_compile_once(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sessions, messages = SessionRepository(store), MessageRepository(store)
+    sessions.create_session("s", "cli")
+    messages.append_message("s", "user", '[IMPORTANT: The user has invoked the "pdf" skill.]')
+    titled = update(SESSIONS).where(SESSIONS.c.id == "s").values(title="pdf")
+    store.write(lambda conn: conn.execute(titled))
+    assert [r["id"] for r in sessions.list_skill_scaffolded_sessions()] == ["s"]
+    with built(monkeypatch) as names:
+        assert [r["id"] for r in sessions.list_skill_scaffolded_sessions(limit=5)] == ["s"]
+        assert sessions.list_skill_scaffolded_sessions(limit=0) == []
+    assert names == []
+
+
+def test_fts_optimize_available_reads_the_state_in_two_statements(sqlite_store: Store) -> None:
+    housekeeping = HousekeepingRepository(sqlite_store)
+    with sent(sqlite_store) as statements:
+        assert housekeeping.fts_optimize_available() is False
+    assert len(statements) == 2, statements
+
+
+def test_session_counts_and_cwds_build_and_compile_once(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sessions, maintenance = SessionRepository(store), MaintenanceRepository(store)
+    sessions.create_session("a", "cli", cwd="/w")
+    sessions.create_session("b", "cron")
+    sessions.end_session("b", "user_exit")
+
+    def calls() -> tuple[Any, ...]:
+        return (
+            sessions.session_count_by_source(),
+            sessions.session_count_by_source(include_archived=True),
+            sessions.distinct_session_cwds(),
+            sessions.distinct_session_cwds(include_archived=True),
+            maintenance.count_empty_sessions(),
+        )
+
+    first = calls()
+    with built(monkeypatch) as names:
+        assert calls() == first
+    assert names == []
+    assert first[0] == {"cli": 1, "cron": 1}
+    assert [row["cwd"] for row in first[2]] == ["/w"]
+    assert first[4] == 1
