@@ -22,8 +22,10 @@ once, when it opens, as `store.dialect`. This module is written once for both.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
@@ -182,6 +184,7 @@ class Store(Repositories):
             # on an engine the store built, whose pool has room for them beside the others
             self._keeps_readers = engine is None and self._runtime.keeps_reader_connections
             self._idle_readers: list[Connection] = []
+            _OPEN_STORES.add(self)
             self._writes = 0
             if check_schema:
                 try:
@@ -462,10 +465,19 @@ class Store(Repositories):
             and not self._closed
             and not conn.invalidated
             and len(self._idle_readers) < KEPT_READERS
+            # options a read set on its Connection (in place) would reach the next reads
+            and conn.get_execution_options() == self.engine.get_execution_options()
         ):
             self._idle_readers.append(conn)
             if self._closed:  # close() ran meanwhile and may have missed it
                 self._close_idle_readers()
+            # threads that finish together may all pass the length check above
+            while len(self._idle_readers) > KEPT_READERS:
+                try:
+                    surplus = self._idle_readers.pop(0)
+                except IndexError:
+                    break
+                surplus.close()
             return
         conn.close()
 
@@ -515,6 +527,29 @@ class Store(Repositories):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+#: Every store not yet collected, for `_after_fork_in_child`.
+_OPEN_STORES: weakref.WeakSet[Store] = weakref.WeakSet()
+#: Connections a forked child inherited: held, never used or closed, so that neither the
+#: child's garbage collector nor the pool's reset touches the parent's database handles.
+_LEFT_BY_PARENT: list[Any] = []
+
+
+def _after_fork_in_child() -> None:
+    """A child process must not use the connections its parent opened (SQLite forbids a
+    handle across fork; a server's socket would carry two processes' traffic): every
+    store forgets its kept connections and its engine's pool, so the child opens its own
+    (SQLAlchemy's `dispose(close=False)`, which leaves the parent's connections alone)."""
+    for store in list(_OPEN_STORES):
+        _LEFT_BY_PARENT.append((store._idle_readers, store._write_conn))
+        store._idle_readers = []
+        store._write_conn = None
+        store.engine.dispose(close=False)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 #: What `Store._typed` may turn into a typed error.

@@ -206,7 +206,9 @@ def _engine_watched(engine: Engine) -> bool:
     """Whether a Connection of `engine` would do more than hand statements to the driver:
     listeners on it, its engine or its dialect, echo, or execution options."""
     return bool(
-        getattr(Connection, "_has_events", True)
+        # a listener on the Connection class sets this flag on the class; without one,
+        # SQLAlchemy 2.0's class has no such attribute (its instances set theirs)
+        getattr(Connection, "_has_events", False)
         or getattr(engine, "_has_events", True)
         or getattr(engine.dialect, "_has_events", True)
         or engine._should_log_info()

@@ -157,3 +157,56 @@ def test_a_store_on_a_callers_engine_checks_out_per_read(journal_db: str) -> Non
         store.close()
     finally:
         engine.dispose()
+
+
+def test_options_a_read_sets_do_not_reach_the_next_read(journal_db: str) -> None:
+    """A Connection's execution options change in place: a connection a read set options
+    on goes back to the pool instead of being kept for the next read."""
+    with Store(journal_db) as store:
+        with store.read() as conn:
+            conn.execution_options(hermes_test_option=True)
+        with store.read() as conn:
+            assert "hermes_test_option" not in conn.get_execution_options()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_opens_its_own_connections(journal_db: str) -> None:
+    """SQLite forbids using a handle across fork: the child reads and writes through
+    connections of its own, not the parent's kept reader or writer, and the parent's go
+    on working."""
+    with Store(journal_db) as store:
+        sessions, messages = SessionRepository(store), MessageRepository(store)
+        sessions.create_session("s1", "cli")
+        messages.append_message("s1", "user", "parent")  # keeps the writer connection
+
+        def handle(conn: Any) -> int:
+            return id(conn.connection.driver_connection)
+
+        parent_reader = store.read(handle)  # keeps this reader
+        assert store.read(handle) == parent_reader
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report, never return into pytest
+            code = 1
+            try:
+                os.close(read_end)
+                child_reader = store.read(handle)
+                messages.append_message("s1", "user", "child")
+                count = len(messages.get_messages("s1"))
+                os.write(write_end, f"{child_reader != parent_reader} {count}".encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write_end)
+        with os.fdopen(read_end) as answer:
+            reported = answer.read()
+        _, status = os.waitpid(pid, 0)
+        assert os.WEXITSTATUS(status) == 0
+        assert reported == "True 2"
+        assert store.read(handle) == parent_reader
+        messages.append_message("s1", "user", "parent again")
+        assert [m["content"] for m in messages.get_messages("s1")] == [
+            "parent",
+            "child",
+            "parent again",
+        ]
