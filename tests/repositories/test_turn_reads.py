@@ -169,17 +169,18 @@ def test_async_store_has_the_newest_messages(backend_url: str) -> None:
 # --------------------------------------------------------------------------- appends
 
 
-def test_a_sqlite_append_sends_four_statements(sqlite_store: Store) -> None:
-    """BEGIN IMMEDIATE, the session and its lease in one read, the insert, the counters."""
+def test_a_sqlite_append_sends_three_statements(sqlite_store: Store) -> None:
+    """BEGIN IMMEDIATE, the insert that checks the session and its lease itself, the
+    counters."""
     repo = MessageRepository(sqlite_store)
     make_session(sqlite_store, "s1")
     repo.append_message("s1", "user", "warm")
     with recorded(sqlite_store) as statements:
         repo.append_message("s1", "user", "hello")
-    assert len(statements) == 4, statements
+    assert len(statements) == 3, statements
     assert statements[0] == "BEGIN IMMEDIATE"
-    assert statements[2].startswith("INSERT INTO messages")
-    assert statements[3].startswith("UPDATE sessions")
+    assert statements[1].startswith("INSERT INTO messages") and "FROM sessions" in statements[1]
+    assert statements[2].startswith("UPDATE sessions")
 
 
 def test_a_postgresql_append_is_one_call(pg_fresh_db: str) -> None:
