@@ -56,7 +56,7 @@ from .postgresql.pipelined import NOT_RUN, Call
 from .redaction import RedactionPolicy
 from .repository_set import Repositories
 from .runtime.backends import Dialect, dialect_for
-from .runtime.engine import make_engine
+from .runtime.engine import Params, Prepared, make_engine
 from .runtime.retry import DEFAULT_RETRY, RetryPolicy
 from .runtime.store_backends import StoreDialect
 from .sqlite.encryption import Key, KeyRegistration, KeySource, forget_key, register_key
@@ -184,6 +184,11 @@ class Store(Repositories):
             # on an engine the store built, whose pool has room for them beside the others
             self._keeps_readers = engine is None and self._runtime.keeps_reader_connections
             self._idle_readers: list[Connection] = []
+            # one-statement reads without a transaction around them (`read_one`): on kept
+            # readers of a writable store whose dialect runs a statement as its own
+            self._reads_alone = (
+                self._keeps_readers and not read_only and self._runtime.reads_statements_alone
+            )
             _OPEN_STORES.add(self)
             self._writes = 0
             if check_schema:
@@ -418,6 +423,54 @@ class Store(Repositories):
             with _ReadTransaction(self, vet=False, lock_first=False) as conn:
                 return work(conn)
 
+        return self._retried_read(attempt, started)
+
+    def read_one(
+        self,
+        statement: Prepared | Callable[[Connection], Prepared],
+        params: Params,
+        consume: Callable[[Any], T],
+    ) -> T:
+        """Run one prepared statement as a read and return what `consume` makes of its
+        cursor (runtime/engine.py's `all_dicts`, `all_tuples`, `first_tuple`, or a function
+        of the same kind, which must read every row it wants), under the retry policy and
+        with the typed errors of `read`.
+
+        Where the dialect runs a statement as a transaction of its own (SQLite, whose
+        driver is in autocommit) it is sent on a kept reader connection with no BEGIN and
+        no ROLLBACK around it: one statement reads one consistent snapshot anyway. Else (a
+        server, a read-only store, whose read begins by getting past a crashed writer's
+        journal, or a store over a caller's engine, whose connections may not be in
+        autocommit) it runs as `read(work)` would.
+
+        Args:
+            statement: the statement, with plain bound parameters; or a function of the
+                read's connection that picks it, where it depends on what the database
+                holds (it may read the catalogue, inside the read's transaction, only
+                where a read has one: on a server).
+            params: its parameters by name.
+            consume: a function of the cursor (a SQLAlchemy result on a server).
+        """
+        if not self._reads_alone:
+            return self.read(lambda conn: _picked(statement, conn).execute(conn, params, consume))
+        self.check_open()
+        started = time.monotonic()
+        runtime = self._runtime
+
+        def attempt() -> T:
+            conn = self._reader(vet=False)
+            clean = False
+            try:
+                result = runtime.read_alone(conn, _picked(statement, conn), params, consume)
+                clean = True
+                return result
+            finally:
+                self._release_reader(conn, clean)
+
+        return self._retried_read(attempt, started)
+
+    def _retried_read(self, attempt: Callable[[], T], started: float) -> T:
+        """`attempt` run under the retry policy, a driver error it ends with typed."""
         try:
             return self.retry.run(attempt, server=self._server)
         except _TYPED_SOURCES as exc:
@@ -550,6 +603,10 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _picked(statement: Prepared | Callable[[Connection], Prepared], conn: Connection) -> Prepared:
+    return statement if isinstance(statement, Prepared) else statement(conn)
 
 
 #: What `Store._typed` may turn into a typed error.

@@ -30,6 +30,7 @@ from sqlalchemy import (
 )
 
 from ..models import AsyncDelegation, CompressionLock, GatewayRouting
+from ..runtime.engine import Prepared, first_value
 from ._dialect import data_columns, data_rows, lock_session, upsert_insert
 from ._paging import limit_clause
 from ._sql import ADVISORY_FAILURES, all_columns, chunks, rowcount
@@ -75,6 +76,14 @@ def holder_is_dead(holder: str) -> bool:
 
 
 # --------------------------------------------------------------------------- locks
+
+#: The holder of a session's lease that has not expired at :at.
+_LIVE_HOLDER = Prepared(
+    select(CompressionLock.holder).where(
+        CompressionLock.session_id == bindparam("session_id"),
+        CompressionLock.expires_at >= bindparam("at"),
+    )
+)
 
 
 def _session_exists(conn: Connection, session_id: str) -> bool:
@@ -212,14 +221,10 @@ class CompressionLockRepository:
         Args:
             session_id: the session's id.
         """
-        return self.store.read(
-            lambda s: s.execute(
-                select(CompressionLock.holder).where(
-                    CompressionLock.session_id == session_id,
-                    CompressionLock.expires_at >= now(),
-                )
-            ).scalar_one_or_none()
+        holder = self.store.read_one(
+            _LIVE_HOLDER, {"session_id": session_id, "at": now()}, first_value
         )
+        return None if holder is None else str(holder)
 
 
 # --------------------------------------------------------------------------- gateway

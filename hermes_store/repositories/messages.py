@@ -41,7 +41,7 @@ from ..errors import (
     InvalidInput,
     SessionNotFound,
 )
-from ..runtime.engine import Prepared
+from ..runtime.engine import Prepared, all_dicts, all_tuples, first_tuple, first_value
 from . import idempotency, turns
 from ._dialect import (
     SEARCH_COLUMNS,
@@ -169,6 +169,24 @@ def _newest_page(columns: tuple[str, ...] | None, include_inactive: bool) -> Pre
 def _conversation_rows(include_inactive: bool) -> Prepared:
     """One session's rows in id order, only the columns a conversation shows."""
     return Prepared(_session_rows(CONVERSATION_COLUMNS, include_inactive).order_by(M.id))
+
+
+#: One inactive row of the session, if it has any.
+_ARCHIVED_ONE = Prepared(
+    select(M.id).where(M.session_id == bindparam("session_id"), M.active == 0).limit(1)
+)
+#: One row of the session with this platform message id, if it has any.
+_WITH_PLATFORM_ID = Prepared(
+    select(M.id)
+    .where(
+        M.session_id == bindparam("session_id"),
+        M.platform_message_id == bindparam("platform_message_id"),
+    )
+    .limit(1)
+)
+_SESSION_COUNT = Prepared(
+    select(func.count()).select_from(MESSAGES).where(M.session_id == bindparam("session_id"))
+)
 
 
 def _full_rows() -> Select[Any]:
@@ -820,10 +838,6 @@ def _rows_of(lineage: _Lineage) -> list[tuple[Any, ...]]:
     return [row for _member, rows in lineage for row in rows]
 
 
-def _exists(conn: Connection, query: Select[Any]) -> bool:
-    return conn.execute(query.limit(1)).first() is not None
-
-
 def decode_message(row: RowLike) -> dict[str, Any]:
     """A full row as a dict with content, tool_calls and display_metadata decoded."""
     return decode_fields(data_columns(row))
@@ -1203,12 +1217,10 @@ class MessageRepository:
         skipped = offset > 0
         params = {"session_id": session_id, "limit": limit, "offset": offset}
 
-        def read(conn: Connection) -> list[dict[str, Any]]:
-            columns = message_columns(conn)
-            page = _conversation_page(columns, include_inactive, limited, skipped)
-            return data_dicts(page.dicts(conn, params))
+        def page(conn: Connection) -> Prepared:
+            return _conversation_page(message_columns(conn), include_inactive, limited, skipped)
 
-        rows = self.store.read(read)
+        rows = data_dicts(self.store.read_one(page, params, all_dicts))
         return cast("list[MessageRow]", [decode_fields(r) for r in rows])
 
     def get_newest_messages(
@@ -1233,13 +1245,12 @@ class MessageRepository:
         params = {"session_id": session_id, "limit": bound_limit(limit)}
         chosen = None if columns is None else _chosen_columns(columns)
 
-        def read(conn: Connection) -> list[dict[str, Any]]:
-            page = _newest_page(
+        def page(conn: Connection) -> Prepared:
+            return _newest_page(
                 message_columns(conn) if chosen is None else chosen, include_inactive
             )
-            return data_dicts(page.dicts(conn, params))
 
-        rows = self.store.read(read)
+        rows = data_dicts(self.store.read_one(page, params, all_dicts))
         rows.reverse()
         return cast("list[MessageRow]", [decode_fields(r) for r in rows])
 
@@ -1343,8 +1354,8 @@ class MessageRepository:
         Args:
             session_id: the session's id.
         """
-        query = select(M.id).where(M.session_id == session_id, M.active == 0)
-        return self.store.read(lambda conn: _exists(conn, query))
+        found = self.store.read_one(_ARCHIVED_ONE, {"session_id": session_id}, first_tuple)
+        return found is not None
 
     def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:
         """Whether a row of the session carries this platform (chat service) message id.
@@ -1353,10 +1364,8 @@ class MessageRepository:
             session_id: the session's id.
             platform_message_id: the platform's id for the message.
         """
-        query = select(M.id).where(
-            M.session_id == session_id, M.platform_message_id == platform_message_id
-        )
-        return self.store.read(lambda conn: _exists(conn, query))
+        params = {"session_id": session_id, "platform_message_id": platform_message_id}
+        return self.store.read_one(_WITH_PLATFORM_ID, params, first_tuple) is not None
 
     def message_count(self, session_id: str | None = None) -> int:
         """Rows on disk (inactive included), for one session or the whole database.
@@ -1364,10 +1373,10 @@ class MessageRepository:
         Args:
             session_id: the session's id.
         """
-        query = select(func.count()).select_from(MESSAGES)
-        if session_id is not None:
-            query = query.where(M.session_id == session_id)
-        return self.store.read(lambda conn: int(conn.execute(query).scalar_one()))
+        if session_id is None:
+            query = select(func.count()).select_from(MESSAGES)
+            return self.store.read(lambda conn: int(conn.execute(query).scalar_one()))
+        return int(self.store.read_one(_SESSION_COUNT, {"session_id": session_id}, first_value))
 
     def get_messages_as_conversation(
         self,
@@ -1389,10 +1398,16 @@ class MessageRepository:
             repair_alternation: merge consecutive messages of the same role so roles
                 alternate, as model APIs want.
         """
-        lineage = self.store.read(
-            lambda conn: _lineage_rows(conn, session_id, include_ancestors, include_inactive)
-        )
-        return _messages(conversation(_rows_of(lineage), include_ancestors, repair_alternation))
+        if include_ancestors:
+            lineage = self.store.read(
+                lambda conn: _lineage_rows(conn, session_id, True, include_inactive)
+            )
+            rows = _rows_of(lineage)
+        else:  # the session's own rows: one statement
+            rows = self.store.read_one(
+                _conversation_rows(include_inactive), {"session_id": session_id}, all_tuples
+            )
+        return _messages(conversation(rows, include_ancestors, repair_alternation))
 
     def get_resume_conversations(
         self, session_id: str

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from sqlalchemy import Connection, bindparam, delete, select
 
-from ..runtime.engine import Prepared
+from ..runtime.engine import Prepared, first_value
 from ._state_meta import MetaValue, set_value
 from ._tables import META, K
 
@@ -62,7 +62,10 @@ class MetaRepository:
             conn: a Connection of a unit of work to run in (its transaction is joined);
                 None: a unit of work of its own.
         """
-        return self._run(conn, self.store.read, lambda unit: _get(unit, key))
+        if conn is not None:
+            return _get(conn, key)
+        value = self.store.read_one(_GET, {"key": key}, first_value)
+        return None if value is None else str(value)
 
     def set_meta(self, key: str, value: MetaValue, *, conn: Connection | None = None) -> None:
         """Upsert; with `conn` the statement joins the caller's transaction (the

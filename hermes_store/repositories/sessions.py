@@ -36,7 +36,7 @@ from sqlalchemy import (
     update,
 )
 
-from ..runtime.engine import Prepared
+from ..runtime.engine import Prepared, all_dicts, first_tuple, first_value
 from . import turns
 from ._paging import bound_limit, limit_clause, offset_clause, row_offset
 from ._preview import SKILL_INVOCATION_PREFIX
@@ -118,6 +118,24 @@ _UPSERT = Prepared(
     )
 )
 _FULL_ROW = Prepared(all_columns(SESSIONS).where(S.id == bindparam("id")))
+_COOLDOWN = Prepared(
+    select(S.compression_failure_cooldown_until, S.compression_failure_error).where(
+        S.id == bindparam("id")
+    )
+)
+#: The content of the session's first assistant message with any, by timestamp then id.
+_FIRST_ASSISTANT_TEXT = Prepared(
+    select(M.content)
+    .where(M.session_id == bindparam("id"), M.role == "assistant", M.content.is_not(None))
+    .order_by(M.timestamp, M.id)
+    .limit(1)
+)
+
+
+@cache
+def _session_value(column: str) -> Prepared:
+    """One column of one session's row (:id)."""
+    return Prepared(select(S[column]).where(S.id == bindparam("id")))
 
 
 def _cron_runs() -> Prepared:
@@ -553,7 +571,8 @@ class SessionRepository:
             session_id: the session's id.
         """
         self._flush()
-        return self.store.read(lambda conn: full_row(conn, session_id))
+        rows = self.store.read_one(_FULL_ROW, {"id": session_id}, all_dicts)
+        return rows[0] if rows else None
 
     def resolve_session_id(self, id_or_prefix: str) -> str | None:
         """An exact id, else the id that uniquely starts with the prefix.
@@ -795,17 +814,12 @@ class SessionRepository:
         Args:
             session_id: the session's id.
         """
-        row = self.store.read(
-            lambda conn: conn.execute(
-                select(S.compression_failure_cooldown_until, S.compression_failure_error).where(
-                    S.id == session_id
-                )
-            ).first()
-        )
-        if row is None or row.compression_failure_cooldown_until is None:
+        row = self.store.read_one(_COOLDOWN, {"id": session_id}, first_tuple)
+        if row is None or row[0] is None:
             return None
+        cooldown_until, error = row
         try:
-            until = float(row.compression_failure_cooldown_until)
+            until = float(cooldown_until)
         except (TypeError, ValueError):
             return None
         remaining = until - now()
@@ -814,7 +828,7 @@ class SessionRepository:
         return {
             "cooldown_until": until,
             "remaining_seconds": remaining,
-            "error": row.compression_failure_error,
+            "error": error,
         }
 
     def clear_compression_failure_cooldown(self, session_id: str) -> None:
@@ -833,11 +847,7 @@ class SessionRepository:
             log.warning("could not clear compression cooldown for %s: %s", session_id, exc)
 
     def _get_counter(self, session_id: str, column: str) -> int:
-        value = self.store.read(
-            lambda conn: conn.execute(
-                select(S[column]).where(S.id == session_id)
-            ).scalar_one_or_none()
-        )
+        value = self.store.read_one(_session_value(column), {"id": session_id}, first_value)
         if value is None:
             return 0
         try:
@@ -1263,13 +1273,7 @@ class SessionRepository:
         Args:
             session_id: the session's id.
         """
-        query = (
-            select(M.content)
-            .where(M.session_id == session_id, M.role == "assistant", M.content.is_not(None))
-            .order_by(M.timestamp, M.id)
-            .limit(1)
-        )
-        stored = self.store.read(lambda conn: conn.execute(query).scalar_one_or_none())
+        stored = self.store.read_one(_FIRST_ASSISTANT_TEXT, {"id": session_id}, first_value)
         decoded = decode_content(stored)
         return decoded if isinstance(decoded, str) else ""
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, bindparam, or_, select, update
 
 from ..errors import InvalidTitle, TitleInUse
-from ..runtime.engine import Prepared
+from ..runtime.engine import Prepared, all_dicts, first_value
 from . import turns
 from ._dialect import lock_key
 from ._sql import all_columns, escape_like
@@ -171,7 +171,7 @@ class TitleRepository:
         Args:
             session_id: the session's id.
         """
-        title = self.store.read(lambda conn: _TITLE_OF.scalar(conn, {"id": session_id}))
+        title = self.store.read_one(_TITLE_OF, {"id": session_id}, first_value)
         return None if title is None else str(title)
 
     def get_session_by_title(self, title: str) -> dict[str, Any] | None:
@@ -182,7 +182,7 @@ class TitleRepository:
         """
         if not title:
             return None
-        rows = self.store.read(lambda conn: _BY_TITLE.dicts(conn, {"title": title}))
+        rows = self.store.read_one(_BY_TITLE, {"title": title}, all_dicts)
         return rows[0] if rows else None
 
     def resolve_session_by_title(self, title: str) -> str | None:

@@ -577,6 +577,26 @@ class Prepared:
             return driver_run(conn, compiled.sql, bound, consume)
         return consume(conn.exec_driver_sql(compiled.sql, bound))
 
+    def execute(self, conn: Connection, params: Params, consume: Callable[[Any], T]) -> T:
+        """Execute once inside `conn`'s transaction; `consume` gets the cursor (`_execute`)."""
+        return self._execute(conn, params, consume)
+
+    def run_alone(self, conn: Connection, params: Params, consume: Callable[[Any], T]) -> T:
+        """SQLite: execute as a transaction of its own, on the driver connection under
+        `conn`, which must have no SQLAlchemy transaction open. The driver runs in
+        autocommit (`isolation_level = None`), so without a BEGIN the statement is its own
+        transaction: it reads one snapshot (WAL) or holds the shared lock (DELETE) only
+        while it runs, and `consume` reads every row it wants before the cursor is closed,
+        which ends it. What `_on_begin` does first is done here too: a transaction a
+        failed unit left open at the driver is rolled back (the statement would otherwise
+        read inside it, in its old snapshot)."""
+        dbapi_conn = conn.connection.driver_connection
+        if dbapi_conn is not None and dbapi_conn.in_transaction:
+            log.warning("rolling back a transaction a failed unit of work left open")
+            driver_execute(conn, "ROLLBACK")
+        compiled = self._compiled(conn.dialect)
+        return driver_run(conn, compiled.sql, compiled.bind(params), _closing(consume))
+
     def rows(self, conn: Connection, params: Params = _NO_PARAMS) -> list[tuple[Any, ...]]:
         return self._execute(conn, params, _all_tuples)
 
@@ -611,6 +631,20 @@ def _driver_rows(cursor: Any) -> tuple[list[Any], list[str]]:
     return cursor.fetchall(), [column[0] for column in cursor.description or ()]
 
 
+def _closing(consume: Callable[[Any], T]) -> Callable[[Any], T]:
+    """`consume`, then the cursor closed whatever happened: an unfinished statement would
+    keep its read transaction (and in DELETE mode its shared lock) open on a connection
+    kept idle between reads."""
+
+    def run(cursor: Any) -> T:
+        try:
+            return consume(cursor)
+        finally:
+            cursor.close()
+
+    return run
+
+
 def _all_tuples(cursor: Any) -> list[tuple[Any, ...]]:
     rows, _names = _driver_rows(cursor)
     if not rows or type(rows[0]) is tuple:  # both drivers' rows already are
@@ -624,9 +658,24 @@ def _first_tuple(cursor: Any) -> tuple[Any, ...] | None:
     return None if row is None else tuple(row)
 
 
+def _first_value(cursor: Any) -> Any:
+    row = _first_tuple(cursor)
+    return None if row is None else row[0]
+
+
 def _all_dicts(cursor: Any) -> list[dict[str, Any]]:
     rows, names = _driver_rows(cursor)
     return [dict(zip(names, row, strict=True)) for row in rows]
+
+
+#: What a read hands `Prepared.execute`, `run_alone` or `Store.read_one` as `consume`:
+#: every row as a tuple, the first row (None: no row), the first row's first value (None:
+#: no row), every row as a dict keyed by the result's column names. Each takes a SQLite
+#: cursor or a SQLAlchemy result.
+all_tuples = _all_tuples
+first_tuple = _first_tuple
+first_value = _first_value
+all_dicts = _all_dicts
 
 
 def _rowcount(cursor: Any) -> int:

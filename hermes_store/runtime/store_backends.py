@@ -20,8 +20,9 @@ import logging
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL
@@ -46,6 +47,8 @@ from .backends import dialect_named
 from .engine import (
     BEGIN_MODE,
     BUSY_TIMEOUT_S,
+    Params,
+    Prepared,
     readers_block_commits,
     set_busy_timeout,
     take_read_lock,
@@ -56,6 +59,7 @@ from .retry import RetryPolicy, first_line, sqlite_busy
 from .waiting import sqlite_lock_holders
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 CHECKPOINT_MODES = ("PASSIVE", "FULL", "RESTART", "TRUNCATE")
 #: Past a search's time limit, how long it may take to notice and end its read.
@@ -84,6 +88,9 @@ class StoreDialect:
     #: True: a read transaction takes a lock as it starts (`start_read`). False: reads
     #: lock nothing, and the store does not call `start_read` at all.
     locks_reads: ClassVar[bool] = False
+    #: True: a read that is one statement runs as a transaction of its own, without a
+    #: BEGIN or a ROLLBACK (`read_alone`); False: it runs in a read transaction as any.
+    reads_statements_alone: ClassVar[bool] = False
     #: What DatabaseUnavailable names: a database server, never its password (None: a file).
     server: str | None = None
 
@@ -145,6 +152,13 @@ class StoreDialect:
 
     def start_read(self, conn: Connection) -> None:
         """Run at the start of every read transaction where `locks_reads` is set."""
+
+    def read_alone(
+        self, conn: Connection, statement: Prepared, params: Params, consume: Callable[[Any], T]
+    ) -> T:
+        """Where `reads_statements_alone`: run `statement` as a transaction of its own on
+        `conn`, which has none open, and hand its cursor to `consume`."""
+        raise NotImplementedError
 
     def vet_for_block(self, conn: Connection) -> None:
         """Before a `with store.read()` block, which cannot be run again: fail here, where
@@ -214,6 +228,10 @@ class SQLiteStoreDialect(StoreDialect):
 
     # a read takes its shared lock as it starts (start_read)
     locks_reads = True
+    # the driver runs in autocommit: one statement sent without BEGIN is a transaction of
+    # its own, reading one snapshot, and a read's BEGIN and ROLLBACK (with SQLAlchemy's
+    # transaction around them) cost more than a small SELECT
+    reads_statements_alone = True
 
     # per Store (instance values once set; the class values are the starting state)
     _fts_rebuilds = 0  # the one in-place rebuild this Store may do
@@ -273,6 +291,11 @@ class SQLiteStoreDialect(StoreDialect):
         # committing writers (this store's other threads included) can keep a reader out
         # for longer than one busy timeout.
         self.retry.run(lambda: take_read_lock(conn))
+
+    def read_alone(
+        self, conn: Connection, statement: Prepared, params: Params, consume: Callable[[Any], T]
+    ) -> T:
+        return statement.run_alone(conn, params, consume)
 
     def checkpoint(self, mode: str) -> None:
         super().checkpoint(mode)
