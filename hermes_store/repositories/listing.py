@@ -185,7 +185,11 @@ def rich_select(a: NamedFromClause, compact: bool) -> Select[Any]:
 
 
 def rich_rows(conn: Connection, statement: Prepared, params: dict[str, Any]) -> list[Row]:
-    rows = statement.dicts(conn, params)
+    return with_previews(statement.dicts(conn, params))
+
+
+def with_previews(rows: list[Row]) -> list[Row]:
+    """Rich rows as read (dicts) with their preview shaped from its raw text, in place."""
     for row in rows:
         row["preview"] = shape_session_preview(row.pop("_preview_raw", ""))
     return rows

@@ -36,7 +36,7 @@ from sqlalchemy import (
     update,
 )
 
-from ..runtime.engine import Prepared, all_dicts, first_tuple, first_value
+from ..runtime.engine import Prepared, all_dicts, all_tuples, first_tuple, first_value
 from . import turns
 from ._paging import bound_limit, limit_clause, offset_clause, row_offset
 from ._preview import SKILL_INVOCATION_PREFIX
@@ -75,9 +75,9 @@ from .listing import (
     count_statement,
     list_page,
     rich_row_by_id,
-    rich_rows,
     rich_select,
     source_counts_statement,
+    with_previews,
 )
 from .rows import CompressionCooldown, ListingRow, SessionRow
 
@@ -1061,9 +1061,8 @@ class SessionRepository:
             compact_rows: return the listing's compact columns instead of the whole row.
         """
         self._flush()
-        rows = self.store.read(
-            lambda conn: rich_rows(conn, rich_row_by_id(compact_rows), {"id": session_id})
-        )
+        statement = rich_row_by_id(compact_rows)
+        rows = with_previews(self.store.read_one(statement, {"id": session_id}, all_dicts))
         return cast("ListingRow", rows[0]) if rows else None
 
     def search_sessions_by_id(
@@ -1230,7 +1229,7 @@ class SessionRepository:
             "limit": bound_limit(limit),
             "offset": row_offset(offset),
         }
-        return self.store.read(lambda conn: rich_rows(conn, _CRON_RUNS, params))
+        return with_previews(self.store.read_one(_CRON_RUNS, params, all_dicts))
 
     def distinct_session_cwds(self, include_archived: bool = False) -> list[dict[str, Any]]:
         """Each working directory with its number of sessions and last activity.
@@ -1239,12 +1238,10 @@ class SessionRepository:
             include_archived: also archived sessions.
         """
         statement = _session_cwds(bool(include_archived))
-        return self.store.read(
-            lambda conn: [
-                {"cwd": cwd, "sessions": int(sessions or 0), "last_active": float(last or 0)}
-                for cwd, sessions, last in statement.rows(conn)
-            ]
-        )
+        return [
+            {"cwd": cwd, "sessions": int(sessions or 0), "last_active": float(last or 0)}
+            for cwd, sessions, last in self.store.read_one(statement, {}, all_tuples)
+        ]
 
     def list_skill_scaffolded_sessions(self, limit: int = 200) -> list[Row]:
         """Titled sessions whose first user message (by timestamp, then id; NULL content
@@ -1257,12 +1254,10 @@ class SessionRepository:
             limit: at most this many rows.
         """
         params = {"limit": bound_limit(limit)}
-        return self.store.read(
-            lambda conn: [
-                {"id": sid, "title": title, "content": decode_content(content)}
-                for sid, title, content in _SKILL_SCAFFOLDED.rows(conn, params)
-            ]
-        )
+        return [
+            {"id": sid, "title": title, "content": decode_content(content)}
+            for sid, title, content in self.store.read_one(_SKILL_SCAFFOLDED, params, all_tuples)
+        ]
 
     def get_first_assistant_text(self, session_id: str) -> str:
         """The text of the session's first assistant message with content (by timestamp,

@@ -26,6 +26,7 @@ import re
 import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -665,7 +666,9 @@ def _first_value(cursor: Any) -> Any:
 
 def _all_dicts(cursor: Any) -> list[dict[str, Any]]:
     rows, names = _driver_rows(cursor)
-    return [dict(zip(names, row, strict=True)) for row in rows]
+    # map rather than a comprehension: no Python frame per row (a driver's rows are as
+    # wide as its description, so zip needs no length check)
+    return list(map(dict, map(zip, repeat(names), rows)))
 
 
 #: What a read hands `Prepared.execute`, `run_alone` or `Store.read_one` as `consume`:
