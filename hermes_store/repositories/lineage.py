@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import (
@@ -25,11 +26,12 @@ from sqlalchemy import (
     exists,
     func,
     literal,
+    literal_column,
     or_,
     select,
     update,
 )
-from sqlalchemy.sql.selectable import NamedFromClause
+from sqlalchemy.sql.selectable import NamedFromClause, Select
 
 from ..runtime.engine import Prepared
 from ._dialect import json_member
@@ -134,7 +136,9 @@ def json_object(model_config: Any) -> dict[str, Any] | None:
 _END_REASON = Prepared(select(S.end_reason).where(S.id == bindparam("id")))
 _EXISTS = Prepared(select(S.id).where(S.id == bindparam("id")))
 _PARENT = Prepared(select(S.parent_session_id, S.model_config).where(S.id == bindparam("id")))
-_HAS_MESSAGES = Prepared(select(M.id).where(M.session_id == bindparam("id")).limit(1))
+_HAS_MESSAGES = Prepared(
+    select(M.id).where(M.session_id == bindparam("id")).limit(literal_column("1"))
+)
 
 
 def end_reason(conn: Connection, session_id: str) -> str | None:
@@ -159,24 +163,75 @@ def parent_of(conn: Connection, session_id: str) -> str | None:
 
 
 _CHILD = SESSIONS.alias("c")
+_TIP_PARENT = SESSIONS.alias("p")
 
 
-def _next_continuation(
-    conn: Connection, parent: str, seen: set[str], *preference: ColumnElement[Any]
-) -> str | None:
-    """The continuation of `parent` a walk goes on to, not yet seen: by `preference`,
-    then the newest start."""
-    found = conn.execute(
-        select(_CHILD.c.id)
-        .where(
-            _CHILD.c.parent_session_id == parent,
-            is_continuation(_CHILD),
-            _CHILD.c.id.not_in(list(seen)),
-        )
-        .order_by(*preference, _CHILD.c.started_at.desc(), _CHILD.c.id.desc())
-        .limit(1)
-    ).scalar_one_or_none()
-    return None if found is None else str(found)
+def _first_unseen(rows: list[tuple[Any, ...]], seen: set[str]) -> str | None:
+    """The first id of `rows` not in `seen`. The statements below read up to
+    len(seen) + 1 rows in their order instead of excluding `seen` in SQL (a NOT IN list
+    would be a statement rendered per call): at most len(seen) of them can be seen, so
+    the first unseen one is the one the exclusion would have put first."""
+    for (found,) in rows:
+        if found not in seen:
+            return str(found)
+    return None
+
+
+# A compression tip step: the continuations of :parent if :parent ended by compression
+# (one statement: the parent's end reason is joined, not read first), preferring a child
+# that was itself compressed (the chain goes on), then a live one, then the newest
+# activity, then the newest start.
+_TIP_STEP = (
+    select(_CHILD.c.id)
+    .select_from(_CHILD.join(_TIP_PARENT, _TIP_PARENT.c.id == _CHILD.c.parent_session_id))
+    .where(
+        _TIP_PARENT.c.id == bindparam("parent"),
+        _TIP_PARENT.c.end_reason == COMPRESSION,
+        _CHILD.c.id.is_not(None),
+        is_continuation(_CHILD),
+    )
+    .order_by(
+        case((_CHILD.c.end_reason == COMPRESSION, 0), (_CHILD.c.ended_at.is_(None), 1), else_=2),
+        last_active(_CHILD.c.id, _CHILD.c.started_at).desc(),
+        _CHILD.c.started_at.desc(),
+        _CHILD.c.id.desc(),
+    )
+)
+# The continuations of :parent, newest start first (the resume walk past the tip).
+_NEXT_CONTINUATION = (
+    select(_CHILD.c.id)
+    .where(
+        _CHILD.c.parent_session_id == bindparam("parent"),
+        _CHILD.c.id.is_not(None),
+        is_continuation(_CHILD),
+    )
+    .order_by(_CHILD.c.started_at.desc(), _CHILD.c.id.desc())
+)
+# The next link of a compression chain: :parent's non-branch children if :parent ended
+# by compression, the earliest start first.
+_CHAIN_STEP = (
+    select(_CHILD.c.id)
+    .select_from(_CHILD.join(_TIP_PARENT, _TIP_PARENT.c.id == _CHILD.c.parent_session_id))
+    .where(
+        _TIP_PARENT.c.id == bindparam("parent"),
+        _TIP_PARENT.c.end_reason == COMPRESSION,
+        _CHILD.c.id.is_not(None),
+        marker(_CHILD.c.model_config, BRANCH_MARKER).is_(None),
+    )
+    .order_by(_CHILD.c.started_at, _CHILD.c.id)
+)
+
+
+@lru_cache(maxsize=64)
+def _first(statement: Select[Any], n: int) -> Prepared:
+    """`statement`'s first `n` rows, prepared. The LIMIT is written into the SQL: a bound
+    LIMIT makes SQLite (3.53) take several times as long over such a small read."""
+    return Prepared(statement.limit(literal_column(str(int(n)))))
+
+
+def _step(conn: Connection, statement: Select[Any], parent: str, seen: set[str]) -> str | None:
+    """The first child of `parent` that `statement` orders, not yet `seen`."""
+    return _first_unseen(_first(statement, len(seen) + 1).rows(conn, {"parent": parent}), seen)
 
 
 def compression_tip(conn: Connection, session_id: str) -> str:
@@ -185,14 +240,7 @@ def compression_tip(conn: Connection, session_id: str) -> str:
     current = session_id
     seen = {session_id}
     for _ in range(MAX_LINEAGE_HOPS):
-        if end_reason(conn, current) != COMPRESSION:
-            break
-        # Prefer a child that was itself compressed (the chain goes on), then a live one.
-        rank = case(
-            (_CHILD.c.end_reason == COMPRESSION, 0), (_CHILD.c.ended_at.is_(None), 1), else_=2
-        )
-        activity = last_active(_CHILD.c.id, _CHILD.c.started_at).desc()
-        nxt = _next_continuation(conn, current, seen, rank, activity)
+        nxt = _step(conn, _TIP_STEP, current, seen)
         if nxt is None:
             break
         seen.add(nxt)
@@ -231,19 +279,7 @@ def compression_lineage(conn: Connection, session_id: str) -> list[str]:
     chain = [root]
     current = root
     for _ in range(MAX_LINEAGE_HOPS):
-        if end_reason(conn, current) != COMPRESSION:
-            break
-        child = SESSIONS.alias("c")
-        nxt = conn.execute(
-            select(child.c.id)
-            .where(
-                child.c.parent_session_id == current,
-                marker(child.c.model_config, BRANCH_MARKER).is_(None),
-                child.c.id.not_in(chain),
-            )
-            .order_by(child.c.started_at, child.c.id)
-            .limit(1)
-        ).scalar_one_or_none()
+        nxt = _step(conn, _CHAIN_STEP, current, set(chain))
         if nxt is None:
             break
         chain.append(nxt)
@@ -288,18 +324,20 @@ def descendant_ids(conn: Connection, session_id: str) -> list[str]:
     return found
 
 
+_DELEGATE_OF = marker(S.model_config, DELEGATE_MARKER)
+_DELEGATE_ROWS = Prepared(
+    select(S.id, S.parent_session_id, _DELEGATE_OF).where(
+        # a cheap substring test first, so the JSON is parsed only where it can match
+        S.model_config.contains(DELEGATE_MARKER, autoescape=True),
+        _DELEGATE_OF.is_not(None),
+    )
+)
+
+
 def _delegate_rows(conn: Connection) -> list[tuple[str, str | None, str]]:
     """(id, parent, `_delegate_from` as text) of every row carrying the marker: the
     same `marker` test listings use, so a malformed model_config carries none."""
-    delegate_of = marker(S.model_config, DELEGATE_MARKER)
-    rows = conn.execute(
-        select(S.id, S.parent_session_id, delegate_of).where(
-            # a cheap substring test first, so the JSON is parsed only where it can match
-            S.model_config.contains(DELEGATE_MARKER, autoescape=True),
-            delegate_of.is_not(None),
-        )
-    ).all()
-    return [(str(sid), parent, str(of)) for sid, parent, of in rows]
+    return [(str(sid), parent, str(of)) for sid, parent, of in _DELEGATE_ROWS.rows(conn)]
 
 
 def with_delegates(conn: Connection, roots: Iterable[str]) -> set[str]:
@@ -330,26 +368,26 @@ def delegate_descendants(conn: Connection, session_id: str) -> set[str]:
     return with_delegates(conn, [session_id]) - {session_id}
 
 
+# The open continuations of :parent if :parent ended by compression, two at most (enough
+# to tell one from several).
+_LIVE_CONTINUATIONS = Prepared(
+    select(_CHILD.c.id)
+    .select_from(_CHILD.join(_TIP_PARENT, _TIP_PARENT.c.id == _CHILD.c.parent_session_id))
+    .where(
+        _TIP_PARENT.c.id == bindparam("parent"),
+        _TIP_PARENT.c.end_reason == COMPRESSION,
+        _CHILD.c.ended_at.is_(None),
+        is_continuation(_CHILD),
+    )
+    .limit(literal_column("2"))
+)
+
+
 def live_continuation(conn: Connection, parent_session_id: str) -> str | None:
     """The unique open continuation of a compressed session; None when there is none or
     when several compete (the caller must not guess)."""
-    if end_reason(conn, parent_session_id) != COMPRESSION:
-        return None
-    child = SESSIONS.alias("c")
-    ids = (
-        conn.execute(
-            select(child.c.id)
-            .where(
-                child.c.parent_session_id == parent_session_id,
-                child.c.ended_at.is_(None),
-                is_continuation(child),
-            )
-            .limit(2)
-        )
-        .scalars()
-        .all()
-    )
-    return ids[0] if len(ids) == 1 else None
+    ids = _LIVE_CONTINUATIONS.rows(conn, {"parent": parent_session_id})
+    return str(ids[0][0]) if len(ids) == 1 else None
 
 
 def resume_target(conn: Connection, session_id: str) -> str:
@@ -360,7 +398,7 @@ def resume_target(conn: Connection, session_id: str) -> str:
     best = current if has_messages(conn, current) else None
     seen = {current}
     for _ in range(MAX_RESUME_HOPS):
-        nxt = _next_continuation(conn, current, seen)
+        nxt = _step(conn, _NEXT_CONTINUATION, current, seen)
         if nxt is None:
             break
         seen.add(nxt)

@@ -483,19 +483,23 @@ def list_page(
     return rows
 
 
-def count_statement(shape: tuple[Any, ...]) -> Select[Any]:
+@cache
+def count_statement(shape: tuple[Any, ...]) -> Prepared:
+    """How many sessions a filter shape selects (built and compiled once per shape; the
+    values are bound)."""
     s = alias(SESSIONS, "s")
-    return select(func.count()).select_from(s).where(*filter_conditions(s, shape))
+    return Prepared(select(func.count()).select_from(s).where(*filter_conditions(s, shape)))
 
 
 @cache
-def source_counts_statement(shape: tuple[Any, ...]) -> Select[Any, int]:
-    """Sessions per source for a filter shape (built once per shape; values are bound)."""
+def source_counts_statement(shape: tuple[Any, ...]) -> Prepared:
+    """Sessions per source for a filter shape (built and compiled once per shape; values
+    are bound)."""
     s = alias(SESSIONS, "s")
     # Rows written before sources existed carry '' or NULL; they came from the CLI.
     key = func.coalesce(func.nullif(s.c.source, ""), "cli").label("source_key")
     count = func.count().label("n")
-    return (
+    return Prepared(
         select(key, count)
         .select_from(s)
         .where(*filter_conditions(s, shape))

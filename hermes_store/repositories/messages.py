@@ -29,6 +29,7 @@ from sqlalchemy import (
     delete,
     func,
     insert,
+    literal_column,
     or_,
     select,
     update,
@@ -346,12 +347,16 @@ def _add_counts(conn: Connection, session_id: str, messages: int, tool_calls: in
     _ADD_COUNTS.run(conn, params)
 
 
+_SET_COUNTS = Prepared(
+    update(SESSIONS)
+    .where(S.id == bindparam("session_id"))
+    .values(message_count=bindparam("messages"), tool_call_count=bindparam("tool_calls"))
+)
+
+
 def _set_counts(conn: Connection, session_id: str, messages: int, tool_calls: int) -> None:
-    conn.execute(
-        update(SESSIONS)
-        .where(S.id == session_id)
-        .values(message_count=messages, tool_call_count=tool_calls)
-    )
+    params = {"session_id": session_id, "messages": messages, "tool_calls": tool_calls}
+    _SET_COUNTS.run(conn, params)
 
 
 # --------------------------------------------------------------------------- units of work
@@ -590,22 +595,59 @@ def _tag_latest_match(
     return True
 
 
+# The newest active user row's api_content, set only where its content is still the
+# given one: one statement, so nothing can come between the read and the write.
+_NEWEST_USER = (
+    select(M.id)
+    .where(M.session_id == bindparam("session_id"), M.active == 1, M.role == "user")
+    .order_by(M.id.desc())
+    .limit(literal_column("1"))
+    .scalar_subquery()
+)
+_SET_LATEST_API_CONTENT = Prepared(
+    update(MESSAGES)
+    .where(M.id == _NEWEST_USER, M.content.is_not_distinct_from(bindparam("content")))
+    .values(api_content=bindparam("api_content"))
+)
+
+
 def _set_latest_api_content(
     conn: Connection, session_id: str, stored_content: Any, stored_api: Any
 ) -> int:
-    latest = conn.execute(_newest_active(session_id, "user")).first()
-    if latest is None or latest.content != stored_content:
-        return 0
-    conn.execute(update(MESSAGES).where(M.id == latest.id).values(api_content=stored_api))
-    return 1
+    params = {"session_id": session_id, "content": stored_content, "api_content": stored_api}
+    return 1 if _SET_LATEST_API_CONTENT.run(conn, params) > 0 else 0
+
+
+_REWIND_TARGET = Prepared(
+    all_columns(MESSAGES).where(M.id == bindparam("id"), M.session_id == bindparam("session_id"))
+)
+_REWIND_COUNT = Prepared(
+    update(SESSIONS)
+    .where(S.id == bindparam("session_id"))
+    .values(rewind_count=func.coalesce(S.rewind_count, 0) + 1)
+)
+_ACTIVE_HEAD = Prepared(
+    select(func.max(M.id)).where(M.session_id == bindparam("session_id"), M.active == 1)
+)
+#: The rows with id >= :since that are not yet active (or not yet inactive), flipped.
+_SET_ACTIVE = {
+    active: Prepared(
+        update(MESSAGES)
+        .where(
+            M.session_id == bindparam("session_id"),
+            M.active == (0 if active else 1),
+            M.id >= bindparam("since"),
+        )
+        .values(active=1 if active else 0)
+    )
+    for active in (True, False)
+}
+_CLEAR = Prepared(delete(MESSAGES).where(M.session_id == bindparam("session_id")))
 
 
 def _rewind(conn: Connection, session_id: str, target_message_id: int) -> dict[str, Any]:
-    target = (
-        conn.execute(_full_rows().where(M.id == target_message_id, M.session_id == session_id))
-        .mappings()
-        .one_or_none()
-    )
+    found = _REWIND_TARGET.dicts(conn, {"id": target_message_id, "session_id": session_id})
+    target = found[0] if found else None
     if target is None:
         raise ValueError(f"message {target_message_id} not found in session {session_id}")
     if target["role"] != "user":
@@ -614,14 +656,8 @@ def _rewind(conn: Connection, session_id: str, target_message_id: int) -> dict[s
             f"(got role='{target['role']}', id={target_message_id})"
         )
     rewound = _set_active(conn, session_id, target_message_id, active=False)
-    conn.execute(
-        update(SESSIONS)
-        .where(S.id == session_id)
-        .values(rewind_count=func.coalesce(S.rewind_count, 0) + 1)
-    )
-    head = conn.execute(
-        select(func.max(M.id)).where(M.session_id == session_id, M.active == 1)
-    ).scalar_one_or_none()
+    _REWIND_COUNT.run(conn, {"session_id": session_id})
+    head = _ACTIVE_HEAD.scalar(conn, {"session_id": session_id})
     row = data_columns(target)
     row["content"] = decode_content(row["content"])
     return {
@@ -633,16 +669,7 @@ def _rewind(conn: Connection, session_id: str, target_message_id: int) -> dict[s
 
 def _set_active(conn: Connection, session_id: str, since_message_id: int, active: bool) -> int:
     """Flip the rows with id >= `since_message_id` that are not yet `active`; how many."""
-    result = conn.execute(
-        update(MESSAGES)
-        .where(
-            M.session_id == session_id,
-            M.active == (0 if active else 1),
-            M.id >= since_message_id,
-        )
-        .values(active=1 if active else 0)
-    )
-    return rowcount(result)
+    return _SET_ACTIVE[active].run(conn, {"session_id": session_id, "since": since_message_id})
 
 
 def _pop_newest(conn: Connection, sql: SQLDialect, session_id: str) -> dict[str, Any] | None:
@@ -676,7 +703,7 @@ def _pop_newest(conn: Connection, sql: SQLDialect, session_id: str) -> dict[str,
 
 
 def _clear(conn: Connection, session_id: str) -> None:
-    conn.execute(delete(MESSAGES).where(M.session_id == session_id))
+    _CLEAR.run(conn, {"session_id": session_id})
     _set_counts(conn, session_id, 0, 0)
 
 

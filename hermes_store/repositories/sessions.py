@@ -1180,11 +1180,8 @@ class SessionRepository:
             archived_only=archived_only,
             listable_only=exclude_children,
         )
-        return self.store.read(
-            lambda conn: int(
-                conn.execute(count_statement(filters.shape()), filters.params()).scalar_one()
-            )
-        )
+        statement, params = count_statement(filters.shape()), filters.params()
+        return self.store.read(lambda conn: int(statement.scalar(conn, params)))
 
     def session_count_by_source(
         self,
@@ -1207,10 +1204,9 @@ class SessionRepository:
             listable_only=exclude_children,
         )
         statement = source_counts_statement(filters.shape())
+        params = filters.params()
         return self.store.read(
-            lambda conn: {
-                str(r.source_key): int(r.n) for r in conn.execute(statement, filters.params())
-            }
+            lambda conn: {str(key): int(n) for key, n in statement.rows(conn, params)}
         )
 
     def list_cron_job_runs(self, job_id: str, limit: int = 20, offset: int = 0) -> list[Row]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, bindparam, column, func, or_, select, table, text
 
 from ..contract import (
     FTS_BASE_TRIGGERS,
@@ -20,6 +20,7 @@ from ..contract import (
     META_FTS_STORAGE_VERSION,
 )
 from ..runtime.backends import dialect_for
+from ..runtime.engine import Prepared
 
 HIGH_WATER = META_FTS_HIGH_WATER
 PROGRESS = META_FTS_PROGRESS
@@ -40,10 +41,32 @@ def _meta(conn: Connection, key: str) -> str | None:
     return None if value is None else str(value)
 
 
-_CATALOG = text("SELECT type, name, sql FROM sqlite_master")
-_FTS_META = text(
-    "SELECT key, value FROM state_meta WHERE key IN (:high, :progress, :version)"
-).bindparams(high=HIGH_WATER, progress=PROGRESS, version=META_FTS_STORAGE_VERSION)
+#: The catalog objects `fts_state` looks at: the FTS tables, view and triggers, the CJK
+#: table, state_meta, and the trash tables (by their prefix, compared case-sensitively as
+#: Python's startswith does). Only their rows are returned: the whole catalog holds the
+#: CREATE text of every table, index and trigger.
+_STATE_OBJECTS = (
+    FTS_TABLE,
+    FTS_TRIGRAM_TABLE,
+    FTS_TRIGRAM_VIEW,
+    *FTS_TRIGGERS,
+    FTS_CJK_TABLE,
+    "state_meta",
+)
+_MASTER = table("sqlite_master", column("type"), column("name"), column("sql"))
+_CATALOG = Prepared(
+    select(_MASTER.c.type, _MASTER.c.name, _MASTER.c.sql).where(
+        or_(
+            _MASTER.c.name.in_([bindparam(f"o{i}", n) for i, n in enumerate(_STATE_OBJECTS)]),
+            func.substr(_MASTER.c.name, 1, len(FTS_TRASH_PREFIX)) == FTS_TRASH_PREFIX,
+        )
+    )
+)
+_FTS_META = Prepared(
+    text("SELECT key, value FROM state_meta WHERE key IN (:high, :progress, :version)").bindparams(
+        high=HIGH_WATER, progress=PROGRESS, version=META_FTS_STORAGE_VERSION
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -142,13 +165,13 @@ def fts_state(conn: Connection) -> FTSState:
         )
     # the catalog in one read, the three state_meta keys in a second: this runs on every
     # `fts_optimize_available`, which a UI may poll
-    catalog = conn.execute(_CATALOG).all()
+    catalog = _CATALOG.rows(conn)
     sql_by_name = {str(name): None if sql is None else str(sql) for _t, name, sql in catalog}
     triggers = {str(name) for kind, name, _s in catalog if kind == "trigger"}
     tables = sorted(str(name) for kind, name, _s in catalog if kind == "table")
     meta: dict[str, str] = {}
     if "state_meta" in sql_by_name:  # a file the original wrote may predate it
-        meta = {str(k): str(v) for k, v in conn.execute(_FTS_META) if v is not None}
+        meta = {str(k): str(v) for k, v in _FTS_META.rows(conn) if v is not None}
     return FTSState(
         layout=_classify(sql_by_name.get),
         triggers=len(set(FTS_TRIGGERS) & triggers),

@@ -144,23 +144,35 @@ ROUTES: dict[str, dict[str, Variants]] = {
     "sqlite": {
         # the word route (FTS5) and the trigram route share their two statements
         "ranked_top": lambda: [
-            ("word index, relevance", lite.ranked_top_statement("messages_fts", NONE, None)),
-            ("word index, every filter", lite.ranked_top_statement("messages_fts", ALL, None)),
+            (
+                "word index, relevance",
+                lite.ranked_top_statement("messages_fts", NONE, None, 2000, 20),
+            ),
+            (
+                "word index, every filter",
+                lite.ranked_top_statement("messages_fts", ALL, None, 2000, 20),
+            ),
             (
                 "trigram index, the newest window (zero-hit retry)",
-                lite.ranked_top_statement("messages_fts_trigram", NONE, "newest"),
+                lite.ranked_top_statement("messages_fts_trigram", NONE, "newest", 2000, 20),
             ),
         ],
         "ranked": lambda: [
-            ("word index, relevance", lite.ranked_statement("messages_fts", NONE, None, None)),
-            ("word index, newest", lite.ranked_statement("messages_fts", NONE, "DESC", None)),
+            (
+                "word index, relevance",
+                lite.ranked_statement("messages_fts", NONE, None, None, 2000, 20),
+            ),
+            (
+                "word index, newest",
+                lite.ranked_statement("messages_fts", NONE, "DESC", None, 2000, 20),
+            ),
             (
                 "word index, oldest, every filter",
-                lite.ranked_statement("messages_fts", ALL, "ASC", None),
+                lite.ranked_statement("messages_fts", ALL, "ASC", None, 2000, 20),
             ),
             (
                 "trigram index, oldest, the oldest window (zero-hit retry)",
-                lite.ranked_statement("messages_fts_trigram", NONE, "ASC", "oldest"),
+                lite.ranked_statement("messages_fts_trigram", NONE, "ASC", "oldest", 2000, 20),
             ),
         ],
         "retry_sample": lambda: [

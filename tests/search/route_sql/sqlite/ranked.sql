@@ -3,11 +3,11 @@ WITH cand AS MATERIALIZED
 (SELECT messages_fts.rowid AS id, messages_fts.rank AS score
 FROM messages_fts JOIN messages AS m ON m.id = messages_fts.rowid
 WHERE (messages_fts MATCH :match) AND (m.active = 1 OR m.compacted = 1) ORDER BY messages_fts.rowid DESC
- LIMIT :window OFFSET 0),
+ LIMIT 2000 OFFSET 0),
 page AS MATERIALIZED
 (SELECT cand.id AS id, cand.score AS score, m.timestamp AS timestamp
 FROM cand JOIN messages AS m ON m.id = cand.id ORDER BY cand.score, cand.id
- LIMIT :limit OFFSET :offset)
+ LIMIT 20 OFFSET :offset)
  SELECT m.id, m.session_id, m.role, (SELECT snippet(messages_fts, -1, '>>>', '<<<', '...', 40) AS snippet_1
 FROM messages_fts
 WHERE (messages_fts MATCH :match) AND messages_fts.rowid = page.id) AS snippet, m.timestamp, m.tool_name, s.source, s.model, s.started_at AS session_started
@@ -18,11 +18,11 @@ WITH cand AS MATERIALIZED
 (SELECT messages_fts.rowid AS id, messages_fts.rank AS score
 FROM messages_fts JOIN messages AS m ON m.id = messages_fts.rowid
 WHERE (messages_fts MATCH :match) AND (m.active = 1 OR m.compacted = 1) ORDER BY messages_fts.rowid DESC
- LIMIT :window OFFSET 0),
+ LIMIT 2000 OFFSET 0),
 page AS MATERIALIZED
 (SELECT cand.id AS id, cand.score AS score, m.timestamp AS timestamp
 FROM cand JOIN messages AS m ON m.id = cand.id ORDER BY m.timestamp DESC, cand.score, cand.id
- LIMIT :limit OFFSET :offset)
+ LIMIT 20 OFFSET :offset)
  SELECT m.id, m.session_id, m.role, (SELECT snippet(messages_fts, -1, '>>>', '<<<', '...', 40) AS snippet_1
 FROM messages_fts
 WHERE (messages_fts MATCH :match) AND messages_fts.rowid = page.id) AS snippet, m.timestamp, m.tool_name, s.source, s.model, s.started_at AS session_started
@@ -37,11 +37,11 @@ FROM hermes_store_session_tags AS st0
 WHERE st0.session_id = m.session_id AND st0.tag = :tag_0)) AND (EXISTS (SELECT 1
 FROM hermes_store_session_tags AS st1
 WHERE st1.session_id = m.session_id AND st1.tag = :tag_1)) ORDER BY messages_fts.rowid ASC
- LIMIT :window OFFSET 0),
+ LIMIT 2000 OFFSET 0),
 page AS MATERIALIZED
 (SELECT cand.id AS id, cand.score AS score, m.timestamp AS timestamp
 FROM cand JOIN messages AS m ON m.id = cand.id ORDER BY m.timestamp ASC, cand.score, cand.id
- LIMIT :limit OFFSET :offset)
+ LIMIT 20 OFFSET :offset)
  SELECT m.id, m.session_id, m.role, (SELECT snippet(messages_fts, -1, '>>>', '<<<', '...', 40) AS snippet_1
 FROM messages_fts
 WHERE (messages_fts MATCH :match) AND messages_fts.rowid = page.id) AS snippet, m.timestamp, m.tool_name, s.source, s.model, s.started_at AS session_started
@@ -52,11 +52,11 @@ WITH cand AS MATERIALIZED
 (SELECT messages_fts_trigram.rowid AS id, messages_fts_trigram.rank AS score
 FROM messages_fts_trigram JOIN messages AS m ON m.id = messages_fts_trigram.rowid
 WHERE (messages_fts_trigram MATCH :match) AND messages_fts_trigram.rowid <= :ceiling AND (m.active = 1 OR m.compacted = 1) ORDER BY (+ messages_fts_trigram.rowid) ASC
- LIMIT :window OFFSET 0),
+ LIMIT 2000 OFFSET 0),
 page AS MATERIALIZED
 (SELECT cand.id AS id, cand.score AS score, m.timestamp AS timestamp
 FROM cand JOIN messages AS m ON m.id = cand.id ORDER BY m.timestamp ASC, cand.score, cand.id
- LIMIT :limit OFFSET :offset)
+ LIMIT 20 OFFSET :offset)
  SELECT m.id, m.session_id, m.role, (SELECT snippet(messages_fts_trigram, -1, '>>>', '<<<', '...', 40) AS snippet_1
 FROM messages_fts_trigram
 WHERE (messages_fts_trigram MATCH :match) AND messages_fts_trigram.rowid = page.id) AS snippet, m.timestamp, m.tool_name, s.source, s.model, s.started_at AS session_started

@@ -3,11 +3,11 @@ WITH cand AS MATERIALIZED
 (SELECT messages_fts.rowid AS id, messages_fts.rank AS score
 FROM messages_fts
 WHERE messages_fts MATCH :match ORDER BY messages_fts.rowid DESC
- LIMIT :window OFFSET 0),
+ LIMIT 2000 OFFSET 0),
 top AS MATERIALIZED
 (SELECT cand.id AS id, cand.score AS score
 FROM cand ORDER BY cand.score, cand.id
- LIMIT :top OFFSET 0)
+ LIMIT 20 OFFSET 0)
  SELECT m.id, m.session_id, m.role, (SELECT snippet(messages_fts, -1, '>>>', '<<<', '...', 40) AS snippet_1
 FROM messages_fts
 WHERE (messages_fts MATCH :match) AND messages_fts.rowid = top.id) AS snippet, m.timestamp, m.tool_name, s.source, s.model, s.started_at AS session_started
@@ -19,11 +19,11 @@ WITH cand AS MATERIALIZED
 (SELECT messages_fts.rowid AS id, messages_fts.rank AS score
 FROM messages_fts
 WHERE messages_fts MATCH :match ORDER BY messages_fts.rowid DESC
- LIMIT :window OFFSET 0),
+ LIMIT 2000 OFFSET 0),
 top AS MATERIALIZED
 (SELECT cand.id AS id, cand.score AS score
 FROM cand ORDER BY cand.score, cand.id
- LIMIT :top OFFSET 0)
+ LIMIT 20 OFFSET 0)
  SELECT m.id, m.session_id, m.role, (SELECT snippet(messages_fts, -1, '>>>', '<<<', '...', 40) AS snippet_1
 FROM messages_fts
 WHERE (messages_fts MATCH :match) AND messages_fts.rowid = top.id) AS snippet, m.timestamp, m.tool_name, s.source, s.model, s.started_at AS session_started
@@ -39,11 +39,11 @@ WITH cand AS MATERIALIZED
 (SELECT messages_fts_trigram.rowid AS id, messages_fts_trigram.rank AS score
 FROM messages_fts_trigram
 WHERE (messages_fts_trigram MATCH :match) AND messages_fts_trigram.rowid > :floor ORDER BY (+ messages_fts_trigram.rowid) DESC
- LIMIT :window OFFSET 0),
+ LIMIT 2000 OFFSET 0),
 top AS MATERIALIZED
 (SELECT cand.id AS id, cand.score AS score
 FROM cand ORDER BY cand.score, cand.id
- LIMIT :top OFFSET 0)
+ LIMIT 20 OFFSET 0)
  SELECT m.id, m.session_id, m.role, (SELECT snippet(messages_fts_trigram, -1, '>>>', '<<<', '...', 40) AS snippet_1
 FROM messages_fts_trigram
 WHERE (messages_fts_trigram MATCH :match) AND messages_fts_trigram.rowid = top.id) AS snippet, m.timestamp, m.tool_name, s.source, s.model, s.started_at AS session_started
