@@ -29,7 +29,6 @@ before each call.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import importlib
 import json
@@ -39,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -379,17 +378,14 @@ def measure(sides: list[Side], ops: list[Op], iterations: int) -> list[dict[str,
     return rows
 
 
-@contextlib.contextmanager
-def _sqlite3_named(module: Any) -> Iterator[None]:
-    """`import sqlite3` gives `module` meanwhile (how the original, which imports the
-    standard library's module by name, is pointed at pysqlite3)."""
-    import sqlite3
-
+def _name_sqlite3(module: Any) -> None:
+    """`import sqlite3` gives `module` from now on, in this child process, which runs
+    only the one SQLite library: how the original, which imports the standard library's
+    module by name (some of its modules inside functions, at their first call), is
+    pointed at pysqlite3. Nothing of the original is imported beyond what
+    `hermes_state` imports: DIR may hold its whole repository, whose scripts and plugins
+    must not run here."""
     sys.modules["sqlite3"] = module
-    try:
-        yield
-    finally:
-        sys.modules["sqlite3"] = sqlite3
 
 
 def load_original(directory: Path, driver: str) -> Any:
@@ -398,16 +394,8 @@ def load_original(directory: Path, driver: str) -> Any:
     if driver == "sqlite3":
         return importlib.import_module("hermes_state")
     pysqlite3 = importlib.import_module("pysqlite3.dbapi2")
-    with _sqlite3_named(pysqlite3):
-        module = importlib.import_module("hermes_state")
-        # modules the original imports lazily, inside functions, bind `sqlite3` now too
-        for path in directory.rglob("*.py"):
-            name = ".".join(path.relative_to(directory).with_suffix("").parts)
-            if name.endswith("__init__"):
-                name = name.rsplit(".", 1)[0] if "." in name else ""
-            if name and name not in sys.modules:
-                with contextlib.suppress(Exception):
-                    importlib.import_module(name)
+    _name_sqlite3(pysqlite3)
+    module = importlib.import_module("hermes_state")
     if module.sqlite3 is not pysqlite3:
         raise RuntimeError("the original could not be pointed at pysqlite3")
     return module
@@ -436,13 +424,15 @@ def run_child(
         directory = Path(tmp)
         os.environ["HERMES_HOME"] = str(directory / "home")
         logging.getLogger("hermes_state").setLevel(logging.ERROR)
+        # hermes-store first: it picks its own driver, and must not meet the name
+        # `sqlite3` bound to pysqlite3 for the original
+        from hermes_store.compat import SessionDB
+
         hermes_state = load_original(original, driver)
         original_db = hermes_state.SessionDB(db_path=directory / "original.db")
         mode = original_db._conn.execute("PRAGMA journal_mode").fetchone()[0].lower()
         version = original_db._conn.execute("SELECT sqlite_version()").fetchone()[0]
         os.environ["HERMES_STORE_JOURNAL_MODE"] = mode
-        from hermes_store.compat import SessionDB
-
         facade_db = SessionDB(directory / "facade.db")
         facade_mode = facade_db.store.read(
             lambda conn: str(conn.exec_driver_sql("PRAGMA journal_mode").scalar()).lower()
