@@ -354,13 +354,18 @@ class Store(Repositories):
 
         self._runtime.refuse_writes()
         repairs = self._runtime.repairs_done()
-        with self._typed_errors(started):
+        try:  # `_typed_errors`, spelt out: every write passes here
             try:
                 result, writes = run()
             except DBAPIError as exc:
                 if not self._runtime.repaired_after(exc, repairs):
                     raise
                 result, writes = run()
+        except _TYPED_SOURCES as exc:
+            typed = self._typed(exc, started)
+            if typed is None:
+                raise
+            raise typed from exc
         if self.checkpoint_every and writes % self.checkpoint_every == 0:
             self.checkpoint("PASSIVE")
         return result
