@@ -15,7 +15,9 @@ Which faults are retried: pg_faults.
 Statements at the driver: `driver_run` executes one on a SQLite connection's driver
 connection without SQLAlchemy's per-call bookkeeping, and `Prepared` is a Core statement
 compiled once per dialect and run so (on PostgreSQL through `exec_driver_sql`): what the
-hot paths send.
+hot paths send. `commit_at_driver` runs a whole SQLite write that is statements alone (a
+`DriverWrite`: a plain append) on the store's kept writer the same way, doing what the
+begin listener and the store's commit steps do, without a SQLAlchemy transaction.
 """
 
 from __future__ import annotations
