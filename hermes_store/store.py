@@ -56,7 +56,7 @@ from .postgresql.pipelined import NOT_RUN, Call
 from .redaction import RedactionPolicy
 from .repository_set import Repositories
 from .runtime.backends import Dialect, dialect_for
-from .runtime.engine import Params, Prepared, make_engine
+from .runtime.engine import DriverWrite, Params, Prepared, make_engine
 from .runtime.retry import DEFAULT_RETRY, RetryPolicy
 from .runtime.store_backends import StoreDialect
 from .sqlite.encryption import Key, KeyRegistration, KeySource, forget_key, register_key
@@ -290,17 +290,24 @@ class Store(Repositories):
                 log.debug("closing the writer connection failed: %s", exc)
 
     def write(
-        self, work: Callable[[Connection], T], *, call: Callable[[], Call] | None = None
+        self,
+        work: Callable[[Connection], T],
+        *,
+        call: Callable[[], Call | DriverWrite | None] | None = None,
     ) -> T:
         """Run `work` in one write transaction, retried as a unit on lock contention.
 
         Args:
             work: a function of one Connection; it runs in one transaction.
-            call: where `work` is one statement whose first row is its whole answer
-                (postgresql/pipelined.py's `Call`, made afresh for each attempt): on
-                PostgreSQL an attempt with no earlier COMMIT in doubt sends it on a pooled
-                driver connection, without a SQLAlchemy Connection; `work` runs instead
-                wherever that cannot be done.
+            call: `work` as the dialect's kind of call, made afresh for each attempt (None
+                from it: this attempt runs `work`). On PostgreSQL one statement whose
+                first row is its whole answer (postgresql/pipelined.py's `Call`): an
+                attempt with no earlier COMMIT in doubt sends it on a pooled driver
+                connection, without a SQLAlchemy Connection. On SQLite statements whose
+                first one's first row holds the answer (runtime/engine.py's
+                `DriverWrite`), sent at the driver of the kept writer connection without
+                SQLAlchemy's transaction; no row back (a refusal) has the attempt run
+                `work`, which says why. `work` runs instead wherever that cannot be done.
         """
         self.check_open()
         self.require_writable()
@@ -314,12 +321,16 @@ class Store(Repositories):
 
         def attempt() -> tuple[T, int]:
             with lock:
-                if call is not None and once is not None and not once.in_doubt:
-                    result = self._runtime.commit_call(call(), once)
-                    if result is not NOT_RUN:
-                        with self._count_lock:
-                            self._writes += 1
-                            return result, self._writes
+                if call is not None and (once is None or not once.in_doubt):
+                    made = call()
+                    if made is not None:
+                        result = self._runtime.commit_call(
+                            made, once, self._writer_connection, started
+                        )
+                        if result is not NOT_RUN:
+                            with self._count_lock:
+                                self._writes += 1
+                                return result, self._writes
                 conn = self._writer_connection()
                 changed = False
                 try:
@@ -348,13 +359,18 @@ class Store(Repositories):
 
         self._runtime.refuse_writes()
         repairs = self._runtime.repairs_done()
-        with self._typed_errors(started):
+        try:  # `_typed_errors`, spelt out: every write passes here
             try:
                 result, writes = run()
             except DBAPIError as exc:
                 if not self._runtime.repaired_after(exc, repairs):
                     raise
                 result, writes = run()
+        except _TYPED_SOURCES as exc:
+            typed = self._typed(exc, started)
+            if typed is None:
+                raise
+            raise typed from exc
         if self.checkpoint_every and writes % self.checkpoint_every == 0:
             self.checkpoint("PASSIVE")
         return result

@@ -42,7 +42,14 @@ from ..errors import (
     InvalidInput,
     SessionNotFound,
 )
-from ..runtime.engine import Prepared, all_dicts, all_tuples, first_tuple, first_value
+from ..runtime.engine import (
+    DriverWrite,
+    Prepared,
+    all_dicts,
+    all_tuples,
+    first_tuple,
+    first_value,
+)
 from . import idempotency, turns
 from ._dialect import (
     SEARCH_COLUMNS,
@@ -418,6 +425,42 @@ def _one_call(
         if refused is None:
             raise
         raise refused from None
+
+
+def _checked_at_driver(
+    store: Store,
+    session_id: str,
+    holder: str | None,
+    explicit_ts: float | None,
+    fields: Mapping[str, Any],
+) -> int:
+    """A plain append where the INSERT checks the session and its lease itself (SQLite,
+    `_insert_checked`): its statements are handed to Store.write as well, which sends
+    them at the driver where it can; a refusal, or a value that cannot be stored, runs
+    the unit of work instead, which says why in the order the checks come (the time and
+    the encoding are taken afresh for each attempt, as in the unit of work)."""
+    sql = store.dialect.sql
+    dialect = store.engine.dialect
+
+    def call() -> DriverWrite | None:
+        at = now()
+        try:
+            values, n_calls = encode_row(
+                session_id, timestamp=at if explicit_ts is None else explicit_ts, **fields
+            )
+        except InvalidInput:
+            return None
+        values["holder"] = holder
+        values["at"] = at
+        values["closed_by"] = COMPRESSION
+        counts = {"session_id": session_id, "add_messages": 1, "add_tool_calls": n_calls}
+        return DriverWrite(
+            (_INSERT_CHECKED.bound(dialect, values), _ADD_COUNTS.bound(dialect, counts))
+        )
+
+    return store.write(
+        lambda conn: _append_one(conn, sql, session_id, holder, explicit_ts, fields), call=call
+    )
 
 
 def _refused(exc: DBAPIError, session_id: str) -> Exception | None:
@@ -997,8 +1040,11 @@ class MessageRepository:
             fields = self.store.redaction.redact_fields(fields)
         holder = compression_lock_holder
         sql = self.store.dialect.sql
-        if key is None and token is None and sql.appends_in_one_call:
-            return _one_call(self.store, session_id, holder, explicit_ts, fields)
+        if key is None and token is None:
+            if sql.appends_in_one_call:
+                return _one_call(self.store, session_id, holder, explicit_ts, fields)
+            if not sql.locks_rows and self.store.engine.dialect.insert_returning:
+                return _checked_at_driver(self.store, session_id, holder, explicit_ts, fields)
         return self.store.write(
             lambda conn: _append_one(conn, sql, session_id, holder, explicit_ts, fields, key, token)
         )

@@ -15,15 +15,20 @@ Which faults are retried: pg_faults.
 Statements at the driver: `driver_run` executes one on a SQLite connection's driver
 connection without SQLAlchemy's per-call bookkeeping, and `Prepared` is a Core statement
 compiled once per dialect and run so (on PostgreSQL through `exec_driver_sql`): what the
-hot paths send.
+hot paths send. `commit_at_driver` runs a whole SQLite write that is statements alone (a
+`DriverWrite`: a plain append) on the store's kept writer the same way, doing what the
+begin listener and the store's commit steps do, without a SQLAlchemy transaction.
 """
 
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import re
 import sqlite3
+import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from itertools import repeat
@@ -179,6 +184,11 @@ def retry_wal_switch(conn: Connection) -> None:
         return
     dbapi_conn = conn.connection.driver_connection
     assert dbapi_conn is not None
+    _retry_wal_switch(info, dbapi_conn)
+
+
+def _retry_wal_switch(info: dict[Any, Any], dbapi_conn: Any) -> None:
+    """`retry_wal_switch` on a driver connection and its pool record's `info`."""
     try:
         got = switch_to_wal(dbapi_conn, wait=False)
     except sqlite_driver.Error as exc:
@@ -452,12 +462,20 @@ def driver_run(
                 listener(conn, cursor, sql, params, None, False)
         return consume(cursor)
     except sqlite_driver.Error as exc:
-        path = conn.info.get(_DB_PATH)
-        named = not_a_database_error(path, exc) if path is not None else None
-        if named is not None:
-            raise named from exc
-        base = conn.dialect.loaded_dbapi.Error
-        raise DBAPIError.instance(sql, params, exc, base, dialect=conn.dialect) from exc
+        raise _as_raised(conn.dialect, conn.info, sql, params, exc) from exc
+
+
+def _as_raised(
+    dialect: Dialect, info: dict[Any, Any], sql: str | None, params: Any, exc: Exception
+) -> Exception:
+    """The error `Connection.execute` (or, for `sql` None, its COMMIT) would raise for the
+    driver's `exc` on a connection whose pool record's info is `info`: a file that is not
+    a database named as such (the engine's error listener), else SQLAlchemy's type."""
+    path = info.get(_DB_PATH)
+    named = not_a_database_error(path, exc) if path is not None else None
+    if named is not None:
+        return named
+    return DBAPIError.instance(sql, params, exc, dialect.loaded_dbapi.Error, dialect=dialect)
 
 
 def driver_execute(conn: Connection, sql: str) -> None:
@@ -467,6 +485,149 @@ def driver_execute(conn: Connection, sql: str) -> None:
 
 def _discard(cursor: sqlite3.Cursor) -> None:
     cursor.close()
+
+
+# --- A write sent at the driver of the store's writer, without SQLAlchemy's transaction ---
+
+#: Engines made by `make_engine` for writing a SQLite file: the only ones whose begin and
+#: error listeners `commit_at_driver` knows how to stand in for.
+_WRITES_AT_DRIVER: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def writes_at_driver(engine: Engine) -> bool:
+    """Whether `engine` is one `commit_at_driver` may write through: made by
+    `make_engine` for writing (its begin listener is known), checked once per store."""
+    return engine in _WRITES_AT_DRIVER
+
+
+def writer_unwatched(engine: Engine) -> bool:
+    """Whether a write on a Connection of `engine` (one `writes_at_driver` accepts) would
+    do nothing more than `commit_at_driver` does: no listener on its statements, its
+    transactions or its errors beside make_engine's own, no echo, no execution options.
+    A test or tracing instrumentation that listens sees every write through a Connection,
+    as SQLAlchemy promises."""
+    dispatch = engine.dispatch
+    return not (
+        getattr(Connection, "_has_events", False)
+        or dispatch.before_cursor_execute
+        or dispatch.after_cursor_execute
+        or dispatch.before_execute
+        or dispatch.after_execute
+        or dispatch.commit
+        or dispatch.rollback
+        # make_engine's own: one begin listener, one error listener
+        or len(dispatch.begin) != 1
+        or len(engine.dialect.dispatch.handle_error) != 1
+        or engine._execution_options
+        or engine._should_log_info()
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DriverWrite:
+    """A write that is SQLite statements and nothing else (a plain append), each as the
+    driver takes it (its SQL, its bound parameters): the first statement's first row
+    holds the write's result in its first column, and no row back means the write was
+    refused, to be made again through a Connection, where the refusal is diagnosed."""
+
+    statements: tuple[tuple[str, Any], ...]
+
+
+#: What `commit_at_driver` returns for a write that was refused (and rolled back).
+REFUSED: Any = object()
+
+
+def commit_at_driver(
+    conn: Connection,
+    write: DriverWrite,
+    started: float,
+    readers_wait_s: Callable[[], float],
+) -> Any:
+    """Run `write` as one transaction on the driver connection under `conn` (the store's
+    kept writer Connection, outside any transaction of SQLAlchemy's), doing what the
+    Connection path's begin listener and the store's commit steps do, without the
+    Connection's transaction object and its events: a failed unit's leftover transaction
+    rolled back, a pending switch to WAL tried, BEGIN IMMEDIATE, 0600 on the files at a
+    connection's first write, the statements, in DELETE mode past the first busy timeout
+    a COMMIT that waits for readers (as `SQLiteStoreDialect.before_commit`), COMMIT. The
+    result (REFUSED when the first statement gave no row). Any failure rolls back what
+    is open and raises what the Connection path raises (SQLAlchemy's DBAPIError, or a
+    file that is not a database named as such); a connection that cannot even roll back
+    is invalidated, so the store's next write opens a new one."""
+    fairy = conn.connection
+    dbapi_conn: Any = fairy.driver_connection
+    info = fairy.info
+    dialect = conn.dialect
+    sql: str | None = None
+    params: Any = None
+    widened = False
+    try:
+        if dbapi_conn.in_transaction:
+            log.warning("rolling back a transaction a failed unit of work left open")
+            sql = "ROLLBACK"
+            dbapi_conn.execute(sql)
+        if info.get(_WAL_PENDING):
+            _retry_wal_switch(info, dbapi_conn)
+        sql = _BEGIN["IMMEDIATE"]
+        dbapi_conn.execute(sql)
+        if not info.get(_SECURED):
+            path = info.get(_DB_PATH)
+            if path is not None:
+                secure_file_modes(path)
+            info[_SECURED] = True
+        statements = iter(write.statements)
+        sql, params = next(statements)
+        cursor = dbapi_conn.execute(sql, params)
+        row = cursor.fetchone()
+        cursor.close()
+        if row is None:
+            sql = params = None
+            dbapi_conn.rollback()
+            return REFUSED
+        for sql, params in statements:
+            dbapi_conn.execute(sql, params).close()
+        if time.monotonic() - started >= BUSY_TIMEOUT_S and info.get(_JOURNAL) not in (
+            None,
+            "wal",
+        ):
+            sql, params = f"PRAGMA busy_timeout = {max(0, int(readers_wait_s() * 1000))}", ()
+            dbapi_conn.execute(sql)
+            widened = True
+        sql = params = None  # a COMMIT's error is reported without a statement
+        dbapi_conn.commit()
+        return row[0]
+    except sqlite_driver.Error as exc:
+        _end_at_driver(conn, dbapi_conn, exc)
+        raise _as_raised(dialect, info, sql, params, exc) from exc
+    except BaseException as exc:
+        _end_at_driver(conn, dbapi_conn, exc)
+        raise
+    finally:
+        if widened and not conn.invalidated:
+            try:
+                dbapi_conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            except sqlite_driver.Error as exc:
+                log.debug("resetting the busy timeout failed: %s", exc)
+
+
+def _end_at_driver(conn: Connection, dbapi_conn: Any, exc: BaseException) -> None:
+    """After a failed `commit_at_driver`: roll back what SQLite still holds (a COMMIT
+    that met a lock leaves the transaction open, see end_failed_transaction); a
+    connection that cannot roll back, or that SQLAlchemy would call disconnected, is
+    invalidated."""
+    try:
+        if dbapi_conn.in_transaction:
+            dbapi_conn.rollback()
+    except sqlite_driver.Error as failed:
+        log.warning("rolling back a failed write failed (%s); dropping the connection", failed)
+        conn.invalidate(failed)
+        return
+    if isinstance(exc, sqlite_driver.Error) and conn.dialect.is_disconnect(
+        exc,  # type: ignore[arg-type]  # the driver's own DB-API error
+        dbapi_conn,
+        None,
+    ):
+        conn.invalidate(exc)
 
 
 def readers_block_commits(conn: Connection) -> bool:
@@ -495,8 +656,19 @@ Params = Mapping[str, Any]
 _NO_PARAMS: dict[str, Any] = {}
 
 
+def _no_values(_params: Params) -> tuple[Any, ...]:
+    return ()
+
+
+def _one_value(name: str) -> Callable[[Params], tuple[Any, ...]]:
+    def value_of(params: Params) -> tuple[Any, ...]:
+        return (params[name],)
+
+    return value_of
+
+
 class _Compiled:
-    __slots__ = ("sql", "names", "defaults", "positional", "at_driver")
+    __slots__ = ("sql", "names", "values_of", "defaults", "positional", "at_driver")
 
     def __init__(self, compiled: Compiled, dialect: Dialect) -> None:
         if "POSTCOMPILE" in compiled.string:
@@ -509,6 +681,15 @@ class _Compiled:
         # a dialect hermes-store does not run on is only ever compiled for (`Prepared.sql`)
         self.at_driver = dialect.name in NAMES and dialect_named(dialect.name).in_process
         self.names: tuple[str, ...] = tuple(getattr(compiled, "positiontup", None) or ())
+        #: the parameters' values in the statement's order, as a tuple (itemgetter: the
+        #: lookups in C, where every append binds about 25)
+        self.values_of: Callable[[Params], tuple[Any, ...]] = (
+            _no_values
+            if not self.names
+            else _one_value(self.names[0])
+            if len(self.names) == 1
+            else operator.itemgetter(*self.names)
+        )
         # Values the statement was built with (constants); a parameter declared without a
         # value must be given by every call, so a misspelt name fails instead of binding NULL
         names = getattr(compiled, "bind_names", {})
@@ -519,7 +700,7 @@ class _Compiled:
     def bind(self, params: Params) -> Any:
         if self.positional:
             if not self.defaults:
-                return tuple(params[name] for name in self.names)
+                return self.values_of(params)
             return tuple(
                 params[name] if name in params else self.defaults[name] for name in self.names
             )
@@ -568,6 +749,12 @@ class Prepared:
     def sql(self, dialect: Dialect) -> str:
         """The statement as `dialect` receives it."""
         return self._compiled(dialect).sql
+
+    def bound(self, dialect: Dialect, params: Params) -> tuple[str, Any]:
+        """The statement as `dialect`'s driver takes it, and `params` bound for it (a
+        statement of a `DriverWrite`)."""
+        compiled = self._compiled(dialect)
+        return compiled.sql, compiled.bind(params)
 
     def _execute(self, conn: Connection, params: Params, consume: Callable[[Any], T]) -> T:
         """Execute once and give `consume` the DBAPI cursor (SQLite) or SQLAlchemy
@@ -725,6 +912,8 @@ def make_engine(
         resolved, connect_args=connect_args, module=chosen.module, **engine_kwargs
     )
     _install_sqlite_listeners(engine, journal or JournalPolicy.from_env(), read_only, path)
+    if not read_only:
+        _WRITES_AT_DRIVER.add(engine)
     return engine
 
 

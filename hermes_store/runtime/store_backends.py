@@ -47,13 +47,18 @@ from .backends import dialect_named
 from .engine import (
     BEGIN_MODE,
     BUSY_TIMEOUT_S,
+    REFUSED,
+    DriverWrite,
     Params,
     Prepared,
+    commit_at_driver,
     readers_block_commits,
     set_busy_timeout,
     take_read_lock,
     wal_index_unavailable,
     write_connection,
+    writer_unwatched,
+    writes_at_driver,
 )
 from .retry import RetryPolicy, first_line, sqlite_busy
 from .waiting import sqlite_lock_holders
@@ -117,9 +122,18 @@ class StoreDialect:
         """For one write: what lets its retry tell whether an unanswered COMMIT applied."""
         return None
 
-    def commit_call(self, call: pg_pipelined.Call, once: pg_faults.WriteOnce) -> Any:
-        """Run `call` as a whole write without a SQLAlchemy Connection, its marker handed
-        to `once`; NOT_RUN where the write has to go through a Connection."""
+    def commit_call(
+        self,
+        call: pg_pipelined.Call | DriverWrite,
+        once: pg_faults.WriteOnce | None,
+        writer: Callable[[], Connection],
+        started: float,
+    ) -> Any:
+        """Run `call` (the dialect's kind of call) as a whole write without a SQLAlchemy
+        transaction (on PostgreSQL its marker handed to `once`); NOT_RUN, having
+        committed nothing, where the write has to go through a Connection. `writer`: the
+        store's writer Connection, for a dialect that writes through the driver
+        connection under it; `started`: when the write began."""
         return pg_pipelined.NOT_RUN
 
     def refuse_writes(self) -> None:
@@ -189,9 +203,16 @@ class PostgreSQLStoreDialect(StoreDialect):
     def write_once(self) -> pg_faults.WriteOnce:
         return pg_faults.WriteOnce(self.server)
 
-    def commit_call(self, call: pg_pipelined.Call, once: pg_faults.WriteOnce) -> Any:
+    def commit_call(
+        self,
+        call: pg_pipelined.Call | DriverWrite,
+        once: pg_faults.WriteOnce | None,
+        writer: Callable[[], Connection],
+        started: float,
+    ) -> Any:
         # the pool's checkout and return without the Connection object, its transaction
         # object and their event checks, Python that every append would otherwise run
+        assert isinstance(call, pg_pipelined.Call) and once is not None
         return pg_pipelined.commit_call(self.engine, call, once)
 
     def typed_error(self, exc: Exception) -> StoreError | None:
@@ -233,6 +254,12 @@ class SQLiteStoreDialect(StoreDialect):
     # transaction around them) cost more than a small SELECT
     reads_statements_alone = True
 
+    def __init__(self, engine: Engine, url: URL, **options: Any) -> None:
+        super().__init__(engine, url, **options)
+        # an engine made by make_engine for writing, whose begin listener commit_at_driver
+        # stands in for: its listeners are installed once, when it is made
+        self._writes_at_driver = writes_at_driver(engine)
+
     # per Store (instance values once set; the class values are the starting state)
     _fts_rebuilds = 0  # the one in-place rebuild this Store may do
     _damaged: DatabaseCorrupt | None = None  # structural damage seen: no more writes
@@ -240,6 +267,33 @@ class SQLiteStoreDialect(StoreDialect):
     def writer(self) -> Engine:
         # a write's transaction begins IMMEDIATE: it takes the write lock up front
         return self.engine.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
+
+    def commit_call(
+        self,
+        call: pg_pipelined.Call | DriverWrite,
+        once: pg_faults.WriteOnce | None,
+        writer: Callable[[], Connection],
+        started: float,
+    ) -> Any:
+        # The unit of work's fixed cost through a Connection (its transaction object,
+        # the begin and commit events, the store's commit steps) is several times what
+        # SQLite's own BEGIN and COMMIT cost: a write that is statements alone is sent at
+        # the driver of the same kept writer, under the same write lock, with the same
+        # steps (commit_at_driver). Through a Connection wherever something would see the
+        # difference: listeners on statements or transactions (tracing, tests that record
+        # statements), an engine this store did not build, a read-only store.
+        if (
+            not isinstance(call, DriverWrite)
+            or self.read_only
+            or not self._writes_at_driver
+            or not writer_unwatched(self.engine)
+        ):
+            return pg_pipelined.NOT_RUN
+        conn = writer()
+        if conn.in_transaction():  # SQLAlchemy's to end first
+            return pg_pipelined.NOT_RUN
+        result = commit_at_driver(conn, call, started, readers_wait_s)
+        return pg_pipelined.NOT_RUN if result is REFUSED else result
 
     def refuse_writes(self) -> None:
         if self._damaged is not None:
