@@ -438,12 +438,13 @@ def _checked_at_driver(
     `_insert_checked`): its statements are handed to Store.write as well, which sends
     them at the driver where it can; a refusal, or a value that cannot be stored, runs
     the unit of work instead, which says why in the order the checks come (the time and
-    the encoding are taken afresh for each attempt, as in the unit of work)."""
+    the encoding are taken afresh for each attempt, under the write lock, as in the unit
+    of work)."""
     sql = store.dialect.sql
     dialect = store.engine.dialect
 
-    def call() -> DriverWrite | None:
-        at = now()
+    def statements() -> tuple[tuple[str, Any], ...] | None:
+        at = now()  # under the write lock (DriverWrite)
         try:
             values, n_calls = encode_row(
                 session_id, timestamp=at if explicit_ts is None else explicit_ts, **fields
@@ -454,12 +455,12 @@ def _checked_at_driver(
         values["at"] = at
         values["closed_by"] = COMPRESSION
         counts = {"session_id": session_id, "add_messages": 1, "add_tool_calls": n_calls}
-        return DriverWrite(
-            (_INSERT_CHECKED.bound(dialect, values), _ADD_COUNTS.bound(dialect, counts))
-        )
+        return (_INSERT_CHECKED.bound(dialect, values), _ADD_COUNTS.bound(dialect, counts))
 
+    write = DriverWrite(statements)
     return store.write(
-        lambda conn: _append_one(conn, sql, session_id, holder, explicit_ts, fields), call=call
+        lambda conn: _append_one(conn, sql, session_id, holder, explicit_ts, fields),
+        call=lambda: write,
     )
 
 

@@ -528,9 +528,13 @@ class DriverWrite:
     """A write that is SQLite statements and nothing else (a plain append), each as the
     driver takes it (its SQL, its bound parameters): the first statement's first row
     holds the write's result in its first column, and no row back means the write was
-    refused, to be made again through a Connection, where the refusal is diagnosed."""
+    refused, to be made again through a Connection, where the refusal is diagnosed.
+    `statements` makes them once BEGIN IMMEDIATE holds the write lock, as a unit of work
+    runs under it: what they stamp (the time) is taken under the lock, so ids and times
+    rise together across processes; None from it has the write made through a
+    Connection instead (a value the Connection path reports in its own order)."""
 
-    statements: tuple[tuple[str, Any], ...]
+    statements: Callable[[], tuple[tuple[str, Any], ...] | None]
 
 
 #: What `commit_at_driver` returns for a write that was refused (and rolled back).
@@ -575,7 +579,11 @@ def commit_at_driver(
             if path is not None:
                 secure_file_modes(path)
             info[_SECURED] = True
-        statements = iter(write.statements)
+        made = write.statements()
+        if made is None:
+            dbapi_conn.rollback()
+            return REFUSED
+        statements = iter(made)
         sql, params = next(statements)
         cursor = dbapi_conn.execute(sql, params)
         row = cursor.fetchone()

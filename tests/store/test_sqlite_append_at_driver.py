@@ -251,6 +251,36 @@ def test_lock_contention_is_waited_out_at_the_driver(
     assert [m["content"] for m in messages.get_messages("s1")] == ["warm", "after the lock"]
 
 
+_HOLD_AND_TELL = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+print(repr(time.time()), flush=True)
+conn.execute("COMMIT")
+"""
+
+
+def test_an_append_that_waited_for_the_lock_takes_its_time_after_it(store: Store) -> None:
+    # ids and times rise together across processes: the time is taken under the write
+    # lock, as a unit of work takes it, not before waiting for it
+    SessionRepository(store).create_session("s1", "cli")
+    messages = MessageRepository(store)
+    messages.append_message("s1", "user", "warm")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_AND_TELL, str(path_of(store)), "0.5"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None
+    assert holder.stdout.readline().strip() == "held"
+    messages.append_message("s1", "user", "after the lock")
+    released = float(holder.stdout.readline())
+    assert holder.wait(timeout=30) == 0
+    assert messages.get_messages("s1")[-1]["timestamp"] >= released
+
+
 def test_lock_contention_past_the_retry_is_database_locked(journal_db: str) -> None:
     quick = RetryPolicy(attempts=2, min_sleep=0.01, max_sleep=0.02)
     with Store(journal_db, retry=quick) as store:
