@@ -285,7 +285,7 @@ def _written(n: int) -> Any:
 
 @lru_cache(maxsize=128)
 def ranked_top_statement(
-    name: str, filters: FilterShape, edge: Edge | None, window: int, ranked: int
+    name: str, filters: FilterShape, edge: Edge | None, window: int, ranked: int | None
 ) -> RouteStatement:
     """A ranked route of FTS5 table `name` (the word or the trigram index), bounded
     (limits.RANK_WINDOW), for a relevance sort: the newest :window matches in rowid
@@ -294,9 +294,9 @@ def ranked_top_statement(
     the filters, with snippets. When all of them pass, they are the page (after :offset)
     that filtering the window first gives; else `ranked_statement` answers. The
     messages' rows are read for the page only: reading a row costs more than ranking
-    it. `window` and `ranked` are written into the SQL (`_written`). Parameters: :match (and
-    with `edge`, the window of ids at that end of the table: :floor or :ceiling,
-    backend.id_window)."""
+    it. `window` and `ranked` are written into the SQL (`_written`); `ranked` None: bound
+    as :top. Parameters: :match, :top where bound (and with `edge`, the window of ids at
+    that end of the table: :floor or :ceiling, backend.id_window)."""
     fts = _fts(name)
     cand = (
         select(fts.c.rowid.label("id"), fts.c.rank.label("score"))
@@ -310,7 +310,7 @@ def ranked_top_statement(
     top = (
         select(cand.c.id, cand.c.score)
         .order_by(cand.c.score, cand.c.id)
-        .limit(_written(ranked))
+        .limit(bindparam("top") if ranked is None else _written(ranked))
         .offset(ZERO)
         .cte("top")
         .prefix_with("MATERIALIZED")
@@ -486,8 +486,11 @@ class SqliteSearch(SearchBackend):
         ids = {} if bound is None else {"floor" if edge == "newest" else "ceiling": bound[1]}
         if time_direction(sort) is None:
             top = limit + offset
-            statement = ranked_top_statement(table, filters.shape, edge, window, top)
-            rows = self.run(statement, filters, {"match": match, **ids})
+            # the first page's size written in; a later page's bound (:top), so that
+            # paging does not build a statement per offset
+            ranked = top if offset == 0 else None
+            statement = ranked_top_statement(table, filters.shape, edge, window, ranked)
+            rows = self.run(statement, filters, {"match": match, "top": top, **ids})
             if len(rows) == top:
                 return rows[offset:]
         params = {"match": match, "offset": offset, **ids}
