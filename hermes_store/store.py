@@ -478,7 +478,10 @@ class Store(Repositories):
             clean = False
             try:
                 result = runtime.read_alone(conn, _picked(statement, conn), params, consume)
-                clean = True
+                # a picker that read through the Connection began SQLAlchemy's
+                # transaction (the driver's was rolled back before the statement): such a
+                # connection goes back to the pool, which ends it, instead of being kept
+                clean = not conn.in_transaction()
                 return result
             finally:
                 self._release_reader(conn, clean)

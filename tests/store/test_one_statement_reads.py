@@ -25,7 +25,7 @@ from hermes_store.config import JOURNAL_ENV
 from hermes_store.errors import DatabaseCorrupt, DatabaseLocked
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SessionRepository
-from hermes_store.runtime.engine import Prepared, all_dicts, make_engine
+from hermes_store.runtime.engine import Prepared, all_dicts, first_value, make_engine
 from hermes_store.runtime.retry import RetryPolicy
 from hermes_store.store import Store
 
@@ -268,6 +268,23 @@ def test_a_read_only_store_reads_past_a_crashed_writer_s_journal(fresh_db: str) 
         assert [m["content"] for m in newest] == ["committed before the crash"]
         assert SessionRepository(store).get_session("doomed") is None
     assert not Path(f"{path}-journal").exists()
+
+
+def test_a_picker_that_reads_leaves_no_transaction_to_the_next_read(journal_db: str) -> None:
+    # a picker may read only where a read has a transaction; one that reads anyway on
+    # SQLite must not leave the kept connection believed inside a transaction, which
+    # would have the next read block run without its BEGIN, one snapshot a statement
+    prepared = Prepared(text("SELECT count(*) FROM sessions"))
+
+    def picker(conn: Any) -> Prepared:
+        conn.exec_driver_sql("SELECT 1").fetchall()
+        return prepared
+
+    with Store(journal_db) as store:
+        assert store.read_one(picker, {}, first_value) == 0
+        with store.read() as conn:
+            conn.exec_driver_sql("SELECT count(*) FROM sessions").fetchall()
+            assert conn.connection.driver_connection.in_transaction
 
 
 def _damage_messages_root(path: Path) -> None:
