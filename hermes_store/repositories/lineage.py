@@ -222,10 +222,11 @@ _CHAIN_STEP = (
 )
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=256)
 def _first(statement: Select[Any], n: int) -> Prepared:
     """`statement`'s first `n` rows, prepared. The LIMIT is written into the SQL: a bound
-    LIMIT makes SQLite (3.53) take several times as long over such a small read."""
+    LIMIT makes SQLite (3.53) take several times as long over such a small read. Room for
+    the three walks' statements at every length up to about a hundred hops each."""
     return Prepared(statement.limit(literal_column(str(int(n)))))
 
 

@@ -281,7 +281,7 @@ class SQLiteStoreDialect(StoreDialect):
         # the driver of the same kept writer, under the same write lock, with the same
         # steps (commit_at_driver). Through a Connection wherever something would see the
         # difference: listeners on statements or transactions (tracing, tests that record
-        # statements), an engine this store did not build, a read-only store.
+        # statements), an engine not made by make_engine for writing, a read-only store.
         if (
             not isinstance(call, DriverWrite)
             or self.read_only
