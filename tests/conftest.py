@@ -31,7 +31,7 @@ from helpers.databases import (  # noqa: E402
     set_journal_mode,
     url_for,
 )
-from helpers.drivers import DRIVERS, ChildDriverItem, process_driver, split_by_driver
+from helpers.drivers import DRIVERS, process_driver, split_by_driver
 from helpers.postgres import _admin_execute, _pg_state, databases, pg_database
 from helpers.raw_sql import RawConnection
 
@@ -228,24 +228,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
-    items[:] = _longest_first(items)
-
-
-def _longest_first(items: list[pytest.Item]) -> list[pytest.Item]:
-    """`items` with the long ones first, each group in its own order: the other driver's
-    variants (one child pytest per module runs them all), then the `slow` tests, then the
-    rest. pytest-xdist hands each worker a first run of consecutive tests and the rest as
-    workers free up, so the long work starts at once instead of stretching the end of the
-    run, and one module's child-pytest variants land on one worker, not on two of which
-    one waits for the other's child pytest (helpers/drivers.py shares its results)."""
-    children = [item for item in items if isinstance(item, ChildDriverItem)]
-    slow = [
-        item
-        for item in items
-        if not isinstance(item, ChildDriverItem) and item.get_closest_marker("slow")
-    ]
-    first = {id(item) for item in (*children, *slow)}
-    return [*children, *slow, *(item for item in items if id(item) not in first)]
 
 
 @pytest.fixture

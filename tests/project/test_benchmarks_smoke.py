@@ -54,7 +54,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = fixtures_dir()
 
 
-@pytest.mark.slow
 def test_quick_benchmark_reports_every_row(tmp_path: Path) -> None:
     for name in ("state_v09.db", "state_v22.db"):
         if not (FIXTURES / name).exists():

@@ -325,7 +325,6 @@ def _run_load(url: str) -> None:
     assert result.ok, result
 
 
-@pytest.mark.slow
 def test_concurrent_writers_and_searcher(
     journal_db: str, journal: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -336,7 +335,6 @@ def test_concurrent_writers_and_searcher(
     assert journal_mode(path) == journal
 
 
-@pytest.mark.slow
 def test_concurrent_writers_and_searchers_postgresql(pg_fresh_db: str) -> None:
     _run_load(pg_fresh_db)
 
