@@ -38,6 +38,23 @@ from helpers.raw_sql import RawConnection
 _FIXTURES_AT_START = pytest.StashKey[dict[str, tuple[int, int]]]()
 
 
+#: `-n auto` workers per CPU. A test spends much of its time waiting (on child processes,
+#: on the PostgreSQL server, on file locks and fsync, on the deadlines it tests), so one
+#: worker per CPU leaves the CPUs idle for much of the run.
+WORKERS_PER_CPU = 2
+
+
+# optional: the child pytests of helpers/drivers.py run without pytest-xdist
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """The worker count of `-n auto`: WORKERS_PER_CPU per usable CPU; None (pytest-xdist's
+    own rule) when $PYTEST_XDIST_AUTO_NUM_WORKERS names a count."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return WORKERS_PER_CPU * (cpus or 1)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """A test taking `fixture_version` runs once per fixture database present."""
     if "fixture_version" in metafunc.fixturenames:

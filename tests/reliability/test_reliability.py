@@ -12,6 +12,7 @@ import multiprocessing
 import os
 import queue
 import re
+import shutil
 import signal
 import sqlite3
 import string
@@ -118,13 +119,13 @@ def _fts_errors(path: Path) -> list[str]:
         engine.dispose()
 
 
-@pytest.fixture
-def big_legacy(legacy_db: Callable[..., Path], journal: str) -> Path:
-    """state_v09.db with BULK_MESSAGES (200k, the issue's number) more messages (one
-    transaction; the v09 FTS triggers index them), so that the v23 conversion and backfill
-    take a while; in each journal mode in turn (the original's files are WAL, or DELETE
-    where its SQLite has the WAL-reset bug)."""
-    path = legacy_db(9, "state.db")
+#: per journal mode: the big_legacy file this process built (copied for each test)
+_BIG_LEGACY: dict[str, Path] = {}
+
+
+def _build_big_legacy(path: Path, journal: str) -> None:
+    """`path`, a copy of state_v09.db, in `journal` mode and with BULK_MESSAGES more
+    messages, written in one transaction (the v09 FTS triggers index them)."""
     set_journal_mode(path, journal)
     con = _raw(path)
     try:
@@ -145,6 +146,32 @@ def big_legacy(legacy_db: Callable[..., Path], journal: str) -> Path:
         con.execute("COMMIT")
     finally:
         con.close()
+
+
+@pytest.fixture
+def big_legacy(
+    legacy_db: Callable[..., Path],
+    journal: str,
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Path:
+    """state_v09.db with BULK_MESSAGES (200k, the issue's number) more messages (one
+    transaction; the v09 FTS triggers index them), so that the v23 conversion and backfill
+    take a while; in each journal mode in turn (the original's files are WAL, or DELETE
+    where its SQLite has the WAL-reset bug). Each test gets its own copy of a file this
+    process built once per mode: inserting and indexing 200k rows was most of these
+    tests' setup."""
+    if journal not in _BIG_LEGACY:
+        template = legacy_db(9, f"big-{journal}.db")
+        _build_big_legacy(template, journal)
+        kept = tmp_path_factory.mktemp(f"big-legacy-{journal}") / "state.db"
+        shutil.move(template, kept)
+        _BIG_LEGACY[journal] = kept
+    source = _BIG_LEGACY[journal]
+    # the builder's connection is closed: the whole file is in the main database file
+    assert not Path(f"{source}-wal").exists() and not Path(f"{source}-journal").exists()
+    path = tmp_path / "state.db"
+    shutil.copyfile(source, path)
     return path
 
 
