@@ -9,56 +9,17 @@ counted."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from helpers.statements import built, sent
 from sqlalchemy import event, update
-from sqlalchemy.sql import compiler
-from sqlalchemy.sql.selectable import Select
 
 from hermes_store.repositories.housekeeping import HousekeepingRepository
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SESSIONS, SessionRepository
 from hermes_store.search.layout import fts_state
 from hermes_store.store import Store
-
-
-@contextmanager
-def built(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """The class of every SELECT construct and SQL compiler SQLAlchemy builds meanwhile."""
-    names: list[str] = []
-
-    def counted(cls: Any) -> None:
-        original = cls.__init__
-
-        def counting(self: Any, *args: Any, **kwargs: Any) -> None:
-            names.append(type(self).__name__)
-            original(self, *args, **kwargs)
-
-        patch.setattr(cls, "__init__", counting)
-
-    with monkeypatch.context() as patch:
-        counted(compiler.SQLCompiler)
-        counted(Select)
-        yield names
-
-
-@contextmanager
-def sent(store: Store) -> Iterator[list[str]]:
-    """Every statement the store's engine sends meanwhile, BEGIN and COMMIT left out."""
-    statements: list[str] = []
-
-    def record(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
-        if statement.split()[0].upper() not in {"BEGIN", "COMMIT", "ROLLBACK"}:
-            statements.append(" ".join(statement.split()))
-
-    event.listen(store.engine, "before_cursor_execute", record)
-    try:
-        yield statements
-    finally:
-        event.remove(store.engine, "before_cursor_execute", record)
 
 
 def _set(store: Store, sid: str, **values: Any) -> None:

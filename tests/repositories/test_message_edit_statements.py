@@ -6,12 +6,10 @@ constructors are only counted."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from sqlalchemy import event
+from helpers.statements import built, sent
 from sqlalchemy.sql import compiler
 from sqlalchemy.sql.dml import Delete, Update
 from sqlalchemy.sql.selectable import Select
@@ -20,42 +18,10 @@ from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.store import Store
 
-
-@contextmanager
-def built(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """The class of every SELECT, UPDATE, DELETE and SQL compiler SQLAlchemy builds
-    meanwhile."""
-    names: list[str] = []
-
-    def counted(cls: Any) -> None:
-        original = cls.__init__
-
-        def counting(self: Any, *args: Any, **kwargs: Any) -> None:
-            names.append(type(self).__name__)
-            original(self, *args, **kwargs)
-
-        patch.setattr(cls, "__init__", counting)
-
-    with monkeypatch.context() as patch:
-        for cls in (compiler.SQLCompiler, Select, Update, Delete):
-            counted(cls)
-        yield names
+#: What an edit's statements are built from: its SELECTs, UPDATEs, DELETEs and their compilers.
+EDITS = (compiler.SQLCompiler, Select, Update, Delete)
 
 
-@contextmanager
-def sent(store: Store) -> Iterator[list[str]]:
-    """Every statement the store's engine sends meanwhile, BEGIN and COMMIT left out."""
-    statements: list[str] = []
-
-    def record(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
-        if statement.split()[0].upper() not in {"BEGIN", "COMMIT", "ROLLBACK"}:
-            statements.append(" ".join(statement.split()))
-
-    event.listen(store.engine, "before_cursor_execute", record)
-    try:
-        yield statements
-    finally:
-        event.remove(store.engine, "before_cursor_execute", record)
 
 
 def _session(store: Store, sid: str) -> list[int]:
@@ -86,7 +52,7 @@ def test_rewind_restore_clear_and_api_content_build_and_compile_once(
         )
 
     assert calls("a", first) == (2, True, "q2", 2, 1, 0, None)
-    with built(monkeypatch) as names:
+    with built(monkeypatch, EDITS) as names:
         again = calls("b", second)
     assert names == []
     assert again == (2, True, "q2", 2, 1, 0, None)
