@@ -79,23 +79,25 @@ class Traced:
 
 
 @pytest.fixture
-def begins(monkeypatch: pytest.MonkeyPatch) -> list[Connection]:
-    """The Connections SQLAlchemy began a transaction on, from now on."""
+def store(journal_db: str) -> Iterator[Store]:
+    with Store(journal_db) as opened:
+        yield opened
+
+
+@pytest.fixture
+def begins(monkeypatch: pytest.MonkeyPatch, store: Store) -> list[Connection]:
+    """The Connections of `store`'s pool SQLAlchemy began a transaction on, from now on
+    (a thread another test left running may begin on its own store meanwhile)."""
     begun: list[Connection] = []
     begin = Connection.begin
 
     def counted(self: Connection) -> Any:
-        begun.append(self)
+        if self.engine.pool is store.engine.pool:
+            begun.append(self)
         return begin(self)
 
     monkeypatch.setattr(Connection, "begin", counted)
     return begun
-
-
-@pytest.fixture
-def store(journal_db: str) -> Iterator[Store]:
-    with Store(journal_db) as opened:
-        yield opened
 
 
 @pytest.fixture
