@@ -11,12 +11,13 @@ import asyncio
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, event, insert, make_url, text
+from helpers.statements import sent
+from sqlalchemy import create_engine, insert, make_url, text
 from sqlalchemy.pool import NullPool
 
 from hermes_store.aio import AsyncStore
@@ -36,19 +37,9 @@ from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.store import Store
 
 
-@contextmanager
-def recorded(store: Store) -> Iterator[list[str]]:
+def recorded(store: Store) -> AbstractContextManager[list[str]]:
     """Every statement the store's engine sends meanwhile (BEGIN included on SQLite)."""
-    statements: list[str] = []
-
-    def record(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
-        statements.append(" ".join(statement.split()))
-
-    event.listen(store.engine, "before_cursor_execute", record)
-    try:
-        yield statements
-    finally:
-        event.remove(store.engine, "before_cursor_execute", record)
+    return sent(store, transactions=True)
 
 
 def make_session(store: Store, sid: str, started_at: float | None = None, **cols: Any) -> str:
