@@ -244,7 +244,7 @@ def encode_row(
     platform_message_id: Any,
     observed: Any,
     effect_disposition: Any,
-    timestamp: float,
+    timestamp: float | None,
     api_content: Any,
     display_kind: Any,
     display_metadata: Any,
@@ -253,7 +253,8 @@ def encode_row(
 
     A message leaves most fields None, stored as NULL: those skip their encoder, which
     would return None for them (field_text, field_json, the tool calls' and display
-    metadata's encoders), since every append runs this."""
+    metadata's encoders), since every append runs this. A None `timestamp` is left for the
+    database to stamp (PostgreSQL's one-call append, after the session's row lock)."""
     stored_calls, n_calls = (None, 0) if tool_calls is None else _tool_calls(tool_calls)
     text = field_text
     values = {

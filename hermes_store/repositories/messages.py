@@ -378,11 +378,12 @@ def _append_in_one_call(
     fields: Mapping[str, Any],
 ) -> int:
     """A plain append (no key, no turn) through the database's one-call append (a
-    function on PostgreSQL): the same checks in the same order, in one round trip."""
+    function on PostgreSQL): the same checks in the same order, in one round trip. A
+    message without a time of its own is stamped by the function once it holds the
+    session's row lock (revision hs0009): `at`, read before the call, may precede the
+    commits of writers it waits for."""
     at = now()
-    values, n_calls = encode_row(
-        session_id, timestamp=at if explicit_ts is None else explicit_ts, **fields
-    )
+    values, n_calls = encode_row(session_id, timestamp=explicit_ts, **fields)
     try:
         appended = sql.append_one(conn, values, holder, at, n_calls)
     except DBAPIError as exc:
@@ -403,17 +404,15 @@ def _one_call(
 ) -> int:
     """A plain append as a write of its own through the database's one-call append: the
     call is handed to Store.write as well, which sends it without a Connection where it
-    can (the time and the encoding are taken afresh for each attempt, as in the unit of
-    work)."""
+    can (the lease's time and the encoding are taken afresh for each attempt, as in the
+    unit of work)."""
     sql = store.dialect.sql
     dialect = store.engine.dialect
 
     def call() -> Call:
-        at = now()
-        values, n_calls = encode_row(
-            session_id, timestamp=at if explicit_ts is None else explicit_ts, **fields
-        )
-        return sql.append_call(dialect, values, holder, at, n_calls)
+        # the time is the function's, as in the unit of work
+        values, n_calls = encode_row(session_id, timestamp=explicit_ts, **fields)
+        return sql.append_call(dialect, values, holder, now(), n_calls)
 
     try:
         return store.write(
