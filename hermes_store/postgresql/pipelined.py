@@ -81,12 +81,22 @@ def _pipelines(driver: Any) -> bool:
 
     return (
         isinstance(driver, psycopg.Connection)
-        and not driver.autocommit
-        and driver.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        and psycopg.Pipeline.is_supported()
-        # the flag restored below by hand; a psycopg without it takes the ordinary path
+        # the flag set and restored below by hand; a psycopg without it takes the
+        # ordinary path
         and hasattr(driver, "_autocommit")
+        and not driver.autocommit
+        # the status as libpq has it (`driver.info` builds an object per reading)
+        and driver.pgconn.transaction_status == _IDLE
+        and _has_pipelines()
     )
+
+
+@cache
+def _has_pipelines() -> bool:
+    """Whether this process's psycopg and libpq have pipeline mode (fixed once loaded)."""
+    import psycopg
+
+    return bool(psycopg.Pipeline.is_supported())
 
 
 def _begin_with(driver: Any, sql: str, params: Any) -> tuple[Any, ...] | None:
@@ -95,7 +105,10 @@ def _begin_with(driver: Any, sql: str, params: Any) -> tuple[Any, ...] | None:
     begin = _begin_statement(driver.isolation_level, driver.read_only, driver.deferrable)
     cursor = None
     try:
-        driver.autocommit = True  # psycopg sends no BEGIN of its own
+        # psycopg sends no BEGIN of its own. Set as its public setter would (whose one
+        # check, no transaction open, `_pipelines` made), without the setter's lock and
+        # generator: each append would run them.
+        driver._autocommit = True
         try:
             cursor = driver.cursor()
             with driver.pipeline():
@@ -232,6 +245,10 @@ def _watched(conn: Connection) -> bool:
         or dispatch.before_cursor_execute
         or dispatch.after_cursor_execute
     )
+
+
+#: libpq's status of a connection with no transaction open (psycopg.pq.TransactionStatus.IDLE).
+_IDLE: Final = 0
 
 
 @cache
