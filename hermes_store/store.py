@@ -375,6 +375,27 @@ class Store(Repositories):
             self.checkpoint("PASSIVE")
         return result
 
+    def write_one(self, statement: Prepared, params: Params) -> int:
+        """Run one prepared data-changing statement (an UPDATE, say) as a write of its
+        own; how many rows it changed (triggers' changes not counted). On SQLite it is
+        also handed to `write` as a `DriverWrite` counting rows, so it is sent at the
+        driver of the kept writer where it can be; elsewhere, and wherever that cannot be
+        done, it runs as `write(work)` would, with the same retries and typed errors.
+
+        Args:
+            statement: the statement, with plain bound parameters.
+            params: its parameters by name.
+        """
+
+        def work(conn: Connection) -> int:
+            return statement.run(conn, params)
+
+        if not self.dialect.in_process:
+            return self.write(work)
+        dialect = self.engine.dialect
+        write = DriverWrite(lambda: (statement.bound(dialect, params),), rowcount=True)
+        return self.write(work, call=lambda: write)
+
     @contextmanager
     def _typed_errors(self, started: float | None = None) -> Iterator[None]:
         """`_typed` as a context: driver errors that mean something to a caller leave as
