@@ -195,6 +195,7 @@ _WITH_PLATFORM_ID = Prepared(
 _SESSION_COUNT = Prepared(
     select(func.count()).select_from(MESSAGES).where(M.session_id == bindparam("session_id"))
 )
+_ALL_COUNT = Prepared(select(func.count()).select_from(MESSAGES))
 
 
 def _full_rows() -> Select[Any]:
@@ -1448,8 +1449,7 @@ class MessageRepository:
             session_id: the session's id.
         """
         if session_id is None:
-            query = select(func.count()).select_from(MESSAGES)
-            return self.store.read(lambda conn: int(conn.execute(query).scalar_one()))
+            return int(self.store.read_one(_ALL_COUNT, {}, first_value))
         return int(self.store.read_one(_SESSION_COUNT, {"session_id": session_id}, first_value))
 
     def get_messages_as_conversation(
