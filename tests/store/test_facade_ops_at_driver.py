@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from helpers.statements import sent
+from helpers.statements import built, sent
 from sqlalchemy import Connection, event, text
 
 from hermes_store.config import JOURNAL_ENV
@@ -329,3 +329,85 @@ def test_a_topic_table_dropped_after_it_was_seen_reads_as_missing(store: Store) 
     with sent(store) as statements:
         assert topics.get_telegram_topic_binding_by_session("s2") is None
     assert len(statements) == 1 and "sqlite_master" in statements[0]
+
+
+def _conversation(store: Store) -> list[dict[str, Any]]:
+    """Session w: 12 rows of alternating roles, two of them without content, one tool
+    row; another session's rows between them (ids interleave)."""
+    store.sessions.create_session("w", "cli")
+    store.sessions.create_session("other", "cli")
+    roles = ["user", "assistant", "tool"]
+    for n in range(12):
+        content = "" if n in (1, 10) else f"m{n}"
+        store.messages.append_message("w", roles[n % 3], content)
+        store.messages.append_message("other", "user", f"o{n}")
+    return store.messages.get_messages("w")
+
+
+def _expected_view(
+    rows: list[dict[str, Any]], anchor: int, window: int, bookend: int, keep: Any
+) -> dict[str, Any]:
+    """`get_anchored_view` worked out from the whole transcript."""
+    at = next(i for i, r in enumerate(rows) if r["id"] == anchor)
+    side = max(0, window)
+    before, after = rows[max(0, at - side) : at], rows[at + 1 : at + 1 + side]
+    low = (before[0] if before else rows[at])["id"]
+    high = (after[-1] if after else rows[at])["id"]
+    kept = [r for r in rows if r["content"] and (keep is None or r["role"] in keep)]
+    start = [r for r in kept if r["id"] < low][: max(0, bookend)]
+    later = [r for r in kept if r["id"] > high]
+    end = later[len(later) - max(0, bookend) :] if bookend > 0 else []
+    if keep is not None:
+        before = [r for r in before if r["role"] in keep]
+        after = [r for r in after if r["role"] in keep]
+    return {
+        "window": [*before, rows[at], *after],
+        "messages_before": len(before),
+        "messages_after": len(after),
+        "bookend_start": start,
+        "bookend_end": end,
+    }
+
+
+@pytest.mark.parametrize(
+    ("window", "bookend", "keep"),
+    [
+        (2, 2, ("user", "assistant")),
+        (0, 1, None),
+        (-3, 3, ()),
+        (1, 0, ("tool",)),
+        (100, 100, ["user", "assistant", "tool"]),
+    ],
+)
+def test_windows_and_anchored_views_answer_as_before(
+    store: Store, window: int, bookend: int, keep: Any
+) -> None:
+    rows = _conversation(store)
+    messages = store.messages
+    for anchor in (rows[0]["id"], rows[5]["id"], rows[-1]["id"]):
+        view = messages.get_anchored_view("w", anchor, window, bookend, keep)
+        assert view == _expected_view(rows, anchor, window, bookend, keep)
+        around = messages.get_messages_around("w", anchor, window)
+        expected = _expected_view(rows, anchor, window, 0, None)
+        assert around == {k: expected[k] for k in ("window", "messages_before", "messages_after")}
+    other = store.messages.get_messages("other")[0]["id"]
+    assert messages.get_messages_around("w", other) == {
+        "window": [],
+        "messages_before": 0,
+        "messages_after": 0,
+    }
+    assert messages.get_anchored_view("w", 10**9)["window"] == []
+
+
+def test_windows_and_anchored_views_build_no_statement_per_call(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = _conversation(store)
+    messages = store.messages
+    anchor = rows[5]["id"]
+    messages.get_messages_around("w", anchor)
+    messages.get_anchored_view("w", anchor)
+    with built(monkeypatch) as names:
+        messages.get_messages_around("w", anchor, 3)
+        messages.get_anchored_view("w", anchor, 2, 1, ("assistant", "user"))
+    assert names == []
