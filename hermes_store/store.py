@@ -305,9 +305,10 @@ class Store(Repositories):
                 attempt with no earlier COMMIT in doubt sends it on a pooled driver
                 connection, without a SQLAlchemy Connection. On SQLite statements whose
                 first one's first row holds the answer (runtime/engine.py's
-                `DriverWrite`), sent at the driver of the kept writer connection without
-                SQLAlchemy's transaction; no row back (a refusal) has the attempt run
-                `work`, which says why. `work` runs instead wherever that cannot be done.
+                `DriverWrite`; with its `rowcount`, the answer is how many rows the first
+                changed), sent at the driver of the kept writer connection
+                without SQLAlchemy's transaction; no row back (a refusal) has the attempt
+                run `work`, which says why. `work` runs instead wherever that cannot be done.
         """
         self.check_open()
         self.require_writable()
