@@ -341,7 +341,7 @@ def _conversation(store: Store) -> list[dict[str, Any]]:
         content = "" if n in (1, 10) else f"m{n}"
         store.messages.append_message("w", roles[n % 3], content)
         store.messages.append_message("other", "user", f"o{n}")
-    return store.messages.get_messages("w")
+    return [dict(row) for row in store.messages.get_messages("w")]
 
 
 def _expected_view(
