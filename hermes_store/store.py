@@ -305,9 +305,10 @@ class Store(Repositories):
                 attempt with no earlier COMMIT in doubt sends it on a pooled driver
                 connection, without a SQLAlchemy Connection. On SQLite statements whose
                 first one's first row holds the answer (runtime/engine.py's
-                `DriverWrite`), sent at the driver of the kept writer connection without
-                SQLAlchemy's transaction; no row back (a refusal) has the attempt run
-                `work`, which says why. `work` runs instead wherever that cannot be done.
+                `DriverWrite`; with its `rowcount`, the answer is how many rows the first
+                changed), sent at the driver of the kept writer connection
+                without SQLAlchemy's transaction; no row back (a refusal) has the attempt
+                run `work`, which says why. `work` runs instead wherever that cannot be done.
         """
         self.check_open()
         self.require_writable()
@@ -374,6 +375,27 @@ class Store(Repositories):
         if self.checkpoint_every and writes % self.checkpoint_every == 0:
             self.checkpoint("PASSIVE")
         return result
+
+    def write_one(self, statement: Prepared, params: Params) -> int:
+        """Run one prepared data-changing statement (an UPDATE, say) as a write of its
+        own; how many rows it changed (triggers' changes not counted). On SQLite it is
+        also handed to `write` as a `DriverWrite` counting rows, so it is sent at the
+        driver of the kept writer where it can be; elsewhere, and wherever that cannot be
+        done, it runs as `write(work)` would, with the same retries and typed errors.
+
+        Args:
+            statement: the statement, with plain bound parameters.
+            params: its parameters by name.
+        """
+
+        def work(conn: Connection) -> int:
+            return statement.run(conn, params)
+
+        if not self.dialect.in_process:
+            return self.write(work)
+        dialect = self.engine.dialect
+        write = DriverWrite(lambda: (statement.bound(dialect, params),), rowcount=True)
+        return self.write(work, call=lambda: write)
 
     @contextmanager
     def _typed_errors(self, started: float | None = None) -> Iterator[None]:

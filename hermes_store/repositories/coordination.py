@@ -30,8 +30,8 @@ from sqlalchemy import (
 )
 
 from ..models import AsyncDelegation, CompressionLock, GatewayRouting
-from ..runtime.engine import Prepared, first_value
-from ._dialect import data_columns, data_rows, lock_session, upsert_insert
+from ..runtime.engine import Prepared, all_dicts, first_tuple, first_value
+from ._dialect import data_columns, data_dicts, data_rows, lock_session, upsert_insert
 from ._paging import limit_clause
 from ._sql import ADVISORY_FAILURES, all_columns, chunks, rowcount
 from ._tables import DELEGATIONS, SESSIONS, M, S
@@ -264,7 +264,7 @@ def _gateway_sessions() -> Select[Any]:
     )
 
 
-_LIST_GATEWAY_SESSIONS = _gateway_sessions()
+_LIST_GATEWAY_SESSIONS = Prepared(_gateway_sessions())
 
 
 def _resumable_peer(*conditions: ColumnElement[bool]) -> Select[Any]:
@@ -290,8 +290,11 @@ _PEER_BY_TUPLE = _resumable_peer(
     *(_blank(S[name]) == bindparam(name) for name in ("user_id", "chat_id", "chat_type")),
     _blank(S.thread_id) == bindparam("thread_id"),
 )
-_PENDING_HANDOFFS = (
+_PENDING_HANDOFFS = Prepared(
     all_columns(SESSIONS).where(S.handoff_state == "pending").order_by(S.started_at, S.id)
+)
+_HANDOFF_STATE = Prepared(
+    select(S.handoff_state, S.handoff_platform, S.handoff_error).where(S.id == bindparam("id"))
 )
 
 
@@ -473,7 +476,7 @@ class GatewayRoutingRepository:
             active_only: only rows not marked inactive (rewound or compacted away).
         """
         params = {"platform": platform or "", "active_only": 1 if active_only else 0}
-        rows = self.store.read(lambda conn: data_rows(conn.execute(_LIST_GATEWAY_SESSIONS, params)))
+        rows = data_dicts(self.store.read_one(_LIST_GATEWAY_SESSIONS, params, all_dicts))
         for row in rows:
             row.pop("hermes_rank", None)
         return rows
@@ -616,13 +619,7 @@ class GatewayRoutingRepository:
             session_id: the session's id.
         """
         try:
-            row = self.store.read(
-                lambda conn: conn.execute(
-                    select(S.handoff_state, S.handoff_platform, S.handoff_error).where(
-                        S.id == session_id
-                    )
-                ).first()
-            )
+            row = self.store.read_one(_HANDOFF_STATE, {"id": session_id}, first_tuple)
         except ADVISORY_FAILURES as exc:
             log.warning("handoff state of %s unreadable: %s", session_id, exc)
             return None
@@ -634,7 +631,7 @@ class GatewayRoutingRepository:
         """Full rows of the sessions waiting for a handoff, oldest first; [] when
         unreadable."""
         try:
-            return self.store.read(lambda conn: data_rows(conn.execute(_PENDING_HANDOFFS)))
+            return data_dicts(self.store.read_one(_PENDING_HANDOFFS, {}, all_dicts))
         except ADVISORY_FAILURES as exc:
             log.warning("pending handoffs unreadable: %s", exc)
             return []

@@ -17,8 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from sqlalchemy import text
+
 from .. import migrate
-from ..runtime.engine import write_connection
+from ..runtime.engine import Prepared, first_value, write_connection
 from ..search.layout import FTSState, fts_state
 from ..search.maintenance import Progress, backfill_step, optimize_indexes
 from ..sqlite import driver as sqlite_driver
@@ -30,6 +32,12 @@ if TYPE_CHECKING:
     from ..store import Store
 
 log = logging.getLogger(__name__)
+
+#: SQLite's size as `database_size` counts it, page_count x page_size, in one statement
+#: (one snapshot): what `logical_size_bytes` sends as a read of its own.
+_SQLITE_SIZE = Prepared(
+    text("SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()")
+)
 
 #: What `optimize_fts_storage` reports where the search index needs no conversion.
 NOTHING_TO_OPTIMIZE = "nothing_to_optimize"
@@ -160,7 +168,10 @@ class HousekeepingRepository:
     def logical_size_bytes(self) -> int | None:
         """The database's size as the engine counts it: page_count x page_size on SQLite,
         pg_database_size on PostgreSQL."""
-        return self.store.read(database_size)
+        if not self.store.dialect.in_process:
+            return self.store.read(database_size)
+        size = self.store.read_one(_SQLITE_SIZE, {}, first_value)
+        return None if size is None else int(size)
 
     def vacuum(self) -> int:
         """FTS5 'optimize' (a failure is logged), then a TRUNCATE checkpoint and VACUUM under

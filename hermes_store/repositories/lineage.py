@@ -35,7 +35,7 @@ from sqlalchemy.sql.selectable import NamedFromClause, Select
 
 from ..runtime.engine import Prepared
 from ._dialect import json_member
-from ._sql import alias, chunks, rowcount
+from ._sql import alias, chunks
 from ._tables import MESSAGES, SESSIONS, M, S
 from .encoding import flag
 
@@ -435,8 +435,13 @@ def _walk(name: str, *, up: bool) -> Any:
 _UP, _DOWN = _walk("up", up=True), _walk("down", up=False)
 _LINEAGE_MEMBERS = select(_UP.c.id).union(select(_DOWN.c.id))
 _LINEAGE_SELECT = select(S.id).where(S.id.in_(_LINEAGE_MEMBERS)).order_by(S.id)
-_LINEAGE_UPDATES = {
-    column: update(SESSIONS).where(S.id.in_(_LINEAGE_MEMBERS)).values({column: bindparam("value")})
+#: Setting a flag (`archived` or `pinned`) on the whole compression lineage of session
+#: `:sid`, to `:value`, by column: one statement, sent as a write of its own
+#: (`lineage_flag_params`, `Store.write_one`).
+LINEAGE_FLAG_UPDATES = {
+    column: Prepared(
+        update(SESSIONS).where(S.id.in_(_LINEAGE_MEMBERS)).values({column: bindparam("value")})
+    )
     for column in ("archived", "pinned")
 }
 
@@ -447,7 +452,6 @@ def lineage_members(conn: Connection, session_id: str) -> list[str]:
     return [str(r) for r in conn.execute(_LINEAGE_SELECT, {"sid": session_id}).scalars()]
 
 
-def set_lineage_flag(conn: Connection, column: str, session_id: str, value: Any) -> bool:
-    """Sets a flag (`archived` or `pinned`) on the whole compression lineage."""
-    result = conn.execute(_LINEAGE_UPDATES[column], {"sid": session_id, "value": flag(value)})
-    return rowcount(result) > 0
+def lineage_flag_params(session_id: str, value: Any) -> dict[str, Any]:
+    """The parameters of `LINEAGE_FLAG_UPDATES`: the flag stored as 0/1."""
+    return {"sid": session_id, "value": flag(value)}

@@ -27,6 +27,7 @@ from sqlalchemy import (
     bindparam,
     column,
     delete,
+    false,
     func,
     insert,
     literal_column,
@@ -61,7 +62,6 @@ from ._dialect import (
 )
 from ._paging import (
     bound_limit,
-    count_clause,
     limit_clause,
     row_count,
     row_limit,
@@ -195,6 +195,7 @@ _WITH_PLATFORM_ID = Prepared(
 _SESSION_COUNT = Prepared(
     select(func.count()).select_from(MESSAGES).where(M.session_id == bindparam("session_id"))
 )
+_ALL_COUNT = Prepared(select(func.count()).select_from(MESSAGES))
 
 
 def _full_rows() -> Select[Any]:
@@ -812,30 +813,54 @@ def _publish_child(
 # --------------------------------------------------------------------------- reads
 
 
+#: The anchor of a window (:anchor, in session :session_id) and the rows either side of
+#: it, at most :rows each, nearest first; bound LIMITs, so each is prepared once.
+_ANCHOR = Prepared(
+    _full_rows().where(M.id == bindparam("anchor"), M.session_id == bindparam("session_id"))
+)
+_BEFORE_ANCHOR = Prepared(
+    _full_rows()
+    .where(M.session_id == bindparam("session_id"), M.id < bindparam("anchor"))
+    .order_by(M.id.desc())
+    .limit(bindparam("rows", type_=BigInteger))
+)
+_AFTER_ANCHOR = Prepared(
+    _full_rows()
+    .where(M.session_id == bindparam("session_id"), M.id > bindparam("anchor"))
+    .order_by(M.id)
+    .limit(bindparam("rows", type_=BigInteger))
+)
+
+
+@lru_cache(maxsize=16)
+def _bookend_statements(roles: int | None) -> tuple[Prepared, Prepared]:
+    """The first :rows rows with content before id :low and the last ones after :high (the
+    latter newest first), of session :session_id; with `roles`, only rows whose role is one
+    of :role_0 ... (each its own parameter, so the statement is prepared once per count)."""
+    base = _full_rows().where(M.session_id == bindparam("session_id"), _non_empty_content())
+    if roles is not None:
+        base = base.where(
+            M.role.in_([bindparam(f"role_{i}") for i in range(roles)]) if roles else false()
+        )
+    rows = bindparam("rows", type_=BigInteger)
+    return (
+        Prepared(base.where(M.id < bindparam("low")).order_by(M.id).limit(rows)),
+        Prepared(base.where(M.id > bindparam("high")).order_by(M.id.desc()).limit(rows)),
+    )
+
+
 def _window(
     conn: Connection, session_id: str, around_message_id: int, window: int
 ) -> tuple[list[RowLike], RowLike, list[RowLike]] | None:
     """(rows before, the anchor, rows after), each side at most `window` rows by id."""
-    anchor = (
-        conn.execute(_full_rows().where(M.id == around_message_id, M.session_id == session_id))
-        .mappings()
-        .one_or_none()
-    )
-    if anchor is None:
+    params = {"session_id": session_id, "anchor": around_message_id}
+    anchor = _ANCHOR.dicts(conn, params)
+    if not anchor:
         return None
-    rows = count_clause(window)
-    in_session = _full_rows().where(M.session_id == session_id)
-    before = (
-        conn.execute(in_session.where(M.id < around_message_id).order_by(M.id.desc()).limit(rows))
-        .mappings()
-        .all()
-    )
-    after = (
-        conn.execute(in_session.where(M.id > around_message_id).order_by(M.id).limit(rows))
-        .mappings()
-        .all()
-    )
-    return list(reversed(before)), anchor, list(after)
+    params["rows"] = row_count(window)
+    before = _BEFORE_ANCHOR.dicts(conn, params)
+    after = _AFTER_ANCHOR.dicts(conn, params)
+    return list(reversed(before)), anchor[0], list(after)
 
 
 def _bookends(
@@ -848,12 +873,18 @@ def _bookends(
 ) -> tuple[list[RowLike], list[RowLike]]:
     """The first `bookend` rows before id `low` and the last ones after `high`, both in id
     order; only rows with content and (with `keep_roles`) of those roles."""
-    base = _full_rows().where(M.session_id == session_id, _non_empty_content())
-    if keep_roles is not None:
-        base = base.where(M.role.in_(list(keep_roles)))
-    rows = count_clause(bookend)
-    start = conn.execute(base.where(M.id < low).order_by(M.id).limit(rows)).mappings().all()
-    end = conn.execute(base.where(M.id > high).order_by(M.id.desc()).limit(rows)).mappings().all()
+    roles = None if keep_roles is None else list(keep_roles)
+    first, last = _bookend_statements(None if roles is None else len(roles))
+    params: dict[str, Any] = {
+        "session_id": session_id,
+        "low": low,
+        "high": high,
+        "rows": row_count(bookend),
+    }
+    for i, role in enumerate(roles or ()):
+        params[f"role_{i}"] = role
+    start = first.dicts(conn, params)
+    end = last.dicts(conn, params)
     return list(start), list(reversed(end))
 
 
@@ -1447,8 +1478,7 @@ class MessageRepository:
             session_id: the session's id.
         """
         if session_id is None:
-            query = select(func.count()).select_from(MESSAGES)
-            return self.store.read(lambda conn: int(conn.execute(query).scalar_one()))
+            return int(self.store.read_one(_ALL_COUNT, {}, first_value))
         return int(self.store.read_one(_SESSION_COUNT, {"session_id": session_id}, first_value))
 
     def get_messages_as_conversation(

@@ -30,13 +30,21 @@ from sqlalchemy import (
     exists,
     func,
     literal_column,
+    null,
     or_,
     select,
     text,
     update,
 )
 
-from ..runtime.engine import Prepared, all_dicts, all_tuples, first_tuple, first_value
+from ..runtime.engine import (
+    DriverWrite,
+    Prepared,
+    all_dicts,
+    all_tuples,
+    first_tuple,
+    first_value,
+)
 from . import turns
 from ._paging import bound_limit, limit_clause, offset_clause, row_offset
 from ._preview import SKILL_INVOCATION_PREFIX
@@ -57,6 +65,7 @@ from .lineage import (
     COMPRESSION,
     INHERITED_ACROSS_COMPRESSION,
     INHERITED_FROM_PARENT,
+    LINEAGE_FLAG_UPDATES,
     ancestor_ids,
     compression_lineage,
     compression_tip,
@@ -65,10 +74,10 @@ from .lineage import (
     is_recoverable,
     json_object,
     last_active,
+    lineage_flag_params,
     live_continuation,
     resume_target,
     session_exists,
-    set_lineage_flag,
 )
 from .listing import (
     ListingFilters,
@@ -129,6 +138,37 @@ _FIRST_ASSISTANT_TEXT = Prepared(
     .where(M.session_id == bindparam("id"), M.role == "assistant", M.content.is_not(None))
     .order_by(M.timestamp, M.id)
     .limit(1)
+)
+
+
+#: The end, on a session not yet ended (the first reason wins).
+_END = Prepared(
+    update(SESSIONS)
+    .where(S.id == bindparam("sid"), S.ended_at.is_(None))
+    .values(ended_at=bindparam("at"), end_reason=bindparam("reason"))
+)
+_REOPEN = Prepared(
+    update(SESSIONS).where(S.id == bindparam("sid")).values(ended_at=null(), end_reason=null())
+)
+#: A model switch on SQLite where `_switch_model` would leave `model_config` as it is:
+#: its text cannot hold the browser's lock as a key when it is not text at all, or holds
+#: neither the key's name nor a backslash (a JSON escape could spell the name). A row
+#: back: switched; none (an unknown session, or a config that may hold the lock) has the
+#: switch made by `_switch_model`, which says which.
+_SWITCH_MODEL_KEEPING_CONFIG = Prepared(
+    update(SESSIONS)
+    .where(
+        S.id == bindparam("sid"),
+        or_(
+            func.typeof(S.model_config) != "text",
+            and_(
+                func.instr(S.model_config, BROWSER_LOCK_KEY) == 0,
+                func.instr(S.model_config, "\\") == 0,
+            ),
+        ),
+    )
+    .values(model=bindparam("model_name"), system_prompt=null())
+    .returning(S.id)
 )
 
 
@@ -495,12 +535,7 @@ class SessionRepository:
             session_id: the session's id.
             end_reason: why the session ended (the first reason given is kept).
         """
-        statement = (
-            update(SESSIONS)
-            .where(S.id == session_id, S.ended_at.is_(None))
-            .values(ended_at=now(), end_reason=end_reason)
-        )
-        self.store.write(lambda conn: conn.execute(statement))
+        self.store.write_one(_END, {"sid": session_id, "at": now(), "reason": end_reason})
 
     def reopen_session(self, session_id: str) -> None:
         """Clear the end time and reason, so the session accepts messages again.
@@ -508,7 +543,7 @@ class SessionRepository:
         Args:
             session_id: the session's id.
         """
-        self._update(session_id, ended_at=None, end_reason=None)
+        self.store.write_one(_REOPEN, {"sid": session_id})
 
     def promote_to_session_reset(self, session_id: str, reason: str = "session_reset") -> bool:
         """Mark a deliberate reset even over an automatic close, so stale-route recovery
@@ -642,7 +677,18 @@ class SessionRepository:
             model: the model's name.
         """
         self._flush()
-        self.store.write(lambda conn: _switch_model(conn, session_id, model))
+        store = self.store
+
+        def work(conn: Connection) -> None:
+            _switch_model(conn, session_id, model)
+
+        if not (store.dialect.in_process and store.engine.dialect.update_returning):
+            store.write(work)
+            return
+        params = {"sid": session_id, "model_name": model}
+        bound = (_SWITCH_MODEL_KEEPING_CONFIG.bound(store.engine.dialect, params),)
+        write = DriverWrite(lambda: bound)
+        store.write(work, call=lambda: write)
 
     def update_session_runtime_lock(
         self,
@@ -748,9 +794,8 @@ class SessionRepository:
             session_id: the session's id.
             archived: True to archive the session, False to bring it back.
         """
-        return self.store.write(
-            lambda conn: set_lineage_flag(conn, "archived", session_id, archived)
-        )
+        params = lineage_flag_params(session_id, archived)
+        return self.store.write_one(LINEAGE_FLAG_UPDATES["archived"], params) > 0
 
     def set_session_pinned(self, session_id: str, pinned: bool) -> bool:
         """Pin (or unpin) the session's whole compression lineage.
@@ -759,7 +804,8 @@ class SessionRepository:
             session_id: the session's id.
             pinned: True to pin the session, False to unpin it.
         """
-        return self.store.write(lambda conn: set_lineage_flag(conn, "pinned", session_id, pinned))
+        params = lineage_flag_params(session_id, pinned)
+        return self.store.write_one(LINEAGE_FLAG_UPDATES["pinned"], params) > 0
 
     def set_expiry_finalized(self, session_id: str, finalized: bool = True) -> None:
         """Mark that the gateway has finished the session's expiry work.
@@ -793,8 +839,7 @@ class SessionRepository:
             # refused as every time outside what the backends compute with is, but
             # advisory: logged, not raised
             log.warning(
-                "compression cooldown for %s not recorded: %r is not a time from year 1 "
-                "to 9999",
+                "compression cooldown for %s not recorded: %r is not a time from year 1 to 9999",
                 session_id,
                 cooldown_until,
             )

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from collections.abc import Callable
 from functools import cache
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from sqlalchemy import (
     BigInteger,
@@ -45,12 +46,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.schema import CreateTable
 
 from ..errors import MigrationError, SessionNotFound
 from ..models.base import Integer_, Real_, Text_
 from ..runtime.backends import dialect_for
-from ..runtime.engine import Prepared
+from ..runtime.engine import Prepared, all_dicts, first_value
 from ._dialect import PreparedUpsert
 from ._paging import bound_limit
 from ._sql import alias
@@ -63,6 +65,7 @@ if TYPE_CHECKING:
     from ..store import Store
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MODE_TABLE = "telegram_dm_topic_mode"
 BINDINGS_TABLE = "telegram_dm_topic_bindings"
@@ -358,24 +361,51 @@ def _migrated(conn: Connection) -> bool:
     return bool(version == SCHEMA_VERSION)
 
 
+_TABLE_EXISTS = Prepared(text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :name"))
+_MODE_OF_CHAT = Prepared(text("SELECT enabled FROM telegram_dm_topic_mode WHERE chat_id = :c"))
+_MODE_OF_CHAT_AND_USER = Prepared(
+    text("SELECT enabled FROM telegram_dm_topic_mode WHERE chat_id = :c AND user_id = :u")
+)
+_BINDING_OF_TOPIC = Prepared(
+    text("SELECT * FROM telegram_dm_topic_bindings WHERE chat_id = :c AND thread_id = :t")
+)
+_BINDING_OF_SESSION = Prepared(
+    text("SELECT * FROM telegram_dm_topic_bindings WHERE session_id = :s")
+)
+_BINDINGS_OF_CHAT = Prepared(
+    text(
+        "SELECT * FROM telegram_dm_topic_bindings WHERE chat_id = :c "
+        "ORDER BY updated_at DESC, thread_id"
+    )
+)
+
+
+def _no_such_table(exc: OperationalError, table: str) -> bool:
+    """Whether SQLite refused a statement because `table` does not exist."""
+    return str(exc.orig).lower() == f"no such table: {table}"
+
+
+def _first_dicts(cursor: Any) -> list[dict[str, Any]]:
+    """The first row as a dict keyed by the column names, in a list ([]: no row)."""
+    row = cursor.fetchone()
+    names = [column[0] for column in cursor.description or ()]
+    cursor.close()
+    return [] if row is None else [dict(zip(names, row, strict=True))]
+
+
 def _bindings_of_chat(conn: Connection, chat: str) -> list[dict[str, Any]]:
     if not _has(conn, BINDINGS_TABLE):
         return []
-    rows = conn.execute(
-        text(
-            "SELECT * FROM telegram_dm_topic_bindings WHERE chat_id = :c "
-            "ORDER BY updated_at DESC, thread_id"
-        ),
-        {"c": chat},
-    ).mappings()
-    return [dict(r) for r in rows]
+    return _BINDINGS_OF_CHAT.dicts(conn, {"c": chat})
 
 
-def _one_binding(conn: Connection, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
+def _one_binding(
+    conn: Connection, statement: Prepared, params: dict[str, Any]
+) -> dict[str, Any] | None:
     if not _has(conn, BINDINGS_TABLE):
         return None
-    row = conn.execute(text(sql), params).mappings().first()
-    return dict(row) if row is not None else None
+    rows = statement.dicts(conn, params)
+    return rows[0] if rows else None
 
 
 _BINDINGS = table(BINDINGS_TABLE, column("session_id"))
@@ -414,6 +444,8 @@ class TelegramTopicRepository:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        #: the tables seen to exist (SQLite: `_read_alone`)
+        self._tables_seen: set[str] = set()
 
     # ------------------------------------------------------------------ migration
 
@@ -560,6 +592,9 @@ class TelegramTopicRepository:
         if user_id is not None:
             sql += " AND user_id = :u"
             params["u"] = _id(user_id)
+        if self.store.dialect.in_process:
+            statement = _MODE_OF_CHAT if user_id is None else _MODE_OF_CHAT_AND_USER
+            return bool(self._read_alone(MODE_TABLE, statement, params, first_value, None))
         return self.store.read(
             lambda conn: _has(conn, MODE_TABLE) and bool(conn.execute(text(sql), params).scalar())
         )
@@ -575,10 +610,7 @@ class TelegramTopicRepository:
             chat_id: the gateway chat's id.
             thread_id: the gateway thread's id (a Telegram topic).
         """
-        return self._one(
-            "SELECT * FROM telegram_dm_topic_bindings WHERE chat_id = :c AND thread_id = :t",
-            {"c": _id(chat_id), "t": _id(thread_id)},
-        )
+        return self._one(_BINDING_OF_TOPIC, {"c": _id(chat_id), "t": _id(thread_id)})
 
     def get_telegram_topic_binding_by_session(self, session_id: str) -> dict[str, Any] | None:
         """The binding row of a session (at most one), or None.
@@ -586,10 +618,7 @@ class TelegramTopicRepository:
         Args:
             session_id: the session's id.
         """
-        return self._one(
-            "SELECT * FROM telegram_dm_topic_bindings WHERE session_id = :s",
-            {"s": str(session_id)},
-        )
+        return self._one(_BINDING_OF_SESSION, {"s": str(session_id)})
 
     def list_telegram_topic_bindings_for_chat(self, chat_id: str | int) -> list[dict[str, Any]]:
         """Every binding of one chat, most recently updated first (ties by thread_id);
@@ -598,7 +627,11 @@ class TelegramTopicRepository:
         Args:
             chat_id: the gateway chat's id.
         """
-        return self.store.read(lambda conn: _bindings_of_chat(conn, _id(chat_id)))
+        chat = _id(chat_id)
+        if self.store.dialect.in_process:
+            params = {"c": chat}
+            return self._read_alone(BINDINGS_TABLE, _BINDINGS_OF_CHAT, params, all_dicts, [])
+        return self.store.read(lambda conn: _bindings_of_chat(conn, chat))
 
     def is_telegram_session_linked_to_topic(self, session_id: str) -> bool:
         """True iff the session is bound to any topic; False when the table is missing.
@@ -681,5 +714,34 @@ class TelegramTopicRepository:
 
     # ------------------------------------------------------------------ helpers
 
-    def _one(self, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
-        return self.store.read(lambda conn: _one_binding(conn, sql, params))
+    def _one(self, statement: Prepared, params: dict[str, Any]) -> dict[str, Any] | None:
+        if self.store.dialect.in_process:
+            none: list[dict[str, Any]] = []
+            rows = self._read_alone(BINDINGS_TABLE, statement, params, _first_dicts, none)
+            return rows[0] if rows else None
+        return self.store.read(lambda conn: _one_binding(conn, statement, params))
+
+    def _read_alone(
+        self,
+        table: str,
+        statement: Prepared,
+        params: dict[str, Any],
+        consume: Callable[[Any], T],
+        missing: T,
+    ) -> T:
+        """SQLite: `statement`, which reads `table`, as a read of its own (`read_one`);
+        `missing` while `table` is not there. Whether it is is read first, until it has
+        been seen (the opt-in creates the tables for good: the v1 rebuild replaces the
+        bindings table inside one transaction); a statement SQLite still refuses because
+        `table` is not there finds it missing as well, in the snapshot it read."""
+        if table not in self._tables_seen:
+            if self.store.read_one(_TABLE_EXISTS, {"name": table}, first_value) is None:
+                return missing
+            self._tables_seen.add(table)
+        try:
+            return self.store.read_one(statement, params, consume)
+        except OperationalError as exc:
+            if not _no_such_table(exc, table):
+                raise
+        self._tables_seen.discard(table)
+        return missing

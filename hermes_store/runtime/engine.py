@@ -532,9 +532,12 @@ class DriverWrite:
     `statements` makes them once BEGIN IMMEDIATE holds the write lock, as a unit of work
     runs under it: what they stamp (the time) is taken under the lock, so ids and times
     rise together across processes; None from it has the write made through a
-    Connection instead (a value the Connection path reports in its own order)."""
+    Connection instead (a value the Connection path reports in its own order).
+    `rowcount`: the write's result is instead how many rows its first statement changed
+    (a plain UPDATE), and nothing is refused but a None from `statements`."""
 
     statements: Callable[[], tuple[tuple[str, Any], ...] | None]
+    rowcount: bool = False
 
 
 #: What `commit_at_driver` returns for a write that was refused (and rolled back).
@@ -554,7 +557,8 @@ def commit_at_driver(
     rolled back, a pending switch to WAL tried, BEGIN IMMEDIATE, 0600 on the files at a
     connection's first write, the statements, in DELETE mode past the first busy timeout
     a COMMIT that waits for readers (as `SQLiteStoreDialect.before_commit`), COMMIT. The
-    result (REFUSED when the first statement gave no row). Any failure rolls back what
+    result (`DriverWrite.rowcount`: the rows the first statement changed; else REFUSED
+    when the first statement gave no row). Any failure rolls back what
     is open and raises what the Connection path raises (SQLAlchemy's DBAPIError, or a
     file that is not a database named as such); a connection that cannot even roll back
     is invalidated, so the store's next write opens a new one."""
@@ -586,12 +590,17 @@ def commit_at_driver(
         statements = iter(made)
         sql, params = next(statements)
         cursor = dbapi_conn.execute(sql, params)
-        row = cursor.fetchone()
+        if write.rowcount:
+            result = cursor.rowcount
+        else:
+            row = cursor.fetchone()
+            if row is None:
+                cursor.close()
+                sql = params = None
+                dbapi_conn.rollback()
+                return REFUSED
+            result = row[0]
         cursor.close()
-        if row is None:
-            sql = params = None
-            dbapi_conn.rollback()
-            return REFUSED
         for sql, params in statements:
             dbapi_conn.execute(sql, params).close()
         if time.monotonic() - started >= BUSY_TIMEOUT_S and info.get(_JOURNAL) not in (
@@ -603,7 +612,7 @@ def commit_at_driver(
             widened = True
         sql = params = None  # a COMMIT's error is reported without a statement
         dbapi_conn.commit()
-        return row[0]
+        return result
     except sqlite_driver.Error as exc:
         _end_at_driver(conn, dbapi_conn, exc)
         raise _as_raised(dialect, info, sql, params, exc) from exc
