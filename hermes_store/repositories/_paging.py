@@ -11,11 +11,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import BigInteger, BindParameter, literal
+from sqlalchemy import BigInteger, BindParameter, ColumnElement, bindparam, literal, literal_column
 
 #: The largest LIMIT / OFFSET either backend accepts (a signed 64-bit integer); no table
 #: holds that many rows, so a larger limit is no limit.
 MAX_ROWS = 2**63 - 1
+
+#: The largest LIMIT a statement has written into its SQL rather than bound (`written`).
+#: SQLite (3.53) prepares a statement again each time a value is bound to its LIMIT, which
+#: costs about as much as the rest of a small read; a statement is therefore built per
+#: limit for the page sizes callers use, each kept in a bounded cache, and a larger (or
+#: no) limit is bound, so that a caller paging with ever-new sizes does not fill a cache
+#: with statements it will not send again.
+MAX_WRITTEN = 1000
+
+#: OFFSET 0 written in: SQLAlchemy binds a 0 OFFSET on SQLite when a statement has none.
+NO_OFFSET: ColumnElement[Any] = literal_column("0")
 
 
 def row_limit(limit: Any) -> int | None:
@@ -61,3 +72,21 @@ def row_count(count: Any) -> int:
 def count_clause(count: Any) -> BindParameter[Any]:
     """`row_count` for `Select.limit`, bound as a 64-bit integer."""
     return literal(row_count(count), BigInteger())
+
+
+def written(limit: int) -> int | None:
+    """`limit`, an int as `bound_limit` returns it, where it is written into the SQL (at
+    most MAX_WRITTEN); None where it is bound."""
+    if type(limit) is not int:  # only ever an int is rendered as SQL
+        raise TypeError(f"a limit written into SQL must be an int, not {type(limit).__name__}")
+    return limit if limit <= MAX_WRITTEN else None
+
+
+def limit_of(limit: int | None, name: str = "limit") -> ColumnElement[Any]:
+    """For `Select.limit`: `limit` (a `written` value) written into the SQL, or, for
+    None, the parameter `name` bound as a 64-bit integer."""
+    if limit is None:
+        return bindparam(name, type_=BigInteger)
+    if type(limit) is not int or not 0 <= limit <= MAX_WRITTEN:
+        raise ValueError(f"not a limit to write into SQL: {limit!r}")
+    return literal_column(str(limit))
