@@ -51,11 +51,20 @@ def row_offset(offset: Any) -> int:
     return min(max(0, int(offset)), MAX_ROWS)
 
 
-def limit_clause(limit: Any) -> BindParameter[Any] | None:
-    """`row_limit` for `Select.limit`: None, or the value bound as a 64-bit integer (a
-    plain int is bound as INTEGER, which PostgreSQL takes as 32 bits)."""
+def limit_clause(limit: Any) -> ColumnElement[Any] | None:
+    """`row_limit` for `Select.limit`: None, the value written into the SQL (at most
+    MAX_WRITTEN), or the value bound as a 64-bit integer (a plain int is bound as
+    INTEGER, which PostgreSQL takes as 32 bits)."""
     value = row_limit(limit)
-    return None if value is None else literal(value, BigInteger())
+    return None if value is None else _written_or_bound(value)
+
+
+def _written_or_bound(value: int) -> ColumnElement[Any]:
+    """A LIMIT's value: written in where small (`written`; SQLAlchemy keeps one compiled
+    form per value in its bounded cache), else bound."""
+    if written(value) is not None:
+        return literal_column(str(value))
+    return literal(value, BigInteger())
 
 
 def offset_clause(offset: Any) -> BindParameter[Any]:
@@ -69,9 +78,9 @@ def row_count(count: Any) -> int:
     return min(max(0, int(count)), MAX_ROWS)
 
 
-def count_clause(count: Any) -> BindParameter[Any]:
-    """`row_count` for `Select.limit`, bound as a 64-bit integer."""
-    return literal(row_count(count), BigInteger())
+def count_clause(count: Any) -> ColumnElement[Any]:
+    """`row_count` for `Select.limit`, written in or bound as `limit_clause`'s."""
+    return _written_or_bound(row_count(count))
 
 
 def written(limit: int) -> int | None:

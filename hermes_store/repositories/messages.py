@@ -138,13 +138,19 @@ def _session_rows(columns: tuple[str, ...] | None, include_inactive: bool) -> Se
 
 @lru_cache(maxsize=64)
 def _conversation_page(
-    columns: tuple[str, ...] | None, include_inactive: bool, limited: bool, skipped: bool
+    columns: tuple[str, ...] | None,
+    include_inactive: bool,
+    limited: bool,
+    skipped: bool,
+    limit: int | None = None,
 ) -> Prepared:
-    """get_messages' statement for one combination of its options."""
+    """get_messages' statement for one combination of its options; a `limited` one has
+    `limit` written in (`_paging.written`; None: bound as :limit, 64-bit: an Integer
+    parameter is cast to PostgreSQL's 32-bit integer). The offset is bound: SQLite
+    prepares a statement again for a bound LIMIT only."""
     query = _session_rows(columns, include_inactive).order_by(M.id)
-    # 64-bit: an Integer parameter is cast to PostgreSQL's 32-bit integer
     if limited:
-        query = query.limit(bindparam("limit", type_=BigInteger))
+        query = query.limit(limit_of(limit))
     if skipped:
         query = query.offset(bindparam("offset", type_=BigInteger))
     return Prepared(query)
@@ -1297,8 +1303,12 @@ class MessageRepository:
         skipped = offset > 0
         params = {"session_id": session_id, "limit": limit, "offset": offset}
 
+        limit_in_sql = None if limit is None else written(limit)
+
         def page(conn: Connection) -> Prepared:
-            return _conversation_page(message_columns(conn), include_inactive, limited, skipped)
+            return _conversation_page(
+                message_columns(conn), include_inactive, limited, skipped, limit_in_sql
+            )
 
         rows = data_dicts(self.store.read_one(page, params, all_dicts))
         return cast("list[MessageRow]", [decode_fields(r) for r in rows])

@@ -15,6 +15,7 @@ from helpers.statements import built, sent
 from hermes_store.config import JOURNAL_ENV
 from hermes_store.repositories import messages as messages_module
 from hermes_store.repositories._paging import MAX_WRITTEN, limit_of, written
+from hermes_store.repositories._preview import SKILL_INVOCATION_PREFIX
 from hermes_store.repositories.messages import MessageRepository
 from hermes_store.repositories.sessions import SessionRepository
 from hermes_store.store import Store
@@ -111,3 +112,37 @@ def test_only_an_int_is_written_into_sql() -> None:
     with pytest.raises(TypeError):
         written("3")  # type: ignore[arg-type]
     assert written(3) == 3 and written(MAX_WRITTEN + 1) is None
+
+
+def test_the_other_paging_reads_send_small_limits_written_in(filled: Store) -> None:
+    """get_messages' page (its offset stays bound: a bound OFFSET costs nothing more), the
+    recent user messages, the window around a message, a cron job's runs and the /skill
+    sessions: each small limit in the SQL, the same rows as with the limit bound."""
+    repo = MessageRepository(filled)
+    sessions = SessionRepository(filled)
+    for n in range(3):
+        sessions.create_session(f"cron_job1_{n}", "cron")
+        sessions.create_session(f"k{n}", "cli")
+        filled.titles.set_session_title(f"k{n}", f"skill {n}")
+        repo.append_message(f"k{n}", "user", f'{SKILL_INVOCATION_PREFIX}"x" skill')
+    everything = repo.get_messages("s1")
+    ids = [m["id"] for m in everything]
+    large = MAX_WRITTEN + 1
+    with sent(filled) as statements:
+        page = repo.get_messages("s1", limit=5, offset=3)
+        recent = repo.list_recent_user_messages("s1", limit=3)
+        around = repo.get_messages_around("s1", ids[6], window=2)
+        runs = sessions.list_cron_job_runs("job1", limit=2)
+        skills = sessions.list_skill_scaffolded_sessions(limit=2)
+    limits = [s for s in statements if " LIMIT " in s]
+    assert any(s.endswith("LIMIT 5 OFFSET ?") for s in limits), limits
+    assert sum(" LIMIT 3" in s for s in limits) == 1, limits
+    assert sum(" LIMIT 2" in s for s in limits) == 4, limits  # two sides, runs, skills
+    # (a `.limit(1)` inside a statement is SQLAlchemy's own bound 1, not a page's)
+    assert not any(s.endswith(("LIMIT ?", "LIMIT ? OFFSET ?")) for s in limits), limits
+    assert page == everything[3:8]
+    assert recent == repo.list_recent_user_messages("s1", limit=large)[:3]
+    assert [m["id"] for m in around["window"]] == ids[4:9]
+    assert runs == sessions.list_cron_job_runs("job1", limit=large)[:2] and len(runs) == 2
+    assert skills == sessions.list_skill_scaffolded_sessions(limit=large)[:2]
+    assert len(skills) == 2
