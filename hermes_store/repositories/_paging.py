@@ -11,11 +11,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import BigInteger, BindParameter, literal
+from sqlalchemy import BigInteger, BindParameter, ColumnElement, bindparam, literal, literal_column
 
 #: The largest LIMIT / OFFSET either backend accepts (a signed 64-bit integer); no table
 #: holds that many rows, so a larger limit is no limit.
 MAX_ROWS = 2**63 - 1
+
+#: The largest LIMIT a statement has written into its SQL rather than bound (`written`).
+#: SQLite (3.53) prepares a statement again each time a value is bound to its LIMIT, which
+#: costs about as much as the rest of a small read; a statement is therefore built per
+#: limit for the page sizes callers use, each kept in a bounded cache, and a larger (or
+#: no) limit is bound, so that a caller paging with ever-new sizes does not fill a cache
+#: with statements it will not send again.
+MAX_WRITTEN = 1000
+
+#: OFFSET 0 written in: SQLAlchemy binds a 0 OFFSET on SQLite when a statement has none.
+NO_OFFSET: ColumnElement[Any] = literal_column("0")
 
 
 def row_limit(limit: Any) -> int | None:
@@ -40,11 +51,20 @@ def row_offset(offset: Any) -> int:
     return min(max(0, int(offset)), MAX_ROWS)
 
 
-def limit_clause(limit: Any) -> BindParameter[Any] | None:
-    """`row_limit` for `Select.limit`: None, or the value bound as a 64-bit integer (a
-    plain int is bound as INTEGER, which PostgreSQL takes as 32 bits)."""
+def limit_clause(limit: Any) -> ColumnElement[Any] | None:
+    """`row_limit` for `Select.limit`: None, the value written into the SQL (at most
+    MAX_WRITTEN), or the value bound as a 64-bit integer (a plain int is bound as
+    INTEGER, which PostgreSQL takes as 32 bits)."""
     value = row_limit(limit)
-    return None if value is None else literal(value, BigInteger())
+    return None if value is None else _written_or_bound(value)
+
+
+def _written_or_bound(value: int) -> ColumnElement[Any]:
+    """A LIMIT's value: written in where small (`written`; SQLAlchemy keeps one compiled
+    form per value in its bounded cache), else bound."""
+    if written(value) is not None:
+        return literal_column(str(value))
+    return literal(value, BigInteger())
 
 
 def offset_clause(offset: Any) -> BindParameter[Any]:
@@ -58,6 +78,24 @@ def row_count(count: Any) -> int:
     return min(max(0, int(count)), MAX_ROWS)
 
 
-def count_clause(count: Any) -> BindParameter[Any]:
-    """`row_count` for `Select.limit`, bound as a 64-bit integer."""
-    return literal(row_count(count), BigInteger())
+def count_clause(count: Any) -> ColumnElement[Any]:
+    """`row_count` for `Select.limit`, written in or bound as `limit_clause`'s."""
+    return _written_or_bound(row_count(count))
+
+
+def written(limit: int) -> int | None:
+    """`limit`, an int as `bound_limit` returns it, where it is written into the SQL (at
+    most MAX_WRITTEN); None where it is bound."""
+    if type(limit) is not int:  # only ever an int is rendered as SQL
+        raise TypeError(f"a limit written into SQL must be an int, not {type(limit).__name__}")
+    return limit if limit <= MAX_WRITTEN else None
+
+
+def limit_of(limit: int | None, name: str = "limit") -> ColumnElement[Any]:
+    """For `Select.limit`: `limit` (a `written` value) written into the SQL, or, for
+    None, the parameter `name` bound as a 64-bit integer."""
+    if limit is None:
+        return bindparam(name, type_=BigInteger)
+    if type(limit) is not int or not 0 <= limit <= MAX_WRITTEN:
+        raise ValueError(f"not a limit to write into SQL: {limit!r}")
+    return literal_column(str(limit))

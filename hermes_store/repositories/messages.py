@@ -61,11 +61,14 @@ from ._dialect import (
     message_columns,
 )
 from ._paging import (
+    NO_OFFSET,
     bound_limit,
     limit_clause,
+    limit_of,
     row_count,
     row_limit,
     row_offset,
+    written,
 )
 from ._preview import shape_message_preview
 from ._sql import all_columns, chunks, rowcount
@@ -135,13 +138,19 @@ def _session_rows(columns: tuple[str, ...] | None, include_inactive: bool) -> Se
 
 @lru_cache(maxsize=64)
 def _conversation_page(
-    columns: tuple[str, ...] | None, include_inactive: bool, limited: bool, skipped: bool
+    columns: tuple[str, ...] | None,
+    include_inactive: bool,
+    limited: bool,
+    skipped: bool,
+    limit: int | None = None,
 ) -> Prepared:
-    """get_messages' statement for one combination of its options."""
+    """get_messages' statement for one combination of its options; a `limited` one has
+    `limit` written in (`_paging.written`; None: bound as :limit, 64-bit: an Integer
+    parameter is cast to PostgreSQL's 32-bit integer). The offset is bound: SQLite
+    prepares a statement again for a bound LIMIT only."""
     query = _session_rows(columns, include_inactive).order_by(M.id)
-    # 64-bit: an Integer parameter is cast to PostgreSQL's 32-bit integer
     if limited:
-        query = query.limit(bindparam("limit", type_=BigInteger))
+        query = query.limit(limit_of(limit))
     if skipped:
         query = query.offset(bindparam("offset", type_=BigInteger))
     return Prepared(query)
@@ -166,11 +175,14 @@ def _chosen_columns(columns: Sequence[str]) -> tuple[str, ...]:
     return chosen
 
 
-@lru_cache(maxsize=16)
-def _newest_page(columns: tuple[str, ...] | None, include_inactive: bool) -> Prepared:
-    """get_newest_messages' statement: the index walked from the session's newest id."""
+@lru_cache(maxsize=64)
+def _newest_page(
+    columns: tuple[str, ...] | None, include_inactive: bool, limit: int | None
+) -> Prepared:
+    """get_newest_messages' statement: the index walked from the session's newest id,
+    `limit` written in (`_paging.written`; None: bound as :limit)."""
     query = _session_rows(columns, include_inactive).order_by(M.id.desc())
-    return Prepared(query.limit(bindparam("limit", type_=BigInteger)))
+    return Prepared(query.limit(limit_of(limit)).offset(NO_OFFSET))
 
 
 @cache
@@ -1321,8 +1333,12 @@ class MessageRepository:
         skipped = offset > 0
         params = {"session_id": session_id, "limit": limit, "offset": offset}
 
+        limit_in_sql = None if limit is None else written(limit)
+
         def page(conn: Connection) -> Prepared:
-            return _conversation_page(message_columns(conn), include_inactive, limited, skipped)
+            return _conversation_page(
+                message_columns(conn), include_inactive, limited, skipped, limit_in_sql
+            )
 
         rows = data_dicts(self.store.read_one(page, params, all_dicts))
         return cast("list[MessageRow]", [decode_fields(r) for r in rows])
@@ -1346,12 +1362,14 @@ class MessageRepository:
                 not a column of messages); None: every column. A caller that needs a
                 few columns of many rows reads and decodes that much less.
         """
-        params = {"session_id": session_id, "limit": bound_limit(limit)}
+        rows_wanted = bound_limit(limit)
+        params = {"session_id": session_id, "limit": rows_wanted}
         chosen = None if columns is None else _chosen_columns(columns)
+        limit_in_sql = written(rows_wanted)
 
         def page(conn: Connection) -> Prepared:
             return _newest_page(
-                message_columns(conn) if chosen is None else chosen, include_inactive
+                message_columns(conn) if chosen is None else chosen, include_inactive, limit_in_sql
             )
 
         rows = data_dicts(self.store.read_one(page, params, all_dicts))

@@ -16,7 +16,7 @@ import json
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -46,7 +46,15 @@ from ..runtime.engine import (
     first_value,
 )
 from . import turns
-from ._paging import bound_limit, limit_clause, offset_clause, row_offset
+from ._paging import (
+    NO_OFFSET,
+    bound_limit,
+    limit_clause,
+    limit_of,
+    offset_clause,
+    row_offset,
+    written,
+)
 from ._preview import SKILL_INVOCATION_PREFIX
 from ._sql import (
     ADVISORY_FAILURES,
@@ -178,9 +186,11 @@ def _session_value(column: str) -> Prepared:
     return Prepared(select(S[column]).where(S.id == bindparam("id")))
 
 
-def _cron_runs() -> Prepared:
+@lru_cache(maxsize=16)
+def _cron_runs(limit: int | None) -> Prepared:
     """Runs of one cron job, newest first: the ids in [:low, :high) (an index range over
-    the `cron_<job>_` prefix), a page of :limit rows from :offset."""
+    the `cron_<job>_` prefix), a page of `limit` rows (written in, `_paging.written`;
+    None: :limit) from :offset."""
     s = alias(SESSIONS, "s")
     return Prepared(
         rich_select(s, False)
@@ -190,14 +200,16 @@ def _cron_runs() -> Prepared:
             s.c.id < bindparam("high", type_=TEXT()),
         )
         .order_by(s.c.started_at.desc(), s.c.id.desc())
-        .limit(bindparam("limit", type_=BigInteger()))
+        .limit(limit_of(limit))
         .offset(bindparam("offset", type_=BigInteger()))
     )
 
 
-def _skill_scaffolded() -> Prepared:
+@lru_cache(maxsize=16)
+def _skill_scaffolded(limit: int | None) -> Prepared:
     """Titled sessions whose first user message (by timestamp, then id; NULL content
-    skipped) starts with the `/skill` invocation prefix, newest start first, :limit rows."""
+    skipped) starts with the `/skill` invocation prefix, newest start first, `limit` rows
+    (written in, `_paging.written`; None: :limit)."""
     m = MESSAGES.alias("m")
     first = (
         select(m.c.id)
@@ -214,7 +226,8 @@ def _skill_scaffolded() -> Prepared:
             func.substr(M.content, 1, len(SKILL_INVOCATION_PREFIX)) == SKILL_INVOCATION_PREFIX,
         )
         .order_by(S.started_at.desc(), S.id.desc())
-        .limit(bindparam("limit", type_=BigInteger()))
+        .limit(limit_of(limit))
+        .offset(NO_OFFSET)
     )
 
 
@@ -233,8 +246,6 @@ def _session_cwds(include_archived: bool) -> Prepared:
     )
 
 
-_CRON_RUNS = _cron_runs()
-_SKILL_SCAFFOLDED = _skill_scaffolded()
 
 
 def _text(value: Any) -> Any:
@@ -1264,13 +1275,15 @@ class SessionRepository:
             offset: skip this many rows first.
         """
         prefix = f"cron_{job_id}_"
+        rows = bound_limit(limit)
         params = {
             "low": prefix,
             "high": prefix[:-1] + chr(ord(prefix[-1]) + 1),
-            "limit": bound_limit(limit),
+            "limit": rows,
             "offset": row_offset(offset),
         }
-        return with_previews(self.store.read_one(_CRON_RUNS, params, all_dicts))
+        statement = _cron_runs(written(rows))
+        return with_previews(self.store.read_one(statement, params, all_dicts))
 
     def distinct_session_cwds(self, include_archived: bool = False) -> list[dict[str, Any]]:
         """Each working directory with its number of sessions and last activity.
@@ -1295,9 +1308,10 @@ class SessionRepository:
             limit: at most this many rows.
         """
         params = {"limit": bound_limit(limit)}
+        statement = _skill_scaffolded(written(params["limit"]))
         return [
             {"id": sid, "title": title, "content": decode_content(content)}
-            for sid, title, content in self.store.read_one(_SKILL_SCAFFOLDED, params, all_tuples)
+            for sid, title, content in self.store.read_one(statement, params, all_tuples)
         ]
 
     def get_first_assistant_text(self, session_id: str) -> str:

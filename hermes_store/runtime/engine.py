@@ -718,9 +718,8 @@ class _Compiled:
         if self.positional:
             if not self.defaults:
                 return self.values_of(params)
-            return tuple(
-                params[name] if name in params else self.defaults[name] for name in self.names
-            )
+            # a given value over the constant's, looked up in C (an append binds about 28)
+            return self.values_of({**self.defaults, **params})
         if not self.defaults:
             return params
         return {**self.defaults, **params}

@@ -26,9 +26,13 @@ def test_cron_job_runs_build_and_compile_once(
     for n in range(3):
         repo.create_session(f"cron_a_{n:03d}", "cron")
     assert len(repo.list_cron_job_runs("a")) == 3
+    # one statement per small limit (written into its SQL), built at its first call
+    repo.list_cron_job_runs("a", limit=1)
+    repo.list_cron_job_runs("a", limit=None)
     with built(monkeypatch) as names:
         assert len(repo.list_cron_job_runs("a", limit=1, offset=1)) == 1
         assert repo.list_cron_job_runs("b", limit=None) == []
+        assert len(repo.list_cron_job_runs("b", limit=20)) == 0
     assert names == []
 
 
@@ -41,7 +45,11 @@ def test_skill_scaffolded_sessions_build_and_compile_once(
     titled = update(SESSIONS).where(SESSIONS.c.id == "s").values(title="pdf")
     store.write(lambda conn: conn.execute(titled))
     assert [r["id"] for r in sessions.list_skill_scaffolded_sessions()] == ["s"]
+    # one statement per small limit (written into its SQL), built at its first call
+    sessions.list_skill_scaffolded_sessions(limit=5)
+    sessions.list_skill_scaffolded_sessions(limit=0)
     with built(monkeypatch) as names:
+        assert [r["id"] for r in sessions.list_skill_scaffolded_sessions(limit=200)] == ["s"]
         assert [r["id"] for r in sessions.list_skill_scaffolded_sessions(limit=5)] == ["s"]
         assert sessions.list_skill_scaffolded_sessions(limit=0) == []
     assert names == []
