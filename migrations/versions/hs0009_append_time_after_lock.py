@@ -4,9 +4,12 @@ without a time of its own after it holds the session's row lock.
 `hermes_store_append_message` (hs0005) stored the time its caller read before sending
 the call, so an append that waited for another writer's row lock was stamped before the
 appends that committed during the wait: ids and timestamps disagreed across processes.
-A NULL `p_timestamp` now stands for the server's clock read once the row lock is held
-(epoch seconds, double precision, as the column has always held); a time the caller
-gives is stored as given. Everything else in the function is as in hs0005. SQLite is
+A NULL `p_timestamp` now stands for the client's `p_at` plus the time the call waited
+for the row lock, measured on the server's clock (the lease is judged the same way): the
+stamp is the client's clock at the moment the lock was held, so every time hermes-store
+writes keeps the clients' clock, whatever the server's clock says (epoch seconds,
+double precision, as the column has always held); a time the caller gives is stored as
+given. Everything else in the function is as in hs0005. SQLite is
 unchanged: its append reads the time under the write lock.
 
 No v23 object changes and `schema_version` stays 23.
@@ -36,9 +39,10 @@ APPEND_COLUMNS = (
 )  # fmt: skip
 _PARAMETERS = ", ".join(f"p_{name} {kind}" for name, kind in APPEND_COLUMNS)
 _INSERTED = ", ".join(f'"{name}"' for name, _kind in APPEND_COLUMNS)
-#: the inserted values: the timestamp read after the row lock where the caller gave none
+#: the inserted values: where the caller gave no timestamp, its `p_at` moved on by the
+#: time this call waited for the row lock
 _VALUES = ", ".join(
-    "COALESCE(p_timestamp, EXTRACT(EPOCH FROM clock_timestamp())::float8)"
+    "COALESCE(p_timestamp, p_at + EXTRACT(EPOCH FROM clock_timestamp() - statement_timestamp())::float8)"
     if name == "timestamp"
     else f"p_{name}"
     for name, _kind in APPEND_COLUMNS

@@ -6,6 +6,7 @@ row lock as another process's append would."""
 
 from __future__ import annotations
 
+import importlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -133,8 +134,31 @@ def test_the_stamp_is_epoch_seconds_in_double_precision(pg_store: Store) -> None
         kind = conn.execute(text("SELECT pg_typeof(timestamp)::text FROM messages")).scalars()
         assert set(kind) == {"double precision"}
     stored = _newest(pg_store)["timestamp"]
-    # one clock on this host: the server's, read between the two
+    # the client's clock, read before the call, moved on by a wait of almost nothing
     assert before - 0.001 <= stored <= after + 0.001
+
+
+def test_the_stamp_keeps_the_client_s_clock(pg_store: Store) -> None:
+    # a client whose clock is a day behind the server's: the stamp is its `p_at` moved on
+    # by the wait, never the server's clock (leases and every other time hermes-store
+    # writes are the clients')
+    columns = importlib.import_module(
+        "hermes_store._migrations.versions.hs0009_append_time_after_lock"
+    ).APPEND_COLUMNS
+    values = {f"p_{name}": None for name, _kind in columns}
+    values.update(p_role="user", p_content="behind", p_active=1, p_compacted=0)
+    named = ", ".join(f"{name} => :{name}" for name in values)
+    day_behind = time.time() - 86_400
+    with pg_store.engine.begin() as conn:
+        conn.execute(
+            text(
+                f"SELECT * FROM {APPEND_FUNCTION}(p_session_id => 's', p_holder => NULL,"
+                f" p_at => :at, p_tool_calls_added => 0, {named})"
+            ),
+            {"at": day_behind, **values},
+        )
+    stored = _newest(pg_store)["timestamp"]
+    assert day_behind <= stored < day_behind + 5
 
 
 def _function_body(url: str) -> str:
