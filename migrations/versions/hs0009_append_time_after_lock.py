@@ -42,7 +42,8 @@ _INSERTED = ", ".join(f'"{name}"' for name, _kind in APPEND_COLUMNS)
 #: the inserted values: where the caller gave no timestamp, its `p_at` moved on by the
 #: time this call waited for the row lock
 _VALUES = ", ".join(
-    "COALESCE(p_timestamp, p_at + EXTRACT(EPOCH FROM clock_timestamp() - statement_timestamp())::float8)"
+    "COALESCE(p_timestamp,"
+    " p_at + EXTRACT(EPOCH FROM clock_timestamp() - statement_timestamp())::float8)"
     if name == "timestamp"
     else f"p_{name}"
     for name, _kind in APPEND_COLUMNS
