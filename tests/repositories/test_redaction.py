@@ -27,7 +27,6 @@ from hermes_store.aio import AsyncStore
 from hermes_store.compat import SessionDB
 from hermes_store.errors import InvalidInput
 from hermes_store.repositories.redaction import CURSOR_KEY
-from hermes_store.sqlite import driver
 
 AWS = "AKIAIOSFODNN7EXAMPLE"
 OPENAI = "sk-proj-" + "Q" * 40
@@ -479,13 +478,13 @@ def test_the_fingerprint_covers_the_redacted_fields(monkeypatch: pytest.MonkeyPa
     assert policy.fingerprint != before
 
 
-@pytest.mark.skipif(
-    not hasattr(driver.current().module.Connection, "setlimit"),
-    reason="this driver's connections cannot lower SQLite's variable limit (no setlimit)",
-)
+@pytest.mark.usefixtures("sqlite_driver")  # the limit is held differently per driver
 def test_a_large_batch_binds_its_ids_a_chunk_at_a_time(fresh_db: str) -> None:
     """A batch with more hits than SQLite allows variables in one statement: the write
-    re-reads them a chunk at a time (here the historic limit, 999, below the batch)."""
+    re-reads them a chunk at a time (here the historic limit, 999, below the batch). Where
+    the driver's connections have `setlimit` (the standard library's), SQLite itself
+    refuses a statement past it; on every driver (pysqlite3 has no `setlimit`), each
+    statement the store sends is held to it by its count of bound variables."""
     with Store(fresh_db, redaction=RedactionPolicy.off()) as store:
         SessionRepository(store).create_session("s1", "cli")
         MessageRepository(store).append_messages(
@@ -493,13 +492,24 @@ def test_a_large_batch_binds_its_ids_a_chunk_at_a_time(fresh_db: str) -> None:
         )
     with Store(fresh_db) as store:
 
+        bound: list[int] = []
+
         @event.listens_for(store.engine, "connect")
-        def _limit(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
-            dbapi_conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
+        def _limit(dbapi_conn: Any, _record: Any) -> None:
+            if hasattr(dbapi_conn, "setlimit"):
+                dbapi_conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
+
+        @event.listens_for(store.engine, "before_cursor_execute")
+        def _count(
+            conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool
+        ) -> None:
+            rows = parameters if many else [parameters]
+            bound.extend(len(row) for row in rows if row is not None)
 
         store.dispose()  # the connections opened so far had no limit
         run = RedactionRepository(store, RedactionPolicy()).redact_stored(apply=True, batch=1200)
     assert run.rows_matched == 1200
+    assert bound and max(bound) <= 999
     assert AWS not in _stored_text(fresh_db)
 
 
