@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import (
     BigInteger,
+    BindParameter,
     Connection,
     CursorResult,
     Select,
@@ -825,39 +826,42 @@ def _publish_child(
 # --------------------------------------------------------------------------- reads
 
 
-#: The anchor of a window (:anchor, in session :session_id) and the rows either side of
-#: it, at most :rows each, nearest first; bound LIMITs, so each is prepared once.
+#: The anchor of a window (:anchor, in session :session_id).
 _ANCHOR = Prepared(
     _full_rows().where(M.id == bindparam("anchor"), M.session_id == bindparam("session_id"))
-)
-_BEFORE_ANCHOR = Prepared(
-    _full_rows()
-    .where(M.session_id == bindparam("session_id"), M.id < bindparam("anchor"))
-    .order_by(M.id.desc())
-    .limit(bindparam("rows", type_=BigInteger))
-)
-_AFTER_ANCHOR = Prepared(
-    _full_rows()
-    .where(M.session_id == bindparam("session_id"), M.id > bindparam("anchor"))
-    .order_by(M.id)
-    .limit(bindparam("rows", type_=BigInteger))
 )
 
 
 @lru_cache(maxsize=16)
-def _bookend_statements(roles: int | None) -> tuple[Prepared, Prepared]:
-    """The first :rows rows with content before id :low and the last ones after :high (the
-    latter newest first), of session :session_id; with `roles`, only rows whose role is one
-    of :role_0 ... (each its own parameter, so the statement is prepared once per count)."""
+def _beside_anchor(rows: int | None) -> tuple[Prepared, Prepared]:
+    """The rows before and after the anchor :anchor of session :session_id, nearest first,
+    at most `rows` each (a `written` limit; None: bound as :rows)."""
+    in_session = _full_rows().where(M.session_id == bindparam("session_id"))
+    anchor: BindParameter[int] = bindparam("anchor")
+    return (
+        Prepared(
+            in_session.where(M.id < anchor).order_by(M.id.desc()).limit(limit_of(rows, "rows"))
+        ),
+        Prepared(in_session.where(M.id > anchor).order_by(M.id).limit(limit_of(rows, "rows"))),
+    )
+
+
+@lru_cache(maxsize=32)
+def _bookend_statements(roles: int | None, rows: int | None) -> tuple[Prepared, Prepared]:
+    """The first rows with content before id :low and the last ones after :high (the
+    latter newest first), of session :session_id, at most `rows` each (a `written` limit;
+    None: bound as :rows); with `roles`, only rows whose role is one of :role_0 ... (each
+    its own parameter, so the statement is prepared once per count)."""
     base = _full_rows().where(M.session_id == bindparam("session_id"), _non_empty_content())
     if roles is not None:
         base = base.where(
             M.role.in_([bindparam(f"role_{i}") for i in range(roles)]) if roles else false()
         )
-    rows = bindparam("rows", type_=BigInteger)
     return (
-        Prepared(base.where(M.id < bindparam("low")).order_by(M.id).limit(rows)),
-        Prepared(base.where(M.id > bindparam("high")).order_by(M.id.desc()).limit(rows)),
+        Prepared(base.where(M.id < bindparam("low")).order_by(M.id).limit(limit_of(rows, "rows"))),
+        Prepared(
+            base.where(M.id > bindparam("high")).order_by(M.id.desc()).limit(limit_of(rows, "rows"))
+        ),
     )
 
 
@@ -869,9 +873,11 @@ def _window(
     anchor = _ANCHOR.dicts(conn, params)
     if not anchor:
         return None
-    params["rows"] = row_count(window)
-    before = _BEFORE_ANCHOR.dicts(conn, params)
-    after = _AFTER_ANCHOR.dicts(conn, params)
+    rows = row_count(window)
+    params["rows"] = rows
+    before_anchor, after_anchor = _beside_anchor(written(rows))
+    before = before_anchor.dicts(conn, params)
+    after = after_anchor.dicts(conn, params)
     return list(reversed(before)), anchor[0], list(after)
 
 
@@ -886,13 +892,9 @@ def _bookends(
     """The first `bookend` rows before id `low` and the last ones after `high`, both in id
     order; only rows with content and (with `keep_roles`) of those roles."""
     roles = None if keep_roles is None else list(keep_roles)
-    first, last = _bookend_statements(None if roles is None else len(roles))
-    params: dict[str, Any] = {
-        "session_id": session_id,
-        "low": low,
-        "high": high,
-        "rows": row_count(bookend),
-    }
+    rows = row_count(bookend)
+    first, last = _bookend_statements(None if roles is None else len(roles), written(rows))
+    params: dict[str, Any] = {"session_id": session_id, "low": low, "high": high, "rows": rows}
     for i, role in enumerate(roles or ()):
         params[f"role_{i}"] = role
     start = first.dicts(conn, params)
