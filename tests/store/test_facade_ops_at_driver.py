@@ -405,8 +405,10 @@ def test_windows_and_anchored_views_build_no_statement_per_call(
     rows = _conversation(store)
     messages = store.messages
     anchor = rows[5]["id"]
-    messages.get_messages_around("w", anchor)
-    messages.get_anchored_view("w", anchor)
+    # a window's and a bookend's size are written into their statements: the first call
+    # of each size builds it, every later one reuses it
+    messages.get_messages_around("w", anchor, 3)
+    messages.get_anchored_view("w", anchor, 2, 1, ("assistant", "user"))
     with built(monkeypatch) as names:
         messages.get_messages_around("w", anchor, 3)
         messages.get_anchored_view("w", anchor, 2, 1, ("assistant", "user"))
