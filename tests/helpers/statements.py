@@ -4,12 +4,13 @@ constructors are counted; the database is real."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import Connection, event
 from sqlalchemy.sql import compiler
 from sqlalchemy.sql.selectable import Select
 
@@ -56,3 +57,43 @@ def sent(store: Store, *, transactions: bool = False) -> Iterator[list[str]]:
         yield statements
     finally:
         event.remove(store.engine, "before_cursor_execute", record)
+
+
+def variables_held_to(store: Store, limit: int = 999) -> list[int]:
+    """Hold `store`'s statements to SQLite's historic 999-variable limit (these builds
+    allow far more): where the driver's connections have `setlimit` (the standard
+    library's), SQLite itself refuses a statement past it, as it does for users of such a
+    build; on every driver (pysqlite3 has no `setlimit`), the returned list gets the
+    number of variables each statement the store sends binds, for the test to hold to
+    `limit`. Connections opened before the call keep no limit: dispose the store's pool
+    first where it has any."""
+    bound: list[int] = []
+
+    @event.listens_for(store.engine, "connect")
+    def _limit(dbapi_conn: Any, _record: Any) -> None:
+        if hasattr(dbapi_conn, "setlimit"):
+            dbapi_conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, limit)
+
+    @event.listens_for(store.engine, "before_cursor_execute")
+    def _count(
+        conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool
+    ) -> None:
+        rows = parameters if many else [parameters]
+        bound.extend(len(row) for row in rows if row is not None)
+
+    return bound
+
+
+def counted_begins(monkeypatch: pytest.MonkeyPatch, store: Store) -> list[Connection]:
+    """The Connections of `store`'s pool SQLAlchemy begins a transaction on, from now on
+    (a thread another test left running may begin on its own store meanwhile)."""
+    begun: list[Connection] = []
+    begin = Connection.begin
+
+    def counted(self: Connection) -> Any:
+        if self.engine.pool is store.engine.pool:
+            begun.append(self)
+        return begin(self)
+
+    monkeypatch.setattr(Connection, "begin", counted)
+    return begun

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from helpers.databases import sqlite_connect
+from helpers.statements import variables_held_to
 from sqlalchemy import event
 from sqlalchemy.exc import IntegrityError
 
@@ -675,7 +676,7 @@ def test_delete_sessions_bulk(repo: MaintenanceRepository, con: sqlite3.Connecti
 @pytest.mark.sqlite_only  # SQLite variable limit
 @pytest.mark.usefixtures("sqlite_driver")  # the limit is held differently per driver
 def test_delete_sessions_beyond_the_variable_limit(store: Store, con: sqlite3.Connection) -> None:
-    bound = _limit_variables(store)
+    bound = variables_held_to(store)
     con.executemany(
         "INSERT INTO sessions (id, source, started_at) VALUES (?, 'cli', 1)",
         [(f"s{i:05d}",) for i in range(3000)],
@@ -688,36 +689,12 @@ def test_delete_sessions_beyond_the_variable_limit(store: Store, con: sqlite3.Co
 # --------------------------------------------------------------------------- prune
 
 
-def _limit_variables(store: Store, limit: int = 999) -> list[int]:
-    """Hold the store's statements to SQLite's historic 999-variable limit (these builds
-    allow far more): where the driver's connections have `setlimit` (the standard
-    library's), SQLite itself refuses a statement past it, as it does for users of such a
-    build; on every driver (pysqlite3 has no `setlimit`), the returned list gets the
-    number of variables each statement the store sends binds, for the test to hold to
-    `limit`."""
-    bound: list[int] = []
-
-    @event.listens_for(store.engine, "connect")
-    def _limit(dbapi_conn: Any, _record: Any) -> None:
-        if hasattr(dbapi_conn, "setlimit"):
-            dbapi_conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, limit)
-
-    @event.listens_for(store.engine, "before_cursor_execute")
-    def _count(
-        conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool
-    ) -> None:
-        rows = parameters if many else [parameters]
-        bound.extend(len(row) for row in rows if row is not None)
-
-    return bound
-
-
 @pytest.mark.sqlite_only  # SQLite variable limit
 @pytest.mark.slow
 def test_prune_50000_sessions_never_hits_the_variable_limit(
     store: Store, con: sqlite3.Connection, tmp_path: Path
 ) -> None:
-    bound = _limit_variables(store)
+    bound = variables_held_to(store)
     n = 50_000
     con.execute("BEGIN")
     con.executemany(

@@ -6,13 +6,13 @@ resumably, with the search entries of changed rows rebuilt (docs/redaction.md)."
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event, text
+from helpers.statements import variables_held_to
+from sqlalchemy import text
 
 from hermes_store import (
     InvalidRedactionPattern,
@@ -491,21 +491,7 @@ def test_a_large_batch_binds_its_ids_a_chunk_at_a_time(fresh_db: str) -> None:
             "s1", [{"role": "user", "content": f"m {i} {AWS}"} for i in range(1200)]
         )
     with Store(fresh_db) as store:
-
-        bound: list[int] = []
-
-        @event.listens_for(store.engine, "connect")
-        def _limit(dbapi_conn: Any, _record: Any) -> None:
-            if hasattr(dbapi_conn, "setlimit"):
-                dbapi_conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
-
-        @event.listens_for(store.engine, "before_cursor_execute")
-        def _count(
-            conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool
-        ) -> None:
-            rows = parameters if many else [parameters]
-            bound.extend(len(row) for row in rows if row is not None)
-
+        bound = variables_held_to(store)
         store.dispose()  # the connections opened so far had no limit
         run = RedactionRepository(store, RedactionPolicy()).redact_stored(apply=True, batch=1200)
     assert run.rows_matched == 1200

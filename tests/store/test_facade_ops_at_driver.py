@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from helpers.statements import built, sent
+from helpers.statements import built, counted_begins, sent
 from sqlalchemy import Connection, event, text
 
 from hermes_store.config import JOURNAL_ENV
@@ -67,17 +67,7 @@ class Traced:
 
 @pytest.fixture
 def begins(monkeypatch: pytest.MonkeyPatch, store: Store) -> list[Connection]:
-    """The Connections of `store`'s pool SQLAlchemy began a transaction on, from now on."""
-    begun: list[Connection] = []
-    begin = Connection.begin
-
-    def counted(self: Connection) -> Any:
-        if self.engine.pool is store.engine.pool:
-            begun.append(self)
-        return begin(self)
-
-    monkeypatch.setattr(Connection, "begin", counted)
-    return begun
+    return counted_begins(monkeypatch, store)
 
 
 def _fill(store: Store) -> None:

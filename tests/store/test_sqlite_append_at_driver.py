@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.statements import counted_begins
 from sqlalchemy import Connection, event, insert, text
 
 from hermes_store.errors import (
@@ -86,18 +87,7 @@ def store(journal_db: str) -> Iterator[Store]:
 
 @pytest.fixture
 def begins(monkeypatch: pytest.MonkeyPatch, store: Store) -> list[Connection]:
-    """The Connections of `store`'s pool SQLAlchemy began a transaction on, from now on
-    (a thread another test left running may begin on its own store meanwhile)."""
-    begun: list[Connection] = []
-    begin = Connection.begin
-
-    def counted(self: Connection) -> Any:
-        if self.engine.pool is store.engine.pool:
-            begun.append(self)
-        return begin(self)
-
-    monkeypatch.setattr(Connection, "begin", counted)
-    return begun
+    return counted_begins(monkeypatch, store)
 
 
 @pytest.fixture
