@@ -36,6 +36,7 @@ COMMIT goes through a Connection, on which the outcome check runs.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -130,11 +131,15 @@ class Call:
     """A unit of work that is one statement (compiled for the psycopg dialect) whose
     first row is its whole answer: the result, then its transaction's marker (id, backend
     pid, server start), as the one-call append returns them. `witness` names, from the
-    result, a row the work wrote (pg_faults.note_witness), or is None."""
+    result, a row the work wrote (pg_faults.note_witness), or is None. `stamped` names a
+    parameter `commit_call` sets to the clock (`time.time()`) once it holds a connection,
+    just before sending: a time the call is judged by (the one-call append's `at`) then
+    leaves out a wait for the pool or for a new connection."""
 
     sql: str
     params: Any
     witness: Callable[[Any], pg_faults.Witness] | None = None
+    stamped: str | None = None
 
     def run(self, conn: Connection) -> Any:
         """Run the call inside the unit of work on `conn` (its BEGIN pipelined with it
@@ -176,12 +181,15 @@ def commit_call(engine: Engine, call: Call, once: pg_faults.WriteOnce) -> Any:
         raise  # not reached: the handler always raises
     handled = False
     sql: str | None = call.sql
+    params = call.params
     try:
         driver: Any = fairy.driver_connection
         if not _pipelines(driver):
             return NOT_RUN
+        if call.stamped is not None:
+            params = {**params, call.stamped: time.time()}
         try:
-            row = _begin_with(driver, call.sql, call.params)
+            row = _begin_with(driver, call.sql, params)
             assert row is not None  # the statement returns one row or raises
             result = row[0]
             witness = None if call.witness is None else call.witness(result)
@@ -190,7 +198,7 @@ def commit_call(engine: Engine, call: Call, once: pg_faults.WriteOnce) -> Any:
             driver.commit()
         except psycopg.Error as exc:
             handled = True
-            _handle(engine, fairy, exc, sql, call.params)
+            _handle(engine, fairy, exc, sql, params)
         except Exception:
             # a value the driver cannot encode (a lone surrogate) leaves as itself, for
             # the store's typed errors; the pool's reset rolls the transaction back
@@ -198,7 +206,7 @@ def commit_call(engine: Engine, call: Call, once: pg_faults.WriteOnce) -> Any:
         except BaseException as exc:
             # an interrupt left the protocol mid-way: the connection is invalidated
             handled = True
-            _handle(engine, fairy, exc, sql, call.params)
+            _handle(engine, fairy, exc, sql, params)
         return result
     finally:
         if not handled:

@@ -158,10 +158,13 @@ class PostgreSQLSQLDialect(SQLDialect):
         self, dialect: Dialect, row: Mapping[str, Any], holder: str | None, at: float, calls: int
     ) -> pg_pipelined.Call:
         """`append_one` as a statement of its own (what Store.write's `call` takes): its
-        answer is the new id, then the transaction's marker; its witness the row."""
+        answer is the new id, then the transaction's marker; its witness the row. `at` is
+        read again once a connection is held (`Call.stamped`)."""
         params = {**row, "holder": holder, "at": at, "tool_calls_added": calls}
         sql = _append_one_call(tuple(row)).sql(dialect)
-        return pg_pipelined.Call(sql, params, lambda message_id: _witness(message_id, row))
+        return pg_pipelined.Call(
+            sql, params, lambda message_id: _witness(message_id, row), stamped="at"
+        )
 
     def note_appended(self, conn: Connection, message_id: int, row: Mapping[str, Any]) -> None:
         pg_faults.note_witness(conn, _witness(message_id, row))

@@ -9,8 +9,15 @@ for the row lock, measured on the server's clock (the lease is judged the same w
 stamp is the client's clock at the moment the lock was held, so every time hermes-store
 writes keeps the clients' clock, whatever the server's clock says (epoch seconds,
 double precision, as the column has always held); a time the caller gives is stored as
-given. Everything else in the function is as in hs0005. SQLite is
-unchanged: its append reads the time under the write lock.
+given. Everything else in the function is as in hs0005. (The client reads `p_at` once
+it holds a connection, so a wait for the pool is not left out either.) With the clients
+on one clock, a message's id and its time rise together; clients whose clocks differ
+can still disagree by that difference, as they could before. SQLite is unchanged: its
+append reads the time under the write lock.
+
+Downgrade with the writers stopped: a process that opened its store at hs0009 sends
+NULL for a time it leaves to the function, which hs0005's function would store into a
+NOT NULL column (every such append fails until the process restarts).
 
 No v23 object changes and `schema_version` stays 23.
 """

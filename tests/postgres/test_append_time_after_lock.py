@@ -118,6 +118,34 @@ def test_the_unit_of_work_s_one_call_append_is_stamped_after_the_lock(pg_store: 
     assert newest["timestamp"] >= released
 
 
+def test_an_append_that_waited_for_the_pool_is_stamped_after_the_wait(pg_store: Store) -> None:
+    # every connection of the pool taken: the append waits for one before anything
+    # reaches the server, so its time is read once it holds one (Call.stamped)
+    pool = pg_store.engine.pool
+    taken = []
+    while pool.checkedout() < pool.size() + pool._max_overflow:  # type: ignore[attr-defined]
+        taken.append(pg_store.engine.raw_connection())
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            MessageRepository(pg_store).append_message("s", "user", "after the pool")
+        except BaseException as exc:  # reported below, on the test's thread
+            failures.append(exc)
+
+    appender = threading.Thread(target=run)
+    appender.start()
+    time.sleep(HOLD)
+    released = time.time()
+    for conn in taken:
+        conn.close()
+    appender.join(timeout=30)
+    assert not appender.is_alive() and not failures, failures
+    newest = _newest(pg_store)
+    assert newest["content"] == "after the pool"
+    assert newest["timestamp"] >= released
+
+
 def test_a_given_time_is_stored_as_given(pg_store: Store) -> None:
     messages = MessageRepository(pg_store)
     given = 1_700_000_000.123456789
