@@ -22,8 +22,10 @@ MAX_ROWS = 2**63 - 1
 #: costs about as much as the rest of a small read; a statement is therefore built per
 #: limit for the page sizes callers use, each kept in a bounded cache, and a larger (or
 #: no) limit is bound, so that a caller paging with ever-new sizes does not fill a cache
-#: with statements it will not send again.
-MAX_WRITTEN = 1000
+#: with statements it will not send again. Each written limit is a SQL text of its own in
+#: the driver's statement cache (128 per connection, shared with the appends' INSERT) and
+#: SQLAlchemy's compiled cache: only the small page sizes callers use are written.
+MAX_WRITTEN = 100
 
 #: OFFSET 0 written in: SQLAlchemy binds a 0 OFFSET on SQLite when a statement has none.
 NO_OFFSET: ColumnElement[Any] = literal_column("0")
@@ -76,11 +78,6 @@ def row_count(count: Any) -> int:
     """A count that is never "no limit" (a window either side of a message): a negative
     count is 0, a huge one MAX_ROWS."""
     return min(max(0, int(count)), MAX_ROWS)
-
-
-def count_clause(count: Any) -> ColumnElement[Any]:
-    """`row_count` for `Select.limit`, written in or bound as `limit_clause`'s."""
-    return _written_or_bound(row_count(count))
 
 
 def written(limit: int) -> int | None:

@@ -246,8 +246,6 @@ def _session_cwds(include_archived: bool) -> Prepared:
     )
 
 
-
-
 def _text(value: Any) -> Any:
     return scrub(value) if isinstance(value, str) else value
 

@@ -265,9 +265,9 @@ def test_each_read_is_one_statement_without_a_transaction(store: Store) -> None:
 
 
 def test_the_reads_answer_as_in_a_transaction(store: Store, journal_db: str) -> None:
-    """The same reads through a second store over a caller's engine (which reads in a
-    transaction, with the old statements): the same answers, with and without the Telegram
-    tables."""
+    """The same reads through a second store over a caller's engine (which runs each
+    statement inside a transaction of `read`, not alone): the same answers, and the
+    answers the rows written give, with and without the Telegram tables."""
     _fill(store)
     engine = make_engine(journal_db)
     try:

@@ -78,9 +78,16 @@ def test_statements_per_limit_are_built_once_in_a_bounded_cache(
     cache = messages_module._newest_page
     maxsize = cache.cache_info().maxsize
     assert maxsize is not None
-    for limit in range(maxsize + 20):
+    for limit in range(1, maxsize + 21):
         repo.get_newest_messages("s1", limit)
-    assert cache.cache_info().currsize <= maxsize
+    # the cache is bounded: the most recent limit's statement is kept, and the first
+    # one's was let go, so it is built again
+    with built(monkeypatch) as kept:
+        repo.get_newest_messages("s1", maxsize + 20)
+    assert kept == []
+    with built(monkeypatch) as rebuilt:
+        repo.get_newest_messages("s1", 1)
+    assert rebuilt != []
 
 
 @pytest.mark.parametrize(
