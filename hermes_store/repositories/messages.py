@@ -393,9 +393,9 @@ def _append_in_one_call(
 ) -> int:
     """A plain append (no key, no turn) through the database's one-call append (a
     function on PostgreSQL): the same checks in the same order, in one round trip. A
-    message without a time of its own is stamped by the function with `at` moved on by
-    the time it waited for the session's row lock (revision hs0009): `at` alone may
-    precede the commits of writers it waits for."""
+    message without a time of its own is stamped by the function with the server's
+    clock once it holds the session's row lock (revision hs0009): `at`, read before the
+    call, may precede the commits of writers it waits for."""
     at = now()
     values, n_calls = encode_row(session_id, timestamp=explicit_ts, **fields)
     try:

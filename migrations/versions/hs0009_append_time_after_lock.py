@@ -4,16 +4,15 @@ without a time of its own after it holds the session's row lock.
 `hermes_store_append_message` (hs0005) stored the time its caller read before sending
 the call, so an append that waited for another writer's row lock was stamped before the
 appends that committed during the wait: ids and timestamps disagreed across processes.
-A NULL `p_timestamp` now stands for the client's `p_at` plus the time the call waited
-for the row lock, measured on the server's clock (the lease is judged the same way): the
-stamp is the client's clock at the moment the lock was held, so every time hermes-store
-writes keeps the clients' clock, whatever the server's clock says (epoch seconds,
-double precision, as the column has always held); a time the caller gives is stored as
-given. Everything else in the function is as in hs0005. (The client reads `p_at` once
-it holds a connection, so a wait for the pool is not left out either.) With the clients
-on one clock, a message's id and its time rise together; clients whose clocks differ
-can still disagree by that difference, as they could before. SQLite is unchanged: its
-append reads the time under the write lock.
+A NULL `p_timestamp` now stands for the server's clock read once the row lock is held
+(epoch seconds, double precision, as the column has always held); a time the caller
+gives is stored as given. Everything else in the function is as in hs0005. On one
+server the stamps of appends to a session rise with their ids, whatever the clients'
+clocks or the time between a client reading its clock and the server running the call
+(a client's time moved on by the measured wait was tried: the client's work between
+reading its clock and the call reaching the server, a few milliseconds under load, was
+still left out). The server's clock is already the one PostgreSQL judges turn leases by.
+SQLite is unchanged: its append reads the time under the write lock.
 
 Downgrade with the writers stopped: a process that opened its store at hs0009 sends
 NULL for a time it leaves to the function, which hs0005's function would store into a
@@ -46,11 +45,9 @@ APPEND_COLUMNS = (
 )  # fmt: skip
 _PARAMETERS = ", ".join(f"p_{name} {kind}" for name, kind in APPEND_COLUMNS)
 _INSERTED = ", ".join(f'"{name}"' for name, _kind in APPEND_COLUMNS)
-#: the inserted values: where the caller gave no timestamp, its `p_at` moved on by the
-#: time this call waited for the row lock
+#: the inserted values: the timestamp read after the row lock where the caller gave none
 _VALUES = ", ".join(
-    "COALESCE(p_timestamp,"
-    " p_at + EXTRACT(EPOCH FROM clock_timestamp() - statement_timestamp())::float8)"
+    "COALESCE(p_timestamp, EXTRACT(EPOCH FROM clock_timestamp())::float8)"
     if name == "timestamp"
     else f"p_{name}"
     for name, _kind in APPEND_COLUMNS
