@@ -385,14 +385,6 @@ def _no_such_table(exc: OperationalError, table: str) -> bool:
     return str(exc.orig).lower() == f"no such table: {table}"
 
 
-def _first_dicts(cursor: Any) -> list[dict[str, Any]]:
-    """The first row as a dict keyed by the column names, in a list ([]: no row)."""
-    row = cursor.fetchone()
-    names = [column[0] for column in cursor.description or ()]
-    cursor.close()
-    return [] if row is None else [dict(zip(names, row, strict=True))]
-
-
 def _bindings_of_chat(conn: Connection, chat: str) -> list[dict[str, Any]]:
     if not _has(conn, BINDINGS_TABLE):
         return []
@@ -716,8 +708,9 @@ class TelegramTopicRepository:
 
     def _one(self, statement: Prepared, params: dict[str, Any]) -> dict[str, Any] | None:
         if self.store.dialect.in_process:
+            # a topic and a session each have at most one binding (their keys are unique)
             none: list[dict[str, Any]] = []
-            rows = self._read_alone(BINDINGS_TABLE, statement, params, _first_dicts, none)
+            rows = self._read_alone(BINDINGS_TABLE, statement, params, all_dicts, none)
             return rows[0] if rows else None
         return self.store.read(lambda conn: _one_binding(conn, statement, params))
 
