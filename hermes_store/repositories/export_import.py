@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Iterator, Mapping
+from functools import lru_cache
 from typing import Any, Protocol, TypeGuard
 
 from sqlalchemy import (
     Connection,
-    Select,
     and_,
     bindparam,
+    column,
     insert,
     or_,
     select,
@@ -25,7 +26,8 @@ from sqlalchemy import (
 
 from ..errors import InvalidInput
 from ..redaction import RedactionPolicy
-from ._dialect import data_columns
+from ..runtime.engine import Prepared
+from ._dialect import data_dicts, message_columns
 from ._sql import all_columns, chunks
 from ._tables import MESSAGES, SESSIONS, M, S
 from ._tag_names import check_tags
@@ -200,16 +202,34 @@ def _json_text_error(where: str, text: str) -> str | None:
 # --------------------------------------------------------------------------- export
 
 
-def export_session(conn: Connection, session_id: str) -> dict[str, Any] | None:
-    """The full session row plus its active messages, decoded; None if unknown."""
-    row = conn.execute(all_columns(SESSIONS).where(S.id == session_id)).mappings().first()
-    if row is None:
-        return None
-    out = data_columns(row)
-    active: Select[Any] = (
-        all_columns(MESSAGES).where(M.session_id == session_id, M.active == 1).order_by(M.id)
+_SESSION_ROW = Prepared(all_columns(SESSIONS).where(S.id == bindparam("session_id")))
+
+
+@lru_cache(maxsize=8)
+def _active_messages(columns: tuple[str, ...] | None) -> Prepared:
+    """A session's active messages in id order (`columns`; None: `SELECT *`), walked on
+    the index (session_id, id)."""
+    query = (
+        all_columns(MESSAGES)
+        if columns is None
+        else select(*[column(name) for name in columns]).select_from(MESSAGES)
     )
-    out["messages"] = [decode_fields(data_columns(r)) for r in conn.execute(active).mappings()]
+    return Prepared(
+        query.where(M.session_id == bindparam("session_id"), M.active == 1).order_by(M.id)
+    )
+
+
+def export_session(conn: Connection, session_id: str) -> dict[str, Any] | None:
+    """The full session row plus its active messages, decoded; None if unknown. Both
+    reads are prepared statements run at the driver (a session of a thousand messages
+    would otherwise pay SQLAlchemy's row objects and mappings a thousand times)."""
+    params = {"session_id": session_id}
+    found = data_dicts(_SESSION_ROW.dicts(conn, params))
+    if not found:
+        return None
+    out = found[0]
+    active = _active_messages(message_columns(conn)).dicts(conn, params)
+    out["messages"] = [decode_fields(row) for row in data_dicts(active)]
     # hermes-store's own tags, only when there are any: an export of an untagged session
     # keeps the original's shape (and a database never upgraded has no tags table)
     if has_tags_table(conn):
