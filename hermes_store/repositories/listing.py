@@ -34,7 +34,7 @@ from sqlalchemy.sql.selectable import NamedFromClause
 
 from ..runtime.engine import Prepared
 from ._dialect import usually
-from ._paging import row_limit, row_offset
+from ._paging import limit_of, row_limit, row_offset
 from ._preview import first_user_excerpt, shape_session_preview
 from ._sql import alias, contains_caseless, path_prefix_values, path_under
 from ._tables import ACTIVITY, SESSIONS, TG
@@ -161,9 +161,7 @@ def filter_conditions(a: NamedFromClause, shape: tuple[Any, ...]) -> list[Column
     elif archived == "live":
         conds.append(usually(a.c.archived == 0))
     for i in range(n_tags):
-        conds.append(
-            exists().where(TG.session_id == a.c.id, TG.tag == _text_param(f"f_tag_{i}"))
-        )
+        conds.append(exists().where(TG.session_id == a.c.id, TG.tag == _text_param(f"f_tag_{i}")))
     return conds
 
 
@@ -506,3 +504,41 @@ def source_counts_statement(shape: tuple[Any, ...]) -> Prepared:
         .group_by(key)
         .order_by(count.desc(), key)
     )
+
+
+@lru_cache(maxsize=64)
+def activity_page(
+    by_source: bool, by_workspace: bool, limited: bool, limit: int | None
+) -> Prepared:
+    """`search_sessions`' statement for one shape: every session's full row with its
+    `last_active`, most recently active first; `:source` and the workspace's values
+    (`activity_page_params`) bound where their filter is present, the offset bound, a
+    `limited` page's limit written in (`_paging.limit_of`; None: bound as :limit)."""
+    s = alias(SESSIONS, "s")
+    activity = last_active(s.c.id, s.c.started_at).label("last_active")
+    query = select(literal_column("s.*"), activity).select_from(s)
+    if by_source:
+        query = query.where(s.c.source == _text_param("source"))
+    if by_workspace:
+        no_root = or_(s.c.git_repo_root.is_(None), s.c.git_repo_root == "")
+        heads = [_text_param("ws_slash"), _text_param("ws_bs")]
+        under = path_under(s.c.cwd, _text_param("ws_base"), _int_param("ws_len"), heads)
+        query = query.where(or_(s.c.git_repo_root == _text_param("workspace"), no_root & under))
+    query = query.order_by(activity.desc(), s.c.started_at.desc(), s.c.id.desc())
+    query = query.offset(bindparam("offset", type_=BigInteger))
+    if limited:
+        query = query.limit(limit_of(limit))
+    return Prepared(query)
+
+
+def activity_page_params(
+    source: str | None, workspace_key: str | None, limit: int | None, offset: int
+) -> dict[str, Any]:
+    """The parameters of `activity_page` for a shape its arguments pick."""
+    params: dict[str, Any] = {"source": source, "offset": offset, "limit": limit}
+    if workspace_key:
+        base, length, (slash, backslash) = path_prefix_values(workspace_key)
+        params.update(
+            workspace=workspace_key, ws_base=base, ws_len=length, ws_slash=slash, ws_bs=backslash
+        )
+    return params

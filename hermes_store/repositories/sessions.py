@@ -29,7 +29,6 @@ from sqlalchemy import (
     bindparam,
     exists,
     func,
-    literal_column,
     null,
     or_,
     select,
@@ -49,9 +48,8 @@ from . import turns
 from ._paging import (
     NO_OFFSET,
     bound_limit,
-    limit_clause,
     limit_of,
-    offset_clause,
+    row_limit,
     row_offset,
     written,
 )
@@ -61,8 +59,6 @@ from ._sql import (
     alias,
     all_columns,
     escape_like,
-    path_prefix_values,
-    path_under,
     rowcount,
 )
 from ._tables import MESSAGES, SESSIONS, M, S
@@ -81,7 +77,6 @@ from .lineage import (
     descendant_ids,
     is_recoverable,
     json_object,
-    last_active,
     lineage_flag_params,
     live_continuation,
     resume_target,
@@ -89,6 +84,8 @@ from .lineage import (
 )
 from .listing import (
     ListingFilters,
+    activity_page,
+    activity_page_params,
     count_statement,
     list_page,
     rich_row_by_id,
@@ -1181,23 +1178,13 @@ class SessionRepository:
             workspace_key: only sessions of this workspace: its git root, or (with no root
                 recorded) a working directory at or under it.
         """
-        s = SESSIONS.alias("s")
-        activity = last_active(s.c.id, s.c.started_at).label("last_active")
-        query = select(literal_column("s.*"), activity).select_from(s)
-        if source:
-            query = query.where(s.c.source == source)
-        if workspace_key:
-            no_root = or_(s.c.git_repo_root.is_(None), s.c.git_repo_root == "")
-            base, length, heads = path_prefix_values(workspace_key)
-            query = query.where(
-                or_(
-                    s.c.git_repo_root == workspace_key,
-                    and_(no_root, path_under(s.c.cwd, base, length, heads)),
-                )
-            )
-        query = query.order_by(activity.desc(), s.c.started_at.desc(), s.c.id.desc())
-        query = query.offset(offset_clause(offset)).limit(limit_clause(limit))
-        rows = self.store.read(lambda conn: [dict(row) for row in conn.execute(query).mappings()])
+        wanted = row_limit(limit)
+        limit_in_sql = None if wanted is None else written(wanted)
+        statement = activity_page(
+            bool(source), bool(workspace_key), wanted is not None, limit_in_sql
+        )
+        params = activity_page_params(source, workspace_key, wanted, row_offset(offset))
+        rows = self.store.read_one(statement, params, all_dicts)
         return cast("list[ListingRow]", rows)
 
     def session_count(

@@ -86,3 +86,22 @@ def test_session_counts_and_cwds_build_and_compile_once(
     assert first[0] == {"cli": 1, "cron": 1}
     assert [row["cwd"] for row in first[2]] == ["/w"]
     assert first[4] == 1
+
+
+def test_search_sessions_builds_and_compiles_once_per_shape(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = SessionRepository(store)
+    repo.create_session("a", "cli", cwd="/w/a")
+    repo.create_session("b", "cron", cwd="/elsewhere")
+    # each shape (filters present, a written limit or none) built at its first call
+    repo.search_sessions()
+    repo.search_sessions(source="cli", workspace_key="/w", limit=None)
+    with built(monkeypatch) as names:
+        assert [r["id"] for r in repo.search_sessions(offset=1)] == ["a"]
+        assert [
+            r["id"]
+            for r in repo.search_sessions(source="cron", workspace_key="/elsewhere", limit=None)
+        ] == ["b"]
+        assert repo.search_sessions(source="cli", workspace_key="/nowhere", limit=None) == []
+    assert names == []
