@@ -5,18 +5,20 @@ hs0002's triggers `hermes_store_feed_session_update` (AFTER UPDATE OF the descri
 columns, kind 'session.updated') and `hermes_store_feed_session_usage` (AFTER UPDATE OF
 the token and cost totals, kind 'usage.updated') fired for every UPDATE naming one of
 their columns, also one that set the values the row already held: the feed then said a
-session changed when nothing had, and its row made a commit that changed nothing a real
-one (on SQLite a journal write and its fsyncs). Hermes sets several of these columns to
+session changed when nothing had, and its row gave a commit that changed nothing a page
+to write (on SQLite a journal and its fsyncs). Hermes sets several of these columns to
 the value they hold on every turn. Each trigger now has a WHEN that is true only when at
 least one of its own columns differs between the old and the new row, NULL-safe (SQLite
 `IS NOT`, PostgreSQL `IS DISTINCT FROM`); its column list, kind, action and function are
 as before. An UPDATE that leaves every one of a trigger's columns as it was records
 nothing; one that changes any records one change, as before.
 
-The UPDATE of messages and of `session_model_usage` rows keep recording every updated
-row: on PostgreSQL they are per-statement triggers (hs0006), which cannot have a WHEN
-that reads the rows, and on SQLite a WHEN would have to list every column of the table
-(a later revision adding one would have to remember it, or its changes would be lost).
+An UPDATE of messages or of `session_model_usage` rows still records every row it
+names: on PostgreSQL those triggers run per statement (hs0006), whose WHEN cannot read
+the rows, so skipping unchanged rows would join the old and new transition tables on
+every updating statement; on SQLite a WHEN would have to list every column of the table
+(a later revision adding one would have to extend it, or changes of that column would
+go unrecorded).
 
 No v23 object changes and `schema_version` stays 23.
 """
