@@ -12,7 +12,7 @@ from functools import cache
 from pathlib import Path
 from typing import Final
 
-HEAD_REVISION: Final = "hs0009"
+HEAD_REVISION: Final = "hs0010"
 
 #: The revision whose schema is exactly upstream v23. Revisions 0001..0023 replay the
 #: upstream versions (adoption stamps a legacy file at one of them); the project's own

@@ -27,7 +27,17 @@ from hermes_store.store import Store
 
 CLI = str(Path(sys.executable).parent / "hermes-store")
 #: the project's own revisions after the upstream 0023, in order
-OWN_REVISIONS = ("hs0001", "hs0002", "hs0003", "hs0005", "hs0006", "hs0007", "hs0008", "hs0009")
+OWN_REVISIONS = (
+    "hs0001",
+    "hs0002",
+    "hs0003",
+    "hs0005",
+    "hs0006",
+    "hs0007",
+    "hs0008",
+    "hs0009",
+    "hs0010",
+)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

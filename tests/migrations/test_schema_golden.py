@@ -19,7 +19,7 @@ VERSIONS_DIR = REPO_ROOT / "migrations" / "versions"
 #: the upstream chain 0001..0023, then the project's own revisions
 EXPECTED_REVISIONS = [
     *(f"{i:04d}" for i in range(1, 24)),
-    *("hs0001", "hs0002", "hs0003", "hs0005", "hs0006", "hs0007", "hs0008", "hs0009"),
+    *("hs0001", "hs0002", "hs0003", "hs0005", "hs0006", "hs0007", "hs0008", "hs0009", "hs0010"),
 ]
 
 

@@ -53,7 +53,7 @@ from hermes_store.sqlite.driver import wal_reset_vulnerable
 
 REPO = Path(__file__).resolve().parents[2]
 #: the project head: the upstream revisions 0001..0023, then its own (hs0001, ...)
-HEAD = "hs0009"
+HEAD = "hs0010"
 SCHEMA_VERSION = 23
 REVISION_FILE = re.compile(r"^(\d{4})_\w+\.py$")
 
