@@ -70,22 +70,29 @@ from ._tag_names import check_tags
 from .deletion import delete_ids, remove_session_files
 from .encoding import decode_content, flag, now, scrub, time_in_range
 from .lineage import (
+    ANCESTRY,
     COMPRESSION,
+    DELETE_TARGET_ROWS,
     INHERITED_ACROSS_COMPRESSION,
     INHERITED_FROM_PARENT,
     LINEAGE_FLAG_UPDATES,
-    ancestor_ids,
+    LIVE_CONTINUATION_ROWS,
+    LIVE_CONTINUATIONS,
+    RESUME_WALK,
+    TIP_WALK,
+    ancestors_from,
     compression_lineage,
     compression_tip,
-    delegate_descendants,
+    delegates_among,
     descendant_ids,
     is_recoverable,
     json_object,
     last_active,
     lineage_flag_params,
-    live_continuation,
+    resume_answer,
     resume_target,
     session_exists,
+    walked,
 )
 from .listing import (
     ListingFilters,
@@ -246,6 +253,11 @@ def _session_cwds(include_archived: bool) -> Prepared:
     )
 
 
+def _first_values(cursor: Any) -> list[Any]:
+    """Every row's first value (a `read_one` consumer)."""
+    return [row[0] for row in all_tuples(cursor)]
+
+
 def _text(value: Any) -> Any:
     return scrub(value) if isinstance(value, str) else value
 
@@ -377,17 +389,6 @@ def _unique_prefix_match(conn: Connection, prefix: str) -> str | None:
         return prefix
     matches = _prefix_matches(conn, prefix, 2)
     return matches[0] if len(matches) == 1 else None
-
-
-def _live_continuation_row(conn: Connection, parent_session_id: str) -> Row | None:
-    child = live_continuation(conn, parent_session_id)
-    return None if child is None else full_row(conn, child)
-
-
-def _delete_targets(conn: Connection, session_id: str) -> list[str]:
-    if not session_exists(conn, session_id):
-        return []
-    return [session_id, *sorted(delegate_descendants(conn, session_id))]
 
 
 # --------------------------------------------------------------------------- repository
@@ -951,7 +952,10 @@ class SessionRepository:
         Args:
             session_id: the session's id.
         """
-        return self.store.read(lambda conn: compression_tip(conn, session_id))
+        ids = walked(self.store.read_one(TIP_WALK, {"sid": session_id}, _first_values))
+        if ids is None:  # a cycle: the walk that skips what it has seen
+            return self.store.read(lambda conn: compression_tip(conn, session_id))
+        return str(ids[-1]) if ids else session_id
 
     def get_compression_lineage(self, session_id: str) -> list[str]:
         """The compression chain the session belongs to, root first ([] if unknown).
@@ -968,8 +972,14 @@ class SessionRepository:
         Args:
             parent_session_id: the parent session's id.
         """
-        found = self.store.read(lambda conn: _live_continuation_row(conn, parent_session_id))
-        return cast("SessionRow | None", found)
+        params = {"parent": parent_session_id}
+        # the ids first: a whole row's fifty columns cost a driver more to describe than
+        # the narrow read costs, and most sessions asked have no continuation or several;
+        # the rows are then read again whole, the answer taken from that read alone
+        if len(self.store.read_one(LIVE_CONTINUATIONS, params, all_tuples)) != 1:
+            return None
+        rows = self.store.read_one(LIVE_CONTINUATION_ROWS, params, all_dicts)
+        return cast("SessionRow", rows[0]) if len(rows) == 1 else None
 
     def get_session_delete_targets(self, session_id: str) -> list[str]:
         """What deleting the session removes: itself, then its delegate runs.
@@ -977,7 +987,11 @@ class SessionRepository:
         Args:
             session_id: the session's id.
         """
-        return self.store.read(lambda conn: _delete_targets(conn, session_id))
+        rows = self.store.read_one(DELETE_TARGET_ROWS, {"id": session_id}, all_tuples)
+        if not any(row[0] == 0 for row in rows):
+            return []
+        marked = [(str(sid), parent, str(of)) for kind, sid, parent, of in rows if kind == 1]
+        return [session_id, *sorted(delegates_among(marked, [session_id]) - {session_id})]
 
     def ancestors(self, session_id: str) -> list[str]:
         """Every ancestor through `parent_session_id`, nearest first.
@@ -985,7 +999,8 @@ class SessionRepository:
         Args:
             session_id: the session's id.
         """
-        return self.store.read(lambda conn: ancestor_ids(conn, session_id))
+        parents = self.store.read_one(ANCESTRY, {"sid": session_id}, _first_values)
+        return ancestors_from(session_id, parents)
 
     def descendants(self, session_id: str) -> list[str]:
         """Every descendant through `parent_session_id`, level by level.
@@ -1014,7 +1029,11 @@ class SessionRepository:
         """
         if not session_id:
             return session_id
-        return self.store.read(lambda conn: resume_target(conn, session_id))
+        rows = self.store.read_one(RESUME_WALK, {"sid": session_id}, all_tuples)
+        found = resume_answer(session_id, rows)
+        if found is None:  # a cycle: the walks that skip what they have seen
+            return self.store.read(lambda conn: resume_target(conn, session_id))
+        return found
 
     # ----------------------------------------------------------------- listing
 
