@@ -152,7 +152,8 @@ _FIRST_ASSISTANT_TEXT = Prepared(
     select(M.content)
     .where(M.session_id == bindparam("id"), M.role == "assistant", M.content.is_not(None))
     .order_by(M.timestamp, M.id)
-    .limit(1)
+    .limit(literal_column("1"))
+    .offset(NO_OFFSET)
 )
 
 
@@ -1254,7 +1255,7 @@ class SessionRepository:
             listable_only=exclude_children,
         )
         statement, params = count_statement(filters.shape()), filters.params()
-        return self.store.read(lambda conn: int(statement.scalar(conn, params)))
+        return int(self.store.read_one(statement, params, first_value))
 
     def session_count_by_source(
         self,
@@ -1278,9 +1279,7 @@ class SessionRepository:
         )
         statement = source_counts_statement(filters.shape())
         params = filters.params()
-        return self.store.read(
-            lambda conn: {str(key): int(n) for key, n in statement.rows(conn, params)}
-        )
+        return {str(key): int(n) for key, n in self.store.read_one(statement, params, all_tuples)}
 
     def list_cron_job_runs(self, job_id: str, limit: int = 20, offset: int = 0) -> list[Row]:
         """Runs of one cron job, newest first: an index range over the id prefix, so the

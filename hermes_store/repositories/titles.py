@@ -10,12 +10,22 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, bindparam, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    bindparam,
+    exists,
+    literal_column,
+    or_,
+    select,
+    update,
+)
 
 from ..errors import InvalidTitle, TitleInUse
-from ..runtime.engine import Prepared, all_dicts, first_value
+from ..runtime.engine import Prepared, all_dicts, all_tuples, first_tuple, first_value
 from . import turns
 from ._dialect import lock_key
+from ._paging import NO_OFFSET
 from ._sql import all_columns, escape_like
 from ._tables import SESSIONS, S
 from .encoding import scrub
@@ -70,16 +80,31 @@ _SET_IF_UNTITLED = Prepared(
     .where(S.id == bindparam("id"), S.title.is_(None))
     .values(title=bindparam("new_title"))
 )
-_NUMBERED_NEWEST = Prepared(
+_ONE: ColumnElement[Any] = literal_column("1")
+_NUMBERED_NEWEST_ID = (
     select(S.id)
     .where(S.title.like(bindparam("pattern"), escape="\\"))
     .order_by(S.started_at.desc(), S.id.desc())
-    .limit(1)
+    .limit(_ONE)
+    .offset(NO_OFFSET)
 )
-_EXACT = Prepared(select(S.id).where(S.title == bindparam("title")).limit(1))
+_EXACT_ID = select(S.id).where(S.title == bindparam("title")).limit(_ONE).offset(NO_OFFSET)
+_NUMBERED_NEWEST = Prepared(_NUMBERED_NEWEST_ID)
+_EXACT = Prepared(_EXACT_ID)
 _LINEAGE_TITLES = Prepared(
     select(S.title).where(
         or_(S.title == bindparam("title"), S.title.like(bindparam("pattern"), escape="\\"))
+    )
+)
+
+
+#: `_newest_in_lineage` in one statement: the newest `<title> #<n>` holder's id, whether
+#: a session holds `title` itself (titles are unique: one at most), and its id.
+_NEWEST_IN_LINEAGE = Prepared(
+    select(
+        _NUMBERED_NEWEST_ID.scalar_subquery(),
+        exists(_EXACT_ID),
+        _EXACT_ID.scalar_subquery(),
     )
 )
 
@@ -194,7 +219,13 @@ class TitleRepository:
         """
         if not title:
             return None
-        return self.store.read(lambda conn: _newest_in_lineage(conn, title))
+        params = {"pattern": _numbered_pattern(title), "title": title}
+        row = self.store.read_one(_NEWEST_IN_LINEAGE, params, first_tuple)
+        assert row is not None  # a SELECT without FROM gives one row
+        numbered, held, exact = row
+        if numbered is not None:
+            return str(numbered)
+        return str(exact) if held else None
 
     def get_next_title_in_lineage(self, base_title: str) -> str:
         """`<base> #<n+1>` after the highest number in use; the unnumbered original
@@ -206,9 +237,7 @@ class TitleRepository:
         match = _NUMBERED.match(base_title)
         base = match.group("base") if match else base_title
         params = {"title": base, "pattern": _numbered_pattern(base)}
-        titles = self.store.read(
-            lambda conn: [str(row[0]) for row in _LINEAGE_TITLES.rows(conn, params)]
-        )
+        titles = [str(row[0]) for row in self.store.read_one(_LINEAGE_TITLES, params, all_tuples)]
         if not titles:
             return base
         highest = 1

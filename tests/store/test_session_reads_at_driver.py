@@ -259,3 +259,93 @@ def test_a_cycle_is_walked_as_before(kept_store: Store) -> None:
     with sent(kept_store) as statements:
         assert repo.get_compression_tip("d3") == "d3"
     assert len(statements) == 1, statements
+
+
+# --------------------------------------------------------------------------- counts, titles
+
+
+def _titled(store: Store) -> list[dict[str, Any]]:
+    """Titled sessions, numbered lineages among them (LIKE wildcards in one base), start
+    times with ties, a source '' (counted as cli); every row back."""
+    sessions = SessionRepository(store)
+    titles = {
+        "t1": "Work",
+        "t2": "Work #2",
+        "t3": "Work #10",
+        "t4": "Work #x",
+        "o": "Other",
+        "p1": "50% done_",
+        "p2": "50% done_ #3",
+        "p3": "50X done_ #7",
+        "n": None,
+    }
+    for n, (sid, title) in enumerate(titles.items()):
+        sessions.create_session(sid, ["cli", "telegram", "cron"][n % 3])
+        store.titles.set_session_title(sid, title)
+        _put(store, sid, started_at=1000.0 + n % 4)
+    _put(store, "o", source="")
+    _put(store, "n", archived=1)
+    store.messages.append_message("t1", "assistant", "first")
+    store.messages.append_message("t1", "assistant", "second")
+    rows = [store.sessions.get_session(sid) for sid in titles]
+    return [row for row in rows if row is not None]
+
+
+def _resolved(rows: list[dict[str, Any]], title: str) -> str | None:
+    """resolve_session_by_title worked out from the rows."""
+    numbered = [r for r in rows if (r["title"] or "").startswith(title + " #")]
+    if numbered:
+        return str(max(numbered, key=lambda r: (r["started_at"], r["id"]))["id"])
+    exact = [r for r in rows if r["title"] == title]
+    return str(exact[0]["id"]) if exact else None
+
+
+TITLE_ARGS = ["Work", "Other", "50% done_", "50X done_", "Nothing", "Work #2"]
+
+
+def test_count_and_title_answers(store: Store) -> None:
+    rows = _titled(store)
+    repo = SessionRepository(store)
+    titles = store.titles
+    for title in TITLE_ARGS:
+        assert titles.resolve_session_by_title(title) == _resolved(rows, title), title
+    assert titles.resolve_session_by_title("") is None
+    assert titles.get_next_title_in_lineage("Work") == "Work #11"
+    assert titles.get_next_title_in_lineage("Work #3") == "Work #11"
+    assert titles.get_next_title_in_lineage("50% done_") == "50% done_ #4"
+    assert titles.get_next_title_in_lineage("Nothing") == "Nothing"
+    assert repo.session_count() == 8
+    assert repo.session_count(include_archived=True) == 9
+    assert repo.session_count(source="cron", include_archived=True) == 3
+    counts = repo.session_count_by_source(include_archived=True)
+    assert list(counts.items()) == [("cli", 4), ("cron", 3), ("telegram", 2)]
+    assert repo.get_first_assistant_text("t1") == "first"
+    assert repo.get_first_assistant_text("o") == ""
+
+
+COUNT_AND_TITLE_READS: dict[str, Callable[[Store], Any]] = {
+    "session_count": lambda s: s.sessions.session_count(),
+    "session_count (filtered)": lambda s: s.sessions.session_count(
+        sources=["cli", "cron"], exclude_children=True
+    ),
+    "session_count_by_source": lambda s: s.sessions.session_count_by_source(),
+    "get_first_assistant_text": lambda s: s.sessions.get_first_assistant_text("t1"),
+    "resolve_session_by_title": lambda s: s.titles.resolve_session_by_title("Work"),
+    "resolve_session_by_title (exact)": lambda s: s.titles.resolve_session_by_title("Other"),
+    "get_next_title_in_lineage": lambda s: s.titles.get_next_title_in_lineage("Work"),
+}
+
+
+@pytest.mark.usefixtures("sqlite_driver")
+def test_count_and_title_reads_are_one_statement_without_a_transaction(
+    kept_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _titled(kept_store)
+    answers = {name: read(kept_store) for name, read in COUNT_AND_TITLE_READS.items()}
+    begins = counted_begins(monkeypatch, kept_store)
+    for name, read in COUNT_AND_TITLE_READS.items():
+        with sent(kept_store, transactions=True) as statements:
+            assert read(kept_store) == answers[name]
+        assert len(statements) == 1, (name, statements)
+        assert statements[0].startswith("SELECT"), (name, statements)
+    assert begins == []
