@@ -188,6 +188,17 @@ _SWITCH_MODEL_KEEPING_CONFIG = Prepared(
 )
 
 
+@lru_cache(maxsize=64)
+def _setter(names: tuple[str, ...], keep: tuple[str, ...]) -> Prepared:
+    """UPDATE of session :sid setting each column of `names` to :v_<name>; a column in
+    `keep` keeps its value where :v_<name> is None."""
+    values: dict[str, Any] = {}
+    for name in names:
+        given = bindparam(f"v_{name}", type_=S[name].type)
+        values[name] = func.coalesce(given, S[name]) if name in keep else given
+    return Prepared(update(SESSIONS).where(S.id == bindparam("sid")).values(values))
+
+
 @cache
 def _session_value(column: str) -> Prepared:
     """One column of one session's row (:id)."""
@@ -412,14 +423,27 @@ class SessionRepository:
         if self._flush_hook is not None:
             self._flush_hook()
 
-    def _update(self, session_id: str, turn_token: int | None = None, **values: Any) -> int:
-        statement = update(SESSIONS).where(S.id == session_id).values(**values)
+    def _update(
+        self,
+        session_id: str,
+        turn_token: int | None = None,
+        *,
+        keep: tuple[str, ...] = (),
+        **values: Any,
+    ) -> int:
+        """Set `values` on the session's row (those named in `keep` only where given, not
+        None); the rows changed. One UPDATE, a write of its own (`Store.write_one`),
+        unless a turn token has the turn checked first in the same transaction."""
+        statement = _setter(tuple(values), keep)
+        params = {f"v_{name}": value for name, value in values.items()}
+        params["sid"] = session_id
         token = turns.check_token(turn_token)
+        if token is None:
+            return self.store.write_one(statement, params)
 
         def work(conn: Connection) -> int:
-            if token is not None:
-                turns.require_turn(conn, session_id, token)
-            return rowcount(conn.execute(statement))
+            turns.require_turn(conn, session_id, token)
+            return statement.run(conn, params)
 
         return self.store.write(work)
 
@@ -482,7 +506,21 @@ class SessionRepository:
         values["id"] = session_id
         values["source"] = _text(source)
         has_parent = bool(parent_session_id)
-        return self.store.write(lambda conn: _create(conn, values, has_parent))
+        store = self.store
+
+        def work(conn: Connection) -> str:
+            return _create(conn, values, has_parent)
+
+        if has_parent or not store.dialect.in_process:
+            return store.write(work)
+        # One statement: sent at the kept writer's driver, stamped once the write lock is
+        # held (as `_create` stamps it), so start times rise with the order of writes.
+        dialect = store.engine.dialect
+        write = DriverWrite(
+            lambda: (_UPSERT.bound(dialect, {**values, "started_at": now()}),), rowcount=True
+        )
+        store.write(work, call=lambda: write)
+        return str(values["id"])
 
     def ensure_session(
         self,
@@ -675,8 +713,9 @@ class SessionRepository:
         self._update(
             session_id,
             turn_token,
+            keep=("model",),
             model_config=model_config_json,
-            model=func.coalesce(model, S.model),
+            model=model,
         )
 
     def update_session_model(self, session_id: str, model: str | None) -> None:
@@ -752,9 +791,10 @@ class SessionRepository:
         self._flush()
         self._update(
             session_id,
+            keep=("billing_mode",),
             billing_provider=provider,
             billing_base_url=base_url,
-            billing_mode=func.coalesce(billing_mode, S.billing_mode),
+            billing_mode=billing_mode,
             system_prompt=None,
         )
 

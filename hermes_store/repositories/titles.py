@@ -8,11 +8,13 @@ ancestor, because both segments are one conversation to the user.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     ColumnElement,
     Connection,
+    and_,
     bindparam,
     exists,
     literal_column,
@@ -22,11 +24,18 @@ from sqlalchemy import (
 )
 
 from ..errors import InvalidTitle, TitleInUse
-from ..runtime.engine import Prepared, all_dicts, all_tuples, first_tuple, first_value
+from ..runtime.engine import (
+    DriverWrite,
+    Prepared,
+    all_dicts,
+    all_tuples,
+    first_tuple,
+    first_value,
+)
 from . import turns
 from ._dialect import lock_key
 from ._paging import NO_OFFSET
-from ._sql import all_columns, escape_like
+from ._sql import alias, all_columns, escape_like
 from ._tables import SESSIONS, S
 from .encoding import scrub
 from .lineage import compression_ancestors
@@ -89,8 +98,6 @@ _NUMBERED_NEWEST_ID = (
     .offset(NO_OFFSET)
 )
 _EXACT_ID = select(S.id).where(S.title == bindparam("title")).limit(_ONE).offset(NO_OFFSET)
-_NUMBERED_NEWEST = Prepared(_NUMBERED_NEWEST_ID)
-_EXACT = Prepared(_EXACT_ID)
 _LINEAGE_TITLES = Prepared(
     select(S.title).where(
         or_(S.title == bindparam("title"), S.title.like(bindparam("pattern"), escape="\\"))
@@ -98,7 +105,7 @@ _LINEAGE_TITLES = Prepared(
 )
 
 
-#: `_newest_in_lineage` in one statement: the newest `<title> #<n>` holder's id, whether
+#: resolve_session_by_title in one statement: the newest `<title> #<n>` holder's id, whether
 #: a session holds `title` itself (titles are unique: one at most), and its id.
 _NEWEST_IN_LINEAGE = Prepared(
     select(
@@ -109,13 +116,28 @@ _NEWEST_IN_LINEAGE = Prepared(
 )
 
 
-def _newest_in_lineage(conn: Connection, title: str) -> str | None:
-    """The session holding the highest `<title> #<n>`, else the one holding `title`."""
-    numbered = _NUMBERED_NEWEST.scalar(conn, {"pattern": _numbered_pattern(title)})
-    if numbered is not None:
-        return str(numbered)
-    exact = _EXACT.first(conn, {"title": title})
-    return None if exact is None else str(exact[0])
+# The title writes as statements alone (`DriverWrite`, SQLite): the first gives the
+# answer, or no row where another session holds the title (the write is then made through
+# a Connection by `_set_title` / `_set_title_if_untitled`, which hand the title over from
+# a compression ancestor or raise TitleInUse); the UPDATE follows in the same transaction.
+_HOLDER_ROW = alias(SESSIONS, "holder")
+_HELD_BY_ANOTHER = exists(
+    select(_HOLDER_ROW.c.id).where(
+        _HOLDER_ROW.c.title == bindparam("new_title"), _HOLDER_ROW.c.id != bindparam("id")
+    )
+)
+#: Whether session :id exists (set_session_title's answer), if no other holds :new_title.
+_TITLE_FREE = Prepared(
+    select(exists(select(S.id).where(S.id == bindparam("id")))).where(~_HELD_BY_ANOTHER)
+)
+#: Whether session :id is untitled (set_auto_title_if_empty's answer), unless it is and
+#: another holds :new_title; no row for an unknown id either (the Connection path says
+#: False).
+_UNTITLED_FREE = Prepared(
+    select(S.title.is_(None)).where(
+        S.id == bindparam("id"), ~and_(S.title.is_(None), _HELD_BY_ANOTHER)
+    )
+)
 
 
 def _claim_title(conn: Connection, session_id: str, title: str) -> None:
@@ -175,7 +197,10 @@ class TitleRepository:
                 turns.require_turn(conn, session_id, token)
             return _set_title(conn, session_id, clean)
 
-        return self.store.write(work)
+        if token is not None:
+            return self.store.write(work)
+        params = {"id": session_id, "new_title": clean}
+        return bool(self.store.write(work, call=self._title_write(_TITLE_FREE, _SET_TITLE, params)))
 
     def set_auto_title_if_empty(self, session_id: str, title: Any) -> bool:
         """Like set_session_title, but never replaces a title (a user's rename made while
@@ -188,7 +213,25 @@ class TitleRepository:
         clean = sanitize_title(title)
         if clean is None:
             return False
-        return self.store.write(lambda conn: _set_title_if_untitled(conn, session_id, clean))
+        params = {"id": session_id, "new_title": clean}
+        call = self._title_write(_UNTITLED_FREE, _SET_IF_UNTITLED, params)
+        return bool(
+            self.store.write(
+                lambda conn: _set_title_if_untitled(conn, session_id, clean), call=call
+            )
+        )
+
+    def _title_write(
+        self, answer: Prepared, change: Prepared, params: dict[str, Any]
+    ) -> Callable[[], DriverWrite | None] | None:
+        """The `call` of `Store.write` that sends `answer` and `change` at the driver
+        (SQLite); None elsewhere."""
+        store = self.store
+        if not store.dialect.in_process:
+            return None
+        dialect = store.engine.dialect
+        write = DriverWrite(lambda: (answer.bound(dialect, params), change.bound(dialect, params)))
+        return lambda: write
 
     def get_session_title(self, session_id: str) -> str | None:
         """The session's title; None when it has none or is unknown.

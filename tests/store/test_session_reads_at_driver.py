@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from helpers.statements import counted_begins, sent
-from sqlalchemy import Connection, text, update
+from sqlalchemy import Connection, event, text, update
 
 from hermes_store.config import JOURNAL_ENV
+from hermes_store.errors import TitleInUse
 from hermes_store.repositories import lineage
 from hermes_store.repositories._tables import SESSIONS, S
 from hermes_store.repositories.sessions import SessionRepository, full_row
@@ -349,3 +351,209 @@ def test_count_and_title_reads_are_one_statement_without_a_transaction(
         assert len(statements) == 1, (name, statements)
         assert statements[0].startswith("SELECT"), (name, statements)
     assert begins == []
+
+
+# --------------------------------------------------------------------------- writes
+
+
+class Traced:
+    """Every statement SQLite starts on the store's connections opened from now on (the
+    driver's trace callback), triggers' statements left out."""
+
+    def __init__(self, store: Store) -> None:
+        self.statements: list[str] = []
+        event.listen(store.engine, "connect", self._trace)
+        store.dispose()  # every connection from here on is opened, and traced, anew
+
+    def _trace(self, dbapi_conn: Any, _record: Any) -> None:
+        def record(statement: str) -> None:
+            collapsed = " ".join(statement.split())
+            if not collapsed.startswith("--") and (
+                not self.statements or self.statements[-1] != collapsed
+            ):
+                self.statements.append(collapsed)
+
+        dbapi_conn.set_trace_callback(record)
+
+
+#: Each write, with what it returns, on session `sid` (which may not exist).
+SESSION_WRITES: dict[str, Callable[[Store, str], Any]] = {
+    "update_system_prompt": lambda s, sid: s.sessions.update_system_prompt(sid, f"p {sid}"),
+    "update_session_meta": lambda s, sid: s.sessions.update_session_meta(sid, '{"a": 1}'),
+    "update_session_meta (model)": lambda s, sid: s.sessions.update_session_meta(
+        sid, '{"a": 2}', "m2"
+    ),
+    "update_session_cwd": lambda s, sid: s.sessions.update_session_cwd(sid, "/w", " br ", " "),
+    "update_session_cwd (root)": lambda s, sid: s.sessions.update_session_cwd(
+        sid, "/w/x", None, "/w"
+    ),
+    "set_compression_fallback_streak": lambda s, sid: s.sessions.set_compression_fallback_streak(
+        sid, 3
+    ),
+    "set_compression_ineffective_count": lambda s, sid: (
+        s.sessions.set_compression_ineffective_count(sid, -2)
+    ),
+    "set_expiry_finalized": lambda s, sid: s.sessions.set_expiry_finalized(sid),
+    "update_session_billing_route": lambda s, sid: s.sessions.update_session_billing_route(
+        sid, provider="p", base_url="u", billing_mode="metered"
+    ),
+    "update_session_billing_route (mode kept)": lambda s, sid: (
+        s.sessions.update_session_billing_route(sid, provider="q", base_url=None)
+    ),
+    "record_compression_failure_cooldown": lambda s, sid: (
+        s.sessions.record_compression_failure_cooldown(sid, 4.0e9, "failed")
+    ),
+    "clear_compression_failure_cooldown": lambda s, sid: (
+        s.sessions.clear_compression_failure_cooldown(sid)
+    ),
+    "ensure_session": lambda s, sid: s.sessions.ensure_session(sid, "cli", "m3"),
+    "create_session": lambda s, sid: s.sessions.create_session(f"new {sid}", "cli", cwd="/n"),
+    "set_auto_title_if_empty": lambda s, sid: s.titles.set_auto_title_if_empty(sid, f"A {sid}"),
+    "set_auto_title_if_empty (again)": lambda s, sid: s.titles.set_auto_title_if_empty(sid, "B"),
+    "set_auto_title_if_empty (held)": lambda s, sid: s.titles.set_auto_title_if_empty(sid, "Taken"),
+    "set_session_title": lambda s, sid: s.titles.set_session_title(sid, f"T {sid}"),
+    "set_session_title (same)": lambda s, sid: s.titles.set_session_title(sid, f"T {sid}"),
+    "set_session_title (held)": lambda s, sid: s.titles.set_session_title(sid, "Taken"),
+    "set_session_title (ancestor's)": lambda s, sid: s.titles.set_session_title(sid, "Root"),
+    "set_session_title (cleared)": lambda s, sid: s.titles.set_session_title(sid, ""),
+}
+
+
+def _written(store: Store) -> None:
+    """w1 (untitled), w2 (titled), a compression chain root -> w3, and 'Taken' held."""
+    sessions = store.sessions
+    sessions.create_session("w1", "cli")
+    sessions.create_session("w2", "cli")
+    store.titles.set_session_title("w2", "Second")
+    sessions.create_session("root", "cli")
+    store.titles.set_session_title("root", "Root")
+    sessions.create_session("w3", "cli", parent_session_id="root")
+    sessions.end_session("root", "compression")
+    sessions.create_session("holder", "cli")
+    store.titles.set_session_title("holder", "Taken")
+
+
+def _apply_every_write(store: Store) -> list[Any]:
+    answers: list[Any] = []
+    for sid in ("w1", "w2", "w3", "missing"):
+        for write in SESSION_WRITES.values():
+            try:
+                answers.append(write(store, sid))
+            except Exception as exc:  # noqa: BLE001 (the error is what is compared)
+                answers.append(type(exc).__name__)
+    return answers
+
+
+def _rows(store: Store) -> list[dict[str, Any]]:
+    """Every session's row, its times (which differ between two stores) as whether set."""
+    with store.read() as conn:
+        rows = [
+            dict(r) for r in conn.execute(text("SELECT * FROM sessions ORDER BY id")).mappings()
+        ]
+    return [{**row, "started_at": None, "ended_at": row["ended_at"] is not None} for row in rows]
+
+
+def _feed(store: Store) -> list[tuple[str, str]]:
+    with store.read() as conn:
+        rows = conn.execute(
+            text("SELECT kind, session_id FROM hermes_store_changes ORDER BY position")
+        ).all()
+    return [(str(kind), str(sid)) for kind, sid in rows]
+
+
+@pytest.mark.usefixtures("sqlite_driver")
+def test_the_writes_answer_and_change_as_through_a_connection(
+    journal_db: str, journal: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same writes on two copies of one file, one store taking the Connection path
+    (a statement listener): the same answers, errors, rows and change feed."""
+    monkeypatch.setenv(JOURNAL_ENV, journal)
+    source = journal_db.removeprefix("sqlite:///")
+    other = source.replace("state.db", "other.db")
+    with Store(journal_db) as store:
+        _written(store)
+        store.checkpoint("TRUNCATE")
+        store.dispose()
+        shutil.copy2(source, other)
+    with Store(journal_db) as direct, Store(f"sqlite:///{other}") as through:
+        event.listen(through.engine, "before_cursor_execute", lambda *_args: None)
+        fed = len(_feed(direct))
+        answers = _apply_every_write(direct)
+        assert answers == _apply_every_write(through)
+        assert _rows(direct) == _rows(through)
+        assert _feed(direct)[fed:] == _feed(through)[fed:]
+    assert "TitleInUse" in answers and True in answers and False in answers
+
+
+def test_write_answers(store: Store) -> None:
+    """Known answers on SQLite and PostgreSQL."""
+    _written(store)
+    sessions, titles = store.sessions, store.titles
+    sessions.update_session_meta("w1", '{"a": 1}', "m1")
+    sessions.update_session_meta("w1", '{"a": 2}')
+    sessions.update_session_cwd("w1", "/w", " br ", " ")
+    sessions.update_session_billing_route("w1", provider="p", base_url="u", billing_mode="x")
+    sessions.update_session_billing_route("w1", provider="q", base_url=None)
+    sessions.set_compression_fallback_streak("w1", -3)
+    row = sessions.get_session("w1")
+    assert row is not None
+    assert (row["model_config"], row["model"], row["cwd"], row["git_branch"]) == (
+        '{"a": 2}',
+        "m1",
+        "/w",
+        "br",
+    )
+    assert (row["billing_provider"], row["billing_base_url"], row["billing_mode"]) == (
+        "q",
+        None,
+        "x",
+    )
+    assert row["compression_fallback_streak"] == 0
+    assert titles.set_auto_title_if_empty("w1", "Auto") is True
+    assert titles.set_auto_title_if_empty("w1", "Other") is False
+    assert titles.set_auto_title_if_empty("missing", "Other") is False
+    with pytest.raises(TitleInUse):
+        titles.set_session_title("w2", "Auto")
+    assert titles.set_session_title("missing", "Fresh") is False
+    assert titles.set_session_title("w3", "Root") is True  # handed over by its ancestor
+    assert titles.get_session_title("root") is None
+    assert sessions.create_session("w4", "cli") == "w4"
+    assert sessions.ensure_session("w4", "tui", "m") == "w4"
+    created = sessions.get_session("w4")
+    assert created is not None and (created["source"], created["model"]) == ("cli", "m")
+
+
+@pytest.mark.usefixtures("sqlite_driver")
+@pytest.mark.parametrize(
+    "name",
+    [
+        "update_system_prompt",
+        "update_session_meta (model)",
+        "update_session_cwd",
+        "set_compression_fallback_streak",
+        "create_session",
+        "ensure_session",
+        "set_session_title",
+        "set_auto_title_if_empty",
+        "set_auto_title_if_empty (again)",
+    ],
+)
+def test_a_write_is_its_statements_at_the_driver(
+    kept_store: Store, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    traced = Traced(kept_store)  # before the first write opens the writer connection
+    _written(kept_store)
+    kept_store.sessions.end_session("w2", "warm")  # the writer connection is open
+    begins = counted_begins(monkeypatch, kept_store)
+    traced.statements.clear()
+    SESSION_WRITES[name](kept_store, "w1")
+    assert traced.statements[0] == "BEGIN IMMEDIATE", traced.statements
+    assert traced.statements[-1] == "COMMIT", traced.statements
+    body = traced.statements[1:-1]
+    if "title" in name:
+        assert len(body) == 2 and body[0].startswith("SELECT"), body
+        assert body[1].startswith("UPDATE sessions SET title"), body
+    else:
+        assert len(body) == 1, body
+        assert body[0].split()[0] in ("UPDATE", "INSERT"), body
+    assert begins == []  # no SQLAlchemy transaction
