@@ -24,6 +24,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
+    cast,
     exists,
     func,
     literal,
@@ -504,31 +505,62 @@ _TIP_WALK = _naive_walk("tip", _SID, _tip_step, MAX_LINEAGE_HOPS)
 #: `walked` of them).
 TIP_WALK = Prepared(select(_TIP_WALK.c.id).order_by(_TIP_WALK.c.n))
 
-_RESUME_WALK = _naive_walk(
-    "resume",
-    select(_TIP_WALK.c.id)
-    .where(_TIP_WALK.c.id.is_not(None))
-    .order_by(_TIP_WALK.c.n.desc())
-    .limit(_ONE)
-    .offset(NO_OFFSET)
-    .scalar_subquery(),
-    _next_continuation,
-    MAX_RESUME_HOPS,
-)
-_RESUMED = alias(MESSAGES, "resumed_m")
-#: The resume walk from :sid (`resume_target`): the tip walk's rows (0, id, NULL), then
-#: the continuation walk's from its end (1, id, whether the id has messages).
-RESUME_WALK = Prepared(
-    select(literal_column("0", INTEGER()).label("walk"), _TIP_WALK.c.id, _TIP_WALK.c.n, null())
-    .union_all(
+
+def _resume_walk() -> CTE:
+    """(walk, id, last, n): the tip walk from :sid as `_naive_walk` makes it (walk 0),
+    then from its end (walk 1, n = 0: the tip) the continuation walk, newest start first,
+    up to MAX_RESUME_HOPS steps. One recursion, so that the tip walk runs once where a
+    second walk starting from its result would run it again."""
+    zero, one = literal_column("0", INTEGER()), _ONE
+    walk = select(
+        zero.label("walk"), _SID.label("id"), cast(null(), TEXT()).label("last"), zero.label("n")
+    ).cte("resume", recursive=True)
+    tip_done = and_(
+        walk.c.walk == zero,
+        or_(walk.c.id.is_(None), walk.c.n >= literal_column(str(MAX_LINEAGE_HOPS), INTEGER())),
+    )
+
+    def first(step: Callable[[ColumnElement[Any]], Select[Any]]) -> Any:
+        return step(walk.c.id).limit(_ONE).offset(NO_OFFSET).scalar_subquery()
+
+    return walk.union_all(
         select(
-            literal_column("1", INTEGER()),
-            _RESUME_WALK.c.id,
-            _RESUME_WALK.c.n,
-            exists().where(_RESUMED.c.session_id == _RESUME_WALK.c.id),
+            case((tip_done, one), else_=walk.c.walk),
+            case(
+                (tip_done, func.coalesce(walk.c.id, walk.c.last)),
+                (walk.c.walk == zero, first(_tip_step)),
+                else_=first(_next_continuation),
+            ),
+            walk.c.id,
+            case((tip_done, zero), else_=walk.c.n + one),
+        ).where(
+            or_(
+                walk.c.walk == zero,
+                and_(
+                    walk.c.id.is_not(None),
+                    walk.c.n < literal_column(str(MAX_RESUME_HOPS), INTEGER()),
+                ),
+            )
         )
     )
-    .order_by(literal_column("walk"), literal_column("n"))
+
+
+_RESUME_WALK = _resume_walk()
+_RESUMED = alias(MESSAGES, "resumed_m")
+#: The resume walk from :sid (`resume_target`): the tip walk's rows (0, id, n, NULL),
+#: then the continuation walk's from its end (1, id, n, whether the id has messages).
+RESUME_WALK = Prepared(
+    select(
+        _RESUME_WALK.c.walk,
+        _RESUME_WALK.c.id,
+        _RESUME_WALK.c.n,
+        case(
+            (
+                _RESUME_WALK.c.walk == _ONE,
+                exists().where(_RESUMED.c.session_id == _RESUME_WALK.c.id),
+            )
+        ),
+    ).order_by(_RESUME_WALK.c.walk, _RESUME_WALK.c.n)
 )
 
 
