@@ -11,11 +11,12 @@ processes and a cycle in it must not hang a listing.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import (
+    INTEGER,
     TEXT,
     ColumnElement,
     Connection,
@@ -23,18 +24,21 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
+    cast,
     exists,
     func,
     literal,
     literal_column,
+    null,
     or_,
     select,
     update,
 )
-from sqlalchemy.sql.selectable import NamedFromClause, Select
+from sqlalchemy.sql.selectable import CTE, NamedFromClause, Select
 
 from ..runtime.engine import Prepared
 from ._dialect import json_member
+from ._paging import NO_OFFSET
 from ._sql import alias, chunks
 from ._tables import MESSAGES, SESSIONS, M, S
 from .encoding import flag
@@ -177,36 +181,46 @@ def _first_unseen(rows: list[tuple[Any, ...]], seen: set[str]) -> str | None:
     return None
 
 
-# A compression tip step: the continuations of :parent if :parent ended by compression
-# (one statement: the parent's end reason is joined, not read first), preferring a child
-# that was itself compressed (the chain goes on), then a live one, then the newest
-# activity, then the newest start.
-_TIP_STEP = (
-    select(_CHILD.c.id)
-    .select_from(_CHILD.join(_TIP_PARENT, _TIP_PARENT.c.id == _CHILD.c.parent_session_id))
-    .where(
-        _TIP_PARENT.c.id == bindparam("parent"),
-        _TIP_PARENT.c.end_reason == COMPRESSION,
-        _CHILD.c.id.is_not(None),
-        is_continuation(_CHILD),
+def _tip_step(parent: ColumnElement[Any]) -> Select[Any]:
+    """A compression tip step: the continuations of `parent` if it ended by compression
+    (one statement: the parent's end reason is joined, not read first), preferring a
+    child that was itself compressed (the chain goes on), then a live one, then the
+    newest activity, then the newest start."""
+    return (
+        select(_CHILD.c.id)
+        .select_from(_CHILD.join(_TIP_PARENT, _TIP_PARENT.c.id == _CHILD.c.parent_session_id))
+        .where(
+            _TIP_PARENT.c.id == parent,
+            _TIP_PARENT.c.end_reason == COMPRESSION,
+            _CHILD.c.id.is_not(None),
+            is_continuation(_CHILD),
+        )
+        .order_by(
+            case(
+                (_CHILD.c.end_reason == COMPRESSION, 0), (_CHILD.c.ended_at.is_(None), 1), else_=2
+            ),
+            last_active(_CHILD.c.id, _CHILD.c.started_at).desc(),
+            _CHILD.c.started_at.desc(),
+            _CHILD.c.id.desc(),
+        )
     )
-    .order_by(
-        case((_CHILD.c.end_reason == COMPRESSION, 0), (_CHILD.c.ended_at.is_(None), 1), else_=2),
-        last_active(_CHILD.c.id, _CHILD.c.started_at).desc(),
-        _CHILD.c.started_at.desc(),
-        _CHILD.c.id.desc(),
+
+
+def _next_continuation(parent: ColumnElement[Any]) -> Select[Any]:
+    """The continuations of `parent`, newest start first (the resume walk past the tip)."""
+    return (
+        select(_CHILD.c.id)
+        .where(
+            _CHILD.c.parent_session_id == parent,
+            _CHILD.c.id.is_not(None),
+            is_continuation(_CHILD),
+        )
+        .order_by(_CHILD.c.started_at.desc(), _CHILD.c.id.desc())
     )
-)
-# The continuations of :parent, newest start first (the resume walk past the tip).
-_NEXT_CONTINUATION = (
-    select(_CHILD.c.id)
-    .where(
-        _CHILD.c.parent_session_id == bindparam("parent"),
-        _CHILD.c.id.is_not(None),
-        is_continuation(_CHILD),
-    )
-    .order_by(_CHILD.c.started_at.desc(), _CHILD.c.id.desc())
-)
+
+
+_TIP_STEP = _tip_step(bindparam("parent"))
+_NEXT_CONTINUATION = _next_continuation(bindparam("parent"))
 # The next link of a compression chain: :parent's non-branch children if :parent ended
 # by compression, the earliest start first.
 _CHAIN_STEP = (
@@ -346,8 +360,13 @@ def with_delegates(conn: Connection, roots: Iterable[str]) -> set[str]:
     `_delegate_from` names a collected id, and children of a collected id that carry any
     `_delegate_from`, walked to a fixed point. One read of the marked rows, however deep
     the tree: a walk level by level would parse every model_config once per level."""
+    return delegates_among(_delegate_rows(conn), roots)
+
+
+def delegates_among(marked: list[tuple[str, str | None, str]], roots: Iterable[str]) -> set[str]:
+    """`with_delegates` over the marked rows already read: (id, parent, `_delegate_from`)."""
     collected = set(roots)
-    pending = _delegate_rows(conn)
+    pending = marked
     grew = True
     while grew:
         grew = False
@@ -364,14 +383,28 @@ def with_delegates(conn: Connection, roots: Iterable[str]) -> set[str]:
     return collected
 
 
+#: What deleting :id removes, in one read: a row (0, :id, NULL, NULL) if the session
+#: exists, then every row carrying the delegate marker as (1, id, parent, marker).
+DELETE_TARGET_ROWS = Prepared(
+    select(literal_column("0", INTEGER()), S.id, null(), null())
+    .where(S.id == bindparam("id"))
+    .union_all(
+        select(literal_column("1", INTEGER()), S.id, S.parent_session_id, _DELEGATE_OF).where(
+            S.model_config.contains(DELEGATE_MARKER, autoescape=True),
+            _DELEGATE_OF.is_not(None),
+        )
+    )
+)
+
+
 def delegate_descendants(conn: Connection, session_id: str) -> set[str]:
     """The delegate descendants of one session (itself excluded)."""
     return with_delegates(conn, [session_id]) - {session_id}
 
 
-# The open continuations of :parent if :parent ended by compression, two at most (enough
-# to tell one from several).
-_LIVE_CONTINUATIONS = Prepared(
+#: The open continuations of :parent if :parent ended by compression, two at most (enough
+#: to tell one from several).
+LIVE_CONTINUATIONS = Prepared(
     select(_CHILD.c.id)
     .select_from(_CHILD.join(_TIP_PARENT, _TIP_PARENT.c.id == _CHILD.c.parent_session_id))
     .where(
@@ -384,10 +417,26 @@ _LIVE_CONTINUATIONS = Prepared(
 )
 
 
+#: The whole rows (`SELECT *`) of LIVE_CONTINUATIONS' children: one of them is the
+#: unique open continuation, two are too many.
+LIVE_CONTINUATION_ROWS = Prepared(
+    select(literal_column("c.*"))
+    .select_from(_CHILD.join(_TIP_PARENT, _TIP_PARENT.c.id == _CHILD.c.parent_session_id))
+    .where(
+        _TIP_PARENT.c.id == bindparam("parent"),
+        _TIP_PARENT.c.end_reason == COMPRESSION,
+        _CHILD.c.ended_at.is_(None),
+        is_continuation(_CHILD),
+    )
+    .limit(literal_column("2"))
+    .offset(NO_OFFSET)
+)
+
+
 def live_continuation(conn: Connection, parent_session_id: str) -> str | None:
     """The unique open continuation of a compressed session; None when there is none or
     when several compete (the caller must not guess)."""
-    ids = _LIVE_CONTINUATIONS.rows(conn, {"parent": parent_session_id})
+    ids = LIVE_CONTINUATIONS.rows(conn, {"parent": parent_session_id})
     return str(ids[0][0]) if len(ids) == 1 else None
 
 
@@ -407,6 +456,156 @@ def resume_target(conn: Connection, session_id: str) -> str:
         if has_messages(conn, current):
             best = current
     return best or session_id
+
+
+# --------------------------------------------------------------------------- walks in one statement
+#
+# The repository's own walks are each one statement (a recursive CTE), read on its own
+# (`Store.read_one`). A CTE cannot remember what its walk has seen, so each statement
+# walks naively, always to the first child its order gives, and returns every step:
+# while no id comes back, that is the walk above (which takes the first child not yet
+# seen), and the answer follows from the rows; where one comes back (a cycle in
+# `parent_session_id`), `walked` says so and the caller runs the walk above instead.
+
+
+#: Constants written into the walks' SQL (SQLite plans a bound LIMIT or OFFSET as an
+#: expression to evaluate, where these cost nothing).
+_ONE = literal_column("1", INTEGER())
+
+
+def _naive_walk(
+    name: str,
+    start: ColumnElement[Any],
+    step: Callable[[ColumnElement[Any]], Select[Any]],
+    hops: int,
+) -> CTE:
+    """(id, n): `start` at n = 0, then at each n the first id `step` orders from the id
+    before it, up to `hops` steps; a walk with nowhere to go ends with a NULL id."""
+    walk = select(start.label("id"), literal_column("0", INTEGER()).label("n")).cte(
+        name, recursive=True
+    )
+    nxt = step(walk.c.id).limit(_ONE).offset(NO_OFFSET).scalar_subquery()
+    return walk.union_all(
+        select(nxt, walk.c.n + literal_column("1", INTEGER())).where(
+            walk.c.id.is_not(None), walk.c.n < literal_column(str(int(hops)), INTEGER())
+        )
+    )
+
+
+def walked(ids: Iterable[Any]) -> list[Any] | None:
+    """A naive walk's ids in order (its closing NULL, if any, left out); None when an id
+    comes back, for the caller to run the walk that skips seen ids."""
+    steps = [found for found in ids if found is not None]
+    return steps if len(set(steps)) == len(steps) else None
+
+
+_SID = bindparam("sid", type_=TEXT())
+_TIP_WALK = _naive_walk("tip", _SID, _tip_step, MAX_LINEAGE_HOPS)
+#: The compression tip walk from :sid, one id a row (`compression_tip`: the last of
+#: `walked` of them).
+TIP_WALK = Prepared(select(_TIP_WALK.c.id).order_by(_TIP_WALK.c.n))
+
+
+def _resume_walk() -> CTE:
+    """(walk, id, last, n): the tip walk from :sid as `_naive_walk` makes it (walk 0),
+    then from its end (walk 1, n = 0: the tip) the continuation walk, newest start first,
+    up to MAX_RESUME_HOPS steps. One recursion, so that the tip walk runs once where a
+    second walk starting from its result would run it again."""
+    zero, one = literal_column("0", INTEGER()), _ONE
+    walk = select(
+        zero.label("walk"), _SID.label("id"), cast(null(), TEXT()).label("last"), zero.label("n")
+    ).cte("resume", recursive=True)
+    tip_done = and_(
+        walk.c.walk == zero,
+        or_(walk.c.id.is_(None), walk.c.n >= literal_column(str(MAX_LINEAGE_HOPS), INTEGER())),
+    )
+
+    def first(step: Callable[[ColumnElement[Any]], Select[Any]]) -> Any:
+        return step(walk.c.id).limit(_ONE).offset(NO_OFFSET).scalar_subquery()
+
+    return walk.union_all(
+        select(
+            case((tip_done, one), else_=walk.c.walk),
+            case(
+                (tip_done, func.coalesce(walk.c.id, walk.c.last)),
+                (walk.c.walk == zero, first(_tip_step)),
+                else_=first(_next_continuation),
+            ),
+            walk.c.id,
+            case((tip_done, zero), else_=walk.c.n + one),
+        ).where(
+            or_(
+                walk.c.walk == zero,
+                and_(
+                    walk.c.id.is_not(None),
+                    walk.c.n < literal_column(str(MAX_RESUME_HOPS), INTEGER()),
+                ),
+            )
+        )
+    )
+
+
+_RESUME_WALK = _resume_walk()
+_RESUMED = alias(MESSAGES, "resumed_m")
+#: The resume walk from :sid (`resume_target`): the tip walk's rows (0, id, n, NULL),
+#: then the continuation walk's from its end (1, id, n, whether the id has messages).
+RESUME_WALK = Prepared(
+    select(
+        _RESUME_WALK.c.walk,
+        _RESUME_WALK.c.id,
+        _RESUME_WALK.c.n,
+        case(
+            (
+                _RESUME_WALK.c.walk == _ONE,
+                exists().where(_RESUMED.c.session_id == _RESUME_WALK.c.id),
+            )
+        ),
+    ).order_by(_RESUME_WALK.c.walk, _RESUME_WALK.c.n)
+)
+
+
+def resume_answer(session_id: str, rows: list[tuple[Any, ...]]) -> str | None:
+    """`resume_target`'s answer from RESUME_WALK's rows; None when a walk came back to an
+    id (the caller then runs `resume_target`)."""
+    tip = walked(row[1] for row in rows if row[0] == 0)
+    resumed = [row for row in rows if row[0] == 1 and row[1] is not None]
+    if tip is None or walked(row[1] for row in resumed) is None:
+        return None
+    best = None
+    for found, _n, messages in (row[1:] for row in resumed):
+        if messages:
+            best = found
+    return best or session_id
+
+
+_UP = alias(SESSIONS, "up_s")
+_ANCESTRY = select(_SID.label("id"), literal_column("0", INTEGER()).label("n")).cte(
+    "ancestry", recursive=True
+)
+_ANCESTRY = _ANCESTRY.union_all(
+    select(_UP.c.parent_session_id, _ANCESTRY.c.n + literal_column("1", INTEGER()))
+    .select_from(_ANCESTRY.join(_UP, _UP.c.id == _ANCESTRY.c.id))
+    .where(
+        func.length(_UP.c.parent_session_id) > literal_column("0", INTEGER()),
+        _ANCESTRY.c.n < literal_column(str(MAX_LINEAGE_HOPS), INTEGER()),
+    )
+)
+#: :sid then its parents, nearest first, as far as `ancestor_ids` walks and on through a
+#: cycle (`ancestors_from` stops at the first id seen again).
+ANCESTRY = Prepared(select(_ANCESTRY.c.id).where(_ANCESTRY.c.n > NO_OFFSET).order_by(_ANCESTRY.c.n))
+
+
+def ancestors_from(session_id: str, parents: Iterable[Any]) -> list[str]:
+    """`ancestor_ids` from ANCESTRY's ids: up to the first one seen again (a parent
+    walk is a line, so the walk that skips seen ids stops there too)."""
+    chain: list[str] = []
+    seen = {session_id}
+    for parent in parents:
+        if parent in seen:
+            break
+        seen.add(parent)
+        chain.append(str(parent))
+    return chain
 
 
 def _walk(name: str, *, up: bool) -> Any:

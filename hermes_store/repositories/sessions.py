@@ -66,21 +66,28 @@ from ._tag_names import check_tags
 from .deletion import delete_ids, remove_session_files
 from .encoding import decode_content, flag, now, scrub, time_in_range
 from .lineage import (
+    ANCESTRY,
     COMPRESSION,
+    DELETE_TARGET_ROWS,
     INHERITED_ACROSS_COMPRESSION,
     INHERITED_FROM_PARENT,
     LINEAGE_FLAG_UPDATES,
-    ancestor_ids,
+    LIVE_CONTINUATION_ROWS,
+    LIVE_CONTINUATIONS,
+    RESUME_WALK,
+    TIP_WALK,
+    ancestors_from,
     compression_lineage,
     compression_tip,
-    delegate_descendants,
+    delegates_among,
     descendant_ids,
     is_recoverable,
     json_object,
     lineage_flag_params,
-    live_continuation,
+    resume_answer,
     resume_target,
     session_exists,
+    walked,
 )
 from .listing import (
     ListingFilters,
@@ -142,7 +149,8 @@ _FIRST_ASSISTANT_TEXT = Prepared(
     select(M.content)
     .where(M.session_id == bindparam("id"), M.role == "assistant", M.content.is_not(None))
     .order_by(M.timestamp, M.id)
-    .limit(1)
+    .limit(literal_column("1"))
+    .offset(NO_OFFSET)
 )
 
 
@@ -175,6 +183,17 @@ _SWITCH_MODEL_KEEPING_CONFIG = Prepared(
     .values(model=bindparam("model_name"), system_prompt=null())
     .returning(S.id)
 )
+
+
+@lru_cache(maxsize=64)
+def _setter(names: tuple[str, ...], keep: tuple[str, ...]) -> Prepared:
+    """UPDATE of session :sid setting each column of `names` to :v_<name>; a column in
+    `keep` keeps its value where :v_<name> is None."""
+    values: dict[str, Any] = {}
+    for name in names:
+        given = bindparam(f"v_{name}", type_=S[name].type)
+        values[name] = func.coalesce(given, S[name]) if name in keep else given
+    return Prepared(update(SESSIONS).where(S.id == bindparam("sid")).values(values))
 
 
 @cache
@@ -241,6 +260,11 @@ def _session_cwds(include_archived: bool) -> Prepared:
         .group_by(S.cwd)
         .order_by(S.cwd)
     )
+
+
+def _first_values(cursor: Any) -> list[Any]:
+    """Every row's first value (a `read_one` consumer)."""
+    return [row[0] for row in all_tuples(cursor)]
 
 
 def _text(value: Any) -> Any:
@@ -376,17 +400,6 @@ def _unique_prefix_match(conn: Connection, prefix: str) -> str | None:
     return matches[0] if len(matches) == 1 else None
 
 
-def _live_continuation_row(conn: Connection, parent_session_id: str) -> Row | None:
-    child = live_continuation(conn, parent_session_id)
-    return None if child is None else full_row(conn, child)
-
-
-def _delete_targets(conn: Connection, session_id: str) -> list[str]:
-    if not session_exists(conn, session_id):
-        return []
-    return [session_id, *sorted(delegate_descendants(conn, session_id))]
-
-
 # --------------------------------------------------------------------------- repository
 
 
@@ -407,14 +420,27 @@ class SessionRepository:
         if self._flush_hook is not None:
             self._flush_hook()
 
-    def _update(self, session_id: str, turn_token: int | None = None, **values: Any) -> int:
-        statement = update(SESSIONS).where(S.id == session_id).values(**values)
+    def _update(
+        self,
+        session_id: str,
+        turn_token: int | None = None,
+        *,
+        keep: tuple[str, ...] = (),
+        **values: Any,
+    ) -> int:
+        """Set `values` on the session's row (those named in `keep` only where given, not
+        None); the rows changed. One UPDATE, a write of its own (`Store.write_one`),
+        unless a turn token has the turn checked first in the same transaction."""
+        statement = _setter(tuple(values), keep)
+        params = {f"v_{name}": value for name, value in values.items()}
+        params["sid"] = session_id
         token = turns.check_token(turn_token)
+        if token is None:
+            return self.store.write_one(statement, params)
 
         def work(conn: Connection) -> int:
-            if token is not None:
-                turns.require_turn(conn, session_id, token)
-            return rowcount(conn.execute(statement))
+            turns.require_turn(conn, session_id, token)
+            return statement.run(conn, params)
 
         return self.store.write(work)
 
@@ -477,7 +503,21 @@ class SessionRepository:
         values["id"] = session_id
         values["source"] = _text(source)
         has_parent = bool(parent_session_id)
-        return self.store.write(lambda conn: _create(conn, values, has_parent))
+        store = self.store
+
+        def work(conn: Connection) -> str:
+            return _create(conn, values, has_parent)
+
+        if has_parent or not store.dialect.in_process:
+            return store.write(work)
+        # One statement: sent at the kept writer's driver, stamped once the write lock is
+        # held (as `_create` stamps it), so start times rise with the order of writes.
+        dialect = store.engine.dialect
+        write = DriverWrite(
+            lambda: (_UPSERT.bound(dialect, {**values, "started_at": now()}),), rowcount=True
+        )
+        store.write(work, call=lambda: write)
+        return str(values["id"])
 
     def ensure_session(
         self,
@@ -670,8 +710,9 @@ class SessionRepository:
         self._update(
             session_id,
             turn_token,
+            keep=("model",),
             model_config=model_config_json,
-            model=func.coalesce(model, S.model),
+            model=model,
         )
 
     def update_session_model(self, session_id: str, model: str | None) -> None:
@@ -747,9 +788,10 @@ class SessionRepository:
         self._flush()
         self._update(
             session_id,
+            keep=("billing_mode",),
             billing_provider=provider,
             billing_base_url=base_url,
-            billing_mode=func.coalesce(billing_mode, S.billing_mode),
+            billing_mode=billing_mode,
             system_prompt=None,
         )
 
@@ -948,7 +990,10 @@ class SessionRepository:
         Args:
             session_id: the session's id.
         """
-        return self.store.read(lambda conn: compression_tip(conn, session_id))
+        ids = walked(self.store.read_one(TIP_WALK, {"sid": session_id}, _first_values))
+        if ids is None:  # a cycle: the walk that skips what it has seen
+            return self.store.read(lambda conn: compression_tip(conn, session_id))
+        return str(ids[-1]) if ids else session_id
 
     def get_compression_lineage(self, session_id: str) -> list[str]:
         """The compression chain the session belongs to, root first ([] if unknown).
@@ -965,8 +1010,14 @@ class SessionRepository:
         Args:
             parent_session_id: the parent session's id.
         """
-        found = self.store.read(lambda conn: _live_continuation_row(conn, parent_session_id))
-        return cast("SessionRow | None", found)
+        params = {"parent": parent_session_id}
+        # the ids first: a whole row's fifty columns cost a driver more to describe than
+        # the narrow read costs, and most sessions asked have no continuation or several;
+        # the rows are then read again whole, the answer taken from that read alone
+        if len(self.store.read_one(LIVE_CONTINUATIONS, params, all_tuples)) != 1:
+            return None
+        rows = self.store.read_one(LIVE_CONTINUATION_ROWS, params, all_dicts)
+        return cast("SessionRow", rows[0]) if len(rows) == 1 else None
 
     def get_session_delete_targets(self, session_id: str) -> list[str]:
         """What deleting the session removes: itself, then its delegate runs.
@@ -974,7 +1025,11 @@ class SessionRepository:
         Args:
             session_id: the session's id.
         """
-        return self.store.read(lambda conn: _delete_targets(conn, session_id))
+        rows = self.store.read_one(DELETE_TARGET_ROWS, {"id": session_id}, all_tuples)
+        if not any(row[0] == 0 for row in rows):
+            return []
+        marked = [(str(sid), parent, str(of)) for kind, sid, parent, of in rows if kind == 1]
+        return [session_id, *sorted(delegates_among(marked, [session_id]) - {session_id})]
 
     def ancestors(self, session_id: str) -> list[str]:
         """Every ancestor through `parent_session_id`, nearest first.
@@ -982,7 +1037,8 @@ class SessionRepository:
         Args:
             session_id: the session's id.
         """
-        return self.store.read(lambda conn: ancestor_ids(conn, session_id))
+        parents = self.store.read_one(ANCESTRY, {"sid": session_id}, _first_values)
+        return ancestors_from(session_id, parents)
 
     def descendants(self, session_id: str) -> list[str]:
         """Every descendant through `parent_session_id`, level by level.
@@ -1011,7 +1067,11 @@ class SessionRepository:
         """
         if not session_id:
             return session_id
-        return self.store.read(lambda conn: resume_target(conn, session_id))
+        rows = self.store.read_one(RESUME_WALK, {"sid": session_id}, all_tuples)
+        found = resume_answer(session_id, rows)
+        if found is None:  # a cycle: the walks that skip what they have seen
+            return self.store.read(lambda conn: resume_target(conn, session_id))
+        return found
 
     # ----------------------------------------------------------------- listing
 
@@ -1222,7 +1282,7 @@ class SessionRepository:
             listable_only=exclude_children,
         )
         statement, params = count_statement(filters.shape()), filters.params()
-        return self.store.read(lambda conn: int(statement.scalar(conn, params)))
+        return int(self.store.read_one(statement, params, first_value))
 
     def session_count_by_source(
         self,
@@ -1246,9 +1306,7 @@ class SessionRepository:
         )
         statement = source_counts_statement(filters.shape())
         params = filters.params()
-        return self.store.read(
-            lambda conn: {str(key): int(n) for key, n in statement.rows(conn, params)}
-        )
+        return {str(key): int(n) for key, n in self.store.read_one(statement, params, all_tuples)}
 
     def list_cron_job_runs(self, job_id: str, limit: int = 20, offset: int = 0) -> list[Row]:
         """Runs of one cron job, newest first: an index range over the id prefix, so the

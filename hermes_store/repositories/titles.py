@@ -8,15 +8,34 @@ ancestor, because both segments are one conversation to the user.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, bindparam, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    and_,
+    bindparam,
+    exists,
+    literal_column,
+    or_,
+    select,
+    update,
+)
 
 from ..errors import InvalidTitle, TitleInUse
-from ..runtime.engine import Prepared, all_dicts, first_value
+from ..runtime.engine import (
+    DriverWrite,
+    Prepared,
+    all_dicts,
+    all_tuples,
+    first_tuple,
+    first_value,
+)
 from . import turns
 from ._dialect import lock_key
-from ._sql import all_columns, escape_like
+from ._paging import NO_OFFSET
+from ._sql import alias, all_columns, escape_like
 from ._tables import SESSIONS, S
 from .encoding import scrub
 from .lineage import compression_ancestors
@@ -70,13 +89,15 @@ _SET_IF_UNTITLED = Prepared(
     .where(S.id == bindparam("id"), S.title.is_(None))
     .values(title=bindparam("new_title"))
 )
-_NUMBERED_NEWEST = Prepared(
+_ONE: ColumnElement[Any] = literal_column("1")
+_NUMBERED_NEWEST_ID = (
     select(S.id)
     .where(S.title.like(bindparam("pattern"), escape="\\"))
     .order_by(S.started_at.desc(), S.id.desc())
-    .limit(1)
+    .limit(_ONE)
+    .offset(NO_OFFSET)
 )
-_EXACT = Prepared(select(S.id).where(S.title == bindparam("title")).limit(1))
+_EXACT_ID = select(S.id).where(S.title == bindparam("title")).limit(_ONE).offset(NO_OFFSET)
 _LINEAGE_TITLES = Prepared(
     select(S.title).where(
         or_(S.title == bindparam("title"), S.title.like(bindparam("pattern"), escape="\\"))
@@ -84,13 +105,39 @@ _LINEAGE_TITLES = Prepared(
 )
 
 
-def _newest_in_lineage(conn: Connection, title: str) -> str | None:
-    """The session holding the highest `<title> #<n>`, else the one holding `title`."""
-    numbered = _NUMBERED_NEWEST.scalar(conn, {"pattern": _numbered_pattern(title)})
-    if numbered is not None:
-        return str(numbered)
-    exact = _EXACT.first(conn, {"title": title})
-    return None if exact is None else str(exact[0])
+#: resolve_session_by_title in one statement: the newest `<title> #<n>` holder's id, whether
+#: a session holds `title` itself (titles are unique: one at most), and its id.
+_NEWEST_IN_LINEAGE = Prepared(
+    select(
+        _NUMBERED_NEWEST_ID.scalar_subquery(),
+        exists(_EXACT_ID),
+        _EXACT_ID.scalar_subquery(),
+    )
+)
+
+
+# The title writes as statements alone (`DriverWrite`, SQLite): the first gives the
+# answer, or no row where another session holds the title (the write is then made through
+# a Connection by `_set_title` / `_set_title_if_untitled`, which hand the title over from
+# a compression ancestor or raise TitleInUse); the UPDATE follows in the same transaction.
+_HOLDER_ROW = alias(SESSIONS, "holder")
+_HELD_BY_ANOTHER = exists(
+    select(_HOLDER_ROW.c.id).where(
+        _HOLDER_ROW.c.title == bindparam("new_title"), _HOLDER_ROW.c.id != bindparam("id")
+    )
+)
+#: Whether session :id exists (set_session_title's answer), if no other holds :new_title.
+_TITLE_FREE = Prepared(
+    select(exists(select(S.id).where(S.id == bindparam("id")))).where(~_HELD_BY_ANOTHER)
+)
+#: Whether session :id is untitled (set_auto_title_if_empty's answer), unless it is and
+#: another holds :new_title; no row for an unknown id either (the Connection path says
+#: False).
+_UNTITLED_FREE = Prepared(
+    select(S.title.is_(None)).where(
+        S.id == bindparam("id"), ~and_(S.title.is_(None), _HELD_BY_ANOTHER)
+    )
+)
 
 
 def _claim_title(conn: Connection, session_id: str, title: str) -> None:
@@ -150,7 +197,10 @@ class TitleRepository:
                 turns.require_turn(conn, session_id, token)
             return _set_title(conn, session_id, clean)
 
-        return self.store.write(work)
+        if token is not None:
+            return self.store.write(work)
+        params = {"id": session_id, "new_title": clean}
+        return bool(self.store.write(work, call=self._title_write(_TITLE_FREE, _SET_TITLE, params)))
 
     def set_auto_title_if_empty(self, session_id: str, title: Any) -> bool:
         """Like set_session_title, but never replaces a title (a user's rename made while
@@ -163,7 +213,25 @@ class TitleRepository:
         clean = sanitize_title(title)
         if clean is None:
             return False
-        return self.store.write(lambda conn: _set_title_if_untitled(conn, session_id, clean))
+        params = {"id": session_id, "new_title": clean}
+        call = self._title_write(_UNTITLED_FREE, _SET_IF_UNTITLED, params)
+        return bool(
+            self.store.write(
+                lambda conn: _set_title_if_untitled(conn, session_id, clean), call=call
+            )
+        )
+
+    def _title_write(
+        self, answer: Prepared, change: Prepared, params: dict[str, Any]
+    ) -> Callable[[], DriverWrite | None] | None:
+        """The `call` of `Store.write` that sends `answer` and `change` at the driver
+        (SQLite); None elsewhere."""
+        store = self.store
+        if not store.dialect.in_process:
+            return None
+        dialect = store.engine.dialect
+        write = DriverWrite(lambda: (answer.bound(dialect, params), change.bound(dialect, params)))
+        return lambda: write
 
     def get_session_title(self, session_id: str) -> str | None:
         """The session's title; None when it has none or is unknown.
@@ -194,7 +262,13 @@ class TitleRepository:
         """
         if not title:
             return None
-        return self.store.read(lambda conn: _newest_in_lineage(conn, title))
+        params = {"pattern": _numbered_pattern(title), "title": title}
+        row = self.store.read_one(_NEWEST_IN_LINEAGE, params, first_tuple)
+        assert row is not None  # a SELECT without FROM gives one row
+        numbered, held, exact = row
+        if numbered is not None:
+            return str(numbered)
+        return str(exact) if held else None
 
     def get_next_title_in_lineage(self, base_title: str) -> str:
         """`<base> #<n+1>` after the highest number in use; the unnumbered original
@@ -206,9 +280,7 @@ class TitleRepository:
         match = _NUMBERED.match(base_title)
         base = match.group("base") if match else base_title
         params = {"title": base, "pattern": _numbered_pattern(base)}
-        titles = self.store.read(
-            lambda conn: [str(row[0]) for row in _LINEAGE_TITLES.rows(conn, params)]
-        )
+        titles = [str(row[0]) for row in self.store.read_one(_LINEAGE_TITLES, params, all_tuples)]
         if not titles:
             return base
         highest = 1
