@@ -64,7 +64,6 @@ from ._dialect import (
 from ._paging import (
     NO_OFFSET,
     bound_limit,
-    limit_clause,
     limit_of,
     row_count,
     row_limit,
@@ -205,6 +204,28 @@ _WITH_PLATFORM_ID = Prepared(
     )
     .limit(1)
 )
+#: A session's parent ('' or NULL: none), whose absence ends the ancestor walk at once.
+_PARENT = Prepared(select(S.parent_session_id).where(S.id == bindparam("session_id")))
+
+
+@lru_cache(maxsize=32)
+def _recent_user_rows(include_inactive: bool, limited: bool, limit: int | None) -> Prepared:
+    """list_recent_user_messages' statement: (id, timestamp, content) of the session's
+    user rows without a display kind, newest first; a `limited` one has `limit` written
+    in (`_paging.written`; None: bound as :limit)."""
+    query = select(M.id, M.timestamp, M.content).where(
+        M.session_id == bindparam("session_id"),
+        M.role == "user",
+        or_(M.display_kind.is_(None), M.display_kind == ""),
+    )
+    if not include_inactive:
+        query = query.where(M.active == 1)
+    query = query.order_by(M.id.desc())
+    if limited:
+        query = query.limit(limit_of(limit))
+    return Prepared(query)
+
+
 _SESSION_COUNT = Prepared(
     select(func.count()).select_from(MESSAGES).where(M.session_id == bindparam("session_id"))
 )
@@ -1454,22 +1475,19 @@ class MessageRepository:
             limit: at most this many rows.
             include_inactive: also messages marked inactive (rewound or compacted away).
         """
-        query = select(M.id, M.timestamp, M.content).where(
-            M.session_id == session_id,
-            M.role == "user",
-            or_(M.display_kind.is_(None), M.display_kind == ""),
+        wanted = row_limit(limit)
+        statement = _recent_user_rows(
+            include_inactive, wanted is not None, None if wanted is None else written(wanted)
         )
-        if not include_inactive:
-            query = query.where(M.active == 1)
-        query = query.order_by(M.id.desc()).limit(limit_clause(limit))
-        rows = self.store.read(lambda conn: conn.execute(query).all())
+        params = {"session_id": session_id, "limit": wanted}
+        rows = self.store.read_one(statement, params, all_tuples)
         return [
             {
-                "id": r.id,
-                "timestamp": r.timestamp,
-                "preview": shape_message_preview(decode_content(r.content)),
+                "id": message_id,
+                "timestamp": timestamp,
+                "preview": shape_message_preview(decode_content(content)),
             }
-            for r in rows
+            for message_id, timestamp, content in rows
         ]
 
     def has_archived_messages(self, session_id: str) -> bool:
@@ -1562,6 +1580,11 @@ class MessageRepository:
         Args:
             session_id: the session's id.
         """
+        # most sessions have no parent: that is one statement, read alone; a lineage is
+        # read whole in one transaction, the parent again with it
+        parent = self.store.read_one(_PARENT, {"session_id": session_id}, first_value)
+        if not parent or parent == session_id:
+            return []
         lineage = self.store.read(lambda conn: _ancestors_rows(conn, session_id))
         if not lineage:
             return []
