@@ -689,13 +689,6 @@ _SET_LATEST_API_CONTENT = Prepared(
 )
 
 
-def _set_latest_api_content(
-    conn: Connection, session_id: str, stored_content: Any, stored_api: Any
-) -> int:
-    params = {"session_id": session_id, "content": stored_content, "api_content": stored_api}
-    return 1 if _SET_LATEST_API_CONTENT.run(conn, params) > 0 else 0
-
-
 _REWIND_TARGET = Prepared(
     all_columns(MESSAGES).where(M.id == bindparam("id"), M.session_id == bindparam("session_id"))
 )
@@ -1227,9 +1220,8 @@ class MessageRepository:
         redaction = self.store.redaction
         stored_content = content_value(redaction.redact_value(content))
         stored_api = field_text("api_content", redaction.redact_value(api_content))
-        return self.store.write(
-            lambda conn: _set_latest_api_content(conn, session_id, stored_content, stored_api)
-        )
+        params = {"session_id": session_id, "content": stored_content, "api_content": stored_api}
+        return 1 if self.store.write_one(_SET_LATEST_API_CONTENT, params) > 0 else 0
 
     def rewind_to_message(self, session_id: str, target_message_id: int) -> RewindResult:
         """Hide the target user message and everything after it (rows stay on disk).
@@ -1252,9 +1244,8 @@ class MessageRepository:
             session_id: the session's id.
             since_message_id: the message from which the rewound messages are restored.
         """
-        return self.store.write(
-            lambda conn: _set_active(conn, session_id, since_message_id, active=True)
-        )
+        params = {"session_id": session_id, "since": since_message_id}
+        return self.store.write_one(_SET_ACTIVE[True], params)
 
     def pop_newest_message(self, session_id: str) -> MessageRow | None:
         """Delete the session's newest active message and return it (decoded as
@@ -1277,7 +1268,23 @@ class MessageRepository:
         Args:
             session_id: the session's id.
         """
-        self.store.write(lambda conn: _clear(conn, session_id))
+        store = self.store
+
+        def work(conn: Connection) -> None:
+            _clear(conn, session_id)
+
+        if not store.dialect.in_process:
+            store.write(work)
+            return
+        # SQLite: the two statements at the kept writer's driver, without SQLAlchemy's
+        # transaction (a DriverWrite: the rows the DELETE removed are its result)
+        dialect = store.engine.dialect
+        statements = (
+            _CLEAR.bound(dialect, {"session_id": session_id}),
+            _SET_COUNTS.bound(dialect, {"session_id": session_id, "messages": 0, "tool_calls": 0}),
+        )
+        write = DriverWrite(lambda: statements, rowcount=True)
+        store.write(work, call=lambda: write)
 
     def publish_compression_child(
         self,

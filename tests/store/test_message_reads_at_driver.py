@@ -157,6 +157,7 @@ OTHER_READS: dict[str, Callable[[Store], Any]] = {
     "ancestors": lambda s: s.messages.get_ancestor_display_prefix("child"),
     "get_meta": lambda s: s.meta.get_meta("k"),
     "get_meta (missing)": lambda s: s.meta.get_meta("missing"),
+    "fts_optimize_available": lambda s: s.housekeeping.fts_optimize_available(),
 }
 
 
@@ -176,6 +177,24 @@ def test_each_read_is_one_statement_without_a_transaction(
     assert len(statements) == 1, statements
     assert statements[0].split()[0] == "SELECT", statements
     assert begins == []
+
+
+def test_the_search_index_state_is_two_reads_without_a_transaction(
+    store: Store, begins: list[Connection]
+) -> None:
+    """`fts_optimize_available`: the catalog and the bookkeeping keys, each read alone
+    (the original reads them without a transaction too); a pending backfill is seen."""
+    _fill(store)
+    housekeeping = store.housekeeping
+    assert housekeeping.fts_optimize_available() is False
+    begins.clear()
+    with sent(store, transactions=True) as statements:
+        assert housekeeping.fts_optimize_available() is False
+    assert [s.split()[0] for s in statements] == ["SELECT", "SELECT"], statements
+    assert "sqlite_master" in statements[0] and "state_meta" in statements[1]
+    assert begins == []
+    store.meta.set_meta("fts_rebuild_high_water", 10)
+    assert housekeeping.fts_optimize_available() is True
 
 
 def _expected_answers(answers: dict[str, Any]) -> None:
@@ -212,6 +231,7 @@ def _expected_answers(answers: dict[str, Any]) -> None:
     assert answers["empty sessions"] == 1
     assert answers["get_meta"] == "v"
     assert answers["get_meta (missing)"] is None
+    assert answers["fts_optimize_available"] is False
 
 
 def test_the_reads_answer_as_in_a_transaction(store: Store, journal_db: str) -> None:
@@ -236,26 +256,41 @@ def test_the_reads_answer_the_same_on_postgresql(backend_url: str) -> None:
         _expected_answers(_reads(server))
 
 
-#: Each write sent at the driver, as the facade calls it.
-WRITES: dict[str, tuple[str, Callable[[Store], Any]]] = {
-    "set_meta": ("INSERT INTO state_meta", lambda s: s.meta.set_meta("k", 2.5)),
+#: Each write sent at the driver, as the facade calls it, with how the statements it
+#: sends between BEGIN IMMEDIATE and COMMIT begin.
+WRITES: dict[str, tuple[tuple[str, ...], Callable[[Store], Any]]] = {
+    "set_meta": (("INSERT INTO state_meta",), lambda s: s.meta.set_meta("k", 2.5)),
     "save_gateway_routing_entry": (
-        "INSERT INTO gateway_routing",
+        ("INSERT INTO gateway_routing",),
         lambda s: s.gateway_routing.save_entry("key1", '{"c": 1}'),
     ),
     "release_compression_lock": (
-        "DELETE FROM compression_locks",
+        ("DELETE FROM compression_locks",),
         lambda s: s.compression_locks.release("root", "h1"),
     ),
     "try_acquire_compression_lock": (
-        "INSERT INTO compression_locks",
+        ("INSERT INTO compression_locks",),
         lambda s: s.compression_locks.try_acquire("child", "h2"),
+    ),
+    "set_latest_user_api_content": (
+        ("UPDATE messages SET api_content",),
+        lambda s: s.messages.set_latest_user_api_content(
+            "child", [{"type": "text", "text": "parts"}], "as sent"
+        ),
+    ),
+    "restore_rewound": (
+        ("UPDATE messages SET active",),
+        lambda s: s.messages.restore_rewound("child", 0),
+    ),
+    "clear_messages": (
+        ("DELETE FROM messages", "UPDATE sessions SET message_count"),
+        lambda s: s.messages.clear_messages("root"),
     ),
 }
 
 
 @pytest.mark.parametrize("name", sorted(WRITES))
-def test_a_write_is_begin_statement_commit_at_the_driver(
+def test_a_write_is_begin_statements_commit_at_the_driver(
     store: Store, begins: list[Connection], name: str
 ) -> None:
     traced = Traced(store)  # before the first write opens the writer connection
@@ -263,13 +298,29 @@ def test_a_write_is_begin_statement_commit_at_the_driver(
     assert store.compression_locks.try_acquire("root", "h1") is True
     traced.statements.clear()
     begins.clear()
-    start, write = WRITES[name]
+    starts, write = WRITES[name]
     write(store)
-    assert len(traced.statements) == 3, traced.statements
+    assert len(traced.statements) == len(starts) + 2, traced.statements
     assert traced.statements[0] == "BEGIN IMMEDIATE"
-    assert traced.statements[1].startswith(start), traced.statements
-    assert traced.statements[2] == "COMMIT"
+    for sent_statement, start in zip(traced.statements[1:-1], starts, strict=True):
+        assert sent_statement.startswith(start), traced.statements
+    assert traced.statements[-1] == "COMMIT"
     assert begins == []
+
+
+def test_deleting_one_session_binds_its_id_without_an_in_list(store: Store) -> None:
+    """A `delete_session` of a session without delegate runs: its existence, the delegate
+    marks, its children unlinked, its messages and its row, each statement prepared (an
+    expanding IN list would be rendered on every call)."""
+    _fill(store)
+    with sent(store) as statements:
+        assert store.maintenance.delete_session("root") is True
+    assert len(statements) == 5, statements
+    assert not [s for s in statements if " IN (" in s], statements
+    assert store.sessions.get_session("root") is None
+    child = store.sessions.get_session("child")
+    assert child is not None and child["parent_session_id"] is None
+    assert store.messages.message_count("root") == 0
 
 
 def _stale(store: Store, session_id: str) -> None:
@@ -312,7 +363,22 @@ def _state(store: Store) -> dict[str, Any]:
         routing = conn.execute(
             text("SELECT scope, session_key, entry_json FROM gateway_routing ORDER BY 1, 2")
         ).all()
-    return {"locks": locks, "meta": meta, "routing": routing}
+        sessions = conn.execute(
+            text(
+                "SELECT id, parent_session_id, message_count, tool_call_count FROM sessions "
+                "ORDER BY id"
+            )
+        ).all()
+        messages = conn.execute(
+            text("SELECT session_id, content, active, api_content FROM messages ORDER BY id")
+        ).all()
+    return {
+        "locks": locks,
+        "meta": meta,
+        "routing": routing,
+        "sessions": sessions,
+        "messages": messages,
+    }
 
 
 def test_the_writes_answer_and_change_as_through_a_connection(
@@ -334,8 +400,14 @@ def test_the_writes_answer_and_change_as_through_a_connection(
         assert steps == _lock_steps(through)
         assert steps == [True, True, False, "h1", "h1", None, True, "h2", None, True, False]
         assert sum("Reclaimed stale compression lock" in r.message for r in caplog.records) == 1
-        for write in WRITES.values():
-            write[1](direct)
-            write[1](through)
+        answers = [(write(direct), write(through)) for _starts, write in WRITES.values()]
+        assert [a for a, _b in answers] == [b for _a, b in answers]
+        assert [a for a, _b in answers] == [None, None, None, True, 1, 2, None]
+        for sid in ("missing", "root", "gone"):
+            assert direct.maintenance.delete_session(sid) == through.maintenance.delete_session(sid)
         assert _state(direct) == _state(through)
-        assert _state(direct)["meta"] == [("k", "2.5")]
+        state = _state(direct)
+        assert state["meta"] == [("k", "2.5")]
+        assert [row[0] for row in state["sessions"]] == ["child", "kept", "peer", "peer2"]
+        sent_as = [row for row in state["messages"] if row[3] == "as sent"]
+        assert len(sent_as) == 1 and "parts" in sent_as[0][1]
