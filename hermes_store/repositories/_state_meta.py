@@ -7,11 +7,13 @@ without importing the Store back."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 from sqlalchemy import Connection, bindparam
 from sqlalchemy.dialects import sqlite
 
+from ..runtime.engine import Prepared
 from ._dialect import PreparedUpsert
 from ._tables import META, K
 from .encoding import scrub
@@ -33,11 +35,20 @@ _SET = PreparedUpsert(_set_statement)
 SQLITE_SET_SQL = str(_set_statement(sqlite.insert).compile(dialect=sqlite.dialect()))
 
 
-def _text(value: MetaValue) -> str | None:
+@cache
+def set_statement(insert: Callable[[Any], Any]) -> Prepared:
+    """The upsert as one prepared statement of a dialect (parameters: key, value as
+    `stored_text` gives it), `insert` its INSERT constructor: what a write of its own sends
+    (`Store.write_one`)."""
+    return Prepared(_set_statement(insert))
+
+
+def stored_text(value: MetaValue) -> str | None:
+    """`value` as it is stored."""
     # Every value is stored as text, as the original does (a float epoch becomes '1.5').
     return None if value is None else scrub(str(value))
 
 
 def set_value(conn: Connection, key: str, value: MetaValue) -> None:
     """Upsert `key` in `conn`'s transaction: the one `state_meta` write."""
-    _SET.run(conn, {"key": key, "value": _text(value)})
+    _SET.run(conn, {"key": key, "value": stored_text(value)})

@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
@@ -30,7 +31,14 @@ from sqlalchemy import (
 )
 
 from ..models import AsyncDelegation, CompressionLock, GatewayRouting
-from ..runtime.engine import Prepared, all_dicts, first_tuple, first_value
+from ..runtime.engine import (
+    DriverWrite,
+    Prepared,
+    all_dicts,
+    all_tuples,
+    first_tuple,
+    first_value,
+)
 from ._dialect import data_columns, data_dicts, data_rows, lock_session, upsert_insert
 from ._paging import limit_clause
 from ._sql import ADVISORY_FAILURES, all_columns, chunks, rowcount
@@ -84,6 +92,33 @@ _LIVE_HOLDER = Prepared(
         CompressionLock.expires_at >= bindparam("at"),
     )
 )
+
+
+#: A lease dropped by its holder (`release`), one statement.
+_RELEASE = Prepared(
+    delete(CompressionLock).where(
+        CompressionLock.session_id == bindparam("session_id"),
+        CompressionLock.holder == bindparam("holder"),
+    )
+)
+
+
+@cache
+def _lease_insert(insert: Callable[[Any], Any]) -> Prepared:
+    """A new lease written unless the session has one, RETURNING its holder: a row back
+    means the lease was granted with nothing to reclaim (SQLite's `try_acquire` at the
+    driver); `insert`: the dialect's INSERT constructor."""
+    return Prepared(
+        insert(CompressionLock)
+        .values(
+            session_id=bindparam("session_id"),
+            holder=bindparam("holder"),
+            acquired_at=bindparam("at"),
+            expires_at=bindparam("expires_at"),
+        )
+        .on_conflict_do_nothing(index_elements=[CompressionLock.session_id])
+        .returning(CompressionLock.holder)
+    )
 
 
 def _session_exists(conn: Connection, session_id: str) -> bool:
@@ -171,16 +206,49 @@ class CompressionLockRepository:
         if not session_id:
             return False
 
+        def work(conn: Connection) -> tuple[bool, str | None] | str:
+            return _acquire(conn, session_id, holder, ttl_seconds)
+
         try:
-            acquired, reclaimed = self.store.write(
-                lambda conn: _acquire(conn, session_id, holder, ttl_seconds)
+            outcome = self.store.write(
+                work, call=self._granted_at_driver(session_id, holder, ttl_seconds)
             )
         except ADVISORY_FAILURES as exc:  # refused: logged, as the original
             log.warning("compression lock for %s not acquired: %s", session_id, exc)
             return False
+        if isinstance(outcome, str):  # the driver's INSERT granted it: nothing reclaimed
+            return True
+        acquired, reclaimed = outcome
         if reclaimed is not None:  # logged after commit: the unit of work may be retried
             log.info("Reclaimed stale compression lock on %s from %s", session_id, reclaimed)
         return acquired
+
+    def _granted_at_driver(
+        self, session_id: str, holder: str, ttl_seconds: float
+    ) -> Callable[[], DriverWrite | None] | None:
+        """SQLite: the lease as one INSERT at the writer's driver (`_lease_insert`), its
+        time taken once the write lock is held, as `_acquire` takes it. The session
+        having a lease already (no row back) has the write run `_acquire`, which decides
+        whether that lease is stale; on SQLite the session's row lock `_acquire` takes is
+        the write lock the INSERT holds anyway. None elsewhere."""
+        store = self.store
+        dialect = store.engine.dialect
+        if not (store.dialect.in_process and dialect.insert_returning):
+            return None
+        statement = _lease_insert(store.dialect.sql.insert)
+
+        def statements() -> tuple[tuple[str, Any], ...]:
+            at = now()
+            params = {
+                "session_id": session_id,
+                "holder": holder,
+                "at": at,
+                "expires_at": at + float(ttl_seconds),
+            }
+            return (statement.bound(dialect, params),)
+
+        write = DriverWrite(statements)
+        return lambda: write
 
     def refresh(self, session_id: str, holder: str, ttl_seconds: float = DEFAULT_LOCK_TTL) -> bool:
         """Extend the holder's lease, even one that already expired, as long as nobody
@@ -211,7 +279,7 @@ class CompressionLockRepository:
         if not session_id:
             return
         try:
-            self.store.write(lambda conn: _drop_lease(conn, session_id, holder))
+            self.store.write_one(_RELEASE, {"session_id": session_id, "holder": holder})
         except ADVISORY_FAILURES as exc:  # refused: logged, as the original
             log.warning("compression lock for %s not released: %s", session_id, exc)
 
@@ -290,6 +358,53 @@ _PEER_BY_TUPLE = _resumable_peer(
     *(_blank(S[name]) == bindparam(name) for name in ("user_id", "chat_id", "chat_type")),
     _blank(S.thread_id) == bindparam("thread_id"),
 )
+
+
+@cache
+def _entry_upsert(insert: Callable[[Any], Any]) -> Prepared:
+    """One routing entry inserted or replaced; `insert`: the dialect's INSERT
+    constructor."""
+    stmt = insert(GatewayRouting).values(
+        scope=bindparam("scope"),
+        session_key=bindparam("session_key"),
+        entry_json=bindparam("entry_json"),
+        updated_at=bindparam("updated_at"),
+    )
+    return Prepared(
+        stmt.on_conflict_do_update(
+            index_elements=[GatewayRouting.scope, GatewayRouting.session_key],
+            set_={"entry_json": stmt.excluded.entry_json, "updated_at": stmt.excluded.updated_at},
+        )
+    )
+
+
+_ENTRIES = Prepared(
+    select(GatewayRouting.session_key, GatewayRouting.entry_json).where(
+        GatewayRouting.scope == bindparam("scope")
+    )
+)
+
+
+def _open_keyed_sessions(in_thread: bool) -> Prepared:
+    """`find_session_by_origin`'s read: (id, user_id) of a chat's open keyed sessions,
+    newest first; `:platform` is compared lowercased; `in_thread`: only those of the
+    thread `:thread_id` ('' for none)."""
+    stmt = (
+        select(S.id, S.user_id)
+        .where(
+            S.session_key.is_not(None),
+            S.ended_at.is_(None),
+            func.lower(S.source) == bindparam("platform"),
+            S.chat_id == bindparam("chat_id"),
+        )
+        .order_by(S.started_at.desc(), S.id.desc())
+    )
+    if in_thread:
+        stmt = stmt.where(_blank(S.thread_id) == bindparam("thread_id"))
+    return Prepared(stmt)
+
+
+_OPEN_KEYED = {in_thread: _open_keyed_sessions(in_thread) for in_thread in (False, True)}
 _PENDING_HANDOFFS = Prepared(
     all_columns(SESSIONS).where(S.handoff_state == "pending").order_by(S.started_at, S.id)
 )
@@ -307,18 +422,6 @@ def _latest_for_peer(
     if found is None and peer is not None:
         found = conn.execute(_PEER_BY_TUPLE, peer).mappings().first()
     return data_columns(found) if found is not None else None
-
-
-def _save_entry(conn: Connection, scope: str, session_key: str, entry_json: str) -> None:
-    stmt = upsert_insert(conn, GatewayRouting).values(
-        scope=scope, session_key=session_key, entry_json=entry_json, updated_at=now()
-    )
-    conn.execute(
-        stmt.on_conflict_do_update(
-            index_elements=[GatewayRouting.scope, GatewayRouting.session_key],
-            set_={"entry_json": stmt.excluded.entry_json, "updated_at": stmt.excluded.updated_at},
-        )
-    )
 
 
 def _replace_entries(conn: Connection, scope: str, rows: list[dict[str, Any]]) -> None:
@@ -369,8 +472,13 @@ class GatewayRoutingRepository:
         """
         if not session_key or not entry_json:
             return
-        key, entry = scrub(session_key) or "", scrub(entry_json) or ""
-        self.store.write(lambda conn: _save_entry(conn, scope or "", key, entry))
+        params = {
+            "scope": scope or "",
+            "session_key": scrub(session_key) or "",
+            "entry_json": scrub(entry_json) or "",
+            "updated_at": now(),
+        }
+        self.store.write_one(_entry_upsert(self.store.dialect.sql.insert), params)
 
     def replace_entries(self, entries: Mapping[str, str], *, scope: str = "") -> None:
         """The scope's whole index in one transaction; other scopes are untouched.
@@ -395,13 +503,7 @@ class GatewayRoutingRepository:
             scope: the namespace of the entries ('' for the default one); other scopes are
                 untouched.
         """
-        rows = self.store.read(
-            lambda conn: conn.execute(
-                select(GatewayRouting.session_key, GatewayRouting.entry_json).where(
-                    GatewayRouting.scope == (scope or "")
-                )
-            ).all()
-        )
+        rows = self.store.read_one(_ENTRIES, {"scope": scope or ""}, all_tuples)
         return {key: entry for key, entry in rows}
 
     def delete_entries(self, session_keys: Iterable[str], *, scope: str = "") -> int:
@@ -501,28 +603,19 @@ class GatewayRoutingRepository:
         """
         if not platform or not chat_id:
             return None
-        stmt = (
-            select(S.id, S.user_id)
-            .where(
-                S.session_key.is_not(None),
-                S.ended_at.is_(None),
-                func.lower(S.source) == platform.lower(),
-                S.chat_id == chat_id,
-            )
-            .order_by(S.started_at.desc(), S.id.desc())
-        )
+        params = {"platform": platform.lower(), "chat_id": chat_id}
         if thread_id is not None:
-            stmt = stmt.where(_blank(S.thread_id) == thread_id)
-        rows = self.store.read(lambda conn: conn.execute(stmt).all())
+            params["thread_id"] = thread_id
+        rows = self.store.read_one(_OPEN_KEYED[thread_id is not None], params, all_tuples)
         if not rows:
             return None
         if user_id is not None:
-            for row in rows:
-                if row.user_id == user_id:
-                    return str(row.id)
-            return str(rows[0].id) if len(rows) == 1 else None
-        senders = {row.user_id for row in rows if row.user_id}
-        return str(rows[0].id) if len(senders) <= 1 else None
+            for sid, sender in rows:
+                if sender == user_id:
+                    return str(sid)
+            return str(rows[0][0]) if len(rows) == 1 else None
+        senders = {sender for _sid, sender in rows if sender}
+        return str(rows[0][0]) if len(senders) <= 1 else None
 
     def find_latest_gateway_session_for_peer(
         self,

@@ -25,11 +25,21 @@ from sqlalchemy import (
     update,
 )
 
+from ..runtime.engine import Prepared
 from ._sql import alias, chunks, rowcount
 from ._tables import MESSAGES, SESSIONS, M, S
 from .lineage import with_delegates
 
 log = logging.getLogger(__name__)
+
+# One session (a `delete_session` of a session without delegate runs) has its statements
+# prepared: an expanding IN list is rendered again on every call.
+_ONE_EXISTS = Prepared(select(S.id).where(S.id == bindparam("id")))
+_ONE_UNLINK = Prepared(
+    update(SESSIONS).where(S.parent_session_id == bindparam("id")).values(parent_session_id=None)
+)
+_ONE_DROP_MESSAGES = Prepared(delete(MESSAGES).where(M.session_id == bindparam("id")))
+_ONE_DROP_SESSION = Prepared(delete(SESSIONS).where(S.id == bindparam("id")))
 
 
 def delete_ids(conn: Connection, ids: Sequence[str]) -> int:
@@ -38,6 +48,11 @@ def delete_ids(conn: Connection, ids: Sequence[str]) -> int:
     With foreign keys on, a parent row cannot go while a child still points at it, and
     messages have no ON DELETE action, so the order is: unlink children, delete
     messages, delete sessions (usage rows follow by ON DELETE CASCADE)."""
+    if len(ids) == 1:
+        one = {"id": ids[0]}
+        _ONE_UNLINK.run(conn, one)
+        _ONE_DROP_MESSAGES.run(conn, one)
+        return _ONE_DROP_SESSION.run(conn, one)
     ids_param: BindParameter[Any] = bindparam("ids", expanding=True)
     unlink = (
         update(SESSIONS).where(S.parent_session_id.in_(ids_param)).values(parent_session_id=None)
@@ -56,6 +71,9 @@ def delete_ids(conn: Connection, ids: Sequence[str]) -> int:
 
 def existing_ids(conn: Connection, ids: Sequence[str]) -> set[str]:
     """Which of `ids` name a session."""
+    if len(ids) == 1:
+        row = _ONE_EXISTS.first(conn, {"id": ids[0]})
+        return set() if row is None else {row[0]}
     stmt = select(S.id).where(S.id.in_(bindparam("ids", expanding=True)))
     found: set[str] = set()
     for chunk in chunks(ids):

@@ -20,8 +20,15 @@ from typing import TYPE_CHECKING, Any, cast
 from sqlalchemy import text
 
 from .. import migrate
-from ..runtime.engine import Prepared, first_value, write_connection
-from ..search.layout import FTSState, fts_state
+from ..runtime.engine import Prepared, all_tuples, first_value, write_connection
+from ..search.layout import (
+    STATE_CATALOG,
+    STATE_META,
+    FTSState,
+    fts_state,
+    has_state_meta,
+    sqlite_state,
+)
 from ..search.maintenance import Progress, backfill_step, optimize_indexes
 from ..sqlite import driver as sqlite_driver
 from ._dialect import database_size
@@ -102,7 +109,11 @@ class HousekeepingRepository:
         leftover `fts_v22_trash_*` tables (never on PostgreSQL or a read-only handle)."""
         if self.store.read_only or not self._fts5:
             return False
-        state = self._fts()
+        # the catalog and the bookkeeping keys as two reads of their own, as the original
+        # reads them: the answer is advisory, and a UI may poll it
+        catalog = self.store.read_one(STATE_CATALOG, {}, all_tuples)
+        meta = self.store.read_one(STATE_META, {}, all_tuples) if has_state_meta(catalog) else []
+        state = sqlite_state(catalog, meta)
         return state.layout != "v23" or state.backfill_pending or bool(state.trash_tables)
 
     def rebuild_fts(self) -> int:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 from sqlalchemy import ColumnElement, func, select
 
-from ..runtime.engine import Prepared
+from ..runtime.engine import Prepared, first_value
 from ._sql import IN_CHUNK
 from ._tables import SESSIONS
 from .deletion import (
@@ -363,7 +363,7 @@ class MaintenanceRepository:
 
     def count_empty_sessions(self) -> int:
         """Ended, unarchived sessions whose message count is 0."""
-        return self.store.read(lambda conn: int(_COUNT_EMPTY.scalar(conn)))
+        return int(self.store.read_one(_COUNT_EMPTY, {}, first_value))
 
     def delete_empty_sessions(self, sessions_dir: str | Path | None = None) -> int:
         """Delete what count_empty_sessions counts; children are orphaned.

@@ -64,7 +64,6 @@ from ._dialect import (
 from ._paging import (
     NO_OFFSET,
     bound_limit,
-    limit_clause,
     limit_of,
     row_count,
     row_limit,
@@ -205,6 +204,28 @@ _WITH_PLATFORM_ID = Prepared(
     )
     .limit(1)
 )
+#: A session's parent ('' or NULL: none), whose absence ends the ancestor walk at once.
+_PARENT = Prepared(select(S.parent_session_id).where(S.id == bindparam("session_id")))
+
+
+@lru_cache(maxsize=32)
+def _recent_user_rows(include_inactive: bool, limited: bool, limit: int | None) -> Prepared:
+    """list_recent_user_messages' statement: (id, timestamp, content) of the session's
+    user rows without a display kind, newest first; a `limited` one has `limit` written
+    in (`_paging.written`; None: bound as :limit)."""
+    query = select(M.id, M.timestamp, M.content).where(
+        M.session_id == bindparam("session_id"),
+        M.role == "user",
+        or_(M.display_kind.is_(None), M.display_kind == ""),
+    )
+    if not include_inactive:
+        query = query.where(M.active == 1)
+    query = query.order_by(M.id.desc())
+    if limited:
+        query = query.limit(limit_of(limit))
+    return Prepared(query)
+
+
 _SESSION_COUNT = Prepared(
     select(func.count()).select_from(MESSAGES).where(M.session_id == bindparam("session_id"))
 )
@@ -666,13 +687,6 @@ _SET_LATEST_API_CONTENT = Prepared(
     .where(M.id == _NEWEST_USER, M.content.is_not_distinct_from(bindparam("content")))
     .values(api_content=bindparam("api_content"))
 )
-
-
-def _set_latest_api_content(
-    conn: Connection, session_id: str, stored_content: Any, stored_api: Any
-) -> int:
-    params = {"session_id": session_id, "content": stored_content, "api_content": stored_api}
-    return 1 if _SET_LATEST_API_CONTENT.run(conn, params) > 0 else 0
 
 
 _REWIND_TARGET = Prepared(
@@ -1206,9 +1220,8 @@ class MessageRepository:
         redaction = self.store.redaction
         stored_content = content_value(redaction.redact_value(content))
         stored_api = field_text("api_content", redaction.redact_value(api_content))
-        return self.store.write(
-            lambda conn: _set_latest_api_content(conn, session_id, stored_content, stored_api)
-        )
+        params = {"session_id": session_id, "content": stored_content, "api_content": stored_api}
+        return 1 if self.store.write_one(_SET_LATEST_API_CONTENT, params) > 0 else 0
 
     def rewind_to_message(self, session_id: str, target_message_id: int) -> RewindResult:
         """Hide the target user message and everything after it (rows stay on disk).
@@ -1231,9 +1244,8 @@ class MessageRepository:
             session_id: the session's id.
             since_message_id: the message from which the rewound messages are restored.
         """
-        return self.store.write(
-            lambda conn: _set_active(conn, session_id, since_message_id, active=True)
-        )
+        params = {"session_id": session_id, "since": since_message_id}
+        return self.store.write_one(_SET_ACTIVE[True], params)
 
     def pop_newest_message(self, session_id: str) -> MessageRow | None:
         """Delete the session's newest active message and return it (decoded as
@@ -1256,7 +1268,23 @@ class MessageRepository:
         Args:
             session_id: the session's id.
         """
-        self.store.write(lambda conn: _clear(conn, session_id))
+        store = self.store
+
+        def work(conn: Connection) -> None:
+            _clear(conn, session_id)
+
+        if not store.dialect.in_process:
+            store.write(work)
+            return
+        # SQLite: the two statements at the kept writer's driver, without SQLAlchemy's
+        # transaction (a DriverWrite: the rows the DELETE removed are its result)
+        dialect = store.engine.dialect
+        statements = (
+            _CLEAR.bound(dialect, {"session_id": session_id}),
+            _SET_COUNTS.bound(dialect, {"session_id": session_id, "messages": 0, "tool_calls": 0}),
+        )
+        write = DriverWrite(lambda: statements, rowcount=True)
+        store.write(work, call=lambda: write)
 
     def publish_compression_child(
         self,
@@ -1454,22 +1482,19 @@ class MessageRepository:
             limit: at most this many rows.
             include_inactive: also messages marked inactive (rewound or compacted away).
         """
-        query = select(M.id, M.timestamp, M.content).where(
-            M.session_id == session_id,
-            M.role == "user",
-            or_(M.display_kind.is_(None), M.display_kind == ""),
+        wanted = row_limit(limit)
+        statement = _recent_user_rows(
+            include_inactive, wanted is not None, None if wanted is None else written(wanted)
         )
-        if not include_inactive:
-            query = query.where(M.active == 1)
-        query = query.order_by(M.id.desc()).limit(limit_clause(limit))
-        rows = self.store.read(lambda conn: conn.execute(query).all())
+        params = {"session_id": session_id, "limit": wanted}
+        rows = self.store.read_one(statement, params, all_tuples)
         return [
             {
-                "id": r.id,
-                "timestamp": r.timestamp,
-                "preview": shape_message_preview(decode_content(r.content)),
+                "id": message_id,
+                "timestamp": timestamp,
+                "preview": shape_message_preview(decode_content(content)),
             }
-            for r in rows
+            for message_id, timestamp, content in rows
         ]
 
     def has_archived_messages(self, session_id: str) -> bool:
@@ -1562,6 +1587,11 @@ class MessageRepository:
         Args:
             session_id: the session's id.
         """
+        # most sessions have no parent: that is one statement, read alone; a lineage is
+        # read whole in one transaction, the parent again with it
+        parent = self.store.read_one(_PARENT, {"session_id": session_id}, first_value)
+        if not parent or parent == session_id:
+            return []
         lineage = self.store.read(lambda conn: _ancestors_rows(conn, session_id))
         if not lineage:
             return []

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, TypeVar
 from sqlalchemy import Connection, bindparam, delete, select
 
 from ..runtime.engine import Prepared, first_value
-from ._state_meta import MetaValue, set_value
+from ._state_meta import MetaValue, set_statement, set_value, stored_text
 from ._tables import META, K
 
 if TYPE_CHECKING:
@@ -77,7 +77,11 @@ class MetaRepository:
             conn: a Connection of a unit of work to run in (its transaction is joined);
                 None: a unit of work of its own.
         """
-        self._run(conn, self.store.write, lambda unit: set_value(unit, key, value))
+        if conn is not None:
+            set_value(conn, key, value)
+            return
+        statement = set_statement(self.store.dialect.sql.insert)
+        self.store.write_one(statement, {"key": key, "value": stored_text(value)})
 
     def delete_meta(self, key: str, *, conn: Connection | None = None) -> bool:
         """True if the key existed.

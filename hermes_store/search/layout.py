@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Connection, bindparam, column, func, or_, select, table, text
 
@@ -54,7 +55,8 @@ _STATE_OBJECTS = (
     "state_meta",
 )
 _MASTER = table("sqlite_master", column("type"), column("name"), column("sql"))
-_CATALOG = Prepared(
+#: The catalog rows (type, name, sql) of those objects, one statement.
+STATE_CATALOG = Prepared(
     select(_MASTER.c.type, _MASTER.c.name, _MASTER.c.sql).where(
         or_(
             _MASTER.c.name.in_([bindparam(f"o{i}", n) for i, n in enumerate(_STATE_OBJECTS)]),
@@ -62,7 +64,8 @@ _CATALOG = Prepared(
         )
     )
 )
-_FTS_META = Prepared(
+#: The FTS bookkeeping keys of state_meta (key, value), one statement.
+STATE_META = Prepared(
     text("SELECT key, value FROM state_meta WHERE key IN (:high, :progress, :version)").bindparams(
         high=HIGH_WATER, progress=PROGRESS, version=META_FTS_STORAGE_VERSION
     )
@@ -163,15 +166,24 @@ def fts_state(conn: Connection) -> FTSState:
             storage_version=_meta(conn, META_FTS_STORAGE_VERSION),
             has_cjk=False,
         )
-    # the catalog in one read, the three state_meta keys in a second: this runs on every
-    # `fts_optimize_available`, which a UI may poll
-    catalog = _CATALOG.rows(conn)
+    # the catalog in one read, the three state_meta keys in a second
+    catalog = STATE_CATALOG.rows(conn)
+    meta = STATE_META.rows(conn) if has_state_meta(catalog) else []
+    return sqlite_state(catalog, meta)
+
+
+def has_state_meta(catalog: list[tuple[Any, ...]]) -> bool:
+    """Whether the rows of STATE_CATALOG show a state_meta table (a file the original
+    wrote may predate it), which STATE_META reads."""
+    return any(name == "state_meta" for _t, name, _s in catalog)
+
+
+def sqlite_state(catalog: list[tuple[Any, ...]], meta_rows: list[tuple[Any, ...]]) -> FTSState:
+    """A SQLite file's FTS state from the rows of STATE_CATALOG and STATE_META."""
     sql_by_name = {str(name): None if sql is None else str(sql) for _t, name, sql in catalog}
     triggers = {str(name) for kind, name, _s in catalog if kind == "trigger"}
     tables = sorted(str(name) for kind, name, _s in catalog if kind == "table")
-    meta: dict[str, str] = {}
-    if "state_meta" in sql_by_name:  # a file the original wrote may predate it
-        meta = {str(k): str(v) for k, v in _FTS_META.rows(conn) if v is not None}
+    meta = {str(k): str(v) for k, v in meta_rows if v is not None}
     return FTSState(
         layout=_classify(sql_by_name.get),
         triggers=len(set(FTS_TRIGGERS) & triggers),
