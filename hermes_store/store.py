@@ -57,7 +57,7 @@ from .redaction import RedactionPolicy
 from .repository_set import Repositories
 from .runtime.backends import Dialect, dialect_for
 from .runtime.engine import DriverWrite, Params, Prepared, make_engine
-from .runtime.retry import DEFAULT_RETRY, RetryPolicy
+from .runtime.retry import DEFAULT_RETRY, RETRIED, RetryPolicy
 from .runtime.store_backends import StoreDialect
 from .sqlite.encryption import Key, KeyRegistration, KeySource, forget_key, register_key
 
@@ -332,9 +332,7 @@ class Store(Repositories):
                             made, once, self._writer_connection, started
                         )
                         if result is not NOT_RUN:
-                            with self._count_lock:
-                                self._writes += 1
-                                return result, self._writes
+                            return result, self._counted()
                 conn = self._writer_connection()
                 changed = False
                 try:
@@ -353,13 +351,17 @@ class Store(Repositories):
                         self._runtime.after_commit(conn)
                     if not self._runtime.keeps_writer_connection:
                         conn.close()  # back to the pool
-                with self._count_lock:  # concurrent writers must not lose counts
-                    self._writes += 1
-                    return result, self._writes
+                return result, self._counted()
 
         def run() -> tuple[T, int]:
+            # the policy's `run`, its first attempt made here: entered only on a failure
+            begun = time.monotonic()
+            try:
+                return attempt()
+            except RETRIED as exc:
+                failed = exc
             in_doubt = None if once is None else lambda: once.in_doubt
-            return self.retry.run(attempt, server=self._server, in_doubt=in_doubt)
+            return self.retry.resume(failed, attempt, begun, server=self._server, in_doubt=in_doubt)
 
         self._runtime.refuse_writes()
         repairs = self._runtime.repairs_done()
@@ -378,6 +380,17 @@ class Store(Repositories):
         if self.checkpoint_every and writes % self.checkpoint_every == 0:
             self.checkpoint("PASSIVE")
         return result
+
+    def _counted(self) -> int:
+        """One more committed write; the count. Where writes are serialised the caller
+        holds the write lock, which already keeps counts from being lost; else the
+        count's own lock does."""
+        if self._runtime.serialises_writes:
+            self._writes += 1
+            return self._writes
+        with self._count_lock:  # concurrent writers must not lose counts
+            self._writes += 1
+            return self._writes
 
     def write_one(self, statement: Prepared, params: Params) -> int:
         """Run one prepared data-changing statement (an UPDATE, say) as a write of its

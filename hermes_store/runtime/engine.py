@@ -526,7 +526,7 @@ def writer_unwatched(engine: Engine) -> bool:
     )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DriverWrite:
     """A write that is SQLite statements and nothing else (a plain append), each as the
     driver takes it (its SQL, its bound parameters): the first statement's first row
@@ -566,7 +566,9 @@ def commit_at_driver(
     file that is not a database named as such); a connection that cannot even roll back
     is invalidated, so the store's next write opens a new one."""
     fairy = conn.connection
-    dbapi_conn: Any = fairy.driver_connection
+    # the DB-API connection itself (SQLite's drivers are not adapted: it is also the
+    # `driver_connection`), without two properties per write
+    dbapi_conn: Any = fairy.dbapi_connection
     info = fairy.info
     dialect = conn.dialect
     sql: str | None = None
