@@ -527,10 +527,20 @@ class Store(Repositories):
                     self._release_reader(conn, clean=False)
                     failed = exc
                 else:
-                    # only the driver connection under `conn` was used (and a statement
-                    # listener, which gets `conn`): the checks of a kept reader apply as
-                    # after any read
-                    self._release_reader(conn, clean=True)
+                    # `_release_reader`'s checks, the common case's first: nothing but the
+                    # driver connection under `conn` was used, so it is as it was when
+                    # kept unless a statement listener (which gets `conn`) changed it
+                    if (
+                        len(idle) < KEPT_READERS
+                        and not self._closed
+                        and conn.get_execution_options() is self._engine_options
+                        and not conn.invalidated
+                    ):
+                        idle.append(conn)
+                        if self._closed or len(idle) > KEPT_READERS:  # see _release_reader
+                            self._trim_idle_readers()
+                    else:
+                        self._release_reader(conn, clean=True)
                     return result
                 return self._retried_read(
                     self._read_one_attempt(statement, params, consume), started, failed
@@ -624,17 +634,22 @@ class Store(Repositories):
             )
         ):
             self._idle_readers.append(conn)
-            if self._closed:  # close() ran meanwhile and may have missed it
-                self._close_idle_readers()
-            # threads that finish together may all pass the length check above
-            while len(self._idle_readers) > KEPT_READERS:
-                try:
-                    surplus = self._idle_readers.pop(0)
-                except IndexError:
-                    break
-                surplus.close()
+            self._trim_idle_readers()
             return
         conn.close()
+
+    def _trim_idle_readers(self) -> None:
+        """After a connection was added to the kept readers: all closed if `close()` ran
+        meanwhile (it may have missed it), else those past KEPT_READERS (threads that
+        finish together may all pass the length check)."""
+        if self._closed:
+            self._close_idle_readers()
+        while len(self._idle_readers) > KEPT_READERS:
+            try:
+                surplus = self._idle_readers.pop(0)
+            except IndexError:
+                break
+            surplus.close()
 
     def _close_idle_readers(self) -> None:
         while self._idle_readers:
