@@ -57,7 +57,7 @@ from .redaction import RedactionPolicy
 from .repository_set import Repositories
 from .runtime.backends import Dialect, dialect_for
 from .runtime.engine import DriverWrite, Params, Prepared, make_engine
-from .runtime.retry import DEFAULT_RETRY, RetryPolicy
+from .runtime.retry import DEFAULT_RETRY, RETRIED, RetryPolicy
 from .runtime.store_backends import StoreDialect
 from .sqlite.encryption import Key, KeyRegistration, KeySource, forget_key, register_key
 
@@ -184,11 +184,14 @@ class Store(Repositories):
             # on an engine the store built, whose pool has room for them beside the others
             self._keeps_readers = engine is None and self._runtime.keeps_reader_connections
             self._idle_readers: list[Connection] = []
+            # what a Connection of the engine starts with (`_release_reader`)
+            self._engine_options = self.engine.get_execution_options()
             # one-statement reads without a transaction around them (`read_one`): on kept
             # readers of a writable store whose dialect runs a statement as its own
             self._reads_alone = (
                 self._keeps_readers and not read_only and self._runtime.reads_statements_alone
             )
+            self._read_alone = self._runtime.read_alone
             _OPEN_STORES.add(self)
             self._writes = 0
             if check_schema:
@@ -329,9 +332,7 @@ class Store(Repositories):
                             made, once, self._writer_connection, started
                         )
                         if result is not NOT_RUN:
-                            with self._count_lock:
-                                self._writes += 1
-                                return result, self._writes
+                            return result, self._counted()
                 conn = self._writer_connection()
                 changed = False
                 try:
@@ -350,13 +351,17 @@ class Store(Repositories):
                         self._runtime.after_commit(conn)
                     if not self._runtime.keeps_writer_connection:
                         conn.close()  # back to the pool
-                with self._count_lock:  # concurrent writers must not lose counts
-                    self._writes += 1
-                    return result, self._writes
+                return result, self._counted()
 
         def run() -> tuple[T, int]:
+            # the policy's `run`, its first attempt made here: entered only on a failure
+            begun = time.monotonic()
+            try:
+                return attempt()
+            except RETRIED as exc:
+                failed = exc
             in_doubt = None if once is None else lambda: once.in_doubt
-            return self.retry.run(attempt, server=self._server, in_doubt=in_doubt)
+            return self.retry.resume(failed, attempt, begun, server=self._server, in_doubt=in_doubt)
 
         self._runtime.refuse_writes()
         repairs = self._runtime.repairs_done()
@@ -375,6 +380,17 @@ class Store(Repositories):
         if self.checkpoint_every and writes % self.checkpoint_every == 0:
             self.checkpoint("PASSIVE")
         return result
+
+    def _counted(self) -> int:
+        """One more committed write; the count. Where writes are serialised the caller
+        holds the write lock, which already keeps counts from being lost; else the
+        count's own lock does."""
+        if self._runtime.serialises_writes:
+            self._writes += 1
+            return self._writes
+        with self._count_lock:  # concurrent writers must not lose counts
+            self._writes += 1
+            return self._writes
 
     def write_one(self, statement: Prepared, params: Params) -> int:
         """Run one prepared data-changing statement (an UPDATE, say) as a write of its
@@ -491,15 +507,61 @@ class Store(Repositories):
         """
         if not self._reads_alone:
             return self.read(lambda conn: _picked(statement, conn).execute(conn, params, consume))
-        self.check_open()
+        if self._closed:
+            self.check_open()
         started = time.monotonic()
+        idle = self._idle_readers
+        if idle and isinstance(statement, Prepared):
+            # The common case, with nothing per call but the read: a kept reader and a
+            # statement already picked. Its first attempt is made here, without the retry
+            # policy's frames and closures; a failure goes on into the policy (`resume`)
+            # as a failed first attempt would.
+            try:
+                conn = idle.pop()  # atomic: no two threads get one connection
+            except IndexError:  # another thread took the last one meanwhile
+                pass
+            else:
+                try:
+                    result = self._read_alone(statement, conn, params, consume)
+                except BaseException as exc:
+                    self._release_reader(conn, clean=False)
+                    failed = exc
+                else:
+                    # `_release_reader`'s checks, the common case's first: nothing but the
+                    # driver connection under `conn` was used, so it is as it was when
+                    # kept unless a statement listener (which gets `conn`) changed it
+                    if (
+                        len(idle) < KEPT_READERS
+                        and not self._closed
+                        and conn.get_execution_options() is self._engine_options
+                        and not conn.invalidated
+                    ):
+                        idle.append(conn)
+                        if self._closed or len(idle) > KEPT_READERS:  # see _release_reader
+                            self._trim_idle_readers()
+                    else:
+                        self._release_reader(conn, clean=True)
+                    return result
+                return self._retried_read(
+                    self._read_one_attempt(statement, params, consume), started, failed
+                )
+        return self._retried_read(self._read_one_attempt(statement, params, consume), started)
+
+    def _read_one_attempt(
+        self,
+        statement: Prepared | Callable[[Connection], Prepared],
+        params: Params,
+        consume: Callable[[Any], T],
+    ) -> Callable[[], T]:
+        """One attempt of `read_one` on a store that reads statements alone, for the
+        retry policy."""
         runtime = self._runtime
 
         def attempt() -> T:
             conn = self._reader(vet=False)
             clean = False
             try:
-                result = runtime.read_alone(conn, _picked(statement, conn), params, consume)
+                result = runtime.read_alone(_picked(statement, conn), conn, params, consume)
                 # a picker that read through the Connection began SQLAlchemy's
                 # transaction (the driver's was rolled back before the statement): such a
                 # connection goes back to the pool, which ends it, instead of being kept
@@ -508,12 +570,17 @@ class Store(Repositories):
             finally:
                 self._release_reader(conn, clean)
 
-        return self._retried_read(attempt, started)
+        return attempt
 
-    def _retried_read(self, attempt: Callable[[], T], started: float) -> T:
-        """`attempt` run under the retry policy, a driver error it ends with typed."""
+    def _retried_read(
+        self, attempt: Callable[[], T], started: float, failed: BaseException | None = None
+    ) -> T:
+        """`attempt` run under the retry policy, a driver error it ends with typed;
+        `failed`: the error a first attempt made by the caller ended with."""
         try:
-            return self.retry.run(attempt, server=self._server)
+            if failed is None:
+                return self.retry.run(attempt, server=self._server)
+            return self.retry.resume(failed, attempt, started, server=self._server)
         except _TYPED_SOURCES as exc:
             typed = self._typed(exc, started)
             if typed is None:
@@ -560,20 +627,29 @@ class Store(Repositories):
             and not conn.invalidated
             and len(self._idle_readers) < KEPT_READERS
             # options a read set on its Connection (in place) would reach the next reads
-            and conn.get_execution_options() == self.engine.get_execution_options()
+            # (the same object where none were set: no comparison of their items)
+            and (
+                (options := conn.get_execution_options()) is self._engine_options
+                or options == self.engine.get_execution_options()
+            )
         ):
             self._idle_readers.append(conn)
-            if self._closed:  # close() ran meanwhile and may have missed it
-                self._close_idle_readers()
-            # threads that finish together may all pass the length check above
-            while len(self._idle_readers) > KEPT_READERS:
-                try:
-                    surplus = self._idle_readers.pop(0)
-                except IndexError:
-                    break
-                surplus.close()
+            self._trim_idle_readers()
             return
         conn.close()
+
+    def _trim_idle_readers(self) -> None:
+        """After a connection was added to the kept readers: all closed if `close()` ran
+        meanwhile (it may have missed it), else those past KEPT_READERS (threads that
+        finish together may all pass the length check)."""
+        if self._closed:
+            self._close_idle_readers()
+        while len(self._idle_readers) > KEPT_READERS:
+            try:
+                surplus = self._idle_readers.pop(0)
+            except IndexError:
+                break
+            surplus.close()
 
     def _close_idle_readers(self) -> None:
         while self._idle_readers:

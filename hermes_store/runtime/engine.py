@@ -437,6 +437,9 @@ def end_failed_transaction(conn: Connection) -> None:
         conn.invalidate(exc)
 
 
+#: Both SQLite drivers' base error classes (sqlite_driver.Error), bound once.
+_DRIVER_ERRORS = sqlite_driver.Error
+
 _BEGIN = {mode: f"BEGIN {mode}" for mode in ("DEFERRED", "IMMEDIATE", "EXCLUSIVE")}
 
 
@@ -523,7 +526,7 @@ def writer_unwatched(engine: Engine) -> bool:
     )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DriverWrite:
     """A write that is SQLite statements and nothing else (a plain append), each as the
     driver takes it (its SQL, its bound parameters): the first statement's first row
@@ -563,7 +566,9 @@ def commit_at_driver(
     file that is not a database named as such); a connection that cannot even roll back
     is invalidated, so the store's next write opens a new one."""
     fairy = conn.connection
-    dbapi_conn: Any = fairy.driver_connection
+    # the DB-API connection itself (SQLite's drivers are not adapted: it is also the
+    # `driver_connection`), without two properties per write
+    dbapi_conn: Any = fairy.dbapi_connection
     info = fairy.info
     dialect = conn.dialect
     sql: str | None = None
@@ -793,13 +798,33 @@ class Prepared:
         while it runs, and `consume` reads every row it wants before the cursor is closed,
         which ends it. What `_on_begin` does first is done here too: a transaction a
         failed unit left open at the driver is rolled back (the statement would otherwise
-        read inside it, in its old snapshot)."""
-        dbapi_conn = conn.connection.driver_connection
-        if dbapi_conn is not None and dbapi_conn.in_transaction:
+        read inside it, in its old snapshot).
+
+        One Python frame of its own where nothing listens to the connection's statements
+        (what `driver_run` does, spelt out: this is every point read's path); with a
+        cursor-execute listener it goes through `driver_run`, which calls it."""
+        fairy = conn.connection
+        # the DB-API connection itself: SQLite's drivers are not adapted (asyncio's are),
+        # so it is also the `driver_connection`, reached without two properties
+        dbapi_conn: Any = fairy.dbapi_connection
+        if dbapi_conn.in_transaction:
             log.warning("rolling back a transaction a failed unit of work left open")
             driver_execute(conn, "ROLLBACK")
-        compiled = self._compiled(conn.dialect)
-        return driver_run(conn, compiled.sql, compiled.bind(params), _closing(consume))
+        dialect = conn.dialect
+        compiled = self._by_dialect.get(dialect.name) or self._compiled(dialect)
+        sql = compiled.sql
+        bound = compiled.bind(params)
+        dispatch = conn.dispatch
+        if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
+            return driver_run(conn, sql, bound, _closing(consume))
+        try:
+            cursor = dbapi_conn.execute(sql, bound)
+            try:
+                return consume(cursor)
+            finally:
+                cursor.close()
+        except _DRIVER_ERRORS as exc:
+            raise _as_raised(dialect, fairy.info, sql, bound, exc) from exc
 
     def rows(self, conn: Connection, params: Params = _NO_PARAMS) -> list[tuple[Any, ...]]:
         return self._execute(conn, params, _all_tuples)
@@ -863,7 +888,9 @@ def _first_tuple(cursor: Any) -> tuple[Any, ...] | None:
 
 
 def _first_value(cursor: Any) -> Any:
-    row = _first_tuple(cursor)
+    # `_first_tuple`'s steps, without its frame: every point read of one value ends here
+    row = cursor.fetchone()
+    cursor.close()
     return None if row is None else row[0]
 
 

@@ -79,46 +79,71 @@ class RetryPolicy:
         unit's last COMMIT went unanswered (then that error says its outcome is unknown).
         """
         started = time.monotonic()
-        attempt = 0
+        try:
+            return unit_of_work()
+        # PendingRollbackError: a statement sent on a connection that an earlier error
+        # invalidated, which only a fresh connection gets past
+        except RETRIED as exc:
+            failed = exc
+        return self.resume(failed, unit_of_work, started, server=server, in_doubt=in_doubt)
+
+    def resume(
+        self,
+        failed: BaseException,
+        unit_of_work: Callable[[], T],
+        started: float,
+        *,
+        server: str | None = None,
+        in_doubt: Callable[[], bool] | None = None,
+    ) -> T:
+        """Go on as `run` would after the first attempt of `unit_of_work`, begun at
+        `started` (time.monotonic), failed with `failed`: raised again at once unless it
+        is retried, else the attempts that are left. For a caller that makes its first
+        attempt itself, so that an attempt that succeeds costs nothing here."""
+        exc = failed
+        attempt = 1
         server_faults = 0
         while True:
+            if not isinstance(exc, RETRIED) or not is_retryable(exc):
+                raise exc
+            elapsed = time.monotonic() - started
+            if not isinstance(exc, DBAPIError) or not isinstance(
+                exc.orig, sqlite_driver.OperationalError
+            ):
+                server_faults += 1
+                left = self.server_budget_seconds - elapsed
+                if left <= 0:
+                    raise DatabaseUnavailable(
+                        server or "the PostgreSQL server",
+                        elapsed,
+                        attempt,
+                        first_line(exc),
+                        outcome_unknown=bool(in_doubt and in_doubt()),
+                    ) from exc
+                doubled = self.min_sleep * 2 ** min(server_faults, 16)
+                ceiling = min(self.server_max_sleep, doubled)
+                sleep = min(random.uniform(self.min_sleep, ceiling), left)
+            elif self.budget_seconds is not None:
+                if elapsed >= self.budget_seconds:
+                    raise exc
+                sleep = min(
+                    random.uniform(self.min_sleep, self.max_sleep),
+                    self.budget_seconds - elapsed,
+                )
+            elif attempt >= self.attempts:
+                raise exc
+            else:
+                sleep = random.uniform(self.min_sleep, self.max_sleep)
+            time.sleep(max(0.0, sleep))
             attempt += 1
             try:
                 return unit_of_work()
-            # PendingRollbackError: a statement sent on a connection that an earlier
-            # error invalidated, which only a fresh connection gets past
-            except (DBAPIError, PendingRollbackError, pg_faults.CommitInDoubt) as exc:
-                if not is_retryable(exc):
-                    raise
-                elapsed = time.monotonic() - started
-                if not isinstance(exc, DBAPIError) or not isinstance(
-                    exc.orig, sqlite_driver.OperationalError
-                ):
-                    server_faults += 1
-                    left = self.server_budget_seconds - elapsed
-                    if left <= 0:
-                        raise DatabaseUnavailable(
-                            server or "the PostgreSQL server",
-                            elapsed,
-                            attempt,
-                            first_line(exc),
-                            outcome_unknown=bool(in_doubt and in_doubt()),
-                        ) from exc
-                    doubled = self.min_sleep * 2 ** min(server_faults, 16)
-                    ceiling = min(self.server_max_sleep, doubled)
-                    sleep = min(random.uniform(self.min_sleep, ceiling), left)
-                elif self.budget_seconds is not None:
-                    if elapsed >= self.budget_seconds:
-                        raise
-                    sleep = min(
-                        random.uniform(self.min_sleep, self.max_sleep),
-                        self.budget_seconds - elapsed,
-                    )
-                elif attempt >= self.attempts:
-                    raise
-                else:
-                    sleep = random.uniform(self.min_sleep, self.max_sleep)
-                time.sleep(max(0.0, sleep))
+            except RETRIED as again:
+                exc = again
 
+
+#: What a retry policy looks at: a driver error as SQLAlchemy raises it, a statement sent
+#: on a connection an earlier error invalidated (PendingRollbackError), a COMMIT in doubt.
+RETRIED = (DBAPIError, PendingRollbackError, pg_faults.CommitInDoubt)
 
 DEFAULT_RETRY = RetryPolicy()
