@@ -29,6 +29,7 @@ from sqlalchemy import (
     bindparam,
     exists,
     func,
+    literal_column,
     null,
     or_,
     select,
