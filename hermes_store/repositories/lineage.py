@@ -397,11 +397,6 @@ DELETE_TARGET_ROWS = Prepared(
 )
 
 
-def delegate_descendants(conn: Connection, session_id: str) -> set[str]:
-    """The delegate descendants of one session (itself excluded)."""
-    return with_delegates(conn, [session_id]) - {session_id}
-
-
 #: The open continuations of :parent if :parent ended by compression, two at most (enough
 #: to tell one from several).
 LIVE_CONTINUATIONS = Prepared(
@@ -431,13 +426,6 @@ LIVE_CONTINUATION_ROWS = Prepared(
     .limit(literal_column("2"))
     .offset(NO_OFFSET)
 )
-
-
-def live_continuation(conn: Connection, parent_session_id: str) -> str | None:
-    """The unique open continuation of a compressed session; None when there is none or
-    when several compete (the caller must not guess)."""
-    ids = LIVE_CONTINUATIONS.rows(conn, {"parent": parent_session_id})
-    return str(ids[0][0]) if len(ids) == 1 else None
 
 
 def resume_target(conn: Connection, session_id: str) -> str:

@@ -108,12 +108,12 @@ def _graph(store: Store, seed: int, count: int = 36) -> list[str]:
 def _delete_targets(conn: Connection, sid: str) -> list[str]:
     if not lineage.session_exists(conn, sid):
         return []
-    return [sid, *sorted(lineage.delegate_descendants(conn, sid))]
+    return [sid, *sorted(lineage.with_delegates(conn, [sid]) - {sid})]
 
 
 def _live_child(conn: Connection, sid: str) -> dict[str, Any] | None:
-    child = lineage.live_continuation(conn, sid)
-    return None if child is None else full_row(conn, child)
+    ids = lineage.LIVE_CONTINUATIONS.rows(conn, {"parent": sid})
+    return full_row(conn, str(ids[0][0])) if len(ids) == 1 else None
 
 
 def _root(conn: Connection, sid: str) -> str:
