@@ -158,27 +158,36 @@ class WaitingRetry(RetryPolicy):
             waiter=waiter,
         )
 
-    def run(
+    def resume(
         self,
+        failed: BaseException,
         unit_of_work: Callable[[], T],
+        started: float,
         *,
         server: str | None = None,
         in_doubt: Callable[[], bool] | None = None,
     ) -> T:
+        # `run` and the store's inline first attempts both go on here after a first
+        # failure, so every wait is reported and ends typed whichever made the attempt
         waiter = self.waiter
         if waiter is None:
-            return super().run(unit_of_work, server=server, in_doubt=in_doubt)
+            return super().resume(failed, unit_of_work, started, server=server, in_doubt=in_doubt)
+
+        def contended(exc: BaseException) -> bool:
+            return isinstance(exc, DBAPIError | PendingRollbackError) and is_lock_contention(exc)
 
         def attempt() -> T:
             try:
                 return unit_of_work()
             except (DBAPIError, PendingRollbackError) as exc:
-                if is_lock_contention(exc):
+                if contended(exc):
                     waiter.blocked()
                 raise
 
+        if contended(failed):
+            waiter.blocked()
         try:
-            return super().run(attempt, server=server, in_doubt=in_doubt)
+            return super().resume(failed, attempt, started, server=server, in_doubt=in_doubt)
         except DBAPIError as exc:
             if waiter.typed and is_lock_contention(exc):
                 raise waiter.timeout() from exc
