@@ -590,7 +590,7 @@ def commit_at_driver(
             if path is not None:
                 secure_file_modes(path)
             info[_SECURED] = True
-        if type(write) is tuple:  # one statement, bound already: the rows it changed
+        if isinstance(write, tuple):  # one statement, bound already: the rows it changed
             sql, params = write
             cursor = dbapi_conn.execute(sql, params)
             result = cursor.rowcount
