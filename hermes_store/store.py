@@ -192,6 +192,9 @@ class Store(Repositories):
                 self._keeps_readers and not read_only and self._runtime.reads_statements_alone
             )
             self._read_alone = self._runtime.read_alone
+            # `write_one`'s first attempt made at the driver of the kept writer (SQLite,
+            # an engine of make_engine's, a writable store)
+            self._one_at_driver = self._runtime.commits_one_at_driver
             _OPEN_STORES.add(self)
             self._writes = 0
             if check_schema:
@@ -315,13 +318,25 @@ class Store(Repositories):
         """
         self.check_open()
         self.require_writable()
+        return self._write(work, call, time.monotonic())
 
+    def _write(
+        self,
+        work: Callable[[Connection], T],
+        call: Callable[[], Call | DriverWrite | None] | None,
+        started: float,
+        failed: Exception | None = None,
+        repairs: int | None = None,
+    ) -> T:
+        """`write` once the store is known open and writable; `started`: when the write
+        began. `failed`: the error its first attempt, made by the caller (`write_one`),
+        ended with, the repairs mark (`repairs_done`) taken before it in `repairs`: the
+        write goes on as though that attempt had been made here."""
         # PostgreSQL: a retry after a COMMIT that got no answer first asks the server
         # whether it was applied (pg_faults), so the work is never applied twice
         once = self._runtime.write_once()
 
         lock = self._write_lock if self._runtime.serialises_writes else nullcontext()
-        started = time.monotonic()
 
         def attempt() -> tuple[T, int]:
             with lock:
@@ -353,21 +368,28 @@ class Store(Repositories):
                         conn.close()  # back to the pool
                 return result, self._counted()
 
-        def run() -> tuple[T, int]:
-            # the policy's `run`, its first attempt made here: entered only on a failure
-            begun = time.monotonic()
-            try:
-                return attempt()
-            except RETRIED as exc:
-                failed = exc
+        def run(first: BaseException | None = None) -> tuple[T, int]:
+            # the policy's `run`, its first attempt made here (or by the caller, which
+            # failed with `first`): entered only on a failure
+            if first is None:
+                begun = time.monotonic()
+                try:
+                    return attempt()
+                except RETRIED as exc:
+                    first = exc
+            else:
+                begun = started
             in_doubt = None if once is None else lambda: once.in_doubt
-            return self.retry.resume(failed, attempt, begun, server=self._server, in_doubt=in_doubt)
+            # an error that is not retried is raised again at once
+            return self.retry.resume(first, attempt, begun, server=self._server, in_doubt=in_doubt)
 
-        self._runtime.refuse_writes()
-        repairs = self._runtime.repairs_done()
+        if failed is None:
+            self._runtime.refuse_writes()
+            repairs = self._runtime.repairs_done()
+        assert repairs is not None
         try:  # `_typed_errors`, spelt out: every write passes here
             try:
-                result, writes = run()
+                result, writes = run(failed)
             except DBAPIError as exc:
                 if not self._runtime.repaired_after(exc, repairs):
                     raise
@@ -394,21 +416,61 @@ class Store(Repositories):
 
     def write_one(self, statement: Prepared, params: Params) -> int:
         """Run one prepared data-changing statement (an UPDATE, say) as a write of its
-        own; how many rows it changed (triggers' changes not counted). On SQLite it is
-        also handed to `write` as a `DriverWrite` counting rows, so it is sent at the
-        driver of the kept writer where it can be; elsewhere, and wherever that cannot be
-        done, it runs as `write(work)` would, with the same retries and typed errors.
+        own; how many rows it changed (triggers' changes not counted). On SQLite its
+        first attempt is sent at the driver of the kept writer (`commit_at_driver`'s
+        steps) where it can be, and a failed one goes on under the retry policy as in
+        `write`; elsewhere, and wherever that cannot be done (something listens to the
+        engine's statements, say), it runs as `write(work)` would, with the same retries
+        and typed errors.
 
         Args:
             statement: the statement, with plain bound parameters.
             params: its parameters by name.
         """
 
+        if self._one_at_driver:
+            # SQLite: the first attempt made here, at the driver of the kept writer, with
+            # nothing per call but what the write needs (no unit of work, no closures, no
+            # DriverWrite); a failure goes on in `_write` as a failed first attempt would
+            if self._closed:
+                self.check_open()
+            runtime = self._runtime
+            runtime.refuse_writes()
+            repairs = runtime.repairs_done()
+            # bound before the lock: the statement stamps nothing of its own
+            bound = statement.bound(self.engine.dialect, params)
+            started = time.monotonic()
+            failed: Exception | None = None
+            rows: Any = NOT_RUN
+            with self._write_lock:
+                try:
+                    rows = runtime.commit_one(self._writer_connection(), bound, started)
+                    if rows is not NOT_RUN:
+                        writes = self._counted()
+                except Exception as exc:  # noqa: BLE001 (handed on to `_write`, which raises it)
+                    failed = exc
+            if failed is None:
+                if rows is NOT_RUN:  # something watches the writes: through a Connection
+                    return self.write(lambda conn: statement.run(conn, params))
+                if self.checkpoint_every and writes % self.checkpoint_every == 0:
+                    self.checkpoint("PASSIVE")
+                return int(rows)
+            write = DriverWrite(lambda: (bound,), rowcount=True)
+            return self._write(
+                lambda conn: statement.run(conn, params),
+                lambda: write,
+                started,
+                failed,
+                repairs,
+            )
+
         def work(conn: Connection) -> int:
             return statement.run(conn, params)
 
         if not self.dialect.in_process:
             return self.write(work)
+        # SQLite where write_one cannot write at the driver itself (read-only, an engine
+        # not of make_engine's): `write`, which refuses or writes through a Connection
         dialect = self.engine.dialect
         write = DriverWrite(lambda: (statement.bound(dialect, params),), rowcount=True)
         return self.write(work, call=lambda: write)

@@ -549,7 +549,7 @@ REFUSED: Any = object()
 
 def commit_at_driver(
     conn: Connection,
-    write: DriverWrite,
+    write: DriverWrite | tuple[str, Any],
     started: float,
     readers_wait_s: Callable[[], float],
 ) -> Any:
@@ -561,7 +561,9 @@ def commit_at_driver(
     connection's first write, the statements, in DELETE mode past the first busy timeout
     a COMMIT that waits for readers (as `SQLiteStoreDialect.before_commit`), COMMIT. The
     result (`DriverWrite.rowcount`: the rows the first statement changed; else REFUSED
-    when the first statement gave no row). Any failure rolls back what
+    when the first statement gave no row). `write` may also be one statement already
+    bound (its SQL, its parameters: `Store.write_one`'s, made before the lock since it
+    stamps nothing), whose result is the rows it changed. Any failure rolls back what
     is open and raises what the Connection path raises (SQLAlchemy's DBAPIError, or a
     file that is not a database named as such); a connection that cannot even roll back
     is invalidated, so the store's next write opens a new one."""
@@ -588,26 +590,32 @@ def commit_at_driver(
             if path is not None:
                 secure_file_modes(path)
             info[_SECURED] = True
-        made = write.statements()
-        if made is None:
-            dbapi_conn.rollback()
-            return REFUSED
-        statements = iter(made)
-        sql, params = next(statements)
-        cursor = dbapi_conn.execute(sql, params)
-        if write.rowcount:
+        if isinstance(write, tuple):  # one statement, bound already: the rows it changed
+            sql, params = write
+            cursor = dbapi_conn.execute(sql, params)
             result = cursor.rowcount
+            cursor.close()
         else:
-            row = cursor.fetchone()
-            if row is None:
-                cursor.close()
-                sql = params = None
+            made = write.statements()
+            if made is None:
                 dbapi_conn.rollback()
                 return REFUSED
-            result = row[0]
-        cursor.close()
-        for sql, params in statements:
-            dbapi_conn.execute(sql, params).close()
+            statements = iter(made)
+            sql, params = next(statements)
+            cursor = dbapi_conn.execute(sql, params)
+            if write.rowcount:
+                result = cursor.rowcount
+            else:
+                row = cursor.fetchone()
+                if row is None:
+                    cursor.close()
+                    sql = params = None
+                    dbapi_conn.rollback()
+                    return REFUSED
+                result = row[0]
+            cursor.close()
+            for sql, params in statements:
+                dbapi_conn.execute(sql, params).close()
         if time.monotonic() - started >= BUSY_TIMEOUT_S and info.get(_JOURNAL) not in (
             None,
             "wal",

@@ -98,6 +98,9 @@ class StoreDialect:
     reads_statements_alone: ClassVar[bool] = False
     #: What DatabaseUnavailable names: a database server, never its password (None: a file).
     server: str | None = None
+    #: True: `Store.write_one` makes its first attempt through `commit_one`, without a
+    #: unit of work around it (set per store where the engine allows it).
+    commits_one_at_driver: bool = False
 
     def __init__(
         self,
@@ -134,6 +137,13 @@ class StoreDialect:
         committed nothing, where the write has to go through a Connection. `writer`: the
         store's writer Connection, for a dialect that writes through the driver
         connection under it; `started`: when the write began."""
+        return pg_pipelined.NOT_RUN
+
+    def commit_one(self, conn: Connection, bound: tuple[str, Any], started: float) -> Any:
+        """Where `commits_one_at_driver`: run one data-changing statement already bound
+        (its SQL, its parameters) as a whole write on the driver connection under `conn`,
+        the store's writer, with the write lock held; the rows it changed, or NOT_RUN,
+        having sent nothing, where the write has to go through a Connection."""
         return pg_pipelined.NOT_RUN
 
     def refuse_writes(self) -> None:
@@ -259,6 +269,7 @@ class SQLiteStoreDialect(StoreDialect):
         # an engine made by make_engine for writing, whose begin listener commit_at_driver
         # stands in for: its listeners are installed once, when it is made
         self._writes_at_driver = writes_at_driver(engine)
+        self.commits_one_at_driver = self._writes_at_driver and not self.read_only
 
     # per Store (instance values once set; the class values are the starting state)
     _fts_rebuilds = 0  # the one in-place rebuild this Store may do
@@ -294,6 +305,13 @@ class SQLiteStoreDialect(StoreDialect):
             return pg_pipelined.NOT_RUN
         result = commit_at_driver(conn, call, started, readers_wait_s)
         return pg_pipelined.NOT_RUN if result is REFUSED else result
+
+    def commit_one(self, conn: Connection, bound: tuple[str, Any], started: float) -> Any:
+        # commit_call's checks (the store's own, read-only and make_engine's engine, were
+        # made once: `commits_one_at_driver`) and commit_at_driver, without a DriverWrite
+        if conn.in_transaction() or not writer_unwatched(self.engine):
+            return pg_pipelined.NOT_RUN
+        return commit_at_driver(conn, bound, started, readers_wait_s)
 
     def refuse_writes(self) -> None:
         if self._damaged is not None:
