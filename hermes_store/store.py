@@ -591,18 +591,20 @@ class Store(Repositories):
                 else:
                     # `_release_reader`'s checks, the common case's first: nothing but the
                     # driver connection under `conn` was used, so it is as it was when
-                    # kept unless a statement listener (which gets `conn`) changed it
+                    # kept unless a statement listener (which gets `conn`) changed it,
+                    # by setting options or running a statement that began a transaction
                     if (
                         len(idle) < KEPT_READERS
                         and not self._closed
                         and conn.get_execution_options() is self._engine_options
                         and not conn.invalidated
+                        and not conn.in_transaction()
                     ):
                         idle.append(conn)
                         if self._closed or len(idle) > KEPT_READERS:  # see _release_reader
                             self._trim_idle_readers()
                     else:
-                        self._release_reader(conn, clean=True)
+                        self._release_reader(conn, clean=not conn.in_transaction())
                     return result
                 return self._retried_read(
                     self._read_one_attempt(statement, params, consume), started, failed

@@ -136,7 +136,11 @@ def test_a_write_that_succeeds_runs_no_retry_code(delete_db: str) -> None:
         before = store.writes
         for n in range(5):
             assert store.write_one(_WRITE, {"key": "k", "value": f"v{n}"}) == 1
-            store.meta.set_meta("k", f"w{n}")  # through `write(work)`
+            store.write(  # a unit of work: `write(work)`
+                lambda conn, n=n: conn.execute(
+                    text("UPDATE state_meta SET value = :v WHERE key = 'k'"), {"v": f"w{n}"}
+                )
+            )
         assert policy.calls == []
         assert store.writes == before + 10
         assert store.meta.get_meta("k") == "w4"
@@ -155,3 +159,23 @@ def test_a_write_that_meets_a_lock_goes_on_in_the_policy(delete_db: str) -> None
             holder.join()
         assert policy.calls == ["resume OperationalError"]
         assert store.meta.get_meta("k") == "after"
+
+
+def test_a_reader_a_listener_began_a_transaction_on_is_not_kept(delete_db: str) -> None:
+    with Store(delete_db) as store:
+        store.meta.set_meta("k", "v")
+        store.read_one(_READ, {"key": "k"}, first_value)
+        kept = list(store._idle_readers)
+        used: list[Any] = []
+
+        def begin_one(conn: Any, *_args: Any) -> None:
+            if not used:  # the listener's own statement fires it again
+                used.append(conn)
+                conn.execute(text("SELECT 1"))  # autobegins SQLAlchemy's transaction
+
+        event.listen(store.engine, "after_cursor_execute", begin_one)
+        assert store.read_one(_READ, {"key": "k"}, first_value) == "v"
+        event.remove(store.engine, "after_cursor_execute", begin_one)
+        assert used and used[0] in kept
+        assert used[0] not in store._idle_readers
+        assert store.read_one(_READ, {"key": "k"}, first_value) == "v"
