@@ -5,16 +5,20 @@ constructors are counted; the database is real."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import pytest
 from sqlalchemy import Connection, event
 from sqlalchemy.sql import compiler
 from sqlalchemy.sql.selectable import Select
 
+from hermes_store.runtime.retry import RetryPolicy
 from hermes_store.store import Store
+
+T = TypeVar("T")
 
 #: What `built` counts unless told: SELECT constructs and SQL compilers.
 SELECTS_AND_COMPILERS: tuple[type, ...] = (compiler.SQLCompiler, Select)
@@ -97,3 +101,40 @@ def counted_begins(monkeypatch: pytest.MonkeyPatch, store: Store) -> list[Connec
 
     monkeypatch.setattr(Connection, "begin", counted)
     return begun
+
+
+class Traced:
+    """Every statement SQLite starts on the store's connections opened from now on (the
+    driver's trace callback), triggers' statements left out."""
+
+    def __init__(self, store: Store) -> None:
+        self.statements: list[str] = []
+        event.listen(store.engine, "connect", self._trace)
+        store.dispose()  # every connection from here on is opened, and traced, anew
+
+    def _trace(self, dbapi_conn: Any, _record: Any) -> None:
+        def record(statement: str) -> None:
+            collapsed = " ".join(statement.split())
+            if not collapsed.startswith("--") and (
+                not self.statements or self.statements[-1] != collapsed
+            ):
+                self.statements.append(collapsed)
+
+        dbapi_conn.set_trace_callback(record)
+
+
+@dataclass(frozen=True)
+class RecordingRetry(RetryPolicy):
+    """The default policy, recording which of its entry points each call goes through."""
+
+    calls: list[str] = field(default_factory=list, compare=False)
+
+    def run(self, unit_of_work: Callable[[], T], **options: Any) -> T:
+        self.calls.append("run")
+        return super().run(unit_of_work, **options)
+
+    def resume(
+        self, failed: BaseException, unit_of_work: Callable[[], T], started: float, **options: Any
+    ) -> T:
+        self.calls.append(f"resume {type(failed).__name__}")
+        return super().resume(failed, unit_of_work, started, **options)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from helpers.statements import built, counted_begins, sent
+from helpers.statements import Traced, built, counted_begins, sent
 from sqlalchemy import Connection, event, text
 
 from hermes_store.config import JOURNAL_ENV
@@ -43,26 +43,6 @@ def _journal_kept(journal: str, monkeypatch: pytest.MonkeyPatch) -> None:
 def store(journal_db: str) -> Iterator[Store]:
     with Store(journal_db) as opened:
         yield opened
-
-
-class Traced:
-    """Every statement SQLite starts on the store's connections opened from now on (the
-    driver's trace callback), triggers' statements left out."""
-
-    def __init__(self, store: Store) -> None:
-        self.statements: list[str] = []
-        event.listen(store.engine, "connect", self._trace)
-        store.dispose()  # every connection from here on is opened, and traced, anew
-
-    def _trace(self, dbapi_conn: Any, _record: Any) -> None:
-        def record(statement: str) -> None:
-            collapsed = " ".join(statement.split())
-            if not collapsed.startswith("--") and (
-                not self.statements or self.statements[-1] != collapsed
-            ):
-                self.statements.append(collapsed)
-
-        dbapi_conn.set_trace_callback(record)
 
 
 @pytest.fixture

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from helpers.databases import set_journal_mode, sqlite_connect
+from helpers.statements import RecordingRetry
 from sqlalchemy import event, text
 
 from hermes_store.config import JOURNAL_ENV
@@ -25,27 +24,9 @@ from hermes_store.store import Store
 
 pytestmark = pytest.mark.usefixtures("sqlite_driver")
 
-T = TypeVar("T")
 
 _READ = Prepared(text("SELECT value FROM state_meta WHERE key = :key"))
 _WRITE = Prepared(text("UPDATE state_meta SET value = :value WHERE key = :key"))
-
-
-@dataclass(frozen=True)
-class _Recording(RetryPolicy):
-    """The default policy, recording which of its entry points each call goes through."""
-
-    calls: list[str] = field(default_factory=list, compare=False)
-
-    def run(self, unit_of_work: Callable[[], T], **options: Any) -> T:
-        self.calls.append("run")
-        return super().run(unit_of_work, **options)
-
-    def resume(
-        self, failed: BaseException, unit_of_work: Callable[[], T], started: float, **options: Any
-    ) -> T:
-        self.calls.append(f"resume {type(failed).__name__}")
-        return super().resume(failed, unit_of_work, started, **options)
 
 
 @pytest.fixture
@@ -78,7 +59,7 @@ def _hold(path: Path, begin: str, seconds: float) -> threading.Thread:
 
 
 def test_a_read_that_succeeds_runs_no_retry_code(delete_db: str) -> None:
-    policy = _Recording()
+    policy = RecordingRetry()
     with Store(delete_db, retry=policy) as store:
         store.meta.set_meta("k", "v")
         assert store.read_one(_READ, {"key": "k"}, first_value) == "v"  # keeps a reader
@@ -91,7 +72,7 @@ def test_a_read_that_succeeds_runs_no_retry_code(delete_db: str) -> None:
 
 def test_a_read_that_meets_a_lock_goes_on_in_the_policy(delete_db: str) -> None:
     path = Path(delete_db.removeprefix("sqlite:///"))
-    policy = _Recording()
+    policy = RecordingRetry()
     with Store(delete_db, retry=policy) as store:
         store.meta.set_meta("k", "v")
         store.read_one(_READ, {"key": "k"}, first_value)
@@ -129,7 +110,7 @@ def test_a_read_under_a_statement_listener_is_seen_and_kept(delete_db: str) -> N
 
 
 def test_a_write_that_succeeds_runs_no_retry_code(delete_db: str) -> None:
-    policy = _Recording()
+    policy = RecordingRetry()
     with Store(delete_db, retry=policy, checkpoint_every=0) as store:
         store.meta.set_meta("k", "v")
         policy.calls.clear()
@@ -148,7 +129,7 @@ def test_a_write_that_succeeds_runs_no_retry_code(delete_db: str) -> None:
 
 def test_a_write_that_meets_a_lock_goes_on_in_the_policy(delete_db: str) -> None:
     path = Path(delete_db.removeprefix("sqlite:///"))
-    policy = _Recording()
+    policy = RecordingRetry()
     with Store(delete_db, retry=policy, checkpoint_every=0) as store:
         store.meta.set_meta("k", "v")
         policy.calls.clear()

@@ -8,11 +8,11 @@ refusals of a read-only or closed store. On both SQLite drivers and journal mode
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from helpers.statements import RecordingRetry
 from sqlalchemy import event, text
 from sqlalchemy.exc import IntegrityError
 
@@ -20,31 +20,14 @@ from hermes_store import store as store_module
 from hermes_store.config import JOURNAL_ENV
 from hermes_store.errors import ReadOnlyStore, StoreClosed
 from hermes_store.runtime.engine import DriverWrite, Prepared
-from hermes_store.runtime.retry import RetryPolicy
 from hermes_store.store import Store
 
 pytestmark = pytest.mark.usefixtures("sqlite_driver")
 
-T = TypeVar("T")
 
 _WRITE = Prepared(text("UPDATE state_meta SET value = :value WHERE key = :key"))
 #: state_meta.key is the primary key: renaming one key onto another fails in SQLite
 _CLASH = Prepared(text("UPDATE state_meta SET key = :to WHERE key = :key"))
-
-
-@dataclass(frozen=True)
-class _Recording(RetryPolicy):
-    calls: list[str] = field(default_factory=list, compare=False)
-
-    def run(self, unit_of_work: Callable[[], T], **options: Any) -> T:
-        self.calls.append("run")
-        return super().run(unit_of_work, **options)
-
-    def resume(
-        self, failed: BaseException, unit_of_work: Callable[[], T], started: float, **options: Any
-    ) -> T:
-        self.calls.append(f"resume {type(failed).__name__}")
-        return super().resume(failed, unit_of_work, started, **options)
 
 
 @pytest.fixture(autouse=True)
@@ -69,7 +52,7 @@ def built(monkeypatch: pytest.MonkeyPatch) -> list[DriverWrite]:
 
 @pytest.fixture
 def store(journal_db: str) -> Iterator[Store]:
-    with Store(journal_db, retry=_Recording(), checkpoint_every=0) as store:
+    with Store(journal_db, retry=RecordingRetry(), checkpoint_every=0) as store:
         store.meta.set_meta("k", "v")
         store.meta.set_meta("other", "o")
         yield store
@@ -88,7 +71,7 @@ def _entered_write(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def _policy(store: Store) -> list[str]:
-    assert isinstance(store.retry, _Recording)
+    assert isinstance(store.retry, RecordingRetry)
     return store.retry.calls
 
 
