@@ -397,35 +397,27 @@ DELETE_TARGET_ROWS = Prepared(
 )
 
 
-#: The open continuations of :parent if :parent ended by compression, two at most (enough
-#: to tell one from several).
-LIVE_CONTINUATIONS = Prepared(
-    select(_CHILD.c.id)
-    .select_from(_CHILD.join(_TIP_PARENT, _TIP_PARENT.c.id == _CHILD.c.parent_session_id))
-    .where(
-        _TIP_PARENT.c.id == bindparam("parent"),
-        _TIP_PARENT.c.end_reason == COMPRESSION,
-        _CHILD.c.ended_at.is_(None),
-        is_continuation(_CHILD),
+def _live_continuations(*columns: Any) -> Select[Any]:
+    """`columns` of the open continuations of :parent if :parent ended by compression, two
+    at most (enough to tell one from several)."""
+    return (
+        select(*columns)
+        .select_from(_CHILD.join(_TIP_PARENT, _TIP_PARENT.c.id == _CHILD.c.parent_session_id))
+        .where(
+            _TIP_PARENT.c.id == bindparam("parent"),
+            _TIP_PARENT.c.end_reason == COMPRESSION,
+            _CHILD.c.ended_at.is_(None),
+            is_continuation(_CHILD),
+        )
+        .limit(literal_column("2"))
     )
-    .limit(literal_column("2"))
-)
 
 
-#: The whole rows (`SELECT *`) of LIVE_CONTINUATIONS' children: one of them is the
-#: unique open continuation, two are too many.
-LIVE_CONTINUATION_ROWS = Prepared(
-    select(literal_column("c.*"))
-    .select_from(_CHILD.join(_TIP_PARENT, _TIP_PARENT.c.id == _CHILD.c.parent_session_id))
-    .where(
-        _TIP_PARENT.c.id == bindparam("parent"),
-        _TIP_PARENT.c.end_reason == COMPRESSION,
-        _CHILD.c.ended_at.is_(None),
-        is_continuation(_CHILD),
-    )
-    .limit(literal_column("2"))
-    .offset(NO_OFFSET)
-)
+#: The ids of the live continuations.
+LIVE_CONTINUATIONS = Prepared(_live_continuations(_CHILD.c.id))
+#: Their whole rows (`SELECT *`): one of them is the unique open continuation, two are
+#: too many.
+LIVE_CONTINUATION_ROWS = Prepared(_live_continuations(literal_column("c.*")).offset(NO_OFFSET))
 
 
 def resume_target(conn: Connection, session_id: str) -> str:
